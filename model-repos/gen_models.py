@@ -1,0 +1,427 @@
+#!/usr/bin/env python3
+"""Deterministic generator for the example Triton model repository (model-repos/examples/).
+
+    scripts/env.sh python model-repos/gen_models.py            # (re)write model-repos/examples/
+    scripts/env.sh python model-repos/gen_models.py --out DIR  # write somewhere else
+    scripts/env.sh python model-repos/gen_models.py --check    # verify the files on disk are exactly
+                                                               # what this script writes, then run every
+                                                               # model in ONNX Runtime and check outputs
+
+Only the `onnx` helper API is used to build the graphs. Every model is opset 13 with
+ir_version 8 (loadable by ONNX Runtime >= 1.17), a fixed producer name and no random data,
+so the output is byte-for-byte reproducible. See model-repos/README.md for the semantics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+
+import onnx
+from onnx import TensorProto, helper
+
+OPSET = 13
+IR_VERSION = 8
+PRODUCER_NAME = "tritonrs-gen_models"
+PRODUCER_VERSION = "1"
+
+DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
+
+# classifier: OUTPUT = INPUT @ CLASSIFIER_WEIGHTS, rows = the 4 input features, columns = the
+# 5 classes in labels.txt order. All values are dyadic fractions, so every score for small
+# integer inputs is exact in FP32. Each one-hot input selects its own class with a distinct
+# runner-up order; the "horse" column is constant, so [1,1,1,1] selects horse.
+CLASSIFIER_LABELS = ["cat", "dog", "bird", "fish", "horse"]
+CLASSIFIER_WEIGHTS = [
+    #  cat   dog   bird  fish  horse
+    [4.0, 1.0, 0.5, 0.25, 3.0],  # feature 0 -> cat
+    [0.5, 4.0, 2.0, 0.25, 3.0],  # feature 1 -> dog
+    [2.0, 0.25, 4.0, 1.0, 3.0],  # feature 2 -> bird
+    [1.0, 2.0, 0.25, 4.0, 3.0],  # feature 3 -> fish
+]
+
+MULTI_VERSIONS = (1, 2, 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# ONNX graphs
+# ---------------------------------------------------------------------------------------------
+
+
+def _model(graph: onnx.GraphProto, model_version: int = 1) -> onnx.ModelProto:
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        producer_name=PRODUCER_NAME,
+        producer_version=PRODUCER_VERSION,
+    )
+    model.ir_version = IR_VERSION
+    model.model_version = model_version
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _vi(name: str, elem_type: int, shape) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem_type, shape)
+
+
+def model_simple() -> onnx.ModelProto:
+    i32 = TensorProto.INT32
+    graph = helper.make_graph(
+        nodes=[
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"], name="add"),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"], name="sub"),
+        ],
+        name="simple",
+        inputs=[_vi("INPUT0", i32, ["N", 16]), _vi("INPUT1", i32, ["N", 16])],
+        outputs=[_vi("OUTPUT0", i32, ["N", 16]), _vi("OUTPUT1", i32, ["N", 16])],
+        doc_string="OUTPUT0 = INPUT0 + INPUT1; OUTPUT1 = INPUT0 - INPUT1 (INT32, [N, 16])",
+    )
+    return _model(graph)
+
+
+def model_vlen_scale() -> onnx.ModelProto:
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes=[helper.make_node("Mul", ["INPUT", "scale"], ["OUTPUT"], name="mul")],
+        name="vlen_scale",
+        inputs=[_vi("INPUT", f32, ["N", "L"])],
+        outputs=[_vi("OUTPUT", f32, ["N", "L"])],
+        initializer=[helper.make_tensor("scale", f32, [], [2.0])],
+        doc_string="OUTPUT = INPUT * 2.0 (FP32, [N, L], both dims dynamic)",
+    )
+    return _model(graph)
+
+
+def model_bytes_identity() -> onnx.ModelProto:
+    s = TensorProto.STRING
+    graph = helper.make_graph(
+        nodes=[helper.make_node("Identity", ["INPUT"], ["OUTPUT"], name="identity")],
+        name="bytes_identity",
+        inputs=[_vi("INPUT", s, ["N", "L"])],
+        outputs=[_vi("OUTPUT", s, ["N", "L"])],
+        doc_string="OUTPUT = INPUT (string tensor, [N, L], both dims dynamic)",
+    )
+    return _model(graph)
+
+
+def model_classifier() -> onnx.ModelProto:
+    f32 = TensorProto.FLOAT
+    flat = [w for row in CLASSIFIER_WEIGHTS for w in row]
+    graph = helper.make_graph(
+        nodes=[helper.make_node("MatMul", ["INPUT", "weights"], ["OUTPUT"], name="matmul")],
+        name="classifier",
+        inputs=[_vi("INPUT", f32, ["N", 4])],
+        outputs=[_vi("OUTPUT", f32, ["N", 5])],
+        initializer=[helper.make_tensor("weights", f32, [4, 5], flat)],
+        doc_string="OUTPUT = INPUT @ weights (FP32, [N, 4] x [4, 5]); classes: "
+        + ", ".join(CLASSIFIER_LABELS),
+    )
+    return _model(graph)
+
+
+def model_multi_version(version: int) -> onnx.ModelProto:
+    i32 = TensorProto.INT32
+    graph = helper.make_graph(
+        nodes=[helper.make_node("Add", ["INPUT", "version"], ["OUTPUT"], name="add")],
+        name="multi_version",
+        inputs=[_vi("INPUT", i32, ["N", 4])],
+        outputs=[_vi("OUTPUT", i32, ["N", 4])],
+        initializer=[helper.make_tensor("version", i32, [], [version])],
+        doc_string=f"OUTPUT = INPUT + {version} (INT32, [N, 4]); version {version}",
+    )
+    return _model(graph, model_version=version)
+
+
+def model_autocomplete_add() -> onnx.ModelProto:
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes=[helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT"], name="add")],
+        name="autocomplete_add",
+        inputs=[_vi("INPUT0", f32, ["N", 8]), _vi("INPUT1", f32, ["N", 8])],
+        outputs=[_vi("OUTPUT", f32, ["N", 8])],
+        doc_string="OUTPUT = INPUT0 + INPUT1 (FP32, [N, 8]); no config.pbtxt on purpose",
+    )
+    return _model(graph)
+
+
+# ---------------------------------------------------------------------------------------------
+# config.pbtxt (Triton text format, colon-less list style)
+# ---------------------------------------------------------------------------------------------
+
+
+def _tensor_list(kind: str, tensors) -> str:
+    """tensors: (name, data_type, dims, extra_lines) tuples."""
+    blocks = []
+    for name, data_type, dims, extra in tensors:
+        lines = [
+            "  {",
+            f'    name: "{name}"',
+            f"    data_type: {data_type}",
+            "    dims: [ " + ", ".join(str(d) for d in dims) + " ]",
+        ]
+        lines += [f"    {e}" for e in extra]
+        lines.append("  }")
+        blocks.append("\n".join(lines))
+    return f"{kind} [\n" + ",\n".join(blocks) + "\n]\n"
+
+
+def config(name: str, max_batch_size: int, inputs, outputs, extra: str = "") -> str:
+    text = f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: {max_batch_size}\n'
+    text += _tensor_list("input", inputs)
+    text += _tensor_list("output", outputs)
+    text += extra
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Repository layout
+# ---------------------------------------------------------------------------------------------
+
+
+def repository() -> dict[str, bytes]:
+    """Every file of the example repository: relative path -> content."""
+    files: dict[str, bytes] = {}
+
+    def put_model(model_name: str, version: int, model: onnx.ModelProto) -> None:
+        files[f"{model_name}/{version}/model.onnx"] = model.SerializeToString()
+
+    def put_text(path: str, text: str) -> None:
+        files[path] = text.encode("utf-8")
+
+    # 1. simple
+    put_model("simple", 1, model_simple())
+    put_text(
+        "simple/config.pbtxt",
+        config(
+            "simple",
+            8,
+            [("INPUT0", "TYPE_INT32", [16], []), ("INPUT1", "TYPE_INT32", [16], [])],
+            [("OUTPUT0", "TYPE_INT32", [16], []), ("OUTPUT1", "TYPE_INT32", [16], [])],
+        ),
+    )
+
+    # 2. vlen_scale
+    put_model("vlen_scale", 1, model_vlen_scale())
+    put_text(
+        "vlen_scale/config.pbtxt",
+        config(
+            "vlen_scale",
+            4,
+            [("INPUT", "TYPE_FP32", [-1], [])],
+            [("OUTPUT", "TYPE_FP32", [-1], [])],
+        ),
+    )
+
+    # 3. bytes_identity
+    put_model("bytes_identity", 1, model_bytes_identity())
+    put_text(
+        "bytes_identity/config.pbtxt",
+        config(
+            "bytes_identity",
+            8,
+            [("INPUT", "TYPE_STRING", [-1], [])],
+            [("OUTPUT", "TYPE_STRING", [-1], [])],
+        ),
+    )
+
+    # 4. classifier
+    put_model("classifier", 1, model_classifier())
+    put_text(
+        "classifier/config.pbtxt",
+        config(
+            "classifier",
+            4,
+            [("INPUT", "TYPE_FP32", [4], [])],
+            [("OUTPUT", "TYPE_FP32", [5], ['label_filename: "labels.txt"'])],
+        ),
+    )
+    put_text("classifier/labels.txt", "".join(label + "\n" for label in CLASSIFIER_LABELS))
+
+    # 5. multi_version
+    for v in MULTI_VERSIONS:
+        put_model("multi_version", v, model_multi_version(v))
+    put_text(
+        "multi_version/config.pbtxt",
+        config(
+            "multi_version",
+            4,
+            [("INPUT", "TYPE_INT32", [4], [])],
+            [("OUTPUT", "TYPE_INT32", [4], [])],
+            extra="version_policy: { all { } }\n",
+        ),
+    )
+
+    # 6. autocomplete_add: deliberately no config.pbtxt (the server auto-completes it).
+    put_model("autocomplete_add", 1, model_autocomplete_add())
+
+    return files
+
+
+# Top-level directories owned by this generator (rewritten wholesale on every run).
+MODEL_DIRS = [
+    "simple",
+    "vlen_scale",
+    "bytes_identity",
+    "classifier",
+    "multi_version",
+    "autocomplete_add",
+]
+
+
+def write(out: str, files: dict[str, bytes]) -> None:
+    os.makedirs(out, exist_ok=True)
+    # Replace each generated model directory wholesale so no stale version/file survives;
+    # anything else under `out` is left alone.
+    for model_dir in MODEL_DIRS:
+        shutil.rmtree(os.path.join(out, model_dir), ignore_errors=True)
+    for rel, data in sorted(files.items()):
+        path = os.path.join(out, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+
+def _on_disk(out: str) -> dict[str, bytes]:
+    found: dict[str, bytes] = {}
+    for model_dir in MODEL_DIRS:
+        root = os.path.join(out, model_dir)
+        for dirpath, _dirnames, filenames in os.walk(root):
+            for fn in filenames:
+                path = os.path.join(dirpath, fn)
+                with open(path, "rb") as f:
+                    found[os.path.relpath(path, out).replace(os.sep, "/")] = f.read()
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# --check: byte-for-byte comparison + run every model in ONNX Runtime
+# ---------------------------------------------------------------------------------------------
+
+
+def run_checks(out: str) -> None:
+    import numpy as np
+    import onnxruntime as ort
+
+    expected = repository()
+    actual = _on_disk(out)
+    problems = []
+    for rel in sorted(set(expected) | set(actual)):
+        if rel not in actual:
+            problems.append(f"missing: {rel}")
+        elif rel not in expected:
+            problems.append(f"unexpected: {rel}")
+        elif actual[rel] != expected[rel]:
+            problems.append(f"differs from generator output: {rel}")
+    if problems:
+        raise SystemExit("\n".join(problems) + "\n(re-run gen_models.py)")
+
+    def session(model_name: str, version: int = 1):
+        path = os.path.join(out, model_name, str(version), "model.onnx")
+        return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+    # simple
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.ones((1, 16), dtype=np.int32)
+    a2 = np.concatenate([a, a * 3], axis=0)
+    b2 = np.concatenate([b, -b * 2], axis=0)
+    o0, o1 = session("simple").run(["OUTPUT0", "OUTPUT1"], {"INPUT0": a2, "INPUT1": b2})
+    assert o0.dtype == np.int32 and o0.shape == (2, 16)
+    np.testing.assert_array_equal(o0, a2 + b2)
+    np.testing.assert_array_equal(o1, a2 - b2)
+    assert o0[0].tolist() == list(range(1, 17)) and o1[0].tolist() == list(range(-1, 15))
+
+    # vlen_scale: two different lengths, exact FP32 results
+    for shape in [(1, 3), (4, 7)]:
+        x = (np.arange(np.prod(shape), dtype=np.float32).reshape(shape) - 1.5) * 0.25
+        (y,) = session("vlen_scale").run(None, {"INPUT": x})
+        assert y.dtype == np.float32 and y.shape == shape
+        np.testing.assert_array_equal(y, x * np.float32(2.0))
+    (y,) = session("vlen_scale").run(None, {"INPUT": np.array([[1.0, -2.5, 3.25]], np.float32)})
+    assert y.tolist() == [[2.0, -5.0, 6.5]]
+
+    # bytes_identity (ORT takes object arrays of str; non-ASCII survives the round trip)
+    x = np.array([["hello", "", "wörld"], ["a", "bb", "ccc"]], dtype=object)
+    (y,) = session("bytes_identity").run(None, {"INPUT": x})
+    assert y.shape == (2, 3) and y.tolist() == x.tolist()
+
+    # classifier
+    w = np.array(CLASSIFIER_WEIGHTS, dtype=np.float32)
+    cases = {
+        (1, 0, 0, 0): ([4.0, 1.0, 0.5, 0.25, 3.0], "cat"),
+        (0, 1, 0, 0): ([0.5, 4.0, 2.0, 0.25, 3.0], "dog"),
+        (0, 0, 1, 0): ([2.0, 0.25, 4.0, 1.0, 3.0], "bird"),
+        (0, 0, 0, 1): ([1.0, 2.0, 0.25, 4.0, 3.0], "fish"),
+        (1, 1, 1, 1): ([7.5, 7.25, 6.75, 5.5, 12.0], "horse"),
+        (1, 2, 3, 4): ([15.0, 17.75, 17.5, 19.75, 30.0], "horse"),
+    }
+    x = np.array(list(cases), dtype=np.float32)
+    for start in range(0, len(x), 4):  # max_batch_size 4
+        batch = x[start : start + 4]
+        (scores,) = session("classifier").run(None, {"INPUT": batch})
+        assert scores.dtype == np.float32 and scores.shape == (len(batch), 5)
+        np.testing.assert_array_equal(scores, batch @ w)
+        for row, score in zip(batch, scores):
+            want_scores, want_label = cases[tuple(int(v) for v in row)]
+            assert score.tolist() == want_scores, (row, score)
+            assert CLASSIFIER_LABELS[int(np.argmax(score))] == want_label
+    with open(os.path.join(out, "classifier", "labels.txt")) as f:
+        assert f.read().splitlines() == CLASSIFIER_LABELS
+
+    # multi_version
+    x = np.array([[0, 1, 2, 3], [-10, 0, 10, 20]], dtype=np.int32)
+    for v in MULTI_VERSIONS:
+        (y,) = session("multi_version", v).run(None, {"INPUT": x})
+        assert y.dtype == np.int32
+        np.testing.assert_array_equal(y, x + v)
+
+    # autocomplete_add (+ the shapes the server's auto-complete will see)
+    sess = session("autocomplete_add")
+    for inp in sess.get_inputs():
+        assert inp.type == "tensor(float)" and inp.shape == ["N", 8], (inp.name, inp.shape)
+    x0 = np.arange(16, dtype=np.float32).reshape(2, 8) * 0.5
+    x1 = np.full((2, 8), 0.25, dtype=np.float32)
+    (y,) = sess.run(None, {"INPUT0": x0, "INPUT1": x1})
+    np.testing.assert_array_equal(y, x0 + x1)
+    assert not os.path.exists(os.path.join(out, "autocomplete_add", "config.pbtxt"))
+
+    # Every config.pbtxt parses as Triton's ModelConfig (the proto ships in tritonclient[grpc]).
+    try:
+        from google.protobuf import text_format
+        from tritonclient.grpc import model_config_pb2 as mc
+    except ImportError:
+        print("note: tritonclient[grpc] not installed; skipped the config.pbtxt parse check")
+    else:
+        for rel in sorted(expected):
+            if rel.endswith("config.pbtxt"):
+                cfg = text_format.Parse(expected[rel].decode(), mc.ModelConfig())
+                assert cfg.name == rel.split("/")[0] and cfg.backend == "onnxruntime", rel
+                assert cfg.input and cfg.output, rel
+
+    for rel in sorted(expected):
+        print(f"{hashlib.sha256(expected[rel]).hexdigest()}  {rel}")
+    print(f"OK: {len(expected)} files match the generator; all models ran in onnxruntime {ort.__version__}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=DEFAULT_OUT, help="repository directory (default: %(default)s)")
+    ap.add_argument("--check", action="store_true", help="verify instead of writing (needs onnxruntime, numpy)")
+    args = ap.parse_args(argv)
+
+    if args.check:
+        run_checks(args.out)
+        return 0
+
+    files = repository()
+    write(args.out, files)
+    for rel in sorted(files):
+        print(f"wrote {os.path.join(args.out, rel)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+//! Backends: the synchronous `ModelInstance` trait, the registry of backends, and `--backend-config`.
+//!
+//! A backend instance is a plain struct that runs on its own OS thread (see `core::scheduler`); nothing
+//! here is async, and inference never runs on tokio workers.
+
+pub mod onnx;
+
+use crate::core::types::Tensor;
+use crate::error::{Error, Result};
+use crate::proto::inference::ModelConfig;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where an instance runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceKind {
+    Cpu,
+    Gpu { device_id: i32 },
+}
+
+/// One instance to create, derived from an `instance_group` entry.
+#[derive(Debug, Clone)]
+pub struct InstanceSpec {
+    /// e.g. "simple_0_1": group name plus index, as Triton names instances.
+    pub name: String,
+    pub kind: InstanceKind,
+}
+
+/// What a backend needs to know to create instances of one model version.
+#[derive(Debug, Clone)]
+pub struct ModelContext {
+    pub name: String,
+    pub version: i64,
+    pub config: Arc<ModelConfig>,
+    /// The model's folder (holding config.pbtxt and the version folders).
+    pub model_dir: PathBuf,
+    /// The version folder.
+    pub version_dir: PathBuf,
+}
+
+/// One execution: tensors already validated and shaped as the model expects.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    pub inputs: Vec<Tensor>,
+    /// Outputs to return, by name; never empty (the core fills in all outputs when the client names none).
+    pub outputs: Vec<String>,
+}
+
+/// Time spent in each phase of one execution, for statistics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExecTimings {
+    pub compute_input_ns: u64,
+    pub compute_infer_ns: u64,
+    pub compute_output_ns: u64,
+}
+
+/// The outputs of one execution.
+#[derive(Debug, Clone)]
+pub struct ExecResult {
+    pub outputs: Vec<Tensor>,
+    pub timings: ExecTimings,
+}
+
+/// A loaded copy of a model that executes requests, one at a time, on its own thread.
+pub trait ModelInstance: Send {
+    fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult>;
+}
+
+/// A kind of backend (onnxruntime, ...), able to create instances.
+pub trait Backend: Send + Sync {
+    /// The name used in `config.pbtxt`'s `backend` field.
+    fn name(&self) -> &'static str;
+    /// Creates one instance; called on a blocking thread during model load.
+    fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>>;
+}
+
+/// `--backend-config` settings: per backend name, and global ones (given without a backend name).
+#[derive(Debug, Clone, Default)]
+pub struct BackendConfig {
+    /// backend name -> setting -> value.
+    pub per_backend: HashMap<String, HashMap<String, String>>,
+    /// Settings given as `--backend-config=<setting>=<value>`.
+    pub global: HashMap<String, String>,
+}
+
+impl BackendConfig {
+    /// Parses Triton's `--backend-config` values: `<backend>,<setting>=<value>` or `<setting>=<value>`.
+    pub fn parse(values: &[String]) -> Result<BackendConfig> {
+        let mut cfg = BackendConfig::default();
+        for v in values {
+            let (backend, setting) = match v.split_once(',') {
+                Some((b, s)) => (Some(b.trim()), s),
+                None => (None, v.as_str()),
+            };
+            let (key, value) = setting.split_once('=').ok_or_else(|| {
+                Error::invalid(format!("--backend-config '{v}' must be '<backend>,<setting>=<value>' or '<setting>=<value>'"))
+            })?;
+            let map = match backend {
+                Some(b) if !b.is_empty() => cfg.per_backend.entry(b.to_string()).or_default(),
+                _ => &mut cfg.global,
+            };
+            map.insert(key.trim().to_string(), value.trim().to_string());
+        }
+        Ok(cfg)
+    }
+
+    /// A setting for a backend, falling back to the global value.
+    pub fn get(&self, backend: &str, key: &str) -> Option<&str> {
+        self.per_backend.get(backend).and_then(|m| m.get(key)).or_else(|| self.global.get(key)).map(String::as_str)
+    }
+}
+
+/// The backends this server can use, by name.
+pub struct BackendRegistry {
+    backends: HashMap<&'static str, Arc<dyn Backend>>,
+}
+
+impl BackendRegistry {
+    pub fn new(config: &BackendConfig) -> Self {
+        let mut backends: HashMap<&'static str, Arc<dyn Backend>> = HashMap::new();
+        let ort: Arc<dyn Backend> = Arc::new(onnx::OnnxBackend::new(config));
+        backends.insert(ort.name(), ort);
+        BackendRegistry { backends }
+    }
+
+    pub fn get(&self, name: &str) -> Result<Arc<dyn Backend>> {
+        self.backends
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::unavailable(format!("backend '{name}' is not available in this build")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_config_parses_both_forms() {
+        let cfg = BackendConfig::parse(&[
+            "onnxruntime,library=/opt/ort.so".into(),
+            "default-max-batch-size=8".into(),
+        ])
+        .unwrap();
+        assert_eq!(cfg.get("onnxruntime", "library"), Some("/opt/ort.so"));
+        assert_eq!(cfg.get("onnxruntime", "default-max-batch-size"), Some("8"));
+        assert_eq!(cfg.get("python", "library"), None);
+        assert!(BackendConfig::parse(&["onnxruntime,library".into()]).is_err());
+    }
+}

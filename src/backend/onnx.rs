@@ -1,0 +1,364 @@
+//! The ONNX Runtime backend (`backend: "onnxruntime"`), with the library loaded at run time.
+//!
+//! `libonnxruntime.so` is found through `--backend-config=onnxruntime,library=<path>`, `ORT_DYLIB_PATH`
+//! or a list of well-known locations. When none works, ONNX models fail to load with a reason that says
+//! where the server looked; the server itself keeps running.
+#![allow(unsafe_code)]
+
+use super::{Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext, ModelInstance};
+use crate::core::types::{serialize_bytes, DataType, Tensor};
+use crate::error::{Error, Result};
+use ort::environment::Environment;
+use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
+use ort::session::{Session, SessionInputValue};
+use ort::value::{DynTensor, DynValue, Shape, TensorElementType, TensorRefMut, ValueType};
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// Where the library is looked for when neither the backend config nor `ORT_DYLIB_PATH` names it.
+const WELL_KNOWN: &[&str] = &[
+    "/opt/tritonrs/lib/libonnxruntime.so",
+    "/usr/local/lib/libonnxruntime.so",
+    "/usr/lib/libonnxruntime.so",
+    "/usr/lib/aarch64-linux-gnu/libonnxruntime.so",
+    "/usr/lib/x86_64-linux-gnu/libonnxruntime.so",
+    "/opt/onnxruntime/lib/libonnxruntime.so",
+];
+
+pub struct OnnxBackend {
+    /// `--backend-config=onnxruntime,library=...`.
+    explicit_library: Option<PathBuf>,
+    /// The process-wide ORT environment, created on first use; an `Err` records why loading failed.
+    env: OnceLock<std::result::Result<Environment, String>>,
+}
+
+impl OnnxBackend {
+    pub fn new(config: &BackendConfig) -> Self {
+        OnnxBackend { explicit_library: config.get("onnxruntime", "library").map(PathBuf::from), env: OnceLock::new() }
+    }
+
+    fn environment(&self) -> Result<&Environment> {
+        self.env
+            .get_or_init(|| init_runtime(self.explicit_library.as_deref()))
+            .as_ref()
+            .map_err(|e| Error::unavailable(e.clone()))
+    }
+}
+
+/// The library paths to try, in order.
+fn candidates(explicit: Option<&Path>) -> Vec<PathBuf> {
+    let absolute = |p: PathBuf| {
+        if p.is_absolute() {
+            p
+        } else {
+            std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p)
+        }
+    };
+    if let Some(p) = explicit {
+        return vec![absolute(p.to_path_buf())];
+    }
+    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()) {
+        return vec![absolute(PathBuf::from(p))];
+    }
+    let mut list = Vec::new();
+    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+        list.push(dir.join("libonnxruntime.so"));
+        list.push(dir.join("../lib/libonnxruntime.so"));
+    }
+    list.extend(WELL_KNOWN.iter().map(PathBuf::from));
+    list
+}
+
+fn init_runtime(explicit: Option<&Path>) -> std::result::Result<Environment, String> {
+    let mut tried = Vec::new();
+    for path in candidates(explicit) {
+        if !path.exists() {
+            tried.push(format!("{} (not found)", path.display()));
+            continue;
+        }
+        match ort::init_from(&path) {
+            Ok(builder) => {
+                return builder
+                    .with_name("tritonrs")
+                    .build()
+                    .map_err(|e| format!("ONNX Runtime at '{}' failed to initialize: {e}", path.display()));
+            }
+            Err(e) => tried.push(format!("{} ({e})", path.display())),
+        }
+    }
+    Err(format!(
+        "the ONNX Runtime library (libonnxruntime.so) could not be loaded; set ORT_DYLIB_PATH or \
+         --backend-config=onnxruntime,library=<path>. Tried: {}",
+        tried.join("; ")
+    ))
+}
+
+/// A model parameter from `config.pbtxt` (`parameters { key: ... value: { string_value: ... } }`).
+fn param<'a>(ctx: &'a ModelContext, key: &str) -> Option<&'a str> {
+    ctx.config.parameters.get(key).map(|p| p.string_value.as_str()).filter(|s| !s.is_empty())
+}
+
+fn param_usize(ctx: &ModelContext, key: &str) -> Result<Option<usize>> {
+    param(ctx, key)
+        .map(|v| {
+            v.trim().parse::<usize>().map_err(|_| {
+                Error::invalid(format!("model '{}': parameter '{key}' must be a non-negative integer, got '{v}'", ctx.name))
+            })
+        })
+        .transpose()
+}
+
+impl Backend for OnnxBackend {
+    fn name(&self) -> &'static str {
+        "onnxruntime"
+    }
+
+    fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
+        let env = self.environment()?;
+        let file = ctx.version_dir.join(crate::core::repository::model_filename(&ctx.config));
+        if !file.is_file() {
+            return Err(Error::invalid(format!("model file '{}' not found", file.display())));
+        }
+        let ort_err = |what: &str, e: ort::Error| Error::internal(format!("{what} for model '{}': {e}", ctx.name));
+        let mut builder = Session::builder(env).map_err(|e| ort_err("cannot create an ONNX Runtime session", e))?;
+        if let Some(n) = param_usize(ctx, "intra_op_thread_count")?.filter(|&n| n > 0) {
+            builder = builder.with_intra_threads(n).map_err(|e| ort_err("cannot set intra_op_thread_count", e.into()))?;
+        }
+        if let Some(n) = param_usize(ctx, "inter_op_thread_count")?.filter(|&n| n > 0) {
+            builder = builder.with_inter_threads(n).map_err(|e| ort_err("cannot set inter_op_thread_count", e.into()))?;
+        }
+        if let InstanceKind::Gpu { device_id } = spec.kind {
+            use ort::ep::ExecutionProvider as _;
+            let available = ort::ep::CUDA::is_available().unwrap_or(false);
+            if !available {
+                return Err(Error::unavailable(format!(
+                    "instance '{}' is KIND_GPU but the loaded ONNX Runtime library has no CUDA execution provider \
+                     (use a GPU build of libonnxruntime, or KIND_CPU)",
+                    spec.name
+                )));
+            }
+            builder = builder
+                .with_execution_providers([ort::ep::CUDA::default().with_device_id(device_id).build().error_on_failure()])
+                .map_err(|e| ort_err("cannot enable the CUDA execution provider", e.into()))?;
+        }
+        let session = builder
+            .commit_from_file(&file)
+            .map_err(|e| Error::invalid(format!("cannot load '{}': {e}", file.display())))?;
+        check_io(ctx, &session)?;
+        Ok(Box::new(OnnxInstance { session }))
+    }
+}
+
+/// Every configured tensor must exist in the model with the same datatype, and every model input must be
+/// configured: mismatches fail the load rather than every request.
+fn check_io(ctx: &ModelContext, session: &Session) -> Result<()> {
+    let model_type = |outlets: &[ort::value::Outlet], name: &str| {
+        outlets.iter().find(|o| o.name() == name).map(|o| match o.dtype() {
+            ValueType::Tensor { ty, .. } => Some(*ty),
+            _ => None,
+        })
+    };
+    let check = |kind: &str, name: &str, dt: i32, outlets: &[ort::value::Outlet]| -> Result<()> {
+        let expected = DataType::from_config(dt).and_then(to_element_type);
+        match model_type(outlets, name) {
+            None => Err(Error::invalid(format!(
+                "model '{}': configuration {kind} '{name}' is not an {kind} of the ONNX model (it has: {})",
+                ctx.name,
+                outlets.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
+            ))),
+            Some(actual) if actual != expected => Err(Error::invalid(format!(
+                "model '{}': {kind} '{name}' is {:?} in the ONNX model but the configuration says {}",
+                ctx.name,
+                actual,
+                DataType::from_config(dt).map(|d| d.as_str()).unwrap_or("an invalid type")
+            ))),
+            Some(_) => Ok(()),
+        }
+    };
+    for i in &ctx.config.input {
+        check("input", &i.name, i.data_type, session.inputs())?;
+    }
+    for o in &ctx.config.output {
+        check("output", &o.name, o.data_type, session.outputs())?;
+    }
+    for o in session.inputs() {
+        if !ctx.config.input.iter().any(|i| i.name == o.name()) {
+            return Err(Error::invalid(format!(
+                "model '{}': the ONNX model has input '{}' which the configuration does not declare",
+                ctx.name,
+                o.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn to_element_type(dt: DataType) -> Option<TensorElementType> {
+    Some(match dt {
+        DataType::Bool => TensorElementType::Bool,
+        DataType::Uint8 => TensorElementType::Uint8,
+        DataType::Uint16 => TensorElementType::Uint16,
+        DataType::Uint32 => TensorElementType::Uint32,
+        DataType::Uint64 => TensorElementType::Uint64,
+        DataType::Int8 => TensorElementType::Int8,
+        DataType::Int16 => TensorElementType::Int16,
+        DataType::Int32 => TensorElementType::Int32,
+        DataType::Int64 => TensorElementType::Int64,
+        DataType::Fp16 => TensorElementType::Float16,
+        DataType::Bf16 => TensorElementType::Bfloat16,
+        DataType::Fp32 => TensorElementType::Float32,
+        DataType::Fp64 => TensorElementType::Float64,
+        DataType::Bytes => TensorElementType::String,
+    })
+}
+
+fn from_element_type(t: TensorElementType) -> Option<DataType> {
+    DataType::ALL.into_iter().find(|&d| to_element_type(d) == Some(t))
+}
+
+struct OnnxInstance {
+    session: Session,
+}
+
+impl ModelInstance for OnnxInstance {
+    fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult> {
+        let t0 = Instant::now();
+        let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(req.inputs.len());
+        for t in &req.inputs {
+            inputs.push((Cow::Borrowed(t.name.as_str()), input_value(t)?));
+        }
+        let t1 = Instant::now();
+        let outputs = self.session.run(inputs).map_err(|e| Error::internal(format!("ONNX Runtime run failed: {e}")))?;
+        let t2 = Instant::now();
+        let mut result = Vec::with_capacity(req.outputs.len());
+        for name in &req.outputs {
+            let value = outputs
+                .get(name.as_str())
+                .ok_or_else(|| Error::internal(format!("the ONNX model produced no output '{name}'")))?;
+            result.push(output_tensor(name, value)?);
+        }
+        let t3 = Instant::now();
+        Ok(ExecResult {
+            outputs: result,
+            timings: ExecTimings {
+                compute_input_ns: (t1 - t0).as_nanos() as u64,
+                compute_infer_ns: (t2 - t1).as_nanos() as u64,
+                compute_output_ns: (t3 - t2).as_nanos() as u64,
+            },
+        })
+    }
+}
+
+fn ort_value_err(e: ort::Error) -> Error {
+    Error::internal(format!("cannot create an ONNX Runtime tensor: {e}"))
+}
+
+/// Wraps a request tensor for ORT: zero-copy when the bytes are suitably aligned host memory, else one copy.
+fn input_value(t: &Tensor) -> Result<SessionInputValue<'_>> {
+    let bytes = t
+        .data
+        .as_host()
+        .ok_or_else(|| Error::unsupported(format!("input '{}' is in device memory, which this backend cannot read yet", t.name)))?;
+    let shape = Shape::new(t.shape.iter().copied());
+    if t.datatype == DataType::Bytes {
+        let elems = crate::core::types::bytes_elements(bytes)?;
+        let strings = elems
+            .into_iter()
+            .map(|e| std::str::from_utf8(e).map(str::to_owned))
+            .collect::<std::result::Result<Vec<String>, _>>()
+            .map_err(|_| Error::invalid(format!("input '{}': ONNX string tensors must hold UTF-8 text", t.name)))?;
+        let v = ort::value::Tensor::from_string_array((shape, strings.as_slice())).map_err(ort_value_err)?;
+        return Ok(v.into_dyn().into());
+    }
+    let Some(elem) = to_element_type(t.datatype) else {
+        return Err(Error::invalid(format!("input '{}': unsupported datatype {}", t.name, t.datatype)));
+    };
+    let size = t.datatype.byte_size().unwrap_or(1);
+    let aligned = !bytes.is_empty() && (bytes.as_ptr() as usize) % size == 0;
+    if aligned {
+        let info = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default).map_err(ort_value_err)?;
+        let ptr = bytes.as_ptr() as *mut std::ffi::c_void;
+        macro_rules! borrowed {
+            ($ty:ty) => {{
+                // SAFETY: `ptr` points at `bytes`, host memory that lives in the request for longer than this
+                // run; it is aligned for the element type (checked above) and its length equals the shape's
+                // element count times the element size (validated by the core before scheduling). ONNX
+                // Runtime only reads input tensors, so handing it a mutable view does not mutate shared bytes.
+                let v: TensorRefMut<'_, $ty> = unsafe { TensorRefMut::from_raw(info, ptr, shape) }.map_err(ort_value_err)?;
+                Ok(v.into_dyn().into())
+            }};
+        }
+        return match t.datatype {
+            DataType::Bool => borrowed!(bool),
+            DataType::Uint8 => borrowed!(u8),
+            DataType::Uint16 => borrowed!(u16),
+            DataType::Uint32 => borrowed!(u32),
+            DataType::Uint64 => borrowed!(u64),
+            DataType::Int8 => borrowed!(i8),
+            DataType::Int16 => borrowed!(i16),
+            DataType::Int32 => borrowed!(i32),
+            DataType::Int64 => borrowed!(i64),
+            DataType::Fp16 => borrowed!(half::f16),
+            DataType::Bf16 => borrowed!(half::bf16),
+            DataType::Fp32 => borrowed!(f32),
+            DataType::Fp64 => borrowed!(f64),
+            DataType::Bytes => unreachable!("BYTES handled above"),
+        };
+    }
+    let mut v = DynTensor::new(&Allocator::default(), elem, shape).map_err(ort_value_err)?;
+    if !bytes.is_empty() {
+        let dst = v.data_ptr_mut() as *mut u8;
+        // SAFETY: `v` was just allocated by ORT on the CPU for exactly this shape and element type, so it holds
+        // element_count * element_size bytes, which the core validated to equal `bytes.len()`; the regions
+        // cannot overlap since one is freshly allocated.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
+    }
+    Ok(v.into())
+}
+
+/// Copies an ORT output into a response tensor.
+fn output_tensor(name: &str, value: &DynValue) -> Result<Tensor> {
+    let ValueType::Tensor { ty, shape, .. } = value.dtype() else {
+        return Err(Error::internal(format!("output '{name}' is not a tensor")));
+    };
+    let dt = from_element_type(*ty)
+        .ok_or_else(|| Error::internal(format!("output '{name}' has element type {ty:?}, which Triton cannot represent")))?;
+    let dims: Vec<i64> = shape.iter().copied().collect();
+    let extract_err = |e: ort::Error| Error::internal(format!("cannot read output '{name}': {e}"));
+    let data: Vec<u8> = match dt {
+        DataType::Bytes => {
+            let (_, strings) = value.try_extract_strings().map_err(extract_err)?;
+            serialize_bytes(strings.iter()).to_vec()
+        }
+        DataType::Bool => {
+            let (_, v) = value.try_extract_tensor::<bool>().map_err(extract_err)?;
+            v.iter().map(|&b| b as u8).collect()
+        }
+        _ => {
+            macro_rules! pod {
+                ($ty:ty) => {{
+                    let (_, v) = value.try_extract_tensor::<$ty>().map_err(extract_err)?;
+                    bytemuck::cast_slice::<$ty, u8>(v).to_vec()
+                }};
+            }
+            match dt {
+                DataType::Uint8 => pod!(u8),
+                DataType::Uint16 => pod!(u16),
+                DataType::Uint32 => pod!(u32),
+                DataType::Uint64 => pod!(u64),
+                DataType::Int8 => pod!(i8),
+                DataType::Int16 => pod!(i16),
+                DataType::Int32 => pod!(i32),
+                DataType::Int64 => pod!(i64),
+                DataType::Fp16 => pod!(half::f16),
+                DataType::Bf16 => pod!(half::bf16),
+                DataType::Fp32 => pod!(f32),
+                DataType::Fp64 => pod!(f64),
+                DataType::Bool | DataType::Bytes => unreachable!("handled above"),
+            }
+        }
+    };
+    Ok(Tensor::new(name, dt, dims, data))
+}

@@ -1,0 +1,204 @@
+//! Command-line flags with tritonserver's names. Every flag also reads an environment variable
+//! (`TRITONRS_<FLAG>`), so a systemd unit can configure the server through `Environment=` lines.
+
+use crate::core::ControlMode;
+use clap::{ArgAction, Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Parses Triton's boolean flag values: true/false, 1/0, yes/no, on/off.
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(format!("'{s}' is not a boolean (use true or false)")),
+    }
+}
+
+/// A Triton-compatible inference server for edge devices.
+#[derive(Debug, Parser)]
+#[command(name = "tritonrs", version, about, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check every model's configuration without serving or loading it; exits 1 if any is invalid.
+    Validate(ValidateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Model repository to check (repeatable).
+    #[arg(long = "model-repository", visible_alias = "model-store", required = true)]
+    pub model_repository: Vec<PathBuf>,
+    #[command(flatten)]
+    pub model_config: ModelConfigArgs,
+}
+
+/// Flags that decide how model configurations are completed.
+#[derive(Debug, Clone, Args)]
+pub struct ModelConfigArgs {
+    /// Do not auto-complete model configurations from the model files; config.pbtxt must be complete.
+    #[arg(long, env = "TRITONRS_DISABLE_AUTO_COMPLETE_CONFIG")]
+    pub disable_auto_complete_config: bool,
+    /// Same as --disable-auto-complete-config when true (Triton's older flag).
+    #[arg(long, env = "TRITONRS_STRICT_MODEL_CONFIG", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+    pub strict_model_config: bool,
+    /// Settings for a backend, as `<backend>,<setting>=<value>`, or `<setting>=<value>` for all backends
+    /// (repeatable). E.g. `onnxruntime,library=/usr/lib/libonnxruntime.so`, `default-max-batch-size=8`.
+    #[arg(long, env = "TRITONRS_BACKEND_CONFIG", value_delimiter = ';')]
+    pub backend_config: Vec<String>,
+}
+
+/// Flags of the server itself.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Path to a model repository (repeatable).
+    #[arg(long = "model-repository", visible_alias = "model-store", env = "TRITONRS_MODEL_REPOSITORY", value_delimiter = ',')]
+    pub model_repository: Vec<PathBuf>,
+    /// How models are loaded: none (all at start), explicit (--load-model plus the API), poll (follow the repository).
+    #[arg(long, env = "TRITONRS_MODEL_CONTROL_MODE", value_enum, default_value = "none")]
+    pub model_control_mode: ControlMode,
+    /// Model to load at start in explicit mode (repeatable); `*` loads all.
+    #[arg(long, env = "TRITONRS_LOAD_MODEL", value_delimiter = ',')]
+    pub load_model: Vec<String>,
+    /// Seconds between repository scans in poll mode.
+    #[arg(long, env = "TRITONRS_REPOSITORY_POLL_SECS", default_value_t = 15)]
+    pub repository_poll_secs: u64,
+    #[command(flatten)]
+    pub model_config: ModelConfigArgs,
+    /// Ready only when every model is READY (true), or whenever the server is up (false).
+    #[arg(long, env = "TRITONRS_STRICT_READINESS", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
+    pub strict_readiness: bool,
+    /// Exit if a model fails to load during start-up. Unlike tritonserver the default is false: on an
+    /// appliance one bad model must not take the others down.
+    #[arg(long, env = "TRITONRS_EXIT_ON_ERROR", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+    pub exit_on_error: bool,
+    /// Seconds to wait for in-flight requests at shutdown.
+    #[arg(long, env = "TRITONRS_EXIT_TIMEOUT_SECS", default_value_t = 30)]
+    pub exit_timeout_secs: u64,
+    /// Models loaded in parallel.
+    #[arg(long, env = "TRITONRS_MODEL_LOAD_THREAD_COUNT", default_value_t = 4)]
+    pub model_load_thread_count: usize,
+    /// Serve HTTP/REST.
+    #[arg(long, env = "TRITONRS_ALLOW_HTTP", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
+    pub allow_http: bool,
+    /// Address the HTTP server binds.
+    #[arg(long, env = "TRITONRS_HTTP_ADDRESS", default_value = "0.0.0.0")]
+    pub http_address: String,
+    /// HTTP port; 0 picks a free port (the log says which).
+    #[arg(long, env = "TRITONRS_HTTP_PORT", default_value_t = 8000)]
+    pub http_port: u16,
+    /// Largest accepted HTTP request body in bytes, after decompression (413 beyond it).
+    #[arg(long, env = "TRITONRS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
+    pub http_max_input_size: usize,
+    /// Serve gRPC (the gRPC front-end is not part of this build yet; the flag is accepted).
+    #[arg(long, env = "TRITONRS_ALLOW_GRPC", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
+    pub allow_grpc: bool,
+    /// Address the gRPC server binds.
+    #[arg(long, env = "TRITONRS_GRPC_ADDRESS", default_value = "0.0.0.0")]
+    pub grpc_address: String,
+    /// gRPC port.
+    #[arg(long, env = "TRITONRS_GRPC_PORT", default_value_t = 8001)]
+    pub grpc_port: u16,
+    /// Serve Prometheus metrics (not part of this build yet; the flag is accepted).
+    #[arg(long, env = "TRITONRS_ALLOW_METRICS", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
+    pub allow_metrics: bool,
+    /// Address the metrics server binds.
+    #[arg(long, env = "TRITONRS_METRICS_ADDRESS", default_value = "0.0.0.0")]
+    pub metrics_address: String,
+    /// Metrics port.
+    #[arg(long, env = "TRITONRS_METRICS_PORT", default_value_t = 8002)]
+    pub metrics_port: u16,
+    /// Verbose logging level; 0 is off.
+    #[arg(long, env = "TRITONRS_LOG_VERBOSE", default_value_t = 0)]
+    pub log_verbose: u32,
+    /// Log informational messages.
+    #[arg(long, env = "TRITONRS_LOG_INFO", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
+    pub log_info: bool,
+    /// Log warnings.
+    #[arg(long, env = "TRITONRS_LOG_WARNING", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
+    pub log_warning: bool,
+    /// Log errors.
+    #[arg(long, env = "TRITONRS_LOG_ERROR", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
+    pub log_error: bool,
+    /// Write the log to this file instead of standard error.
+    #[arg(long, env = "TRITONRS_LOG_FILE")]
+    pub log_file: Option<PathBuf>,
+    /// Log format: default or ISO8601.
+    #[arg(long, env = "TRITONRS_LOG_FORMAT", default_value = "default")]
+    pub log_format: String,
+    /// Server identifier, reported as the name in server metadata.
+    #[arg(long, env = "TRITONRS_ID", default_value = "triton")]
+    pub id: String,
+}
+
+impl ModelConfigArgs {
+    pub fn repo_options(&self, backend_config: &crate::backend::BackendConfig) -> anyhow::Result<crate::core::repository::RepoOptions> {
+        let default_max_batch_size = match backend_config.get("onnxruntime", "default-max-batch-size") {
+            Some(v) => v.parse().map_err(|_| anyhow::anyhow!("default-max-batch-size must be an integer, got '{v}'"))?,
+            None => 4,
+        };
+        Ok(crate::core::repository::RepoOptions {
+            autocomplete: !(self.disable_auto_complete_config || self.strict_model_config),
+            default_max_batch_size,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn triton_style_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "tritonrs",
+            "--model-store=/m",
+            "--model-repository",
+            "/n",
+            "--model-control-mode=explicit",
+            "--load-model=a",
+            "--load-model",
+            "b",
+            "--strict-readiness=false",
+            "--exit-on-error",
+            "--http-port=0",
+            "--backend-config=onnxruntime,library=/x.so",
+            "--log-verbose=1",
+        ])
+        .unwrap();
+        let s = cli.serve;
+        assert_eq!(s.model_repository, vec![PathBuf::from("/m"), PathBuf::from("/n")]);
+        assert_eq!(s.model_control_mode, ControlMode::Explicit);
+        assert_eq!(s.load_model, vec!["a", "b"]);
+        assert!(!s.strict_readiness);
+        assert!(s.exit_on_error);
+        assert_eq!(s.http_port, 0);
+        assert_eq!(s.model_config.backend_config, vec!["onnxruntime,library=/x.so"]);
+    }
+
+    #[test]
+    fn validate_subcommand_parses() {
+        let cli = Cli::try_parse_from(["tritonrs", "validate", "--model-repository", "/m"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Validate(ref v)) if v.model_repository == vec![PathBuf::from("/m")]));
+    }
+
+    #[test]
+    fn bad_bool_is_rejected() {
+        assert!(Cli::try_parse_from(["tritonrs", "--strict-readiness=maybe"]).is_err());
+    }
+}

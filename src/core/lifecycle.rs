@@ -1,0 +1,543 @@
+//! Model lifecycle: every model version's state (LOADING → READY → UNLOADING / UNAVAILABLE, with a
+//! reason), background loads on a bounded pool, and swapping a new version in only once it is READY.
+
+use crate::backend::{BackendRegistry, InstanceKind, InstanceSpec, ModelContext};
+use crate::core::repository::{self, RepoOptions, VersionPolicy};
+use crate::core::scheduler::DefaultScheduler;
+use crate::core::stats::ModelStats;
+use crate::core::validate::ModelIo;
+use crate::error::{Error, ErrorKind, Result};
+use crate::proto::inference::{model_config::SchedulingChoice, model_instance_group::Kind, ModelConfig};
+use parking_lot::RwLock;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A model version's state, as the repository index reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelState {
+    Loading,
+    Ready,
+    Unloading,
+    Unavailable,
+}
+
+impl ModelState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelState::Loading => "LOADING",
+            ModelState::Ready => "READY",
+            ModelState::Unloading => "UNLOADING",
+            ModelState::Unavailable => "UNAVAILABLE",
+        }
+    }
+}
+
+/// Queue bound for models whose configuration sets none.
+pub const DEFAULT_MAX_QUEUE_SIZE: usize = 4096;
+
+/// A model version that is loaded and serving.
+pub struct LoadedModel {
+    pub name: String,
+    pub version: i64,
+    pub config: Arc<ModelConfig>,
+    pub io: ModelIo,
+    /// Labels per output name, from `label_filename`.
+    pub labels: HashMap<String, Arc<Vec<String>>>,
+    pub scheduler: DefaultScheduler,
+    pub stats: Arc<ModelStats>,
+    /// How long the load took.
+    pub load_duration: Duration,
+}
+
+/// One version's slot in the table.
+#[derive(Clone)]
+struct VersionSlot {
+    state: ModelState,
+    reason: String,
+    /// The serving model; kept while a replacement loads, so serving never stops.
+    model: Option<Arc<LoadedModel>>,
+}
+
+/// Everything known about one model name.
+#[derive(Default)]
+struct ModelEntry {
+    versions: BTreeMap<i64, VersionSlot>,
+    /// A failure that concerns the whole model (bad config, duplicate name), with no version.
+    error: Option<String>,
+    /// The folder fingerprint at the last load, for poll mode.
+    fingerprint: Option<u64>,
+    /// Set while a load or unload of this model runs.
+    busy: bool,
+    /// Holds model files given through the load API until the model is replaced or unloaded.
+    _files: Option<Arc<tempfile::TempDir>>,
+}
+
+/// One row of the repository index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub name: String,
+    pub version: Option<i64>,
+    pub state: Option<ModelState>,
+    pub reason: String,
+}
+
+/// What a load request can override (the model repository extension's parameters).
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// A JSON model config that replaces config.pbtxt.
+    pub config_json: Option<String>,
+    /// Model files as (relative path like "1/model.onnx", contents); requires `config_json`.
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
+/// Owns all models and their states.
+pub struct ModelManager {
+    table: RwLock<HashMap<String, ModelEntry>>,
+    repos: Vec<PathBuf>,
+    opts: RepoOptions,
+    backends: BackendRegistry,
+    /// Bounds concurrent loads (`--model-load-thread-count`).
+    load_slots: tokio::sync::Semaphore,
+}
+
+impl ModelManager {
+    pub fn new(repos: Vec<PathBuf>, opts: RepoOptions, backends: BackendRegistry, load_threads: usize) -> Self {
+        ModelManager {
+            table: RwLock::new(HashMap::new()),
+            repos,
+            opts,
+            backends,
+            load_slots: tokio::sync::Semaphore::new(load_threads.max(1)),
+        }
+    }
+
+    pub fn repositories(&self) -> &[PathBuf] {
+        &self.repos
+    }
+
+    /// The serving model for `version`, or the highest READY version when `None`.
+    pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<LoadedModel>> {
+        let table = self.table.read();
+        let entry = table.get(name).ok_or_else(|| Error::not_found(format!("Request for unknown model: '{name}' is not found")))?;
+        match version {
+            Some(v) => {
+                let slot = entry.versions.get(&v).ok_or_else(|| {
+                    Error::not_found(format!("Request for unknown model: '{name}' version {v} is not found"))
+                })?;
+                match (&slot.model, slot.state) {
+                    (Some(m), ModelState::Ready | ModelState::Loading) => Ok(m.clone()),
+                    _ => Err(Error::unavailable(format!(
+                        "Request for unknown model: '{name}' version {v} is not at ready state ({})",
+                        slot.state.as_str()
+                    ))),
+                }
+            }
+            None => entry
+                .versions
+                .values()
+                .rev()
+                .find_map(|s| s.model.clone())
+                .ok_or_else(|| Error::unavailable(format!("Request for unknown model: '{name}' has no available versions"))),
+        }
+    }
+
+    /// Whether `name` (and `version`, when given) is ready to serve.
+    pub fn is_ready(&self, name: &str, version: Option<i64>) -> Result<bool> {
+        let table = self.table.read();
+        let entry = table.get(name).ok_or_else(|| Error::not_found(format!("Request for unknown model: '{name}' is not found")))?;
+        Ok(match version {
+            Some(v) => entry.versions.get(&v).map(|s| s.model.is_some()).unwrap_or(false),
+            None => entry.versions.values().any(|s| s.model.is_some()),
+        })
+    }
+
+    /// All ready model versions, for statistics.
+    pub fn loaded(&self) -> Vec<Arc<LoadedModel>> {
+        let table = self.table.read();
+        let mut v: Vec<_> = table.values().flat_map(|e| e.versions.values().filter_map(|s| s.model.clone())).collect();
+        v.sort_by(|a, b| (a.name.as_str(), a.version).cmp(&(b.name.as_str(), b.version)));
+        v
+    }
+
+    /// Strict readiness: every model the server was asked to serve is READY in every version.
+    pub fn all_ready(&self) -> bool {
+        let table = self.table.read();
+        table.values().all(|e| e.error.is_none() && e.versions.values().all(|s| s.state == ModelState::Ready))
+    }
+
+    /// The repository index: every model folder in the repositories plus every model the server knows.
+    pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
+        let (on_disk, _) = repository::scan(&self.repos);
+        let table = self.table.read();
+        let mut names: Vec<&str> = on_disk.keys().map(String::as_str).chain(table.keys().map(String::as_str)).collect();
+        names.sort();
+        names.dedup();
+        let mut out = Vec::new();
+        for name in names {
+            match table.get(name) {
+                Some(e) if e.error.is_some() && e.versions.is_empty() => out.push(IndexEntry {
+                    name: name.into(),
+                    version: None,
+                    state: Some(ModelState::Unavailable),
+                    reason: e.error.clone().unwrap_or_default(),
+                }),
+                Some(e) => {
+                    for (v, s) in &e.versions {
+                        out.push(IndexEntry {
+                            name: name.into(),
+                            version: Some(*v),
+                            state: Some(s.state),
+                            reason: s.reason.clone(),
+                        })
+                    }
+                }
+                None => out.push(IndexEntry { name: name.into(), version: None, state: None, reason: String::new() }),
+            }
+        }
+        if ready_only {
+            out.retain(|e| e.state == Some(ModelState::Ready));
+        }
+        out
+    }
+
+    /// Names of every model folder in the repositories.
+    pub fn repository_models(&self) -> Vec<String> {
+        repository::scan(&self.repos).0.into_keys().collect()
+    }
+
+    /// Names of models the server has been asked to serve (loaded, loading or failed).
+    pub fn known_models(&self) -> Vec<String> {
+        self.table.read().keys().cloned().collect()
+    }
+
+    /// The fingerprint recorded at the last load of `name`.
+    pub fn fingerprint(&self, name: &str) -> Option<u64> {
+        self.table.read().get(name).and_then(|e| e.fingerprint)
+    }
+
+    fn set_busy(&self, name: &str) -> Result<()> {
+        let mut table = self.table.write();
+        let entry = table.entry(name.to_string()).or_default();
+        if entry.busy {
+            return Err(Error::unavailable(format!("model '{name}' is already being loaded or unloaded; try again later")));
+        }
+        entry.busy = true;
+        Ok(())
+    }
+
+    /// Loads (or reloads) a model: reads its configuration, loads every version its policy selects, swaps
+    /// each in once READY, and unloads versions the policy no longer selects. Serving continues from the
+    /// old versions until then.
+    pub async fn load(self: &Arc<Self>, name: &str, opts: LoadOptions) -> Result<()> {
+        if name.is_empty() || name.contains('/') || name.contains("..") {
+            return Err(Error::invalid(format!("'{name}' is not a valid model name")));
+        }
+        self.set_busy(name)?;
+        let result = self.load_inner(name, opts).await;
+        let mut table = self.table.write();
+        if let Some(e) = table.get_mut(name) {
+            e.busy = false;
+            if let Err(err) = &result {
+                if e.versions.is_empty() {
+                    e.error = Some(err.message.clone());
+                }
+            }
+        }
+        result
+    }
+
+    async fn load_inner(self: &Arc<Self>, name: &str, opts: LoadOptions) -> Result<()> {
+        let started = Instant::now();
+        // Files from the load API live in a private temporary folder for the model's lifetime.
+        let mut files_dir = None;
+        let dir: PathBuf = if !opts.files.is_empty() {
+            if opts.config_json.is_none() {
+                return Err(Error::invalid(format!(
+                    "loading model '{name}' from file parameters requires the 'config' parameter too"
+                )));
+            }
+            let tmp = write_files(name, &opts.files)?;
+            let d = tmp.path().join(name);
+            files_dir = Some(Arc::new(tmp));
+            d
+        } else {
+            let (found, _) = repository::scan(&self.repos);
+            match found.get(name) {
+                Some(Ok(d)) => d.clone(),
+                Some(Err(e)) => return Err(e.clone()),
+                None => {
+                    return Err(Error::not_found(format!(
+                        "failed to load '{name}', no model folder of that name in the model repositories"
+                    )))
+                }
+            }
+        };
+        let fingerprint = repository::fingerprint(&dir);
+        let dir2 = dir.clone();
+        let name2 = name.to_string();
+        let ropts = self.opts.clone();
+        let cfg_json = opts.config_json.clone();
+        let cfg = tokio::task::spawn_blocking(move || repository::read_model_config(&dir2, &name2, &ropts, cfg_json.as_deref()))
+            .await
+            .map_err(|e| Error::internal(format!("config reader failed: {e}")))?;
+        let cfg = match cfg {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
+                tracing::error!("Model '{name}' failed to load: {}", e.message);
+                let mut table = self.table.write();
+                let entry = table.entry(name.to_string()).or_default();
+                entry.fingerprint = Some(fingerprint);
+                if entry.versions.values().all(|s| s.model.is_none()) {
+                    entry.versions.clear();
+                    entry.error = Some(e.message.clone());
+                }
+                return Err(e);
+            }
+        };
+        let available = repository::list_versions(&dir);
+        let wanted = VersionPolicy::from_config(&cfg).select(&available);
+        if wanted.is_empty() {
+            let e = Error::invalid(format!("model '{name}' has no version folders to serve in '{}'", dir.display()));
+            let mut table = self.table.write();
+            let entry = table.entry(name.to_string()).or_default();
+            entry.fingerprint = Some(fingerprint);
+            if entry.versions.values().all(|s| s.model.is_none()) {
+                entry.versions.clear();
+                entry.error = Some(e.message.clone());
+            }
+            return Err(e);
+        }
+        {
+            let mut table = self.table.write();
+            let entry = table.entry(name.to_string()).or_default();
+            entry.error = None;
+            for v in &wanted {
+                let slot = entry.versions.entry(*v).or_insert(VersionSlot {
+                    state: ModelState::Loading,
+                    reason: String::new(),
+                    model: None,
+                });
+                if slot.model.is_none() {
+                    slot.state = ModelState::Loading;
+                    slot.reason.clear();
+                }
+            }
+        }
+        let labels = Arc::new(repository::read_labels(&cfg, &dir)?);
+        let mut tasks = Vec::new();
+        for &v in &wanted {
+            let this = self.clone();
+            let (cfg, dir, labels, name) = (cfg.clone(), dir.clone(), labels.clone(), name.to_string());
+            tasks.push(tokio::spawn(async move {
+                let _permit = this.load_slots.acquire().await;
+                let worker = this.clone();
+                let res = tokio::task::spawn_blocking(move || load_version(&worker.backends, &name, v, cfg, &dir, labels))
+                    .await
+                    .unwrap_or_else(|e| Err(Error::internal(format!("model load task failed: {e}"))));
+                (v, res)
+            }));
+        }
+        let mut failures = Vec::new();
+        let mut retired = Vec::new();
+        for t in tasks {
+            let (v, res) = t.await.map_err(|e| Error::internal(format!("model load task failed: {e}")))?;
+            let mut table = self.table.write();
+            let entry = table.entry(name.to_string()).or_default();
+            let slot = entry.versions.entry(v).or_insert(VersionSlot { state: ModelState::Loading, reason: String::new(), model: None });
+            match res {
+                Ok(m) => {
+                    tracing::info!("Model '{name}' version {v} is READY (loaded in {:.1} ms).", m.load_duration.as_secs_f64() * 1e3);
+                    if let Some(old) = slot.model.replace(m) {
+                        retired.push(old);
+                    }
+                    slot.state = ModelState::Ready;
+                    slot.reason.clear();
+                }
+                Err(e) => {
+                    tracing::error!("Model '{name}' version {v} failed to load: {}", e.message);
+                    if slot.model.is_some() {
+                        // The previous copy keeps serving; the failed reload is reported to the caller.
+                        slot.reason = format!("reload failed, previous version still serving: {}", e.message);
+                    } else {
+                        slot.state = ModelState::Unavailable;
+                        slot.reason = e.message.clone();
+                    }
+                    failures.push(format!("version {v}: {}", e.message));
+                }
+            }
+        }
+        // Versions the policy no longer selects are unloaded once the new ones are in place.
+        {
+            let mut table = self.table.write();
+            let entry = table.entry(name.to_string()).or_default();
+            entry.fingerprint = Some(fingerprint);
+            if files_dir.is_some() {
+                entry._files = files_dir;
+            }
+            for (v, slot) in entry.versions.iter_mut() {
+                if !wanted.contains(v) && slot.state != ModelState::Unavailable {
+                    if let Some(old) = slot.model.take() {
+                        retired.push(old);
+                    }
+                    slot.state = ModelState::Unavailable;
+                    slot.reason = "unloaded".into();
+                }
+            }
+        }
+        drop(retired);
+        if failures.is_empty() {
+            tracing::debug!("Model '{name}' load finished in {:?}.", started.elapsed());
+            Ok(())
+        } else {
+            Err(Error::invalid(format!("failed to load '{name}': {}", failures.join("; "))))
+        }
+    }
+
+    /// Unloads every version of a model. In-flight requests finish on the old instances.
+    pub async fn unload(&self, name: &str) -> Result<()> {
+        self.set_busy(name)?;
+        let mut retired = Vec::new();
+        {
+            let mut table = self.table.write();
+            let known = table.get(name).map(|e| !e.versions.is_empty() || e.error.is_some()).unwrap_or(false);
+            let Some(entry) = table.get_mut(name) else {
+                return Err(Error::not_found(format!("failed to unload '{name}': unknown model")));
+            };
+            entry.busy = false;
+            if !known {
+                table.remove(name);
+                return Err(Error::not_found(format!("failed to unload '{name}': the model is not loaded")));
+            }
+            entry.error = None;
+            entry.fingerprint = None;
+            entry._files = None;
+            for slot in entry.versions.values_mut() {
+                if let Some(m) = slot.model.take() {
+                    retired.push(m);
+                }
+                slot.state = ModelState::Unavailable;
+                slot.reason = "unloaded".into();
+            }
+        }
+        tracing::info!("Model '{name}' is unloaded.");
+        drop(retired);
+        Ok(())
+    }
+
+    /// Forgets a model that vanished from the repositories (poll mode).
+    pub async fn remove(&self, name: &str) -> Result<()> {
+        let r = self.unload(name).await;
+        self.table.write().remove(name);
+        match r {
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+}
+
+/// Creates every instance of one version and starts its scheduler.
+fn load_version(
+    backends: &BackendRegistry,
+    name: &str,
+    version: i64,
+    cfg: Arc<ModelConfig>,
+    dir: &Path,
+    labels: Arc<HashMap<String, Arc<Vec<String>>>>,
+) -> Result<Arc<LoadedModel>> {
+    let started = Instant::now();
+    let version_dir = dir.join(version.to_string());
+    if !version_dir.is_dir() {
+        return Err(Error::invalid(format!("version folder '{}' does not exist", version_dir.display())));
+    }
+    let backend = backends.get(&cfg.backend)?;
+    let io = ModelIo::from_config(&cfg)?;
+    let ctx = ModelContext {
+        name: name.to_string(),
+        version,
+        config: cfg.clone(),
+        model_dir: dir.to_path_buf(),
+        version_dir,
+    };
+    let mut instances = Vec::new();
+    for spec in instance_specs(&cfg) {
+        let inst = backend.create_instance(&ctx, &spec)?;
+        instances.push((spec.name, inst));
+    }
+    let queue = match &cfg.scheduling_choice {
+        Some(SchedulingChoice::DynamicBatching(d)) => d
+            .default_queue_policy
+            .as_ref()
+            .map(|p| p.max_queue_size)
+            .filter(|&n| n > 0)
+            .map(|n| n as usize)
+            .unwrap_or(DEFAULT_MAX_QUEUE_SIZE),
+        _ => DEFAULT_MAX_QUEUE_SIZE,
+    };
+    let stats = Arc::new(ModelStats::new(cfg.max_batch_size));
+    let scheduler = DefaultScheduler::start(name, instances, queue, stats.clone())?;
+    Ok(Arc::new(LoadedModel {
+        name: name.to_string(),
+        version,
+        io,
+        labels: (*labels).clone(),
+        config: cfg,
+        scheduler,
+        stats,
+        load_duration: started.elapsed(),
+    }))
+}
+
+/// Expands `instance_group` into named instances, as Triton names them (`<group>_<index>`).
+pub fn instance_specs(cfg: &ModelConfig) -> Vec<InstanceSpec> {
+    let mut out = Vec::new();
+    for g in &cfg.instance_group {
+        let count = g.count.max(1);
+        let devices: Vec<Option<i32>> = if g.kind == Kind::Gpu as i32 {
+            if g.gpus.is_empty() {
+                vec![Some(0)]
+            } else {
+                g.gpus.iter().map(|&d| Some(d)).collect()
+            }
+        } else {
+            vec![None]
+        };
+        let mut idx = 0;
+        for dev in devices {
+            for _ in 0..count {
+                out.push(InstanceSpec {
+                    name: format!("{}_{idx}", g.name),
+                    kind: match dev {
+                        Some(device_id) => InstanceKind::Gpu { device_id },
+                        None => InstanceKind::Cpu,
+                    },
+                });
+                idx += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Writes load-API model files into a fresh temporary repository, refusing paths that escape it.
+fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::TempDir> {
+    let tmp = tempfile::Builder::new()
+        .prefix("tritonrs-model-")
+        .tempdir()
+        .map_err(|e| Error::internal(format!("cannot create a temporary folder for model files: {e}")))?;
+    let root = tmp.path().join(name);
+    for (rel, data) in files {
+        let rel_path = Path::new(rel);
+        let safe = rel_path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !safe || rel.is_empty() {
+            return Err(Error::invalid(format!("file parameter 'file:{rel}' must be a relative path inside the model folder")));
+        }
+        let path = root.join(rel_path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::internal(format!("cannot create '{}': {e}", parent.display())))?;
+        }
+        std::fs::write(&path, data).map_err(|e| Error::internal(format!("cannot write '{}': {e}", path.display())))?;
+    }
+    Ok(tmp)
+}

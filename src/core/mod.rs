@@ -1,0 +1,12 @@
+//! The core: the one transport-neutral API every front-end calls, and what it is built from.
+
+pub mod classification;
+pub mod lifecycle;
+pub mod repository;
+pub mod scheduler;
+pub mod server;
+pub mod stats;
+pub mod types;
+pub mod validate;
+
+pub use server::{ControlMode, Server, ServerOptions};

@@ -1,0 +1,246 @@
+//! Fills in what a model configuration leaves out, from the model file itself, as Triton's backends do.
+//!
+//! For ONNX models the graph's inputs and outputs are read straight from the `.onnx` protobuf, so
+//! auto-complete (and `tritonrs validate`) works without loading ONNX Runtime.
+
+use crate::error::{Error, Result};
+use crate::proto::inference::{
+    model_config::SchedulingChoice, ModelConfig, ModelDynamicBatching,
+    ModelInput, ModelOutput,
+};
+use crate::proto::onnx;
+use prost::Message;
+use std::path::Path;
+
+/// A model file's declared input or output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IoInfo {
+    pub name: String,
+    /// `inference.DataType` value, or 0 when the element type has no Triton equivalent.
+    pub data_type: i32,
+    /// Dimensions with `-1` for dynamic (named or unknown) ones.
+    pub dims: Vec<i64>,
+}
+
+/// Inputs and outputs declared by a model file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelIoInfo {
+    pub inputs: Vec<IoInfo>,
+    pub outputs: Vec<IoInfo>,
+}
+
+/// Maps an ONNX `TensorProto.DataType` to Triton's `inference.DataType`.
+pub fn onnx_to_config_type(elem: i32) -> i32 {
+    match elem {
+        1 => 11,  // FLOAT -> TYPE_FP32
+        2 => 2,   // UINT8
+        3 => 6,   // INT8
+        4 => 3,   // UINT16
+        5 => 7,   // INT16
+        6 => 8,   // INT32
+        7 => 9,   // INT64
+        8 => 13,  // STRING -> TYPE_STRING
+        9 => 1,   // BOOL
+        10 => 10, // FLOAT16 -> TYPE_FP16
+        11 => 12, // DOUBLE -> TYPE_FP64
+        12 => 4,  // UINT32
+        13 => 5,  // UINT64
+        16 => 14, // BFLOAT16 -> TYPE_BF16
+        _ => 0,
+    }
+}
+
+/// Reads the declared graph inputs (minus initializers) and outputs of an `.onnx` file.
+pub fn read_onnx_io(path: &Path) -> Result<ModelIoInfo> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::invalid(format!("cannot read ONNX model '{}': {e}", path.display())))?;
+    onnx_io_from_bytes(&bytes).map_err(|e| e.context(format!("ONNX model '{}'", path.display())))
+}
+
+/// Parses ONNX model bytes into their declared inputs and outputs.
+pub fn onnx_io_from_bytes(bytes: &[u8]) -> Result<ModelIoInfo> {
+    let model = onnx::ModelProto::decode(bytes)
+        .map_err(|e| Error::invalid(format!("the file is not a valid ONNX model: {e}")))?;
+    let graph = model.graph.ok_or_else(|| Error::invalid("the ONNX model has no graph"))?;
+    let initializers: std::collections::HashSet<&str> =
+        graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let convert = |v: &onnx::ValueInfoProto| -> IoInfo {
+        let tensor = v.r#type.as_ref().and_then(|t| match &t.value {
+            Some(onnx::type_proto::Value::TensorType(t)) => Some(t),
+            None => None,
+        });
+        let (data_type, dims) = match tensor {
+            Some(t) => (
+                onnx_to_config_type(t.elem_type),
+                t.shape
+                    .as_ref()
+                    .map(|s| {
+                        s.dim
+                            .iter()
+                            .map(|d| match d.value {
+                                Some(onnx::tensor_shape_proto::dimension::Value::DimValue(v)) if v >= 0 => v,
+                                _ => -1,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            ),
+            None => (0, Vec::new()),
+        };
+        IoInfo { name: v.name.clone(), data_type, dims }
+    };
+    Ok(ModelIoInfo {
+        inputs: graph.input.iter().filter(|i| !initializers.contains(i.name.as_str())).map(convert).collect(),
+        outputs: graph.output.iter().map(convert).collect(),
+    })
+}
+
+/// Completes `cfg` from the model's declared I/O, following the ONNX Runtime backend's rules: a batch
+/// dimension is assumed when every input and output has a dynamic first dimension and the config says
+/// nothing to the contrary; then `max_batch_size` becomes `default_max_batch_size` and dynamic batching
+/// is enabled.
+pub fn complete_onnx(cfg: &mut ModelConfig, io: &ModelIoInfo, default_max_batch_size: i32) {
+    let all = io.inputs.iter().chain(io.outputs.iter());
+    let can_batch = !io.inputs.is_empty() && all.clone().all(|t| t.dims.first() == Some(&-1));
+    if cfg.max_batch_size == 0 && can_batch && default_max_batch_size > 0 {
+        // Config tensors written with the model's full rank mean the first dimension is not a batch.
+        let full_rank_in_config = cfg
+            .input
+            .iter()
+            .filter_map(|c| io.inputs.iter().find(|t| t.name == c.name).map(|t| (c.dims.len(), t.dims.len())))
+            .chain(cfg.output.iter().filter_map(|c| {
+                io.outputs.iter().find(|t| t.name == c.name).map(|t| (c.dims.len(), t.dims.len()))
+            }))
+            .any(|(cfg_rank, model_rank)| cfg_rank != 0 && cfg_rank == model_rank);
+        if !full_rank_in_config {
+            cfg.max_batch_size = default_max_batch_size;
+            if cfg.scheduling_choice.is_none() {
+                cfg.scheduling_choice = Some(SchedulingChoice::DynamicBatching(ModelDynamicBatching::default()));
+            }
+        }
+    }
+    let strip = |dims: &[i64]| -> Vec<i64> {
+        if cfg.max_batch_size > 0 && !dims.is_empty() {
+            dims[1..].to_vec()
+        } else {
+            dims.to_vec()
+        }
+    };
+    // A config that lists tensors chooses which exist; only an empty list is filled from the model.
+    let fill_inputs = cfg.input.is_empty();
+    for t in &io.inputs {
+        match cfg.input.iter_mut().find(|c| c.name == t.name) {
+            Some(c) => {
+                if c.data_type == 0 {
+                    c.data_type = t.data_type;
+                }
+                if c.dims.is_empty() && c.reshape.is_none() {
+                    c.dims = strip(&t.dims);
+                }
+            }
+            None if fill_inputs => cfg.input.push(ModelInput {
+                name: t.name.clone(),
+                data_type: t.data_type,
+                dims: strip(&t.dims),
+                ..Default::default()
+            }),
+            None => {}
+        }
+    }
+    let fill_outputs = cfg.output.is_empty();
+    for t in &io.outputs {
+        match cfg.output.iter_mut().find(|c| c.name == t.name) {
+            Some(c) => {
+                if c.data_type == 0 {
+                    c.data_type = t.data_type;
+                }
+                if c.dims.is_empty() && c.reshape.is_none() {
+                    c.dims = strip(&t.dims);
+                }
+            }
+            None if fill_outputs => cfg.output.push(ModelOutput {
+                name: t.name.clone(),
+                data_type: t.data_type,
+                dims: strip(&t.dims),
+                ..Default::default()
+            }),
+            None => {}
+        }
+    }
+    if cfg.backend.is_empty() {
+        cfg.backend = "onnxruntime".into();
+    }
+    if cfg.platform.is_empty() {
+        cfg.platform = "onnxruntime_onnx".into();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(name: &str, dt: i32, dims: &[i64]) -> IoInfo {
+        IoInfo { name: name.into(), data_type: dt, dims: dims.to_vec() }
+    }
+
+    #[test]
+    fn dynamic_first_dim_enables_batching() {
+        let info = ModelIoInfo {
+            inputs: vec![io("A", 11, &[-1, 8]), io("B", 11, &[-1, 8])],
+            outputs: vec![io("C", 11, &[-1, 8])],
+        };
+        let mut cfg = ModelConfig { name: "m".into(), ..Default::default() };
+        complete_onnx(&mut cfg, &info, 4);
+        assert_eq!(cfg.max_batch_size, 4);
+        assert_eq!(cfg.input.len(), 2);
+        assert_eq!(cfg.input[0].dims, vec![8]);
+        assert_eq!(cfg.input[0].data_type, 11);
+        assert_eq!(cfg.output[0].dims, vec![8]);
+        assert!(matches!(cfg.scheduling_choice, Some(SchedulingChoice::DynamicBatching(_))));
+        assert_eq!(cfg.backend, "onnxruntime");
+        assert_eq!(cfg.platform, "onnxruntime_onnx");
+    }
+
+    #[test]
+    fn fixed_first_dim_means_no_batching() {
+        let info = ModelIoInfo { inputs: vec![io("A", 8, &[1, 3])], outputs: vec![io("B", 8, &[1, 3])] };
+        let mut cfg = ModelConfig::default();
+        complete_onnx(&mut cfg, &info, 4);
+        assert_eq!(cfg.max_batch_size, 0);
+        assert_eq!(cfg.input[0].dims, vec![1, 3]);
+        assert!(cfg.scheduling_choice.is_none());
+    }
+
+    #[test]
+    fn partial_config_is_completed_not_overridden() {
+        let info = ModelIoInfo { inputs: vec![io("A", 11, &[-1, -1])], outputs: vec![io("B", 11, &[-1, -1])] };
+        let mut cfg = ModelConfig {
+            max_batch_size: 2,
+            input: vec![ModelInput { name: "A".into(), dims: vec![5], ..Default::default() }],
+            ..Default::default()
+        };
+        complete_onnx(&mut cfg, &info, 4);
+        assert_eq!(cfg.max_batch_size, 2);
+        assert_eq!(cfg.input[0].dims, vec![5]);
+        assert_eq!(cfg.input[0].data_type, 11);
+        assert_eq!(cfg.output[0].dims, vec![-1]);
+    }
+
+    #[test]
+    fn full_rank_config_dims_disable_batching() {
+        let info = ModelIoInfo { inputs: vec![io("A", 11, &[-1, 4])], outputs: vec![io("B", 11, &[-1, 4])] };
+        let mut cfg = ModelConfig {
+            input: vec![ModelInput { name: "A".into(), data_type: 11, dims: vec![-1, 4], ..Default::default() }],
+            ..Default::default()
+        };
+        complete_onnx(&mut cfg, &info, 4);
+        assert_eq!(cfg.max_batch_size, 0);
+        assert_eq!(cfg.output[0].dims, vec![-1, 4]);
+    }
+
+    #[test]
+    fn garbage_is_a_clear_error() {
+        let err = onnx_io_from_bytes(b"\xff\xff\xff not onnx").unwrap_err();
+        assert!(err.message.contains("not a valid ONNX model"), "{}", err.message);
+    }
+}

@@ -1,0 +1,323 @@
+//! Model repositories on disk: scanning, version folders, `config.pbtxt` parsing, auto-complete and
+//! validation. Nothing here loads a model; it only decides what a model is.
+
+pub mod autocomplete;
+pub mod pbtxt;
+pub mod version_policy;
+
+use crate::error::{Error, Result};
+use crate::proto::inference::{
+    model_instance_group::Kind, model_version_policy, ModelConfig, ModelInstanceGroup, ModelVersionPolicy,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use version_policy::VersionPolicy;
+
+/// How configurations are completed; built from the server flags.
+#[derive(Debug, Clone)]
+pub struct RepoOptions {
+    /// `--disable-auto-complete-config` / `--strict-model-config` turn this off.
+    pub autocomplete: bool,
+    /// The batch size auto-complete gives batchable models (Triton's `default-max-batch-size`, 4).
+    pub default_max_batch_size: i32,
+}
+
+impl Default for RepoOptions {
+    fn default() -> Self {
+        RepoOptions { autocomplete: true, default_max_batch_size: 4 }
+    }
+}
+
+/// The backends this build can serve.
+pub const SUPPORTED_BACKENDS: &[&str] = &["onnxruntime"];
+
+/// Finds the model folders in every repository. A model name found in more than one repository is an
+/// error for that model only.
+pub fn scan(repos: &[PathBuf]) -> (BTreeMap<String, Result<PathBuf>>, Vec<Error>) {
+    let mut found: BTreeMap<String, Result<PathBuf>> = BTreeMap::new();
+    let mut errors = Vec::new();
+    for repo in repos {
+        let entries = match std::fs::read_dir(repo) {
+            Ok(e) => e,
+            Err(e) => {
+                errors.push(Error::invalid(format!("cannot read model repository '{}': {e}", repo.display())));
+                continue;
+            }
+        };
+        let mut names: Vec<(String, PathBuf)> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path())))
+            .filter(|(n, _)| !n.starts_with('.'))
+            .collect();
+        names.sort();
+        for (name, path) in names {
+            match found.get(&name) {
+                None => {
+                    found.insert(name, Ok(path));
+                }
+                Some(Ok(first)) => {
+                    let msg = format!(
+                        "model '{name}' appears in more than one model repository ('{}' and '{}')",
+                        first.display(),
+                        path.display()
+                    );
+                    found.insert(name, Err(Error::invalid(msg)));
+                }
+                Some(Err(_)) => {}
+            }
+        }
+    }
+    (found, errors)
+}
+
+/// Numeric version folders of a model. Names that are not numbers, or that start with 0, are ignored.
+pub fn list_versions(model_dir: &Path) -> BTreeSet<i64> {
+    let Ok(entries) = std::fs::read_dir(model_dir) else { return BTreeSet::new() };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter_map(|n| parse_version_dir(&n))
+        .collect()
+}
+
+fn parse_version_dir(name: &str) -> Option<i64> {
+    if name.is_empty() || name.starts_with('0') || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok()
+}
+
+/// Reads, completes and validates the configuration of the model in `dir`.
+///
+/// `override_json` is the load API's `config` parameter: it replaces `config.pbtxt` entirely.
+pub fn read_model_config(dir: &Path, name: &str, opts: &RepoOptions, override_json: Option<&str>) -> Result<ModelConfig> {
+    let cfg_path = dir.join("config.pbtxt");
+    let mut cfg = match override_json {
+        Some(json) => pbtxt::config_from_json(json)
+            .map_err(|e| Error::invalid(format!("invalid 'config' parameter for model '{name}': {e}")))?,
+        None if cfg_path.is_file() => {
+            let text = std::fs::read_to_string(&cfg_path)
+                .map_err(|e| Error::invalid(format!("cannot read '{}': {e}", cfg_path.display())))?;
+            pbtxt::parse_config(&text, &cfg_path.display().to_string()).map_err(|e| Error::invalid(e.to_string()))?
+        }
+        None if opts.autocomplete => ModelConfig::default(),
+        None => {
+            return Err(Error::invalid(format!(
+                "model '{name}' has no '{}' and auto-complete is disabled",
+                cfg_path.display()
+            )))
+        }
+    };
+    if cfg.name.is_empty() {
+        cfg.name = name.to_string();
+    } else if cfg.name != name {
+        return Err(Error::invalid(format!(
+            "{}: field 'name': the configuration names model '{}' but its folder is '{name}'",
+            cfg_path.display(),
+            cfg.name
+        )));
+    }
+    resolve_backend(dir, &mut cfg)?;
+    if opts.autocomplete && cfg.backend == "onnxruntime" {
+        let versions = list_versions(dir);
+        // Triton completes from the model file of the version that will be served (the latest).
+        if let Some(v) = versions.iter().next_back() {
+            let file = dir.join(v.to_string()).join(model_filename(&cfg));
+            if file.is_file() {
+                let io = autocomplete::read_onnx_io(&file)?;
+                autocomplete::complete_onnx(&mut cfg, &io, opts.default_max_batch_size);
+            }
+        }
+    }
+    normalize(&mut cfg);
+    validate(&cfg, dir)?;
+    Ok(cfg)
+}
+
+/// The model file name inside a version folder.
+pub fn model_filename(cfg: &ModelConfig) -> String {
+    if !cfg.default_model_filename.is_empty() {
+        return cfg.default_model_filename.clone();
+    }
+    match cfg.backend.as_str() {
+        "onnxruntime" => "model.onnx",
+        "tensorrt" => "model.plan",
+        "python" => "model.py",
+        _ => "model",
+    }
+    .into()
+}
+
+/// Derives `backend` from `platform` or from the files present, as Triton does.
+fn resolve_backend(dir: &Path, cfg: &mut ModelConfig) -> Result<()> {
+    if !cfg.backend.is_empty() {
+        return Ok(());
+    }
+    cfg.backend = match cfg.platform.as_str() {
+        "onnxruntime_onnx" => "onnxruntime".into(),
+        "tensorrt_plan" => "tensorrt".into(),
+        "ensemble" => return Ok(()),
+        "" => {
+            let has = |f: &str| list_versions(dir).iter().any(|v| dir.join(v.to_string()).join(f).exists());
+            let named = |ext: &str| cfg.default_model_filename.ends_with(ext);
+            if named(".onnx") || has("model.onnx") {
+                "onnxruntime".into()
+            } else if named(".plan") || has("model.plan") {
+                "tensorrt".into()
+            } else if named(".py") || has("model.py") {
+                "python".into()
+            } else {
+                return Err(Error::invalid(format!(
+                    "unable to determine the backend for model '{}': the configuration names no backend or \
+                     platform and no version folder holds model.onnx, model.plan or model.py",
+                    cfg.name
+                )));
+            }
+        }
+        other => return Err(Error::invalid(format!("model '{}': unknown platform '{other}'", cfg.name))),
+    };
+    Ok(())
+}
+
+/// Fills in the defaults Triton always applies, with or without auto-complete.
+fn normalize(cfg: &mut ModelConfig) {
+    if cfg.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()).is_none() {
+        cfg.version_policy = Some(ModelVersionPolicy {
+            policy_choice: Some(model_version_policy::PolicyChoice::Latest(model_version_policy::Latest {
+                num_versions: 1,
+            })),
+        });
+    }
+    if cfg.instance_group.is_empty() {
+        cfg.instance_group.push(ModelInstanceGroup::default());
+    }
+    let n = cfg.instance_group.len();
+    for (i, g) in cfg.instance_group.iter_mut().enumerate() {
+        if g.name.is_empty() {
+            g.name = if n == 1 { cfg.name.clone() } else { format!("{}_{i}", cfg.name) };
+        }
+        if g.count < 1 {
+            g.count = 1;
+        }
+        // No GPU is visible to a CPU build, so KIND_AUTO resolves to KIND_CPU (Triton does the same
+        // on machines without GPUs).
+        if g.kind == Kind::Auto as i32 {
+            g.kind = Kind::Cpu as i32;
+        }
+    }
+    if cfg.default_model_filename.is_empty() && cfg.backend == "onnxruntime" {
+        cfg.default_model_filename = "model.onnx".into();
+    }
+}
+
+/// Checks a completed configuration for the mistakes Triton rejects at load time.
+pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
+    let ctx = |field: &str, msg: String| Error::invalid(format!("model '{}': field '{field}': {msg}", cfg.name));
+    if cfg.platform == "ensemble" {
+        return Err(ctx("platform", "ensemble models are not supported by this build yet".into()));
+    }
+    if !SUPPORTED_BACKENDS.contains(&cfg.backend.as_str()) {
+        return Err(ctx(
+            "backend",
+            format!("backend '{}' is not available in this build (available: {})", cfg.backend, SUPPORTED_BACKENDS.join(", ")),
+        ));
+    }
+    if cfg.max_batch_size < 0 {
+        return Err(ctx("max_batch_size", format!("must be >= 0, got {}", cfg.max_batch_size)));
+    }
+    if cfg.input.is_empty() {
+        return Err(ctx("input", "the model has no inputs; declare them in config.pbtxt or enable auto-complete".into()));
+    }
+    if cfg.output.is_empty() {
+        return Err(ctx("output", "the model has no outputs; declare them in config.pbtxt or enable auto-complete".into()));
+    }
+    let mut seen = BTreeSet::new();
+    let tensors = cfg
+        .input
+        .iter()
+        .map(|i| ("input", &i.name, i.data_type, &i.dims, i.reshape.as_ref()))
+        .chain(cfg.output.iter().map(|o| ("output", &o.name, o.data_type, &o.dims, o.reshape.as_ref())));
+    for (field, name, dt, dims, reshape) in tensors {
+        if name.is_empty() {
+            return Err(ctx(field, "a tensor has no name".into()));
+        }
+        if !seen.insert((field, name.clone())) {
+            return Err(ctx(field, format!("tensor '{name}' is declared twice")));
+        }
+        if crate::core::types::DataType::from_config(dt).is_none() {
+            return Err(ctx(field, format!("tensor '{name}' has no valid data_type")));
+        }
+        if let Some(d) = dims.iter().find(|&&d| d < -1 || d == 0) {
+            return Err(ctx(field, format!("tensor '{name}' has dimension {d}; dimensions must be >= 1, or -1 for a variable size")));
+        }
+        if dims.is_empty() && reshape.is_none() && cfg.max_batch_size == 0 {
+            return Err(ctx(field, format!("tensor '{name}' has no dims")));
+        }
+        if let Some(r) = reshape {
+            let known = |v: &[i64]| v.iter().all(|&d| d >= 0);
+            if known(dims) && known(&r.shape) {
+                let n = |v: &[i64]| v.iter().product::<i64>();
+                if n(dims) != n(&r.shape) {
+                    return Err(ctx(
+                        field,
+                        format!("tensor '{name}': reshape {:?} has a different element count than dims {:?}", r.shape, dims),
+                    ));
+                }
+            }
+        }
+    }
+    for o in &cfg.output {
+        if !o.label_filename.is_empty() && !dir.join(&o.label_filename).is_file() {
+            return Err(ctx(
+                "output.label_filename",
+                format!("label file '{}' not found in '{}'", o.label_filename, dir.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads every output's label file (one label per line).
+pub fn read_labels(cfg: &ModelConfig, dir: &Path) -> Result<HashMap<String, Arc<Vec<String>>>> {
+    let mut out = HashMap::new();
+    for o in cfg.output.iter().filter(|o| !o.label_filename.is_empty()) {
+        let path = dir.join(&o.label_filename);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::invalid(format!("cannot read label file '{}': {e}", path.display())))?;
+        out.insert(o.name.clone(), Arc::new(text.lines().map(str::to_string).collect()));
+    }
+    Ok(out)
+}
+
+/// A cheap fingerprint of everything in a model folder (names, sizes, modification times), so poll
+/// mode can tell which models changed.
+pub fn fingerprint(dir: &Path) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    fn walk(dir: &Path, h: &mut impl Hasher, depth: usize) {
+        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            e.file_name().hash(h);
+            if let Ok(md) = e.metadata() {
+                md.len().hash(h);
+                if let Ok(t) = md.modified() {
+                    t.hash(h);
+                }
+                if md.is_dir() && depth < 8 {
+                    walk(&e.path(), h, depth + 1);
+                }
+            }
+        }
+    }
+    walk(dir, &mut h, 0);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests;

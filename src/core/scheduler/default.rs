@@ -1,0 +1,71 @@
+//! The default scheduler: one bounded queue per model version, drained by every instance thread.
+
+use super::Job;
+use crate::backend::ModelInstance;
+use crate::core::stats::ModelStats;
+use crate::error::{Error, Result};
+use crossbeam_channel::{bounded, Sender, TrySendError};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Feeds a model version's instances from a bounded queue. Dropping it (when the last request holding
+/// its model version finishes) closes the queue; the instance threads finish every job already queued,
+/// then drop their instances and exit.
+pub struct DefaultScheduler {
+    /// The queue's sending side.
+    tx: Sender<Job>,
+    /// For error messages.
+    model: String,
+    /// The queue bound, for the "queue full" message.
+    capacity: usize,
+}
+
+impl DefaultScheduler {
+    /// Starts one thread per instance, all pulling from one queue of `capacity` jobs.
+    pub fn start(model: &str, instances: Vec<(String, Box<dyn ModelInstance>)>, capacity: usize, stats: Arc<ModelStats>) -> Result<Self> {
+        let (tx, rx) = bounded::<Job>(capacity);
+        for (name, mut instance) in instances {
+            let rx = rx.clone();
+            let stats = stats.clone();
+            std::thread::Builder::new()
+                .name(format!("inst-{name}"))
+                .spawn(move || {
+                    while let Ok(job) = rx.recv() {
+                        run_job(&mut *instance, job, &stats);
+                    }
+                    tracing::debug!(instance = %name, "Instance thread is exiting because its model was unloaded.");
+                })
+                .map_err(|e| Error::internal(format!("cannot start a thread for instance of model '{model}': {e}")))?;
+        }
+        Ok(DefaultScheduler { tx, model: model.to_string(), capacity })
+    }
+
+    /// Queues a job, or rejects it at once when the queue is full or closed.
+    pub fn submit(&self, job: Job) -> Result<()> {
+        match self.tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(Error::unavailable(format!(
+                "exceeds maximum queue size: model '{}' already has {} requests queued",
+                self.model, self.capacity
+            ))),
+            Err(TrySendError::Disconnected(_)) => {
+                Err(Error::unavailable(format!("model '{}' has no running instances", self.model)))
+            }
+        }
+    }
+}
+
+fn run_job(instance: &mut dyn ModelInstance, job: Job, stats: &ModelStats) {
+    let start = Instant::now();
+    let queue_ns = (start - job.enqueued).as_nanos() as u64;
+    let result = catch_unwind(AssertUnwindSafe(|| instance.execute(&job.exec))).unwrap_or_else(|_| {
+        Err(Error::internal("the backend panicked while executing the request; this is a bug"))
+    });
+    if let Ok(r) = &result {
+        let t = r.timings;
+        stats.record_execution(job.batch_size, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
+        stats.record_request_compute(queue_ns, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
+    }
+    let _ = job.reply.send(result);
+}

@@ -1,0 +1,360 @@
+//! `Server`: health, metadata, inference, repository control and statistics, independent of transport.
+
+use crate::backend::{BackendConfig, BackendRegistry};
+use crate::core::classification::classify;
+use crate::core::lifecycle::{IndexEntry, LoadOptions, LoadedModel, ModelManager};
+use crate::core::repository::RepoOptions;
+use crate::core::scheduler::Job;
+use crate::core::stats::StatsSnapshot;
+use crate::core::types::{InferRequest, InferResponse, Parameters, Tensor};
+use crate::core::validate::{self, resolve_wildcards};
+use crate::error::{Error, Result};
+use crate::proto::inference::ModelConfig;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Triton's `--model-control-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ControlMode {
+    /// Load every model at start; no changes afterwards.
+    None,
+    /// Load `--load-model` at start; load and unload through the API.
+    Explicit,
+    /// Load everything at start and follow the repository's changes.
+    Poll,
+}
+
+/// Everything the core needs from the command line.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Reported as the server name in metadata (`--id`).
+    pub id: String,
+    pub repositories: Vec<PathBuf>,
+    pub control_mode: ControlMode,
+    /// Models to load at start in explicit mode; `*` means all.
+    pub load_models: Vec<String>,
+    pub poll_interval: Duration,
+    pub strict_readiness: bool,
+    pub exit_on_error: bool,
+    pub repo: RepoOptions,
+    pub backend_config: BackendConfig,
+    pub load_threads: usize,
+}
+
+/// The protocol extensions this server implements, as listed in server metadata.
+pub const EXTENSIONS: &[&str] = &[
+    "classification",
+    "model_repository",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "logging",
+];
+
+pub struct ServerMetadata {
+    pub name: String,
+    pub version: String,
+    pub extensions: Vec<String>,
+}
+
+pub struct TensorMetadata {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<i64>,
+}
+
+pub struct ModelMetadata {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: String,
+    pub inputs: Vec<TensorMetadata>,
+    pub outputs: Vec<TensorMetadata>,
+}
+
+/// Statistics of one model version.
+pub struct ModelStatistics {
+    pub name: String,
+    pub version: i64,
+    pub stats: StatsSnapshot,
+}
+
+struct Inner {
+    opts: ServerOptions,
+    models: Arc<ModelManager>,
+    /// Set once start-up loading has finished.
+    started: AtomicBool,
+    /// Cleared when shutdown begins.
+    accepting: AtomicBool,
+}
+
+/// The server core. Cheap to clone; every front-end holds one.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+/// Parses a version as it appears in URLs and protocol fields; empty means "let the server choose".
+pub fn parse_version(v: &str) -> Result<Option<i64>> {
+    if v.is_empty() {
+        return Ok(None);
+    }
+    v.parse::<i64>()
+        .ok()
+        .filter(|&n| n >= 0)
+        .map(Some)
+        .ok_or_else(|| Error::invalid(format!("'{v}' is not a valid model version: expected a non-negative integer")))
+}
+
+impl Server {
+    pub fn new(opts: ServerOptions) -> Server {
+        let backends = BackendRegistry::new(&opts.backend_config);
+        let models = Arc::new(ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads));
+        Server {
+            inner: Arc::new(Inner { opts, models, started: AtomicBool::new(false), accepting: AtomicBool::new(true) }),
+        }
+    }
+
+    pub fn options(&self) -> &ServerOptions {
+        &self.inner.opts
+    }
+
+    /// Loads the start-up models as the control mode says. Failures leave those models UNAVAILABLE;
+    /// with `exit_on_error` the first one is returned instead.
+    pub async fn startup(&self) -> Result<()> {
+        let o = &self.inner.opts;
+        let names: Vec<String> = match o.control_mode {
+            ControlMode::None | ControlMode::Poll => self.inner.models.repository_models(),
+            ControlMode::Explicit => {
+                if o.load_models.iter().any(|m| m == "*") {
+                    self.inner.models.repository_models()
+                } else {
+                    o.load_models.clone()
+                }
+            }
+        };
+        let (_, scan_errors) = crate::core::repository::scan(&o.repositories);
+        for e in &scan_errors {
+            tracing::error!("{}", e.message);
+        }
+        if o.exit_on_error {
+            if let Some(e) = scan_errors.into_iter().next() {
+                return Err(e);
+            }
+        }
+        let loads = names.iter().map(|n| {
+            let models = self.inner.models.clone();
+            let n = n.clone();
+            async move { (n.clone(), models.load(&n, LoadOptions::default()).await) }
+        });
+        let results = futures_util::future::join_all(loads).await;
+        self.inner.started.store(true, Ordering::SeqCst);
+        if o.exit_on_error {
+            if let Some((name, Err(e))) = results.into_iter().find(|(_, r)| r.is_err()) {
+                return Err(e.context(format!("model '{name}' failed to load and --exit-on-error is set")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Poll mode: rescans the repositories forever, loading new or changed models and removing vanished ones.
+    pub async fn poll_repositories(self) {
+        let mut tick = tokio::time::interval(self.inner.opts.poll_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            if !self.inner.accepting.load(Ordering::SeqCst) {
+                return;
+            }
+            self.poll_once().await;
+        }
+    }
+
+    /// One poll-mode rescan.
+    pub async fn poll_once(&self) {
+        let models = &self.inner.models;
+        let (on_disk, _) = crate::core::repository::scan(&self.inner.opts.repositories);
+        for (name, dir) in &on_disk {
+            let changed = match dir {
+                Ok(d) => models.fingerprint(name) != Some(crate::core::repository::fingerprint(d)),
+                Err(_) => models.fingerprint(name).is_some(),
+            };
+            if changed {
+                tracing::info!("Model '{name}' changed in the repository; reloading it.");
+                let _ = models.load(name, LoadOptions::default()).await;
+            }
+        }
+        for name in models.known_models() {
+            if !on_disk.contains_key(&name) {
+                tracing::info!("Model '{name}' was removed from the repository; unloading it.");
+                let _ = models.remove(&name).await;
+            }
+        }
+    }
+
+    pub fn is_live(&self) -> bool {
+        true
+    }
+
+    /// Readiness as Triton defines it: start-up done, accepting requests, and with `--strict-readiness`
+    /// every model that should be served is READY.
+    pub fn is_ready(&self) -> bool {
+        self.inner.started.load(Ordering::SeqCst)
+            && self.inner.accepting.load(Ordering::SeqCst)
+            && (!self.inner.opts.strict_readiness || self.inner.models.all_ready())
+    }
+
+    /// Stops readiness (for shutdown); requests in flight continue.
+    pub fn stop_accepting(&self) {
+        self.inner.accepting.store(false, Ordering::SeqCst);
+    }
+
+    pub fn metadata(&self) -> ServerMetadata {
+        ServerMetadata {
+            name: self.inner.opts.id.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            extensions: EXTENSIONS.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    pub fn model_ready(&self, name: &str, version: &str) -> Result<bool> {
+        self.inner.models.is_ready(name, parse_version(version)?)
+    }
+
+    fn model(&self, name: &str, version: &str) -> Result<Arc<LoadedModel>> {
+        self.inner.models.get(name, parse_version(version)?)
+    }
+
+    pub fn model_metadata(&self, name: &str, version: &str) -> Result<ModelMetadata> {
+        let m = self.model(name, version)?;
+        let versions = self
+            .inner
+            .models
+            .loaded()
+            .iter()
+            .filter(|l| l.name == name)
+            .map(|l| l.version.to_string())
+            .collect();
+        let batch: Vec<i64> = if m.io.max_batch_size > 0 { vec![-1] } else { Vec::new() };
+        let meta = |specs: &[validate::TensorSpec]| {
+            specs
+                .iter()
+                .map(|s| TensorMetadata {
+                    name: s.name.clone(),
+                    datatype: s.datatype.as_str().to_string(),
+                    shape: batch.iter().chain(s.dims.iter()).copied().collect(),
+                })
+                .collect()
+        };
+        Ok(ModelMetadata {
+            name: m.name.clone(),
+            versions,
+            platform: if m.config.platform.is_empty() { m.config.backend.clone() } else { m.config.platform.clone() },
+            inputs: meta(&m.io.inputs),
+            outputs: meta(&m.io.outputs),
+        })
+    }
+
+    pub fn model_config(&self, name: &str, version: &str) -> Result<Arc<ModelConfig>> {
+        Ok(self.model(name, version)?.config.clone())
+    }
+
+    /// Runs one inference: validate, queue to an instance, wait, post-process (reshape, classification).
+    pub async fn infer(&self, req: InferRequest) -> Result<InferResponse> {
+        let start = Instant::now();
+        let model = self.inner.models.get(&req.model_name, req.model_version)?;
+        let result = self.infer_on(&model, req).await;
+        match &result {
+            Ok(_) => model.stats.record_success(start.elapsed()),
+            Err(_) => model.stats.record_failure(start.elapsed()),
+        }
+        result
+    }
+
+    async fn infer_on(&self, model: &Arc<LoadedModel>, req: InferRequest) -> Result<InferResponse> {
+        let id = req.id.clone();
+        let prepared = validate::prepare(&model.io, &model.name, req)?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        model.scheduler.submit(Job { exec: prepared.exec, batch_size: prepared.batch_size, enqueued: Instant::now(), reply: tx })?;
+        let result = rx
+            .await
+            .map_err(|_| Error::internal(format!("model '{}' stopped before answering the request", model.name)))??;
+        let batched = model.io.max_batch_size > 0;
+        let mut outputs = Vec::with_capacity(result.outputs.len());
+        for (mut t, req_out) in result.outputs.into_iter().zip(prepared.outputs.iter()) {
+            if let Some(spec) = model.io.output(&t.name) {
+                if spec.reshape.is_some() {
+                    t.shape = client_shape(&t, &spec.dims, batched);
+                }
+            }
+            if req_out.class_count > 0 {
+                let labels = model.labels.get(&t.name).map(|l| l.as_slice());
+                t = classify(&t, req_out.class_count, batched, labels)?;
+            }
+            outputs.push(t);
+        }
+        Ok(InferResponse {
+            model_name: model.name.clone(),
+            model_version: model.version,
+            id,
+            outputs,
+            parameters: Parameters::new(),
+        })
+    }
+
+    pub fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
+        self.inner.models.index(ready_only)
+    }
+
+    pub async fn load_model(&self, name: &str, opts: LoadOptions) -> Result<()> {
+        self.check_control("load")?;
+        self.inner.models.load(name, opts).await
+    }
+
+    pub async fn unload_model(&self, name: &str) -> Result<()> {
+        self.check_control("unload")?;
+        self.inner.models.unload(name).await
+    }
+
+    fn check_control(&self, what: &str) -> Result<()> {
+        if self.inner.opts.control_mode == ControlMode::Explicit {
+            Ok(())
+        } else {
+            Err(Error::unavailable(format!(
+                "explicit model {what} is not allowed: the server runs with --model-control-mode={}",
+                match self.inner.opts.control_mode {
+                    ControlMode::None => "none",
+                    ControlMode::Poll => "poll",
+                    ControlMode::Explicit => "explicit",
+                }
+            )))
+        }
+    }
+
+    /// Statistics for every loaded version, or for one model (and version).
+    pub fn statistics(&self, name: Option<&str>, version: &str) -> Result<Vec<ModelStatistics>> {
+        let version = parse_version(version)?;
+        let loaded = self.inner.models.loaded();
+        let snap = |m: &Arc<LoadedModel>| ModelStatistics { name: m.name.clone(), version: m.version, stats: m.stats.snapshot() };
+        match name {
+            None => Ok(loaded.iter().map(snap).collect()),
+            Some(n) => {
+                // Unknown models and versions are errors, as in Triton.
+                self.inner.models.get(n, version)?;
+                Ok(loaded.iter().filter(|m| m.name == n && version.is_none_or(|v| v == m.version)).map(snap).collect())
+            }
+        }
+    }
+}
+
+/// The shape a client sees for an output with `reshape`: the configured dims (plus the batch dimension).
+fn client_shape(t: &Tensor, dims: &[i64], batched: bool) -> Vec<i64> {
+    let batch = if batched { t.shape.first().copied().unwrap_or(1).max(1) } else { 1 };
+    let per_item = t.element_count() / batch as usize;
+    let mut shape = if batched { vec![batch] } else { Vec::new() };
+    shape.extend(resolve_wildcards(dims, per_item));
+    shape
+}

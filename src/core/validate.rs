@@ -1,0 +1,230 @@
+//! Checks a request against its model's configuration before it is queued: names, datatypes, shapes
+//! (with `-1` wildcards), batch size, byte sizes, `reshape` and `optional`.
+
+use crate::backend::ExecRequest;
+use crate::core::types::{bytes_elements, element_count, DataType, InferRequest, RequestedOutput, Tensor};
+use crate::error::{Error, Result};
+use crate::proto::inference::ModelConfig;
+
+/// One configured input or output.
+#[derive(Debug, Clone)]
+pub struct TensorSpec {
+    pub name: String,
+    pub datatype: DataType,
+    /// Dimensions as the client sees them, without the batch dimension.
+    pub dims: Vec<i64>,
+    /// Dimensions as the model sees them, when they differ (`reshape`).
+    pub reshape: Option<Vec<i64>>,
+    pub optional: bool,
+}
+
+/// A model's interface, derived once from its configuration at load time.
+#[derive(Debug, Clone)]
+pub struct ModelIo {
+    /// 0 means the model does not batch.
+    pub max_batch_size: i64,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+}
+
+impl ModelIo {
+    pub fn from_config(cfg: &ModelConfig) -> Result<ModelIo> {
+        let dt = |name: &str, v: i32| {
+            DataType::from_config(v)
+                .ok_or_else(|| Error::invalid(format!("model '{}': tensor '{name}' has no valid data_type", cfg.name)))
+        };
+        let inputs = cfg
+            .input
+            .iter()
+            .map(|i| {
+                Ok(TensorSpec {
+                    name: i.name.clone(),
+                    datatype: dt(&i.name, i.data_type)?,
+                    dims: i.dims.clone(),
+                    reshape: i.reshape.as_ref().map(|r| r.shape.clone()),
+                    optional: i.optional,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let outputs = cfg
+            .output
+            .iter()
+            .map(|o| {
+                Ok(TensorSpec {
+                    name: o.name.clone(),
+                    datatype: dt(&o.name, o.data_type)?,
+                    dims: o.dims.clone(),
+                    reshape: o.reshape.as_ref().map(|r| r.shape.clone()),
+                    optional: false,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(ModelIo { max_batch_size: i64::from(cfg.max_batch_size), inputs, outputs })
+    }
+
+    pub fn output(&self, name: &str) -> Option<&TensorSpec> {
+        self.outputs.iter().find(|o| o.name == name)
+    }
+}
+
+/// A validated request, ready to queue.
+#[derive(Debug)]
+pub struct Prepared {
+    pub exec: ExecRequest,
+    /// The batch dimension (1 for non-batching models).
+    pub batch_size: u32,
+    /// The outputs to return, in order, with their classification settings.
+    pub outputs: Vec<RequestedOutput>,
+}
+
+fn shape_matches(expected: &[i64], actual: &[i64]) -> bool {
+    expected.len() == actual.len() && expected.iter().zip(actual).all(|(&e, &a)| e == -1 || e == a)
+}
+
+fn fmt_shape(s: &[i64]) -> String {
+    format!("[{}]", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(","))
+}
+
+/// Validates `req` for model `model` and turns it into an execution request.
+pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared> {
+    let batching = io.max_batch_size > 0;
+    let mut batch: Option<i64> = None;
+    let mut inputs = Vec::with_capacity(req.inputs.len());
+    for mut t in req.inputs {
+        let spec = io.inputs.iter().find(|s| s.name == t.name).ok_or_else(|| {
+            Error::invalid(format!("unexpected inference input '{}' for model '{model}'", t.name))
+        })?;
+        if inputs.iter().any(|i: &Tensor| i.name == t.name) {
+            return Err(Error::invalid(format!("input '{}' appears more than once in the request", t.name)));
+        }
+        if t.datatype != spec.datatype {
+            return Err(Error::invalid(format!(
+                "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
+                t.name, t.datatype, spec.datatype
+            )));
+        }
+        if t.shape.iter().any(|&d| d < 0) {
+            return Err(Error::invalid(format!(
+                "input '{}' has a negative dimension in shape {}",
+                t.name,
+                fmt_shape(&t.shape)
+            )));
+        }
+        let expected_full: Vec<i64> = if batching {
+            std::iter::once(-1).chain(spec.dims.iter().copied()).collect()
+        } else {
+            spec.dims.clone()
+        };
+        if !shape_matches(&expected_full, &t.shape) {
+            return Err(Error::invalid(format!(
+                "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}",
+                t.name,
+                fmt_shape(&expected_full),
+                fmt_shape(&t.shape)
+            )));
+        }
+        if batching {
+            let b = t.shape[0];
+            if b < 1 || b > io.max_batch_size {
+                return Err(Error::invalid(format!(
+                    "inference request batch-size must be <= {} for '{model}', got {b} for input '{}'",
+                    io.max_batch_size, t.name
+                )));
+            }
+            match batch {
+                None => batch = Some(b),
+                Some(prev) if prev != b => {
+                    return Err(Error::invalid(format!(
+                        "input '{}' has batch size {b} but other inputs have batch size {prev}",
+                        t.name
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        let count = element_count(&t.shape)
+            .ok_or_else(|| Error::invalid(format!("input '{}': shape {} is too large", t.name, fmt_shape(&t.shape))))?;
+        check_size(&t, count)?;
+        if let Some(r) = &spec.reshape {
+            let mut shape: Vec<i64> = if batching { vec![t.shape[0]] } else { Vec::new() };
+            shape.extend(resolve_wildcards(r, count / batch.unwrap_or(1).max(1) as usize));
+            t.shape = shape;
+        }
+        inputs.push(t);
+    }
+    for s in io.inputs.iter().filter(|s| !s.optional) {
+        if !inputs.iter().any(|t| t.name == s.name) {
+            return Err(Error::invalid(format!(
+                "expected {} inputs but got {} inputs for model '{model}': missing required input '{}'",
+                io.inputs.iter().filter(|s| !s.optional).count(),
+                inputs.len(),
+                s.name
+            )));
+        }
+    }
+    let outputs: Vec<RequestedOutput> = if req.outputs.is_empty() {
+        io.outputs.iter().map(|o| RequestedOutput { name: o.name.clone(), ..Default::default() }).collect()
+    } else {
+        let mut seen = std::collections::HashSet::new();
+        for o in &req.outputs {
+            let spec = io.output(&o.name).ok_or_else(|| {
+                Error::invalid(format!("unexpected inference output '{}' for model '{model}'", o.name))
+            })?;
+            if !seen.insert(o.name.as_str()) {
+                return Err(Error::invalid(format!("output '{}' is requested more than once", o.name)));
+            }
+            if o.class_count > 0 && spec.datatype == DataType::Bytes {
+                return Err(Error::invalid(format!(
+                    "classification is not supported for output '{}' of datatype BYTES",
+                    o.name
+                )));
+            }
+        }
+        req.outputs
+    };
+    Ok(Prepared {
+        exec: ExecRequest { inputs, outputs: outputs.iter().map(|o| o.name.clone()).collect() },
+        batch_size: batch.unwrap_or(1) as u32,
+        outputs,
+    })
+}
+
+/// Checks that the data holds exactly `count` elements.
+fn check_size(t: &Tensor, count: usize) -> Result<()> {
+    match t.datatype.byte_size() {
+        Some(size) => {
+            let expected = count.checked_mul(size).unwrap_or(usize::MAX);
+            if t.data.len() != expected {
+                return Err(Error::invalid(format!(
+                    "unexpected total byte size {} for input '{}', expecting {expected}",
+                    t.data.len(),
+                    t.name
+                )));
+            }
+        }
+        None => {
+            if let Some(bytes) = t.data.as_host() {
+                let n = bytes_elements(bytes)?.len();
+                if n != count {
+                    return Err(Error::invalid(format!(
+                        "input '{}' holds {n} BYTES elements but its shape {} needs {count}",
+                        t.name,
+                        fmt_shape(&t.shape)
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Replaces a single `-1` in `dims` so the product equals `count`.
+pub fn resolve_wildcards(dims: &[i64], count: usize) -> Vec<i64> {
+    let known: i64 = dims.iter().filter(|&&d| d >= 0).product();
+    dims.iter()
+        .map(|&d| if d == -1 && known > 0 { count as i64 / known } else { d })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

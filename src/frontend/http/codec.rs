@@ -1,0 +1,493 @@
+//! KServe v2 JSON with Triton's binary tensor data extension: request decoding and response encoding.
+//! Pure functions over bytes, so they are unit-tested and fuzzed without a server.
+
+use crate::core::types::{
+    bytes_elements, element_count, DataType, InferRequest, InferResponse, ParamValue, Parameters,
+    RequestedOutput, Tensor,
+};
+use crate::error::{Error, Result};
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::de::{DeserializeSeed, SeqAccess, Visitor};
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
+use std::fmt;
+
+/// A decoded HTTP inference request plus how the client wants its outputs encoded.
+#[derive(Debug)]
+pub struct DecodedRequest {
+    pub request: InferRequest,
+    /// `binary_data_output` request parameter: outputs not named default to binary.
+    pub binary_default: bool,
+}
+
+impl DecodedRequest {
+    /// Whether output `name` goes out as binary data.
+    pub fn output_is_binary(&self, name: &str) -> bool {
+        self.request
+            .outputs
+            .iter()
+            .find(|o| o.name == name)
+            .and_then(|o| o.parameters.get("binary_data").and_then(ParamValue::as_bool))
+            .unwrap_or(self.binary_default)
+    }
+}
+
+#[derive(Deserialize)]
+struct JsonRequest<'a> {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    parameters: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(borrow)]
+    inputs: Vec<JsonInput<'a>>,
+    #[serde(default)]
+    outputs: Option<Vec<JsonOutput>>,
+}
+
+#[derive(Deserialize)]
+struct JsonInput<'a> {
+    name: String,
+    shape: Vec<i64>,
+    datatype: String,
+    #[serde(default)]
+    parameters: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(borrow, default)]
+    data: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct JsonOutput {
+    name: String,
+    #[serde(default)]
+    parameters: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Converts JSON parameters into typed ones; nested objects and arrays are rejected.
+pub fn json_params(map: Option<serde_json::Map<String, serde_json::Value>>) -> Result<Parameters> {
+    let mut out = Parameters::new();
+    for (k, v) in map.unwrap_or_default() {
+        let p = match v {
+            serde_json::Value::Bool(b) => ParamValue::Bool(b),
+            serde_json::Value::String(s) => ParamValue::String(s),
+            serde_json::Value::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    ParamValue::Int(i)
+                } else if let Some(u) = n.as_u64() {
+                    ParamValue::Uint(u)
+                } else {
+                    ParamValue::Double(n.as_f64().unwrap_or(0.0))
+                }
+            }
+            _ => return Err(Error::invalid(format!("parameter '{k}' must be a bool, number or string"))),
+        };
+        out.insert(k, p);
+    }
+    Ok(out)
+}
+
+/// Decodes a request body. `header_len` is the `Inference-Header-Content-Length` header: the JSON part's
+/// length, with binary tensor data after it. `Some(0)` (a raw binary body) is handled by the caller,
+/// which knows the model's single input.
+pub fn decode_request(body: Bytes, header_len: Option<usize>, model: &str, version: Option<i64>) -> Result<DecodedRequest> {
+    let json_len = match header_len {
+        Some(n) if n > body.len() => {
+            return Err(Error::invalid(format!(
+                "Inference-Header-Content-Length {n} is larger than the request body ({} bytes)",
+                body.len()
+            )))
+        }
+        Some(n) => n,
+        None => body.len(),
+    };
+    let json = &body[..json_len];
+    let parsed: JsonRequest<'_> =
+        serde_json::from_slice(json).map_err(|e| Error::invalid(format!("failed to parse the request JSON: {e}")))?;
+    let mut binary_offset = json_len;
+    let mut inputs = Vec::with_capacity(parsed.inputs.len());
+    for inp in parsed.inputs {
+        let datatype = DataType::parse(&inp.datatype)
+            .ok_or_else(|| Error::invalid(format!("input '{}' has unknown datatype '{}'", inp.name, inp.datatype)))?;
+        let params = json_params(inp.parameters)?;
+        if params.contains_key("shared_memory_region") {
+            return Err(Error::unsupported(format!(
+                "input '{}' uses shared memory, which this server does not support yet",
+                inp.name
+            )));
+        }
+        let count = element_count(&inp.shape).ok_or_else(|| {
+            Error::invalid(format!("input '{}' has an invalid shape {:?}", inp.name, inp.shape))
+        })?;
+        let data: Bytes = match (params.get("binary_data_size"), inp.data) {
+            (Some(size), None) => {
+                let size = size
+                    .as_i64()
+                    .and_then(|s| usize::try_from(s).ok())
+                    .ok_or_else(|| Error::invalid(format!("input '{}': binary_data_size must be a non-negative integer", inp.name)))?;
+                let end = binary_offset.checked_add(size).filter(|&e| e <= body.len()).ok_or_else(|| {
+                    Error::invalid(format!(
+                        "input '{}' declares binary_data_size {size} but the body holds only {} more bytes",
+                        inp.name,
+                        body.len() - binary_offset
+                    ))
+                })?;
+                let slice = body.slice(binary_offset..end);
+                binary_offset = end;
+                slice
+            }
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid(format!(
+                    "input '{}' has both binary_data_size and JSON data",
+                    inp.name
+                )))
+            }
+            (None, Some(raw)) => parse_json_data(raw, datatype, count, &inp.name)?,
+            (None, None) => return Err(Error::invalid(format!("input '{}' has no data", inp.name))),
+        };
+        let mut t = Tensor::new(inp.name, datatype, inp.shape, data);
+        t.parameters = params.into_iter().filter(|(k, _)| k != "binary_data_size").collect();
+        inputs.push(t);
+    }
+    if binary_offset != body.len() {
+        return Err(Error::invalid(format!(
+            "the request body has {} bytes of binary data that no input claims",
+            body.len() - binary_offset
+        )));
+    }
+    let mut outputs = Vec::new();
+    for o in parsed.outputs.unwrap_or_default() {
+        let parameters = json_params(o.parameters)?;
+        if parameters.contains_key("shared_memory_region") {
+            return Err(Error::unsupported(format!("output '{}' uses shared memory, which this server does not support yet", o.name)));
+        }
+        let class_count = match parameters.get("classification") {
+            None => 0,
+            Some(v) => v
+                .as_i64()
+                .and_then(|c| u32::try_from(c).ok())
+                .ok_or_else(|| Error::invalid(format!("output '{}': classification must be a non-negative integer", o.name)))?,
+        };
+        outputs.push(RequestedOutput { name: o.name, class_count, parameters });
+    }
+    let parameters = json_params(parsed.parameters)?;
+    let binary_default = match parameters.get("binary_data_output") {
+        None => false,
+        Some(v) => v.as_bool().ok_or_else(|| Error::invalid("binary_data_output must be a bool"))?,
+    };
+    Ok(DecodedRequest {
+        request: InferRequest {
+            model_name: model.to_string(),
+            model_version: version,
+            id: parsed.id.unwrap_or_default(),
+            inputs,
+            outputs,
+            parameters,
+        },
+        binary_default,
+    })
+}
+
+/// Parses JSON tensor data (flat or nested arrays) straight into the binary layout of `dt`.
+pub fn parse_json_data(raw: &RawValue, dt: DataType, count: usize, name: &str) -> Result<Bytes> {
+    let mut out = Vec::with_capacity(count.saturating_mul(dt.byte_size().unwrap_or(8)).min(1 << 26));
+    let mut n = 0usize;
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    Flatten { dt, out: &mut out, count: &mut n }
+        .deserialize(&mut de)
+        .map_err(|e| Error::invalid(format!("input '{name}': invalid data for datatype {dt}: {e}")))?;
+    if n != count {
+        return Err(Error::invalid(format!(
+            "input '{name}': the data holds {n} elements but the shape needs {count}"
+        )));
+    }
+    Ok(Bytes::from(out))
+}
+
+/// Flattens nested JSON arrays of scalars into little-endian bytes of one datatype.
+struct Flatten<'a> {
+    dt: DataType,
+    out: &'a mut Vec<u8>,
+    count: &'a mut usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Flatten<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+macro_rules! push_int {
+    ($self:ident, $v:expr, $E:ty, $($dt:ident => $ty:ty),*) => {
+        match $self.dt {
+            $(DataType::$dt => {
+                let x = <$ty>::try_from($v).map_err(|_| <$E>::custom(format!("{} is out of range for {}", $v, $self.dt)))?;
+                $self.out.extend_from_slice(&x.to_le_bytes());
+            })*
+            DataType::Fp16 => $self.out.extend_from_slice(&half::f16::from_f64($v as f64).to_le_bytes()),
+            DataType::Bf16 => $self.out.extend_from_slice(&half::bf16::from_f64($v as f64).to_le_bytes()),
+            DataType::Fp32 => $self.out.extend_from_slice(&($v as f32).to_le_bytes()),
+            DataType::Fp64 => $self.out.extend_from_slice(&($v as f64).to_le_bytes()),
+            DataType::Bool | DataType::Bytes => return Err(<$E>::custom(format!("expected a {} value, got a number", $self.dt))),
+        }
+    };
+}
+
+impl<'de> Visitor<'de> for Flatten<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "an array of {} values", self.dt)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Flatten { dt: self.dt, out: &mut *self.out, count: &mut *self.count })?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
+        if self.dt != DataType::Bool {
+            return Err(E::custom(format!("expected a {} value, got a bool", self.dt)));
+        }
+        self.out.push(v as u8);
+        *self.count += 1;
+        Ok(())
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
+        push_int!(self, v, E, Uint8 => u8, Uint16 => u16, Uint32 => u32, Uint64 => u64, Int8 => i8, Int16 => i16, Int32 => i32, Int64 => i64);
+        *self.count += 1;
+        Ok(())
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
+        push_int!(self, v, E, Uint8 => u8, Uint16 => u16, Uint32 => u32, Uint64 => u64, Int8 => i8, Int16 => i16, Int32 => i32, Int64 => i64);
+        *self.count += 1;
+        Ok(())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+        match self.dt {
+            DataType::Fp16 => self.out.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
+            DataType::Bf16 => self.out.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
+            DataType::Fp32 => self.out.extend_from_slice(&(v as f32).to_le_bytes()),
+            DataType::Fp64 => self.out.extend_from_slice(&v.to_le_bytes()),
+            _ if v.fract() == 0.0 && v.abs() < 9.0e15 => return self.visit_i64(v as i64),
+            _ => return Err(E::custom(format!("expected a {} value, got {v}", self.dt))),
+        }
+        *self.count += 1;
+        Ok(())
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        if self.dt != DataType::Bytes {
+            return Err(E::custom(format!("expected a {} value, got a string", self.dt)));
+        }
+        self.out.put_u32_le(v.len() as u32);
+        self.out.extend_from_slice(v.as_bytes());
+        *self.count += 1;
+        Ok(())
+    }
+}
+
+/// An encoded response body; `header_len` is set when binary data follows the JSON.
+pub struct EncodedResponse {
+    pub body: Bytes,
+    pub header_len: Option<usize>,
+}
+
+/// Serializes tensor bytes as a flat JSON array of the tensor's datatype.
+struct JsonData<'a> {
+    dt: DataType,
+    bytes: &'a [u8],
+}
+
+impl Serialize for JsonData<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        macro_rules! seq {
+            ($ty:ty, $n:expr) => {{
+                let mut seq = s.serialize_seq(Some(self.bytes.len() / $n))?;
+                for c in self.bytes.chunks_exact($n) {
+                    let v = <$ty>::from_le_bytes(c.try_into().expect("chunk size equals type size; this is a bug"));
+                    seq.serialize_element(&v)?;
+                }
+                seq.end()
+            }};
+        }
+        match self.dt {
+            DataType::Bool => {
+                let mut seq = s.serialize_seq(Some(self.bytes.len()))?;
+                for &b in self.bytes {
+                    seq.serialize_element(&(b != 0))?;
+                }
+                seq.end()
+            }
+            DataType::Uint8 => seq!(u8, 1),
+            DataType::Int8 => seq!(i8, 1),
+            DataType::Uint16 => seq!(u16, 2),
+            DataType::Int16 => seq!(i16, 2),
+            DataType::Uint32 => seq!(u32, 4),
+            DataType::Int32 => seq!(i32, 4),
+            DataType::Uint64 => seq!(u64, 8),
+            DataType::Int64 => seq!(i64, 8),
+            DataType::Fp32 => seq!(f32, 4),
+            DataType::Fp64 => seq!(f64, 8),
+            DataType::Fp16 => {
+                let mut seq = s.serialize_seq(Some(self.bytes.len() / 2))?;
+                for c in self.bytes.chunks_exact(2) {
+                    seq.serialize_element(&half::f16::from_le_bytes([c[0], c[1]]).to_f32())?;
+                }
+                seq.end()
+            }
+            DataType::Bf16 => {
+                let mut seq = s.serialize_seq(Some(self.bytes.len() / 2))?;
+                for c in self.bytes.chunks_exact(2) {
+                    seq.serialize_element(&half::bf16::from_le_bytes([c[0], c[1]]).to_f32())?;
+                }
+                seq.end()
+            }
+            DataType::Bytes => {
+                let elems = bytes_elements(self.bytes).map_err(serde::ser::Error::custom)?;
+                let mut seq = s.serialize_seq(Some(elems.len()))?;
+                for e in elems {
+                    seq.serialize_element(&String::from_utf8_lossy(e))?;
+                }
+                seq.end()
+            }
+        }
+    }
+}
+
+/// Serializes typed parameters as a JSON object.
+pub struct JsonParams<'a>(pub &'a Parameters);
+
+impl Serialize for JsonParams<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            match v {
+                ParamValue::Bool(b) => m.serialize_entry(k, b)?,
+                ParamValue::Int(i) => m.serialize_entry(k, i)?,
+                ParamValue::Uint(u) => m.serialize_entry(k, u)?,
+                ParamValue::Double(d) => m.serialize_entry(k, d)?,
+                ParamValue::String(st) => m.serialize_entry(k, st)?,
+            }
+        }
+        m.end()
+    }
+}
+
+#[derive(Serialize)]
+struct JsonOutputOut<'a> {
+    name: &'a str,
+    datatype: &'static str,
+    shape: &'a [i64],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<JsonParams<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<JsonData<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonResponse<'a> {
+    model_name: &'a str,
+    model_version: String,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<JsonParams<'a>>,
+    outputs: Vec<JsonOutputOut<'a>>,
+}
+
+/// Encodes a response: outputs for which `binary(name)` is true go after the JSON as binary data.
+pub fn encode_response(resp: &InferResponse, binary: impl Fn(&str) -> bool) -> Result<EncodedResponse> {
+    let hosts: Vec<Bytes> = resp.outputs.iter().map(|t| t.data.to_host()).collect::<Result<_>>()?;
+    let sizes: Vec<Parameters> = resp
+        .outputs
+        .iter()
+        .zip(&hosts)
+        .map(|(t, b)| {
+            let mut p = t.parameters.clone();
+            if binary(&t.name) {
+                p.insert("binary_data_size".into(), ParamValue::Int(b.len() as i64));
+            }
+            p
+        })
+        .collect();
+    let mut any_binary = false;
+    let outputs = resp
+        .outputs
+        .iter()
+        .zip(&hosts)
+        .zip(&sizes)
+        .map(|((t, b), p)| {
+            let is_bin = binary(&t.name);
+            any_binary |= is_bin;
+            JsonOutputOut {
+                name: &t.name,
+                datatype: t.datatype.as_str(),
+                shape: &t.shape,
+                parameters: (!p.is_empty()).then_some(JsonParams(p)),
+                data: (!is_bin).then_some(JsonData { dt: t.datatype, bytes: b }),
+            }
+        })
+        .collect();
+    let json = JsonResponse {
+        model_name: &resp.model_name,
+        model_version: resp.model_version.to_string(),
+        id: &resp.id,
+        parameters: (!resp.parameters.is_empty()).then_some(JsonParams(&resp.parameters)),
+        outputs,
+    };
+    let mut buf = serde_json::to_vec(&json).map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
+    if !any_binary {
+        return Ok(EncodedResponse { body: Bytes::from(buf), header_len: None });
+    }
+    let header_len = buf.len();
+    let total: usize = header_len
+        + resp.outputs.iter().zip(&hosts).filter(|(t, _)| binary(&t.name)).map(|(_, b)| b.len()).sum::<usize>();
+    let mut out = BytesMut::with_capacity(total);
+    out.extend_from_slice(&buf);
+    buf.clear();
+    for (t, b) in resp.outputs.iter().zip(&hosts) {
+        if binary(&t.name) {
+            out.extend_from_slice(b);
+        }
+    }
+    Ok(EncodedResponse { body: out.freeze(), header_len: Some(header_len) })
+}
+
+/// Builds the single input of a raw binary request (`Inference-Header-Content-Length: 0`): the whole
+/// body is the one input's data, its shape deduced from the configuration and the data size.
+pub fn raw_input(body: Bytes, name: &str, dt: DataType, dims: &[i64], batching: bool) -> Result<Tensor> {
+    let elems = match dt.byte_size() {
+        Some(size) => {
+            if body.len() % size != 0 {
+                return Err(Error::invalid(format!(
+                    "raw binary request: {} bytes is not a whole number of {dt} elements",
+                    body.len()
+                )));
+            }
+            body.len() / size
+        }
+        None => bytes_elements(&body)?.len(),
+    };
+    let mut shape: Vec<i64> = if batching { vec![1] } else { Vec::new() };
+    let wildcards = dims.iter().filter(|&&d| d == -1).count();
+    let known: i64 = dims.iter().filter(|&&d| d >= 0).product();
+    match wildcards {
+        0 => shape.extend_from_slice(dims),
+        1 if known > 0 && elems as i64 % known == 0 => {
+            shape.extend(dims.iter().map(|&d| if d == -1 { elems as i64 / known } else { d }))
+        }
+        _ => {
+            return Err(Error::invalid(format!(
+                "raw binary request: the shape of input '{name}' cannot be deduced from its configuration {dims:?}"
+            )))
+        }
+    }
+    Ok(Tensor::new(name, dt, shape, body))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,389 @@
+//! HTTP/REST front-end (axum): KServe v2 plus Triton's extensions (binary tensor data, classification,
+//! model repository, configuration, statistics, logging).
+
+pub mod codec;
+
+use crate::core::lifecycle::LoadOptions;
+use crate::core::repository::pbtxt::config_to_json;
+use crate::core::server::parse_version;
+use crate::core::types::DataType;
+use crate::core::Server;
+use crate::error::{Error, ErrorKind, Result};
+use crate::logging::{LogControl, LogUpdate};
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use base64::Engine;
+use bytes::Bytes;
+use serde_json::{json, Value};
+use std::io::Read;
+use std::sync::Arc;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct HttpState {
+    pub server: Server,
+    pub log: LogControl,
+    /// Largest accepted body, after decompression.
+    pub max_body: usize,
+}
+
+const HEADER_LEN: &str = "inference-header-content-length";
+
+/// Turns a core error into `{"error": ...}` with the status its kind maps to.
+fn error_response(e: &Error) -> Response {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, axum::Json(json!({ "error": e.message }))).into_response()
+}
+
+struct ApiError(Error);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        error_response(&self.0)
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        ApiError(e)
+    }
+}
+
+type ApiResult = std::result::Result<Response, ApiError>;
+
+fn json_ok(v: Value) -> ApiResult {
+    Ok(axum::Json(v).into_response())
+}
+
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/v2/health/live", get(live))
+        .route("/v2/health/ready", get(ready))
+        .route("/v2", get(server_metadata))
+        .route("/v2/models/stats", get(stats_all))
+        .route("/v2/models/{name}", get(model_metadata))
+        .route("/v2/models/{name}/versions/{version}", get(model_metadata_v))
+        .route("/v2/models/{name}/ready", get(model_ready))
+        .route("/v2/models/{name}/versions/{version}/ready", get(model_ready_v))
+        .route("/v2/models/{name}/config", get(model_config))
+        .route("/v2/models/{name}/versions/{version}/config", get(model_config_v))
+        .route("/v2/models/{name}/stats", get(model_stats))
+        .route("/v2/models/{name}/versions/{version}/stats", get(model_stats_v))
+        .route("/v2/models/{name}/infer", post(infer))
+        .route("/v2/models/{name}/versions/{version}/infer", post(infer_v))
+        .route("/v2/repository/index", post(repo_index))
+        .route("/v2/repository/models/{name}/load", post(repo_load))
+        .route("/v2/repository/models/{name}/unload", post(repo_unload))
+        .route("/v2/logging", get(log_get).post(log_post))
+        .fallback(not_found)
+        .with_state(Arc::new(state))
+}
+
+type St = State<Arc<HttpState>>;
+
+async fn not_found() -> Response {
+    error_response(&Error::not_found("no such endpoint"))
+}
+
+async fn live(State(s): St) -> StatusCode {
+    if s.server.is_live() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
+async fn ready(State(s): St) -> StatusCode {
+    if s.server.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
+async fn server_metadata(State(s): St) -> ApiResult {
+    let m = s.server.metadata();
+    json_ok(json!({ "name": m.name, "version": m.version, "extensions": m.extensions }))
+}
+
+fn metadata_json(s: &HttpState, name: &str, version: &str) -> ApiResult {
+    let m = s.server.model_metadata(name, version)?;
+    let tensors = |ts: &[crate::core::server::TensorMetadata]| -> Vec<Value> {
+        ts.iter().map(|t| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape })).collect()
+    };
+    json_ok(json!({
+        "name": m.name,
+        "versions": m.versions,
+        "platform": m.platform,
+        "inputs": tensors(&m.inputs),
+        "outputs": tensors(&m.outputs),
+    }))
+}
+
+async fn model_metadata(State(s): St, Path(name): Path<String>) -> ApiResult {
+    metadata_json(&s, &name, "")
+}
+
+async fn model_metadata_v(State(s): St, Path((name, version)): Path<(String, String)>) -> ApiResult {
+    metadata_json(&s, &name, &version)
+}
+
+fn ready_status(s: &HttpState, name: &str, version: &str) -> Response {
+    match s.server.model_ready(name, version) {
+        Ok(true) => StatusCode::OK.into_response(),
+        Ok(false) => error_response(&Error::unavailable(format!("model '{name}' is not ready"))),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn model_ready(State(s): St, Path(name): Path<String>) -> Response {
+    ready_status(&s, &name, "")
+}
+
+async fn model_ready_v(State(s): St, Path((name, version)): Path<(String, String)>) -> Response {
+    ready_status(&s, &name, &version)
+}
+
+async fn model_config(State(s): St, Path(name): Path<String>) -> ApiResult {
+    json_ok(config_to_json(&*s.server.model_config(&name, "")?))
+}
+
+async fn model_config_v(State(s): St, Path((name, version)): Path<(String, String)>) -> ApiResult {
+    json_ok(config_to_json(&*s.server.model_config(&name, &version)?))
+}
+
+fn stats_json(s: &HttpState, name: Option<&str>, version: &str) -> ApiResult {
+    let d = |x: crate::core::stats::DurationSnapshot| json!({ "count": x.count, "ns": x.ns });
+    let stats: Vec<Value> = s
+        .server
+        .statistics(name, version)?
+        .into_iter()
+        .map(|m| {
+            let st = m.stats;
+            json!({
+                "name": m.name,
+                "version": m.version.to_string(),
+                "last_inference": st.last_inference,
+                "inference_count": st.inference_count,
+                "execution_count": st.execution_count,
+                "inference_stats": {
+                    "success": d(st.success),
+                    "fail": d(st.fail),
+                    "queue": d(st.queue),
+                    "compute_input": d(st.compute_input),
+                    "compute_infer": d(st.compute_infer),
+                    "compute_output": d(st.compute_output),
+                    "cache_hit": d(st.cache_hit),
+                    "cache_miss": d(st.cache_miss),
+                },
+                "response_stats": {},
+                "batch_stats": st.batches.iter().map(|b| json!({
+                    "batch_size": b.batch_size,
+                    "compute_input": d(b.compute_input),
+                    "compute_infer": d(b.compute_infer),
+                    "compute_output": d(b.compute_output),
+                })).collect::<Vec<_>>(),
+                "memory_usage": [],
+            })
+        })
+        .collect();
+    json_ok(json!({ "model_stats": stats }))
+}
+
+async fn stats_all(State(s): St) -> ApiResult {
+    stats_json(&s, None, "")
+}
+
+async fn model_stats(State(s): St, Path(name): Path<String>) -> ApiResult {
+    stats_json(&s, Some(&name), "")
+}
+
+async fn model_stats_v(State(s): St, Path((name, version)): Path<(String, String)>) -> ApiResult {
+    stats_json(&s, Some(&name), &version)
+}
+
+/// Reads the whole body within the size limit, undoing gzip/deflate content encoding.
+async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Bytes> {
+    let too_large = || Error::new(ErrorKind::PayloadTooLarge, format!("request body exceeds the {} byte limit", s.max_body));
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > s.max_body) {
+        return Err(too_large());
+    }
+    let raw = axum::body::to_bytes(body, s.max_body).await.map_err(|e| {
+        let inner = e.into_inner();
+        if inner.is::<http_body_util::LengthLimitError>() {
+            too_large()
+        } else {
+            Error::invalid(format!("cannot read the request body: {inner}"))
+        }
+    })?;
+    let encoding = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).map(str::trim).unwrap_or("");
+    let mut out = Vec::new();
+    let limit = s.max_body as u64 + 1;
+    let res = match encoding.to_ascii_lowercase().as_str() {
+        "" | "identity" => return Ok(raw),
+        "gzip" | "x-gzip" => flate2::read::GzDecoder::new(&raw[..]).take(limit).read_to_end(&mut out),
+        "deflate" => flate2::read::ZlibDecoder::new(&raw[..]).take(limit).read_to_end(&mut out),
+        other => return Err(Error::invalid(format!("unsupported Content-Encoding '{other}' (use gzip or deflate)"))),
+    };
+    res.map_err(|e| Error::invalid(format!("cannot decompress the {encoding} request body: {e}")))?;
+    if out.len() > s.max_body {
+        return Err(too_large());
+    }
+    Ok(Bytes::from(out))
+}
+
+async fn infer(State(s): St, Path(name): Path<String>, headers: HeaderMap, body: Body) -> Response {
+    do_infer(&s, &name, "", &headers, body).await.unwrap_or_else(|e| error_response(&e))
+}
+
+async fn infer_v(State(s): St, Path((name, version)): Path<(String, String)>, headers: HeaderMap, body: Body) -> Response {
+    do_infer(&s, &name, &version, &headers, body).await.unwrap_or_else(|e| error_response(&e))
+}
+
+async fn do_infer(s: &HttpState, name: &str, version: &str, headers: &HeaderMap, body: Body) -> Result<Response> {
+    let version = parse_version(version)?;
+    let header_len = match headers.get(HEADER_LEN) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .ok_or_else(|| Error::invalid("Inference-Header-Content-Length must be a non-negative integer"))?,
+        ),
+    };
+    let body = read_body(s, headers, body).await?;
+    let decoded = if header_len == Some(0) {
+        raw_request(s, name, version, body)?
+    } else {
+        codec::decode_request(body, header_len, name, version)?
+    };
+    let binary_default = decoded.binary_default;
+    let flags: Vec<(String, bool)> =
+        decoded.request.outputs.iter().map(|o| (o.name.clone(), decoded.output_is_binary(&o.name))).collect();
+    let resp = s.server.infer(decoded.request).await?;
+    let is_binary = |n: &str| flags.iter().find(|(o, _)| o == n).map(|(_, b)| *b).unwrap_or(binary_default);
+    let enc = codec::encode_response(&resp, is_binary)?;
+    let mut r = Response::new(Body::from(enc.body));
+    match enc.header_len {
+        Some(n) => {
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            r.headers_mut().insert(HEADER_LEN, HeaderValue::from(n));
+        }
+        None => {
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+    }
+    Ok(r)
+}
+
+/// A raw binary request: the body is the model's single input.
+fn raw_request(s: &HttpState, name: &str, version: Option<i64>, body: Bytes) -> Result<codec::DecodedRequest> {
+    let v = version.map(|v| v.to_string()).unwrap_or_default();
+    let cfg = s.server.model_config(name, &v)?;
+    let [input] = cfg.input.as_slice() else {
+        return Err(Error::invalid(format!(
+            "a raw binary request (Inference-Header-Content-Length: 0) needs a model with exactly one input; '{name}' has {}",
+            cfg.input.len()
+        )));
+    };
+    let dt = DataType::from_config(input.data_type).ok_or_else(|| Error::internal("input without datatype"))?;
+    let tensor = codec::raw_input(body, &input.name, dt, &input.dims, cfg.max_batch_size > 0)?;
+    Ok(codec::DecodedRequest {
+        request: crate::core::types::InferRequest {
+            model_name: name.to_string(),
+            model_version: version,
+            inputs: vec![tensor],
+            ..Default::default()
+        },
+        binary_default: false,
+    })
+}
+
+fn parse_json_body(body: &Bytes) -> Result<Value> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    let v: Value = serde_json::from_slice(body).map_err(|e| Error::invalid(format!("failed to parse the request JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(Error::invalid("the request body must be a JSON object"));
+    }
+    Ok(v)
+}
+
+async fn repo_index(State(s): St, headers: HeaderMap, body: Body) -> ApiResult {
+    let body = read_body(&s, &headers, body).await?;
+    let req = parse_json_body(&body)?;
+    let ready_only = match req.get("ready") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(Error::invalid("'ready' must be a bool").into()),
+    };
+    let rows: Vec<Value> = s
+        .server
+        .repository_index(ready_only)
+        .into_iter()
+        .map(|e| {
+            let mut row = serde_json::Map::new();
+            row.insert("name".into(), json!(e.name));
+            if let Some(v) = e.version {
+                row.insert("version".into(), json!(v.to_string()));
+            }
+            if let Some(st) = e.state {
+                row.insert("state".into(), json!(st.as_str()));
+                row.insert("reason".into(), json!(e.reason));
+            }
+            Value::Object(row)
+        })
+        .collect();
+    json_ok(Value::Array(rows))
+}
+
+async fn repo_load(State(s): St, Path(name): Path<String>, headers: HeaderMap, body: Body) -> ApiResult {
+    let body = read_body(&s, &headers, body).await?;
+    let req = parse_json_body(&body)?;
+    let mut opts = LoadOptions::default();
+    if let Some(params) = req.get("parameters") {
+        let params = params.as_object().ok_or_else(|| Error::invalid("'parameters' must be a JSON object"))?;
+        for (k, v) in params {
+            if k == "config" {
+                let cfg = v.as_str().ok_or_else(|| Error::invalid("the 'config' parameter must be a string holding JSON"))?;
+                opts.config_json = Some(cfg.to_string());
+            } else if let Some(path) = k.strip_prefix("file:") {
+                let b64 = v.as_str().ok_or_else(|| Error::invalid(format!("parameter '{k}' must be a base64 string")))?;
+                let data = base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .map_err(|e| Error::invalid(format!("parameter '{k}' is not valid base64: {e}")))?;
+                opts.files.push((path.to_string(), data));
+            }
+        }
+    }
+    s.server.load_model(&name, opts).await?;
+    Ok(StatusCode::OK.into_response())
+}
+
+async fn repo_unload(State(s): St, Path(name): Path<String>, headers: HeaderMap, body: Body) -> ApiResult {
+    let body = read_body(&s, &headers, body).await?;
+    parse_json_body(&body)?;
+    s.server.unload_model(&name).await?;
+    Ok(StatusCode::OK.into_response())
+}
+
+async fn log_get(State(s): St) -> ApiResult {
+    json_ok(serde_json::to_value(s.log.get()).map_err(|e| Error::internal(e.to_string()))?)
+}
+
+async fn log_post(State(s): St, headers: HeaderMap, body: Body) -> ApiResult {
+    let body = read_body(&s, &headers, body).await?;
+    let update: LogUpdate =
+        serde_json::from_slice(&body).map_err(|e| Error::invalid(format!("invalid logging settings: {e}")))?;
+    let settings = s.log.update(update)?;
+    json_ok(serde_json::to_value(settings).map_err(|e| Error::internal(e.to_string()))?)
+}
+
+#[cfg(test)]
+mod tests;

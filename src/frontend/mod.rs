@@ -1,0 +1,4 @@
+//! Front-ends: each decodes its transport into core types once, calls `core::Server`, and encodes the
+//! answer once.
+
+pub mod http;

@@ -1,0 +1,14 @@
+//! tritonrs: a lean, Triton-compatible inference server for edge devices.
+//!
+//! front-ends (`frontend`) → one core API (`core::Server`) → backend instances on their own threads
+//! (`backend`) → tensor memory (`memory`).
+#![deny(unsafe_code)]
+
+pub mod backend;
+pub mod config;
+pub mod core;
+pub mod error;
+pub mod frontend;
+pub mod logging;
+pub mod memory;
+pub mod proto;

@@ -1,0 +1,162 @@
+//! Logging: tracing set up from Triton's `--log-*` flags, adjustable at run time by the logging API.
+
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tracing_subscriber::{filter::LevelFilter, fmt, layer::SubscriberExt, reload, util::SubscriberInitExt, Registry};
+
+/// The logging settings, as the logging extension reports them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LogSettings {
+    pub log_file: String,
+    pub log_info: bool,
+    pub log_warning: bool,
+    pub log_error: bool,
+    pub log_verbose_level: u32,
+    pub log_format: String,
+}
+
+impl LogSettings {
+    fn level(&self) -> LevelFilter {
+        if self.log_verbose_level > 1 {
+            LevelFilter::TRACE
+        } else if self.log_verbose_level == 1 {
+            LevelFilter::DEBUG
+        } else if self.log_info {
+            LevelFilter::INFO
+        } else if self.log_warning {
+            LevelFilter::WARN
+        } else if self.log_error {
+            LevelFilter::ERROR
+        } else {
+            LevelFilter::OFF
+        }
+    }
+}
+
+/// A partial update from `POST /v2/logging`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogUpdate {
+    pub log_file: Option<String>,
+    pub log_info: Option<bool>,
+    pub log_warning: Option<bool>,
+    pub log_error: Option<bool>,
+    pub log_verbose_level: Option<u32>,
+    pub log_format: Option<String>,
+}
+
+/// Reads and changes the live logging settings.
+#[derive(Clone)]
+pub struct LogControl {
+    /// The current settings.
+    settings: Arc<Mutex<LogSettings>>,
+    /// Swaps the level filter without restarting the subscriber; `None` in tests without a subscriber.
+    reload: Option<reload::Handle<LevelFilter, Registry>>,
+}
+
+impl LogControl {
+    /// A control that only records settings (for tests and for `validate`).
+    pub fn detached(settings: LogSettings) -> Self {
+        LogControl { settings: Arc::new(Mutex::new(settings)), reload: None }
+    }
+
+    pub fn get(&self) -> LogSettings {
+        self.settings.lock().clone()
+    }
+
+    /// Applies an update; the log file and format are fixed at start, as in Triton.
+    pub fn update(&self, u: LogUpdate) -> Result<LogSettings> {
+        let mut s = self.settings.lock();
+        if let Some(f) = u.log_file.as_ref().filter(|f| **f != s.log_file) {
+            return Err(Error::invalid(format!("log_file cannot be changed at run time (asked for '{f}')")));
+        }
+        if let Some(f) = u.log_format.as_ref().filter(|f| **f != s.log_format) {
+            return Err(Error::invalid(format!("log_format cannot be changed at run time (asked for '{f}')")));
+        }
+        let mut next = s.clone();
+        if let Some(v) = u.log_info {
+            next.log_info = v;
+        }
+        if let Some(v) = u.log_warning {
+            next.log_warning = v;
+        }
+        if let Some(v) = u.log_error {
+            next.log_error = v;
+        }
+        if let Some(v) = u.log_verbose_level {
+            next.log_verbose_level = v;
+        }
+        if let Some(h) = &self.reload {
+            h.reload(next.level()).map_err(|e| Error::internal(format!("cannot change the log level: {e}")))?;
+        }
+        *s = next.clone();
+        Ok(next)
+    }
+}
+
+/// Installs the global subscriber. Logs go to standard error, or to `log_file`.
+pub fn init(settings: LogSettings) -> anyhow::Result<LogControl> {
+    let (filter, handle) = reload::Layer::new(settings.level());
+    let iso = settings.log_format.eq_ignore_ascii_case("ISO8601");
+    if !iso && settings.log_format != "default" {
+        anyhow::bail!("--log-format must be 'default' or 'ISO8601', got '{}'", settings.log_format);
+    }
+    let writer: fmt::writer::BoxMakeWriter = if settings.log_file.is_empty() {
+        fmt::writer::BoxMakeWriter::new(std::io::stderr)
+    } else {
+        let path = PathBuf::from(&settings.log_file);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| anyhow::anyhow!("cannot open --log-file '{}': {e}", path.display()))?;
+        fmt::writer::BoxMakeWriter::new(std::sync::Mutex::new(file))
+    };
+    let layer = fmt::layer().with_writer(writer).with_target(false).with_ansi(false);
+    let registry = tracing_subscriber::registry().with(filter);
+    if iso {
+        registry.with(layer).try_init()?;
+    } else {
+        registry.with(layer.with_timer(fmt::time::uptime())).try_init()?;
+    }
+    Ok(LogControl { settings: Arc::new(Mutex::new(settings)), reload: Some(handle) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> LogSettings {
+        LogSettings {
+            log_file: String::new(),
+            log_info: true,
+            log_warning: true,
+            log_error: true,
+            log_verbose_level: 0,
+            log_format: "default".into(),
+        }
+    }
+
+    #[test]
+    fn update_changes_levels_but_not_file() {
+        let c = LogControl::detached(base());
+        let s = c.update(LogUpdate { log_verbose_level: Some(1), log_info: Some(false), ..Default::default() }).unwrap();
+        assert_eq!(s.log_verbose_level, 1);
+        assert!(!s.log_info);
+        assert_eq!(c.get(), s);
+        assert!(c.update(LogUpdate { log_file: Some("/tmp/x".into()), ..Default::default() }).is_err());
+        assert_eq!(c.get(), s);
+    }
+
+    #[test]
+    fn level_follows_flags() {
+        let mut s = base();
+        assert_eq!(s.level(), LevelFilter::INFO);
+        s.log_info = false;
+        assert_eq!(s.level(), LevelFilter::WARN);
+        s.log_verbose_level = 2;
+        assert_eq!(s.level(), LevelFilter::TRACE);
+    }
+}

@@ -1,0 +1,108 @@
+//! Tensor memory: buffers tagged with the kind of memory they live in.
+//!
+//! Every tensor in the server carries a [`Buffer`]. Today requests arrive in host memory, but the type
+//! already says where its bytes are, so GPU and unified-memory pools can plug in without changing the API.
+
+use bytes::Bytes;
+use std::fmt;
+use std::sync::Arc;
+
+/// Where a buffer's bytes live, as Triton's `TRITONSERVER_MemoryType` with its device id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemoryType {
+    /// Ordinary pageable host memory.
+    Cpu,
+    /// Page-locked host memory, usable for DMA by a GPU.
+    CpuPinned,
+    /// Memory on the GPU with this device id.
+    Gpu { device_id: i32 },
+}
+
+/// Memory that is not directly addressable from the host (device memory). Implemented by GPU pools.
+pub trait DeviceMemory: Send + Sync + fmt::Debug {
+    /// Which memory this is.
+    fn memory_type(&self) -> MemoryType;
+    /// Size in bytes.
+    fn len(&self) -> usize;
+    /// Copies the contents into host memory.
+    fn to_host(&self) -> crate::error::Result<Bytes>;
+}
+
+/// A cheaply clonable, immutable byte buffer plus the memory it lives in.
+#[derive(Clone)]
+pub struct Buffer {
+    repr: Repr,
+}
+
+#[derive(Clone)]
+enum Repr {
+    /// Host memory; `pinned` tells whether it is page-locked.
+    Host { bytes: Bytes, pinned: bool },
+    /// Device memory owned by a pool.
+    Device(Arc<dyn DeviceMemory>),
+}
+
+impl Buffer {
+    /// Host memory, shared without copying (e.g. a slice of an HTTP body).
+    pub fn host(bytes: Bytes) -> Self {
+        Buffer { repr: Repr::Host { bytes, pinned: false } }
+    }
+
+    /// Device memory.
+    pub fn device(mem: Arc<dyn DeviceMemory>) -> Self {
+        Buffer { repr: Repr::Device(mem) }
+    }
+
+    pub fn memory_type(&self) -> MemoryType {
+        match &self.repr {
+            Repr::Host { pinned: false, .. } => MemoryType::Cpu,
+            Repr::Host { pinned: true, .. } => MemoryType::CpuPinned,
+            Repr::Device(d) => d.memory_type(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.repr {
+            Repr::Host { bytes, .. } => bytes.len(),
+            Repr::Device(d) => d.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, when they are host-addressable.
+    pub fn as_host(&self) -> Option<&Bytes> {
+        match &self.repr {
+            Repr::Host { bytes, .. } => Some(bytes),
+            Repr::Device(_) => None,
+        }
+    }
+
+    /// The bytes in host memory, copying from the device when needed.
+    pub fn to_host(&self) -> crate::error::Result<Bytes> {
+        match &self.repr {
+            Repr::Host { bytes, .. } => Ok(bytes.clone()),
+            Repr::Device(d) => d.to_host(),
+        }
+    }
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Buffer({:?}, {} bytes)", self.memory_type(), self.len())
+    }
+}
+
+impl From<Vec<u8>> for Buffer {
+    fn from(v: Vec<u8>) -> Self {
+        Buffer::host(Bytes::from(v))
+    }
+}
+
+impl From<Bytes> for Buffer {
+    fn from(b: Bytes) -> Self {
+        Buffer::host(b)
+    }
+}
