@@ -34,7 +34,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into() }
+        Error {
+            kind,
+            message: message.into(),
+        }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidArgument, message)
@@ -68,13 +71,13 @@ impl Error {
     /// The gRPC status code number for this error (the only gRPC mapping in the server).
     pub fn grpc_code(&self) -> i32 {
         match self.kind {
-            ErrorKind::InvalidArgument => 3,   // INVALID_ARGUMENT
-            ErrorKind::NotFound => 5,          // NOT_FOUND
-            ErrorKind::AlreadyExists => 6,     // ALREADY_EXISTS
-            ErrorKind::PayloadTooLarge => 8,   // RESOURCE_EXHAUSTED
-            ErrorKind::Unsupported => 12,      // UNIMPLEMENTED
-            ErrorKind::Internal => 13,         // INTERNAL
-            ErrorKind::Unavailable => 14,      // UNAVAILABLE
+            ErrorKind::InvalidArgument => 3, // INVALID_ARGUMENT
+            ErrorKind::NotFound => 5,        // NOT_FOUND
+            ErrorKind::AlreadyExists => 6,   // ALREADY_EXISTS
+            ErrorKind::PayloadTooLarge => 8, // RESOURCE_EXHAUSTED
+            ErrorKind::Unsupported => 12,    // UNIMPLEMENTED
+            ErrorKind::Internal => 13,       // INTERNAL
+            ErrorKind::Unavailable => 14,    // UNAVAILABLE
         }
     }
 

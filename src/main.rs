@@ -50,7 +50,10 @@ fn validate(args: ValidateArgs) -> ExitCode {
         let result = dir.as_ref().map_err(Clone::clone).and_then(|d| {
             let cfg = repository::read_model_config(d, name, &opts, None)?;
             let versions = repository::list_versions(d);
-            if repository::VersionPolicy::from_config(&cfg).select(&versions).is_empty() {
+            if repository::VersionPolicy::from_config(&cfg)
+                .select(&versions)
+                .is_empty()
+            {
                 return Err(tritonrs::error::Error::invalid(format!(
                     "model '{name}' has no version folders to serve in '{}'",
                     d.display()
@@ -78,7 +81,11 @@ fn validate(args: ValidateArgs) -> ExitCode {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let log = logging::init(LogSettings {
-        log_file: args.log_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+        log_file: args
+            .log_file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
         log_info: args.log_info,
         log_warning: args.log_warning,
         log_error: args.log_error,
@@ -102,7 +109,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         backend_config,
         load_threads: args.model_load_thread_count,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tritonrs-io").build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tritonrs-io")
+        .build()?;
     runtime.block_on(run(args, opts, log))
 }
 
@@ -119,14 +129,26 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
             .map_err(|e| anyhow::anyhow!("cannot bind the HTTP server to {addr}: {e}"))?;
         let bound = listener.local_addr()?;
         tracing::info!("Started HTTPService at {bound}");
-        let app = http::router(http::HttpState { server: server.clone(), log, max_body: args.http_max_input_size });
+        let app = http::router(http::HttpState {
+            server: server.clone(),
+            log,
+            max_body: args.http_max_input_size,
+        });
         let shutdown = shutdown_signal();
         http_task = Some(tokio::spawn(async move {
-            axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
         }));
     }
-    server.startup().await.map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    tracing::info!("Server is ready: {} model(s) loaded.", server.repository_index(true).len());
+    server
+        .startup()
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    tracing::info!(
+        "Server is ready: {} model(s) loaded.",
+        server.repository_index(true).len()
+    );
     if args.model_control_mode == tritonrs::core::ControlMode::Poll {
         tokio::spawn(server.clone().poll_repositories());
     }

@@ -72,7 +72,11 @@ pub trait Backend: Send + Sync {
     /// The name used in `config.pbtxt`'s `backend` field.
     fn name(&self) -> &'static str;
     /// Creates one instance; called on a blocking thread during model load.
-    fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>>;
+    fn create_instance(
+        &self,
+        ctx: &ModelContext,
+        spec: &InstanceSpec,
+    ) -> Result<Box<dyn ModelInstance>>;
 }
 
 /// `--backend-config` settings: per backend name, and global ones (given without a backend name).
@@ -107,7 +111,11 @@ impl BackendConfig {
 
     /// A setting for a backend, falling back to the global value.
     pub fn get(&self, backend: &str, key: &str) -> Option<&str> {
-        self.per_backend.get(backend).and_then(|m| m.get(key)).or_else(|| self.global.get(key)).map(String::as_str)
+        self.per_backend
+            .get(backend)
+            .and_then(|m| m.get(key))
+            .or_else(|| self.global.get(key))
+            .map(String::as_str)
     }
 }
 
@@ -125,10 +133,9 @@ impl BackendRegistry {
     }
 
     pub fn get(&self, name: &str) -> Result<Arc<dyn Backend>> {
-        self.backends
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::unavailable(format!("backend '{name}' is not available in this build")))
+        self.backends.get(name).cloned().ok_or_else(|| {
+            Error::unavailable(format!("backend '{name}' is not available in this build"))
+        })
     }
 }
 

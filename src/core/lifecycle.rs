@@ -7,7 +7,9 @@ use crate::core::scheduler::DefaultScheduler;
 use crate::core::stats::ModelStats;
 use crate::core::validate::ModelIo;
 use crate::error::{Error, ErrorKind, Result};
-use crate::proto::inference::{model_config::SchedulingChoice, model_instance_group::Kind, ModelConfig};
+use crate::proto::inference::{
+    model_config::SchedulingChoice, model_instance_group::Kind, ModelConfig,
+};
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -103,7 +105,12 @@ pub struct ModelManager {
 }
 
 impl ModelManager {
-    pub fn new(repos: Vec<PathBuf>, opts: RepoOptions, backends: BackendRegistry, load_threads: usize) -> Self {
+    pub fn new(
+        repos: Vec<PathBuf>,
+        opts: RepoOptions,
+        backends: BackendRegistry,
+        load_threads: usize,
+    ) -> Self {
         ModelManager {
             table: RwLock::new(HashMap::new()),
             repos,
@@ -120,11 +127,15 @@ impl ModelManager {
     /// The serving model for `version`, or the highest READY version when `None`.
     pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<LoadedModel>> {
         let table = self.table.read();
-        let entry = table.get(name).ok_or_else(|| Error::not_found(format!("Request for unknown model: '{name}' is not found")))?;
+        let entry = table.get(name).ok_or_else(|| {
+            Error::not_found(format!("Request for unknown model: '{name}' is not found"))
+        })?;
         match version {
             Some(v) => {
                 let slot = entry.versions.get(&v).ok_or_else(|| {
-                    Error::not_found(format!("Request for unknown model: '{name}' version {v} is not found"))
+                    Error::not_found(format!(
+                        "Request for unknown model: '{name}' version {v} is not found"
+                    ))
                 })?;
                 match (&slot.model, slot.state) {
                     (Some(m), ModelState::Ready | ModelState::Loading) => Ok(m.clone()),
@@ -139,16 +150,26 @@ impl ModelManager {
                 .values()
                 .rev()
                 .find_map(|s| s.model.clone())
-                .ok_or_else(|| Error::unavailable(format!("Request for unknown model: '{name}' has no available versions"))),
+                .ok_or_else(|| {
+                    Error::unavailable(format!(
+                        "Request for unknown model: '{name}' has no available versions"
+                    ))
+                }),
         }
     }
 
     /// Whether `name` (and `version`, when given) is ready to serve.
     pub fn is_ready(&self, name: &str, version: Option<i64>) -> Result<bool> {
         let table = self.table.read();
-        let entry = table.get(name).ok_or_else(|| Error::not_found(format!("Request for unknown model: '{name}' is not found")))?;
+        let entry = table.get(name).ok_or_else(|| {
+            Error::not_found(format!("Request for unknown model: '{name}' is not found"))
+        })?;
         Ok(match version {
-            Some(v) => entry.versions.get(&v).map(|s| s.model.is_some()).unwrap_or(false),
+            Some(v) => entry
+                .versions
+                .get(&v)
+                .map(|s| s.model.is_some())
+                .unwrap_or(false),
             None => entry.versions.values().any(|s| s.model.is_some()),
         })
     }
@@ -156,7 +177,10 @@ impl ModelManager {
     /// All ready model versions, for statistics.
     pub fn loaded(&self) -> Vec<Arc<LoadedModel>> {
         let table = self.table.read();
-        let mut v: Vec<_> = table.values().flat_map(|e| e.versions.values().filter_map(|s| s.model.clone())).collect();
+        let mut v: Vec<_> = table
+            .values()
+            .flat_map(|e| e.versions.values().filter_map(|s| s.model.clone()))
+            .collect();
         v.sort_by(|a, b| (a.name.as_str(), a.version).cmp(&(b.name.as_str(), b.version)));
         v
     }
@@ -164,14 +188,20 @@ impl ModelManager {
     /// Strict readiness: every model the server was asked to serve is READY in every version.
     pub fn all_ready(&self) -> bool {
         let table = self.table.read();
-        table.values().all(|e| e.error.is_none() && e.versions.values().all(|s| s.state == ModelState::Ready))
+        table
+            .values()
+            .all(|e| e.error.is_none() && e.versions.values().all(|s| s.state == ModelState::Ready))
     }
 
     /// The repository index: every model folder in the repositories plus every model the server knows.
     pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
         let (on_disk, _) = repository::scan(&self.repos);
         let table = self.table.read();
-        let mut names: Vec<&str> = on_disk.keys().map(String::as_str).chain(table.keys().map(String::as_str)).collect();
+        let mut names: Vec<&str> = on_disk
+            .keys()
+            .map(String::as_str)
+            .chain(table.keys().map(String::as_str))
+            .collect();
         names.sort();
         names.dedup();
         let mut out = Vec::new();
@@ -193,7 +223,12 @@ impl ModelManager {
                         })
                     }
                 }
-                None => out.push(IndexEntry { name: name.into(), version: None, state: None, reason: String::new() }),
+                None => out.push(IndexEntry {
+                    name: name.into(),
+                    version: None,
+                    state: None,
+                    reason: String::new(),
+                }),
             }
         }
         if ready_only {
@@ -221,7 +256,9 @@ impl ModelManager {
         let mut table = self.table.write();
         let entry = table.entry(name.to_string()).or_default();
         if entry.busy {
-            return Err(Error::unavailable(format!("model '{name}' is already being loaded or unloaded; try again later")));
+            return Err(Error::unavailable(format!(
+                "model '{name}' is already being loaded or unloaded; try again later"
+            )));
         }
         entry.busy = true;
         Ok(())
@@ -232,7 +269,9 @@ impl ModelManager {
     /// old versions until then.
     pub async fn load(self: &Arc<Self>, name: &str, opts: LoadOptions) -> Result<()> {
         if name.is_empty() || name.contains('/') || name.contains("..") {
-            return Err(Error::invalid(format!("'{name}' is not a valid model name")));
+            return Err(Error::invalid(format!(
+                "'{name}' is not a valid model name"
+            )));
         }
         self.set_busy(name)?;
         let result = self.load_inner(name, opts).await;
@@ -279,9 +318,11 @@ impl ModelManager {
         let name2 = name.to_string();
         let ropts = self.opts.clone();
         let cfg_json = opts.config_json.clone();
-        let cfg = tokio::task::spawn_blocking(move || repository::read_model_config(&dir2, &name2, &ropts, cfg_json.as_deref()))
-            .await
-            .map_err(|e| Error::internal(format!("config reader failed: {e}")))?;
+        let cfg = tokio::task::spawn_blocking(move || {
+            repository::read_model_config(&dir2, &name2, &ropts, cfg_json.as_deref())
+        })
+        .await
+        .map_err(|e| Error::internal(format!("config reader failed: {e}")))?;
         let cfg = match cfg {
             Ok(c) => Arc::new(c),
             Err(e) => {
@@ -299,7 +340,10 @@ impl ModelManager {
         let available = repository::list_versions(&dir);
         let wanted = VersionPolicy::from_config(&cfg).select(&available);
         if wanted.is_empty() {
-            let e = Error::invalid(format!("model '{name}' has no version folders to serve in '{}'", dir.display()));
+            let e = Error::invalid(format!(
+                "model '{name}' has no version folders to serve in '{}'",
+                dir.display()
+            ));
             let mut table = self.table.write();
             let entry = table.entry(name.to_string()).or_default();
             entry.fingerprint = Some(fingerprint);
@@ -329,26 +373,38 @@ impl ModelManager {
         let mut tasks = Vec::new();
         for &v in &wanted {
             let this = self.clone();
-            let (cfg, dir, labels, name) = (cfg.clone(), dir.clone(), labels.clone(), name.to_string());
+            let (cfg, dir, labels, name) =
+                (cfg.clone(), dir.clone(), labels.clone(), name.to_string());
             tasks.push(tokio::spawn(async move {
                 let _permit = this.load_slots.acquire().await;
                 let worker = this.clone();
-                let res = tokio::task::spawn_blocking(move || load_version(&worker.backends, &name, v, cfg, &dir, labels))
-                    .await
-                    .unwrap_or_else(|e| Err(Error::internal(format!("model load task failed: {e}"))));
+                let res = tokio::task::spawn_blocking(move || {
+                    load_version(&worker.backends, &name, v, cfg, &dir, labels)
+                })
+                .await
+                .unwrap_or_else(|e| Err(Error::internal(format!("model load task failed: {e}"))));
                 (v, res)
             }));
         }
         let mut failures = Vec::new();
         let mut retired = Vec::new();
         for t in tasks {
-            let (v, res) = t.await.map_err(|e| Error::internal(format!("model load task failed: {e}")))?;
+            let (v, res) = t
+                .await
+                .map_err(|e| Error::internal(format!("model load task failed: {e}")))?;
             let mut table = self.table.write();
             let entry = table.entry(name.to_string()).or_default();
-            let slot = entry.versions.entry(v).or_insert(VersionSlot { state: ModelState::Loading, reason: String::new(), model: None });
+            let slot = entry.versions.entry(v).or_insert(VersionSlot {
+                state: ModelState::Loading,
+                reason: String::new(),
+                model: None,
+            });
             match res {
                 Ok(m) => {
-                    tracing::info!("Model '{name}' version {v} is READY (loaded in {:.1} ms).", m.load_duration.as_secs_f64() * 1e3);
+                    tracing::info!(
+                        "Model '{name}' version {v} is READY (loaded in {:.1} ms).",
+                        m.load_duration.as_secs_f64() * 1e3
+                    );
                     if let Some(old) = slot.model.replace(m) {
                         retired.push(old);
                     }
@@ -359,7 +415,10 @@ impl ModelManager {
                     tracing::error!("Model '{name}' version {v} failed to load: {}", e.message);
                     if slot.model.is_some() {
                         // The previous copy keeps serving; the failed reload is reported to the caller.
-                        slot.reason = format!("reload failed, previous version still serving: {}", e.message);
+                        slot.reason = format!(
+                            "reload failed, previous version still serving: {}",
+                            e.message
+                        );
                     } else {
                         slot.state = ModelState::Unavailable;
                         slot.reason = e.message.clone();
@@ -391,7 +450,10 @@ impl ModelManager {
             tracing::debug!("Model '{name}' load finished in {:?}.", started.elapsed());
             Ok(())
         } else {
-            Err(Error::invalid(format!("failed to load '{name}': {}", failures.join("; "))))
+            Err(Error::invalid(format!(
+                "failed to load '{name}': {}",
+                failures.join("; ")
+            )))
         }
     }
 
@@ -401,14 +463,21 @@ impl ModelManager {
         let mut retired = Vec::new();
         {
             let mut table = self.table.write();
-            let known = table.get(name).map(|e| !e.versions.is_empty() || e.error.is_some()).unwrap_or(false);
+            let known = table
+                .get(name)
+                .map(|e| !e.versions.is_empty() || e.error.is_some())
+                .unwrap_or(false);
             let Some(entry) = table.get_mut(name) else {
-                return Err(Error::not_found(format!("failed to unload '{name}': unknown model")));
+                return Err(Error::not_found(format!(
+                    "failed to unload '{name}': unknown model"
+                )));
             };
             entry.busy = false;
             if !known {
                 table.remove(name);
-                return Err(Error::not_found(format!("failed to unload '{name}': the model is not loaded")));
+                return Err(Error::not_found(format!(
+                    "failed to unload '{name}': the model is not loaded"
+                )));
             }
             entry.error = None;
             entry.fingerprint = None;
@@ -449,7 +518,10 @@ fn load_version(
     let started = Instant::now();
     let version_dir = dir.join(version.to_string());
     if !version_dir.is_dir() {
-        return Err(Error::invalid(format!("version folder '{}' does not exist", version_dir.display())));
+        return Err(Error::invalid(format!(
+            "version folder '{}' does not exist",
+            version_dir.display()
+        )));
     }
     let backend = backends.get(&cfg.backend)?;
     let io = ModelIo::from_config(&cfg)?;
@@ -525,19 +597,30 @@ fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::Temp
     let tmp = tempfile::Builder::new()
         .prefix("tritonrs-model-")
         .tempdir()
-        .map_err(|e| Error::internal(format!("cannot create a temporary folder for model files: {e}")))?;
+        .map_err(|e| {
+            Error::internal(format!(
+                "cannot create a temporary folder for model files: {e}"
+            ))
+        })?;
     let root = tmp.path().join(name);
     for (rel, data) in files {
         let rel_path = Path::new(rel);
-        let safe = rel_path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        let safe = rel_path
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
         if !safe || rel.is_empty() {
-            return Err(Error::invalid(format!("file parameter 'file:{rel}' must be a relative path inside the model folder")));
+            return Err(Error::invalid(format!(
+                "file parameter 'file:{rel}' must be a relative path inside the model folder"
+            )));
         }
         let path = root.join(rel_path);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| Error::internal(format!("cannot create '{}': {e}", parent.display())))?;
+            std::fs::create_dir_all(parent).map_err(|e| {
+                Error::internal(format!("cannot create '{}': {e}", parent.display()))
+            })?;
         }
-        std::fs::write(&path, data).map_err(|e| Error::internal(format!("cannot write '{}': {e}", path.display())))?;
+        std::fs::write(&path, data)
+            .map_err(|e| Error::internal(format!("cannot write '{}': {e}", path.display())))?;
     }
     Ok(tmp)
 }

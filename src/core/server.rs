@@ -105,15 +105,29 @@ pub fn parse_version(v: &str) -> Result<Option<i64>> {
         .ok()
         .filter(|&n| n >= 0)
         .map(Some)
-        .ok_or_else(|| Error::invalid(format!("'{v}' is not a valid model version: expected a non-negative integer")))
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "'{v}' is not a valid model version: expected a non-negative integer"
+            ))
+        })
 }
 
 impl Server {
     pub fn new(opts: ServerOptions) -> Server {
         let backends = BackendRegistry::new(&opts.backend_config);
-        let models = Arc::new(ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads));
+        let models = Arc::new(ModelManager::new(
+            opts.repositories.clone(),
+            opts.repo.clone(),
+            backends,
+            opts.load_threads,
+        ));
         Server {
-            inner: Arc::new(Inner { opts, models, started: AtomicBool::new(false), accepting: AtomicBool::new(true) }),
+            inner: Arc::new(Inner {
+                opts,
+                models,
+                started: AtomicBool::new(false),
+                accepting: AtomicBool::new(true),
+            }),
         }
     }
 
@@ -153,7 +167,9 @@ impl Server {
         self.inner.started.store(true, Ordering::SeqCst);
         if o.exit_on_error {
             if let Some((name, Err(e))) = results.into_iter().find(|(_, r)| r.is_err()) {
-                return Err(e.context(format!("model '{name}' failed to load and --exit-on-error is set")));
+                return Err(e.context(format!(
+                    "model '{name}' failed to load and --exit-on-error is set"
+                )));
             }
         }
         Ok(())
@@ -238,7 +254,11 @@ impl Server {
             .filter(|l| l.name == name)
             .map(|l| l.version.to_string())
             .collect();
-        let batch: Vec<i64> = if m.io.max_batch_size > 0 { vec![-1] } else { Vec::new() };
+        let batch: Vec<i64> = if m.io.max_batch_size > 0 {
+            vec![-1]
+        } else {
+            Vec::new()
+        };
         let meta = |specs: &[validate::TensorSpec]| {
             specs
                 .iter()
@@ -252,7 +272,11 @@ impl Server {
         Ok(ModelMetadata {
             name: m.name.clone(),
             versions,
-            platform: if m.config.platform.is_empty() { m.config.backend.clone() } else { m.config.platform.clone() },
+            platform: if m.config.platform.is_empty() {
+                m.config.backend.clone()
+            } else {
+                m.config.platform.clone()
+            },
             inputs: meta(&m.io.inputs),
             outputs: meta(&m.io.outputs),
         })
@@ -278,10 +302,18 @@ impl Server {
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        model.scheduler.submit(Job { exec: prepared.exec, batch_size: prepared.batch_size, enqueued: Instant::now(), reply: tx })?;
-        let result = rx
-            .await
-            .map_err(|_| Error::internal(format!("model '{}' stopped before answering the request", model.name)))??;
+        model.scheduler.submit(Job {
+            exec: prepared.exec,
+            batch_size: prepared.batch_size,
+            enqueued: Instant::now(),
+            reply: tx,
+        })?;
+        let result = rx.await.map_err(|_| {
+            Error::internal(format!(
+                "model '{}' stopped before answering the request",
+                model.name
+            ))
+        })??;
         let batched = model.io.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(result.outputs.len());
         for (mut t, req_out) in result.outputs.into_iter().zip(prepared.outputs.iter()) {
@@ -338,13 +370,21 @@ impl Server {
     pub fn statistics(&self, name: Option<&str>, version: &str) -> Result<Vec<ModelStatistics>> {
         let version = parse_version(version)?;
         let loaded = self.inner.models.loaded();
-        let snap = |m: &Arc<LoadedModel>| ModelStatistics { name: m.name.clone(), version: m.version, stats: m.stats.snapshot() };
+        let snap = |m: &Arc<LoadedModel>| ModelStatistics {
+            name: m.name.clone(),
+            version: m.version,
+            stats: m.stats.snapshot(),
+        };
         match name {
             None => Ok(loaded.iter().map(snap).collect()),
             Some(n) => {
                 // Unknown models and versions are errors, as in Triton.
                 self.inner.models.get(n, version)?;
-                Ok(loaded.iter().filter(|m| m.name == n && version.is_none_or(|v| v == m.version)).map(snap).collect())
+                Ok(loaded
+                    .iter()
+                    .filter(|m| m.name == n && version.is_none_or(|v| v == m.version))
+                    .map(snap)
+                    .collect())
             }
         }
     }
@@ -352,7 +392,11 @@ impl Server {
 
 /// The shape a client sees for an output with `reshape`: the configured dims (plus the batch dimension).
 fn client_shape(t: &Tensor, dims: &[i64], batched: bool) -> Vec<i64> {
-    let batch = if batched { t.shape.first().copied().unwrap_or(1).max(1) } else { 1 };
+    let batch = if batched {
+        t.shape.first().copied().unwrap_or(1).max(1)
+    } else {
+        1
+    };
     let per_item = t.element_count() / batch as usize;
     let mut shape = if batched { vec![batch] } else { Vec::new() };
     shape.extend(resolve_wildcards(dims, per_item));

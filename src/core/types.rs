@@ -169,8 +169,19 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    pub fn new(name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: impl Into<Buffer>) -> Self {
-        Tensor { name: name.into(), datatype, shape, data: data.into(), parameters: Parameters::new() }
+    pub fn new(
+        name: impl Into<String>,
+        datatype: DataType,
+        shape: Vec<i64>,
+        data: impl Into<Buffer>,
+    ) -> Self {
+        Tensor {
+            name: name.into(),
+            datatype,
+            shape,
+            data: data.into(),
+            parameters: Parameters::new(),
+        }
     }
 
     /// Number of elements implied by the shape (0 if any dimension is negative).
@@ -181,7 +192,9 @@ impl Tensor {
 
 /// Multiplies the dimensions, or `None` on a negative dimension or overflow.
 pub fn element_count(shape: &[i64]) -> Option<usize> {
-    shape.iter().try_fold(1usize, |acc, &d| usize::try_from(d).ok().and_then(|d| acc.checked_mul(d)))
+    shape.iter().try_fold(1usize, |acc, &d| {
+        usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
+    })
 }
 
 /// One output the client asked for.
@@ -223,7 +236,9 @@ pub fn bytes_elements(data: &[u8]) -> Result<Vec<&[u8]>> {
     let mut rest = data;
     while !rest.is_empty() {
         if rest.len() < 4 {
-            return Err(Error::invalid("BYTES tensor data is truncated: an element's 4-byte length prefix is incomplete"));
+            return Err(Error::invalid(
+                "BYTES tensor data is truncated: an element's 4-byte length prefix is incomplete",
+            ));
         }
         let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         rest = &rest[4..];

@@ -24,6 +24,10 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     fn memory_type(&self) -> MemoryType;
     /// Size in bytes.
     fn len(&self) -> usize;
+    /// Whether the allocation holds no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Copies the contents into host memory.
     fn to_host(&self) -> crate::error::Result<Bytes>;
 }
@@ -45,12 +49,19 @@ enum Repr {
 impl Buffer {
     /// Host memory, shared without copying (e.g. a slice of an HTTP body).
     pub fn host(bytes: Bytes) -> Self {
-        Buffer { repr: Repr::Host { bytes, pinned: false } }
+        Buffer {
+            repr: Repr::Host {
+                bytes,
+                pinned: false,
+            },
+        }
     }
 
     /// Device memory.
     pub fn device(mem: Arc<dyn DeviceMemory>) -> Self {
-        Buffer { repr: Repr::Device(mem) }
+        Buffer {
+            repr: Repr::Device(mem),
+        }
     }
 
     pub fn memory_type(&self) -> MemoryType {

@@ -23,7 +23,12 @@ pub struct DefaultScheduler {
 
 impl DefaultScheduler {
     /// Starts one thread per instance, all pulling from one queue of `capacity` jobs.
-    pub fn start(model: &str, instances: Vec<(String, Box<dyn ModelInstance>)>, capacity: usize, stats: Arc<ModelStats>) -> Result<Self> {
+    pub fn start(
+        model: &str,
+        instances: Vec<(String, Box<dyn ModelInstance>)>,
+        capacity: usize,
+        stats: Arc<ModelStats>,
+    ) -> Result<Self> {
         let (tx, rx) = bounded::<Job>(capacity);
         for (name, mut instance) in instances {
             let rx = rx.clone();
@@ -38,7 +43,11 @@ impl DefaultScheduler {
                 })
                 .map_err(|e| Error::internal(format!("cannot start a thread for instance of model '{model}': {e}")))?;
         }
-        Ok(DefaultScheduler { tx, model: model.to_string(), capacity })
+        Ok(DefaultScheduler {
+            tx,
+            model: model.to_string(),
+            capacity,
+        })
     }
 
     /// Queues a job, or rejects it at once when the queue is full or closed.
@@ -49,9 +58,10 @@ impl DefaultScheduler {
                 "exceeds maximum queue size: model '{}' already has {} requests queued",
                 self.model, self.capacity
             ))),
-            Err(TrySendError::Disconnected(_)) => {
-                Err(Error::unavailable(format!("model '{}' has no running instances", self.model)))
-            }
+            Err(TrySendError::Disconnected(_)) => Err(Error::unavailable(format!(
+                "model '{}' has no running instances",
+                self.model
+            ))),
         }
     }
 }
@@ -59,13 +69,26 @@ impl DefaultScheduler {
 fn run_job(instance: &mut dyn ModelInstance, job: Job, stats: &ModelStats) {
     let start = Instant::now();
     let queue_ns = (start - job.enqueued).as_nanos() as u64;
-    let result = catch_unwind(AssertUnwindSafe(|| instance.execute(&job.exec))).unwrap_or_else(|_| {
-        Err(Error::internal("the backend panicked while executing the request; this is a bug"))
-    });
+    let result =
+        catch_unwind(AssertUnwindSafe(|| instance.execute(&job.exec))).unwrap_or_else(|_| {
+            Err(Error::internal(
+                "the backend panicked while executing the request; this is a bug",
+            ))
+        });
     if let Ok(r) = &result {
         let t = r.timings;
-        stats.record_execution(job.batch_size, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
-        stats.record_request_compute(queue_ns, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
+        stats.record_execution(
+            job.batch_size,
+            t.compute_input_ns,
+            t.compute_infer_ns,
+            t.compute_output_ns,
+        );
+        stats.record_request_compute(
+            queue_ns,
+            t.compute_input_ns,
+            t.compute_infer_ns,
+            t.compute_output_ns,
+        );
     }
     let _ = job.reply.send(result);
 }

@@ -1,0 +1,231 @@
+"""Helpers for the tritonrs black-box tests: the server process, raw HTTP, CLI runs.
+
+Starts the real `tritonrs` binary (env `TRITONRS_BIN`, default `<repo>/target/debug/tritonrs`) on an
+ephemeral loopback port, learns the port from the `Started HTTPService at <addr>:<port>` log line,
+keeps draining its stderr into a buffer (so the pipe never fills), waits for readiness, and stops it
+with SIGTERM (then SIGKILL) at teardown. The log of every running server is attached to the report
+of a failing test.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO_ROOT / "model-repos" / "examples"
+BIN = Path(os.environ.get("TRITONRS_BIN", REPO_ROOT / "target" / "debug" / "tritonrs"))
+EXAMPLE_MODELS = ["autocomplete_add", "bytes_identity", "classifier", "multi_version", "simple", "vlen_scale"]
+
+_STARTED_RE = re.compile(r"Started HTTPService at (\S+):(\d+)")
+
+# Servers that are running right now; their logs go into the report of a failing test.
+_RUNNING: list["TritonServer"] = []
+
+
+def server_env() -> dict:
+    """The environment for the binary: ours minus every TRITONRS_* flag variable, so a stray
+    variable in the developer's shell cannot change the server's flags; ORT_DYLIB_PATH is filled in
+    from the checkout when scripts/env.sh was not sourced."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONRS_")}
+    if "ORT_DYLIB_PATH" not in env:
+        lib = REPO_ROOT / ".ort" / "libonnxruntime.so"
+        if lib.exists():
+            env["ORT_DYLIB_PATH"] = str(lib)
+    return env
+
+
+def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    """Runs the binary to completion (for --help, --version, validate)."""
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout, env=server_env())
+
+
+class HttpResponse:
+    def __init__(self, status: int, headers: dict, body: bytes):
+        self.status = status
+        self.headers = headers  # lower-cased names
+        self.body = body
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        return f"HttpResponse({self.status}, {self.body[:300]!r})"
+
+
+class TritonServer:
+    """One running tritonrs process."""
+
+    def __init__(self, args: list[str], name: str = ""):
+        self.args = [str(a) for a in args]
+        self.name = name
+        self.host = "127.0.0.1"
+        self.port: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self._port_found = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    # ---- process control -------------------------------------------------------------------
+    def start(self, wait: str | None = "ready", timeout: float = 30.0) -> "TritonServer":
+        """Starts the process. `wait`: "ready" (/v2/health/ready == 200), "live" (/v2/health/live
+        == 200 only) or None (only the port)."""
+        if not BIN.exists():
+            raise RuntimeError(f"tritonrs binary not found at {BIN}; run `cargo build` or set TRITONRS_BIN")
+        cmd = [str(BIN), "--http-port", "0", "--http-address", self.host,
+               "--allow-grpc=false", "--allow-metrics=false", *self.args]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, env=server_env())
+        _RUNNING.append(self)
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while not self._port_found.wait(0.05):
+            if self.proc.poll() is not None:
+                self._reader.join(2)
+                raise RuntimeError(f"tritonrs exited with {self.proc.returncode} before serving HTTP:\n{self.log}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"tritonrs did not log its HTTP port within {timeout}s:\n{self.log}")
+        if wait is not None:
+            path = "/v2/health/ready" if wait == "ready" else "/v2/health/live"
+            while True:
+                try:
+                    if self.get(path, timeout=5).status == 200:
+                        break
+                except OSError:
+                    pass
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"tritonrs exited with {self.proc.returncode} while waiting for {path}:\n{self.log}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{path} did not return 200 within {timeout}s:\n{self.log}")
+                time.sleep(0.05)
+        return self
+
+    def _drain(self):
+        assert self.proc and self.proc.stderr
+        for raw in iter(self.proc.stderr.readline, b""):
+            line = raw.decode("utf-8", "replace")
+            with self._lock:
+                self._lines.append(line)
+            if not self._port_found.is_set():
+                m = _STARTED_RE.search(line)
+                if m:
+                    self.port = int(m.group(2))
+                    self._port_found.set()
+        self.proc.stderr.close()
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after `timeout`; returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._reader:
+            self._reader.join(5)
+        if self in _RUNNING:
+            _RUNNING.remove(self)
+        return self.proc.returncode
+
+    def wait_exit(self, timeout: float = 30.0) -> int:
+        """Waits for the process to exit by itself."""
+        assert self.proc
+        rc = self.proc.wait(timeout)
+        if self._reader:
+            self._reader.join(5)
+        if self in _RUNNING:
+            _RUNNING.remove(self)
+        return rc
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def log(self) -> str:
+        with self._lock:
+            return "".join(self._lines)
+
+    def wait_for_log(self, pattern: str, timeout: float = 10.0) -> re.Match:
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = rx.search(self.log)
+            if m:
+                return m
+            time.sleep(0.05)
+        raise AssertionError(f"log pattern {pattern!r} not seen within {timeout}s:\n{self.log}")
+
+    # ---- clients ---------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def client(self, **kw):
+        import tritonclient.http as httpclient
+
+        return httpclient.InferenceServerClient(self.url, **kw)
+
+    def request(self, method: str, path: str, body: bytes | str | None = None,
+                headers: dict | None = None, timeout: float = 30.0) -> HttpResponse:
+        """A raw HTTP request over a fresh connection (for cases tritonclient cannot express)."""
+        if isinstance(body, str):
+            body = body.encode()
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            data = r.read()
+            return HttpResponse(r.status, {k.lower(): v for k, v in r.getheaders()}, data)
+        finally:
+            conn.close()
+
+    def get(self, path: str, **kw) -> HttpResponse:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, body=None, headers: dict | None = None, **kw) -> HttpResponse:
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+            headers = {"Content-Type": "application/json", **(headers or {})}
+        return self.request("POST", path, body=body, headers=headers, **kw)
+
+    def is_live(self) -> bool:
+        return self.get("/v2/health/live").status == 200
+
+    def index(self) -> list[dict]:
+        r = self.post("/v2/repository/index", b"{}")
+        assert r.status == 200, r
+        return r.json()
+
+    def index_rows(self, name: str) -> list[dict]:
+        return [row for row in self.index() if row["name"] == name]
+
+    def wait_until(self, predicate, timeout: float = 15.0, interval: float = 0.1, what: str = "condition"):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = predicate()
+            if last:
+                return last
+            time.sleep(interval)
+        raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r}); log:\n{self.log}")
+
+
+def copy_models(dest: Path, *names: str, src: Path = EXAMPLES) -> Path:
+    """Copies example models into `dest` (a model repository) and returns `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        shutil.copytree(src / n, dest / n)
+    return dest

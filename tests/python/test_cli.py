@@ -1,0 +1,91 @@
+"""Command line: --help, --version, the `validate` subcommand, and start-up errors."""
+
+import re
+
+from helpers import EXAMPLE_MODELS, EXAMPLES, copy_models, run_cli
+
+
+def test_help_lists_triton_flags():
+    r = run_cli("--help")
+    assert r.returncode == 0, r.stderr
+    for flag in ("--model-repository", "--model-control-mode", "--strict-readiness", "--backend-config",
+                 "--load-model", "--exit-on-error", "--http-port", "--http-max-input-size",
+                 "--repository-poll-secs", "--disable-auto-complete-config", "--id"):
+        assert flag in r.stdout, f"{flag} missing from --help"
+    assert "validate" in r.stdout
+
+
+def test_version():
+    r = run_cli("--version")
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(r"tritonrs \d+\.\d+\.\d+\S*\n", r.stdout), r.stdout
+
+
+def test_validate_examples_ok():
+    r = run_cli("validate", "--model-repository", str(EXAMPLES))
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines == [f"OK    {m}" for m in sorted(EXAMPLE_MODELS)]
+
+
+def test_validate_broken_config_names_file_line_and_field(tmp_path):
+    repo = copy_models(tmp_path / "repo", "simple")
+    bad = repo / "broken"
+    (bad / "1").mkdir(parents=True)
+    (bad / "config.pbtxt").write_text('name: "broken"\nbackend: "onnxruntime"\nmax_batch_sizee: 8\n')
+    r = run_cli("validate", "--model-repository", str(repo))
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert "OK    simple" in lines
+    fail = [l for l in lines if l.startswith("FAIL  broken: ")]
+    assert len(fail) == 1, lines
+    msg = fail[0]
+    assert f"{bad / 'config.pbtxt'}:3:" in msg, msg  # file:line:col
+    assert re.search(r"config\.pbtxt:3:\d+", msg), msg
+    assert "max_batch_sizee" in msg, msg
+    assert len(lines) == 2, lines
+
+
+def test_validate_syntax_error_reports_position(tmp_path):
+    repo = tmp_path / "repo"
+    bad = repo / "syntax"
+    (bad / "1").mkdir(parents=True)
+    (bad / "config.pbtxt").write_text('name: "syntax"\nbackend: "onnxruntime"\ninput [ { name: "X" \n')
+    r = run_cli("validate", "--model-repository", str(repo))
+    assert r.returncode == 1
+    assert r.stdout.startswith("FAIL  syntax: "), r.stdout
+    assert re.search(r"config\.pbtxt:\d+:\d+", r.stdout), r.stdout
+
+
+def test_validate_wrong_value_type(tmp_path):
+    repo = tmp_path / "repo"
+    bad = repo / "badtype"
+    (bad / "1").mkdir(parents=True)
+    (bad / "config.pbtxt").write_text('name: "badtype"\nbackend: "onnxruntime"\nmax_batch_size: "eight"\n')
+    r = run_cli("validate", "--model-repository", str(repo))
+    assert r.returncode == 1
+    assert r.stdout.startswith("FAIL  badtype: "), r.stdout
+    assert "config.pbtxt:3:" in r.stdout and "max_batch_size" in r.stdout, r.stdout
+
+
+def test_validate_model_without_versions_fails(tmp_path):
+    repo = tmp_path / "repo"
+    copy_models(repo, "simple")
+    for f in (repo / "simple" / "1").iterdir():
+        f.unlink()
+    (repo / "simple" / "1").rmdir()
+    r = run_cli("validate", "--model-repository", str(repo))
+    assert r.returncode == 1
+    assert r.stdout.startswith("FAIL  simple: ") and "version" in r.stdout, r.stdout
+
+
+def test_serve_without_repository_exits_with_error():
+    r = run_cli("--http-port", "0", "--http-address", "127.0.0.1")
+    assert r.returncode != 0
+    assert "--model-repository" in r.stderr, r.stderr
+
+
+def test_invalid_boolean_flag_is_rejected():
+    r = run_cli("--strict-readiness=maybe", "--model-repository", str(EXAMPLES))
+    assert r.returncode == 2
+    assert "maybe" in r.stderr
