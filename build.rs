@@ -32,18 +32,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     // The embedded copy is only used for reflection (text format, JSON), so leave the
     // comments out to keep the binary small.
     compiler.include_source_info(false);
-    fs::write(
-        out_dir.join("file_descriptor_set.bin"),
-        compiler.encode_file_descriptor_set(),
-    )?;
+    fs::write(out_dir.join("file_descriptor_set.bin"), compiler.encode_file_descriptor_set())?;
 
     // gRPC: once proto/grpc_service.proto (service GRPCInferenceService) is added it is
     // compiled here with the rest, but its service stubs need tonic's generator. Pass `fds`
     // to tonic's prost builder instead (tonic-prost-build: `configure().compile_fds(fds)`);
     // it emits the message types as well, so it replaces this call rather than joining it.
-    prost_build::Config::new()
-        .out_dir(&out_dir)
-        .compile_fds(fds)?;
+    prost_build::Config::new().out_dir(&out_dir).compile_fds(fds)?;
 
     Ok(())
 }

@@ -16,12 +16,7 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 
 /// A Triton-compatible inference server for edge devices.
 #[derive(Debug, Parser)]
-#[command(
-    name = "tritonrs",
-    version,
-    about,
-    args_conflicts_with_subcommands = true
-)]
+#[command(name = "tritonrs", version, about, args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -38,11 +33,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
     /// Model repository to check (repeatable).
-    #[arg(
-        long = "model-repository",
-        visible_alias = "model-store",
-        required = true
-    )]
+    #[arg(long = "model-repository", visible_alias = "model-store", required = true)]
     pub model_repository: Vec<PathBuf>,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
@@ -76,12 +67,7 @@ pub struct ServeArgs {
     )]
     pub model_repository: Vec<PathBuf>,
     /// How models are loaded: none (all at start), explicit (--load-model plus the API), poll (follow the repository).
-    #[arg(
-        long,
-        env = "TRITONRS_MODEL_CONTROL_MODE",
-        value_enum,
-        default_value = "none"
-    )]
+    #[arg(long, env = "TRITONRS_MODEL_CONTROL_MODE", value_enum, default_value = "none")]
     pub model_control_mode: ControlMode,
     /// Model to load at start in explicit mode (repeatable); `*` loads all.
     #[arg(long, env = "TRITONRS_LOAD_MODEL", value_delimiter = ',')]
@@ -170,13 +156,12 @@ impl ModelConfigArgs {
         &self,
         backend_config: &crate::backend::BackendConfig,
     ) -> anyhow::Result<crate::core::repository::RepoOptions> {
-        let default_max_batch_size =
-            match backend_config.get("onnxruntime", "default-max-batch-size") {
-                Some(v) => v.parse().map_err(|_| {
-                    anyhow::anyhow!("default-max-batch-size must be an integer, got '{v}'")
-                })?,
-                None => 4,
-            };
+        let default_max_batch_size = match backend_config.get("onnxruntime", "default-max-batch-size") {
+            Some(v) => {
+                v.parse().map_err(|_| anyhow::anyhow!("default-max-batch-size must be an integer, got '{v}'"))?
+            }
+            None => 4,
+        };
         Ok(crate::core::repository::RepoOptions {
             autocomplete: !(self.disable_auto_complete_config || self.strict_model_config),
             default_max_batch_size,
@@ -207,25 +192,18 @@ mod tests {
         ])
         .unwrap();
         let s = cli.serve;
-        assert_eq!(
-            s.model_repository,
-            vec![PathBuf::from("/m"), PathBuf::from("/n")]
-        );
+        assert_eq!(s.model_repository, vec![PathBuf::from("/m"), PathBuf::from("/n")]);
         assert_eq!(s.model_control_mode, ControlMode::Explicit);
         assert_eq!(s.load_model, vec!["a", "b"]);
         assert!(!s.strict_readiness);
         assert!(s.exit_on_error);
         assert_eq!(s.http_port, 0);
-        assert_eq!(
-            s.model_config.backend_config,
-            vec!["onnxruntime,library=/x.so"]
-        );
+        assert_eq!(s.model_config.backend_config, vec!["onnxruntime,library=/x.so"]);
     }
 
     #[test]
     fn validate_subcommand_parses() {
-        let cli =
-            Cli::try_parse_from(["tritonrs", "validate", "--model-repository", "/m"]).unwrap();
+        let cli = Cli::try_parse_from(["tritonrs", "validate", "--model-repository", "/m"]).unwrap();
         assert!(
             matches!(cli.command, Some(Command::Validate(ref v)) if v.model_repository == vec![PathBuf::from("/m")])
         );

@@ -4,9 +4,7 @@ use crate::error::{Error, Result};
 use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tracing_subscriber::{
-    filter::LevelFilter, fmt, layer::SubscriberExt, reload, util::SubscriberInitExt, Registry,
-};
+use tracing_subscriber::{filter::LevelFilter, fmt, layer::SubscriberExt, reload, util::SubscriberInitExt, Registry};
 
 /// The logging settings, as the logging extension reports them.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -61,10 +59,7 @@ pub struct LogControl {
 impl LogControl {
     /// A control that only records settings (for tests and for `validate`).
     pub fn detached(settings: LogSettings) -> Self {
-        LogControl {
-            settings: Arc::new(Mutex::new(settings)),
-            reload: None,
-        }
+        LogControl { settings: Arc::new(Mutex::new(settings)), reload: None }
     }
 
     pub fn get(&self) -> LogSettings {
@@ -75,14 +70,10 @@ impl LogControl {
     pub fn update(&self, u: LogUpdate) -> Result<LogSettings> {
         let mut s = self.settings.lock();
         if let Some(f) = u.log_file.as_ref().filter(|f| **f != s.log_file) {
-            return Err(Error::invalid(format!(
-                "log_file cannot be changed at run time (asked for '{f}')"
-            )));
+            return Err(Error::invalid(format!("log_file cannot be changed at run time (asked for '{f}')")));
         }
         if let Some(f) = u.log_format.as_ref().filter(|f| **f != s.log_format) {
-            return Err(Error::invalid(format!(
-                "log_format cannot be changed at run time (asked for '{f}')"
-            )));
+            return Err(Error::invalid(format!("log_format cannot be changed at run time (asked for '{f}')")));
         }
         let mut next = s.clone();
         if let Some(v) = u.log_info {
@@ -98,8 +89,7 @@ impl LogControl {
             next.log_verbose_level = v;
         }
         if let Some(h) = &self.reload {
-            h.reload(next.level())
-                .map_err(|e| Error::internal(format!("cannot change the log level: {e}")))?;
+            h.reload(next.level()).map_err(|e| Error::internal(format!("cannot change the log level: {e}")))?;
         }
         *s = next.clone();
         Ok(next)
@@ -111,10 +101,7 @@ pub fn init(settings: LogSettings) -> anyhow::Result<LogControl> {
     let (filter, handle) = reload::Layer::new(settings.level());
     let iso = settings.log_format.eq_ignore_ascii_case("ISO8601");
     if !iso && settings.log_format != "default" {
-        anyhow::bail!(
-            "--log-format must be 'default' or 'ISO8601', got '{}'",
-            settings.log_format
-        );
+        anyhow::bail!("--log-format must be 'default' or 'ISO8601', got '{}'", settings.log_format);
     }
     let writer: fmt::writer::BoxMakeWriter = if settings.log_file.is_empty() {
         fmt::writer::BoxMakeWriter::new(std::io::stderr)
@@ -127,22 +114,14 @@ pub fn init(settings: LogSettings) -> anyhow::Result<LogControl> {
             .map_err(|e| anyhow::anyhow!("cannot open --log-file '{}': {e}", path.display()))?;
         fmt::writer::BoxMakeWriter::new(std::sync::Mutex::new(file))
     };
-    let layer = fmt::layer()
-        .with_writer(writer)
-        .with_target(false)
-        .with_ansi(false);
+    let layer = fmt::layer().with_writer(writer).with_target(false).with_ansi(false);
     let registry = tracing_subscriber::registry().with(filter);
     if iso {
         registry.with(layer).try_init()?;
     } else {
-        registry
-            .with(layer.with_timer(fmt::time::uptime()))
-            .try_init()?;
+        registry.with(layer.with_timer(fmt::time::uptime())).try_init()?;
     }
-    Ok(LogControl {
-        settings: Arc::new(Mutex::new(settings)),
-        reload: Some(handle),
-    })
+    Ok(LogControl { settings: Arc::new(Mutex::new(settings)), reload: Some(handle) })
 }
 
 #[cfg(test)]
@@ -163,22 +142,12 @@ mod tests {
     #[test]
     fn update_changes_levels_but_not_file() {
         let c = LogControl::detached(base());
-        let s = c
-            .update(LogUpdate {
-                log_verbose_level: Some(1),
-                log_info: Some(false),
-                ..Default::default()
-            })
-            .unwrap();
+        let s =
+            c.update(LogUpdate { log_verbose_level: Some(1), log_info: Some(false), ..Default::default() }).unwrap();
         assert_eq!(s.log_verbose_level, 1);
         assert!(!s.log_info);
         assert_eq!(c.get(), s);
-        assert!(c
-            .update(LogUpdate {
-                log_file: Some("/tmp/x".into()),
-                ..Default::default()
-            })
-            .is_err());
+        assert!(c.update(LogUpdate { log_file: Some("/tmp/x".into()), ..Default::default() }).is_err());
         assert_eq!(c.get(), s);
     }
 

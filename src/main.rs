@@ -50,10 +50,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
         let result = dir.as_ref().map_err(Clone::clone).and_then(|d| {
             let cfg = repository::read_model_config(d, name, &opts, None)?;
             let versions = repository::list_versions(d);
-            if repository::VersionPolicy::from_config(&cfg)
-                .select(&versions)
-                .is_empty()
-            {
+            if repository::VersionPolicy::from_config(&cfg).select(&versions).is_empty() {
                 return Err(tritonrs::error::Error::invalid(format!(
                     "model '{name}' has no version folders to serve in '{}'",
                     d.display()
@@ -81,11 +78,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let log = logging::init(LogSettings {
-        log_file: args
-            .log_file
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default(),
+        log_file: args.log_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
         log_info: args.log_info,
         log_warning: args.log_warning,
         log_error: args.log_error,
@@ -109,15 +102,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         backend_config,
         load_threads: args.model_load_thread_count,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("tritonrs-io")
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tritonrs-io").build()?;
     runtime.block_on(run(args, opts, log))
 }
 
 async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> anyhow::Result<()> {
     let server = Server::new(opts);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // HTTP comes up first so liveness answers while models load; readiness waits for start-up.
     let mut http_task = None;
     if args.allow_http {
@@ -129,37 +120,50 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
             .map_err(|e| anyhow::anyhow!("cannot bind the HTTP server to {addr}: {e}"))?;
         let bound = listener.local_addr()?;
         tracing::info!("Started HTTPService at {bound}");
-        let app = http::router(http::HttpState {
-            server: server.clone(),
-            log,
-            max_body: args.http_max_input_size,
-        });
-        let shutdown = shutdown_signal();
+        let app = http::router(http::HttpState { server: server.clone(), log, max_body: args.http_max_input_size });
+        let mut stop = stop_rx.clone();
         http_task = Some(tokio::spawn(async move {
             axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
                 .await
         }));
     }
-    server
-        .startup()
-        .await
-        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    tracing::info!(
-        "Server is ready: {} model(s) loaded.",
-        server.repository_index(true).len()
-    );
-    if args.model_control_mode == tritonrs::core::ControlMode::Poll {
-        tokio::spawn(server.clone().poll_repositories());
-    }
-    match http_task {
-        Some(task) => {
-            task.await??;
+    tokio::select! {
+        r = server.startup() => {
+            r.map_err(|e| anyhow::anyhow!("{}", e.message))?;
+            tracing::info!("Server is ready: {} model version(s) loaded.", server.repository_index(true).len());
+            if args.model_control_mode == tritonrs::core::ControlMode::Poll {
+                tokio::spawn(server.clone().poll_repositories());
+            }
+            shutdown_signal().await;
         }
-        None => shutdown_signal().await,
+        _ = shutdown_signal() => {}
     }
+    // Stop accepting, let in-flight requests finish, unload every model; a second signal exits at once.
     server.stop_accepting();
-    tracing::info!("Shutting down.");
+    let _ = stop_tx.send(true);
+    let timeout = Duration::from_secs(args.exit_timeout_secs);
+    let drain = async {
+        if let Some(task) = http_task {
+            match task.await {
+                Ok(Err(e)) => tracing::error!("The HTTP server failed while shutting down: {e}"),
+                Err(e) => tracing::error!("The HTTP server task failed: {e}"),
+                Ok(Ok(())) => {}
+            }
+        }
+        server.unload_all().await;
+    };
+    tokio::select! {
+        r = tokio::time::timeout(timeout, drain) => {
+            if r.is_err() {
+                tracing::warn!("In-flight work did not finish within --exit-timeout-secs={}; exiting anyway.", args.exit_timeout_secs);
+            }
+        }
+        _ = shutdown_signal() => tracing::warn!("Second shutdown signal received; exiting now."),
+    }
+    tracing::info!("Server stopped.");
     Ok(())
 }
 
@@ -183,5 +187,5 @@ async fn shutdown_signal() {
         _ = ctrl_c => {},
         _ = term => {},
     }
-    tracing::info!("Received a shutdown signal; finishing in-flight requests.");
+    tracing::info!("Received a shutdown signal.");
 }

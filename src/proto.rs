@@ -11,8 +11,7 @@ pub mod inference {
 }
 
 /// Encoded `FileDescriptorSet` of every compiled .proto file, written by build.rs.
-pub static FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));
+pub static FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));
 
 /// Descriptors of all compiled messages, for text-format and JSON conversion by reflection.
 pub static DESCRIPTOR_POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {

@@ -72,11 +72,7 @@ pub trait Backend: Send + Sync {
     /// The name used in `config.pbtxt`'s `backend` field.
     fn name(&self) -> &'static str;
     /// Creates one instance; called on a blocking thread during model load.
-    fn create_instance(
-        &self,
-        ctx: &ModelContext,
-        spec: &InstanceSpec,
-    ) -> Result<Box<dyn ModelInstance>>;
+    fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>>;
 }
 
 /// `--backend-config` settings: per backend name, and global ones (given without a backend name).
@@ -98,7 +94,9 @@ impl BackendConfig {
                 None => (None, v.as_str()),
             };
             let (key, value) = setting.split_once('=').ok_or_else(|| {
-                Error::invalid(format!("--backend-config '{v}' must be '<backend>,<setting>=<value>' or '<setting>=<value>'"))
+                Error::invalid(format!(
+                    "--backend-config '{v}' must be '<backend>,<setting>=<value>' or '<setting>=<value>'"
+                ))
             })?;
             let map = match backend {
                 Some(b) if !b.is_empty() => cfg.per_backend.entry(b.to_string()).or_default(),
@@ -111,11 +109,7 @@ impl BackendConfig {
 
     /// A setting for a backend, falling back to the global value.
     pub fn get(&self, backend: &str, key: &str) -> Option<&str> {
-        self.per_backend
-            .get(backend)
-            .and_then(|m| m.get(key))
-            .or_else(|| self.global.get(key))
-            .map(String::as_str)
+        self.per_backend.get(backend).and_then(|m| m.get(key)).or_else(|| self.global.get(key)).map(String::as_str)
     }
 }
 
@@ -133,9 +127,10 @@ impl BackendRegistry {
     }
 
     pub fn get(&self, name: &str) -> Result<Arc<dyn Backend>> {
-        self.backends.get(name).cloned().ok_or_else(|| {
-            Error::unavailable(format!("backend '{name}' is not available in this build"))
-        })
+        self.backends
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::unavailable(format!("backend '{name}' is not available in this build")))
     }
 }
 
@@ -145,11 +140,8 @@ mod tests {
 
     #[test]
     fn backend_config_parses_both_forms() {
-        let cfg = BackendConfig::parse(&[
-            "onnxruntime,library=/opt/ort.so".into(),
-            "default-max-batch-size=8".into(),
-        ])
-        .unwrap();
+        let cfg = BackendConfig::parse(&["onnxruntime,library=/opt/ort.so".into(), "default-max-batch-size=8".into()])
+            .unwrap();
         assert_eq!(cfg.get("onnxruntime", "library"), Some("/opt/ort.so"));
         assert_eq!(cfg.get("onnxruntime", "default-max-batch-size"), Some("8"));
         assert_eq!(cfg.get("python", "library"), None);

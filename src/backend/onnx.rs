@@ -6,8 +6,8 @@
 #![allow(unsafe_code)]
 
 use super::{
-    Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec,
-    ModelContext, ModelInstance,
+    Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
+    ModelInstance,
 };
 use crate::core::types::{serialize_bytes, DataType, Tensor};
 use crate::error::{Error, Result};
@@ -39,10 +39,7 @@ pub struct OnnxBackend {
 
 impl OnnxBackend {
     pub fn new(config: &BackendConfig) -> Self {
-        OnnxBackend {
-            explicit_library: config.get("onnxruntime", "library").map(PathBuf::from),
-            env: OnceLock::new(),
-        }
+        OnnxBackend { explicit_library: config.get("onnxruntime", "library").map(PathBuf::from), env: OnceLock::new() }
     }
 
     fn environment(&self) -> Result<&Environment> {
@@ -69,10 +66,7 @@ fn candidates(explicit: Option<&Path>) -> Vec<PathBuf> {
         return vec![absolute(PathBuf::from(p))];
     }
     let mut list = Vec::new();
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-    {
+    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
         list.push(dir.join("libonnxruntime.so"));
         list.push(dir.join("../lib/libonnxruntime.so"));
     }
@@ -89,12 +83,10 @@ fn init_runtime(explicit: Option<&Path>) -> std::result::Result<Environment, Str
         }
         match ort::init_from(&path) {
             Ok(builder) => {
-                return builder.with_name("tritonrs").build().map_err(|e| {
-                    format!(
-                        "ONNX Runtime at '{}' failed to initialize: {e}",
-                        path.display()
-                    )
-                });
+                return builder
+                    .with_name("tritonrs")
+                    .build()
+                    .map_err(|e| format!("ONNX Runtime at '{}' failed to initialize: {e}", path.display()));
             }
             Err(e) => tried.push(format!("{} ({e})", path.display())),
         }
@@ -108,11 +100,7 @@ fn init_runtime(explicit: Option<&Path>) -> std::result::Result<Environment, Str
 
 /// A model parameter from `config.pbtxt` (`parameters { key: ... value: { string_value: ... } }`).
 fn param<'a>(ctx: &'a ModelContext, key: &str) -> Option<&'a str> {
-    ctx.config
-        .parameters
-        .get(key)
-        .map(|p| p.string_value.as_str())
-        .filter(|s| !s.is_empty())
+    ctx.config.parameters.get(key).map(|p| p.string_value.as_str()).filter(|s| !s.is_empty())
 }
 
 fn param_usize(ctx: &ModelContext, key: &str) -> Result<Option<usize>> {
@@ -133,35 +121,21 @@ impl Backend for OnnxBackend {
         "onnxruntime"
     }
 
-    fn create_instance(
-        &self,
-        ctx: &ModelContext,
-        spec: &InstanceSpec,
-    ) -> Result<Box<dyn ModelInstance>> {
+    fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let env = self.environment()?;
-        let file = ctx
-            .version_dir
-            .join(crate::core::repository::model_filename(&ctx.config));
+        let file = ctx.version_dir.join(crate::core::repository::model_filename(&ctx.config));
         if !file.is_file() {
-            return Err(Error::invalid(format!(
-                "model file '{}' not found",
-                file.display()
-            )));
+            return Err(Error::invalid(format!("model file '{}' not found", file.display())));
         }
-        let ort_err = |what: &str, e: ort::Error| {
-            Error::internal(format!("{what} for model '{}': {e}", ctx.name))
-        };
-        let mut builder = Session::builder(env)
-            .map_err(|e| ort_err("cannot create an ONNX Runtime session", e))?;
+        let ort_err = |what: &str, e: ort::Error| Error::internal(format!("{what} for model '{}': {e}", ctx.name));
+        let mut builder = Session::builder(env).map_err(|e| ort_err("cannot create an ONNX Runtime session", e))?;
         if let Some(n) = param_usize(ctx, "intra_op_thread_count")?.filter(|&n| n > 0) {
-            builder = builder
-                .with_intra_threads(n)
-                .map_err(|e| ort_err("cannot set intra_op_thread_count", e.into()))?;
+            builder =
+                builder.with_intra_threads(n).map_err(|e| ort_err("cannot set intra_op_thread_count", e.into()))?;
         }
         if let Some(n) = param_usize(ctx, "inter_op_thread_count")?.filter(|&n| n > 0) {
-            builder = builder
-                .with_inter_threads(n)
-                .map_err(|e| ort_err("cannot set inter_op_thread_count", e.into()))?;
+            builder =
+                builder.with_inter_threads(n).map_err(|e| ort_err("cannot set inter_op_thread_count", e.into()))?;
         }
         if let InstanceKind::Gpu { device_id } = spec.kind {
             use ort::ep::ExecutionProvider as _;
@@ -192,13 +166,10 @@ impl Backend for OnnxBackend {
 /// configured: mismatches fail the load rather than every request.
 fn check_io(ctx: &ModelContext, session: &Session) -> Result<()> {
     let model_type = |outlets: &[ort::value::Outlet], name: &str| {
-        outlets
-            .iter()
-            .find(|o| o.name() == name)
-            .map(|o| match o.dtype() {
-                ValueType::Tensor { ty, .. } => Some(*ty),
-                _ => None,
-            })
+        outlets.iter().find(|o| o.name() == name).map(|o| match o.dtype() {
+            ValueType::Tensor { ty, .. } => Some(*ty),
+            _ => None,
+        })
     };
     let check = |kind: &str, name: &str, dt: i32, outlets: &[ort::value::Outlet]| -> Result<()> {
         let expected = DataType::from_config(dt).and_then(to_element_type);
@@ -255,9 +226,7 @@ fn to_element_type(dt: DataType) -> Option<TensorElementType> {
 }
 
 fn from_element_type(t: TensorElementType) -> Option<DataType> {
-    DataType::ALL
-        .into_iter()
-        .find(|&d| to_element_type(d) == Some(t))
+    DataType::ALL.into_iter().find(|&d| to_element_type(d) == Some(t))
 }
 
 struct OnnxInstance {
@@ -267,22 +236,18 @@ struct OnnxInstance {
 impl ModelInstance for OnnxInstance {
     fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult> {
         let t0 = Instant::now();
-        let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> =
-            Vec::with_capacity(req.inputs.len());
+        let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(req.inputs.len());
         for t in &req.inputs {
             inputs.push((Cow::Borrowed(t.name.as_str()), input_value(t)?));
         }
         let t1 = Instant::now();
-        let outputs = self
-            .session
-            .run(inputs)
-            .map_err(|e| Error::internal(format!("ONNX Runtime run failed: {e}")))?;
+        let outputs = self.session.run(inputs).map_err(|e| Error::internal(format!("ONNX Runtime run failed: {e}")))?;
         let t2 = Instant::now();
         let mut result = Vec::with_capacity(req.outputs.len());
         for name in &req.outputs {
-            let value = outputs.get(name.as_str()).ok_or_else(|| {
-                Error::internal(format!("the ONNX model produced no output '{name}'"))
-            })?;
+            let value = outputs
+                .get(name.as_str())
+                .ok_or_else(|| Error::internal(format!("the ONNX model produced no output '{name}'")))?;
             result.push(output_tensor(name, value)?);
         }
         let t3 = Instant::now();
@@ -304,10 +269,7 @@ fn ort_value_err(e: ort::Error) -> Error {
 /// Wraps a request tensor for ORT: zero-copy when the bytes are suitably aligned host memory, else one copy.
 fn input_value(t: &Tensor) -> Result<SessionInputValue<'_>> {
     let bytes = t.data.as_host().ok_or_else(|| {
-        Error::unsupported(format!(
-            "input '{}' is in device memory, which this backend cannot read yet",
-            t.name
-        ))
+        Error::unsupported(format!("input '{}' is in device memory, which this backend cannot read yet", t.name))
     })?;
     let shape = Shape::new(t.shape.iter().copied());
     if t.datatype == DataType::Bytes {
@@ -316,32 +278,18 @@ fn input_value(t: &Tensor) -> Result<SessionInputValue<'_>> {
             .into_iter()
             .map(|e| std::str::from_utf8(e).map(str::to_owned))
             .collect::<std::result::Result<Vec<String>, _>>()
-            .map_err(|_| {
-                Error::invalid(format!(
-                    "input '{}': ONNX string tensors must hold UTF-8 text",
-                    t.name
-                ))
-            })?;
-        let v = ort::value::Tensor::from_string_array((shape, strings.as_slice()))
-            .map_err(ort_value_err)?;
+            .map_err(|_| Error::invalid(format!("input '{}': ONNX string tensors must hold UTF-8 text", t.name)))?;
+        let v = ort::value::Tensor::from_string_array((shape, strings.as_slice())).map_err(ort_value_err)?;
         return Ok(v.into_dyn().into());
     }
     let Some(elem) = to_element_type(t.datatype) else {
-        return Err(Error::invalid(format!(
-            "input '{}': unsupported datatype {}",
-            t.name, t.datatype
-        )));
+        return Err(Error::invalid(format!("input '{}': unsupported datatype {}", t.name, t.datatype)));
     };
     let size = t.datatype.byte_size().unwrap_or(1);
     let aligned = !bytes.is_empty() && (bytes.as_ptr() as usize).is_multiple_of(size);
     if aligned {
-        let info = MemoryInfo::new(
-            AllocationDevice::CPU,
-            0,
-            AllocatorType::Device,
-            MemoryType::Default,
-        )
-        .map_err(ort_value_err)?;
+        let info = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default)
+            .map_err(ort_value_err)?;
         let ptr = bytes.as_ptr() as *mut std::ffi::c_void;
         macro_rules! borrowed {
             ($ty:ty) => {{
@@ -349,7 +297,8 @@ fn input_value(t: &Tensor) -> Result<SessionInputValue<'_>> {
                 // run; it is aligned for the element type (checked above) and its length equals the shape's
                 // element count times the element size (validated by the core before scheduling). ONNX
                 // Runtime only reads input tensors, so handing it a mutable view does not mutate shared bytes.
-                let v: TensorRefMut<'_, $ty> = unsafe { TensorRefMut::from_raw(info, ptr, shape) }.map_err(ort_value_err)?;
+                let v: TensorRefMut<'_, $ty> =
+                    unsafe { TensorRefMut::from_raw(info, ptr, shape) }.map_err(ort_value_err)?;
                 Ok(v.into_dyn().into())
             }};
         }
@@ -387,9 +336,7 @@ fn output_tensor(name: &str, value: &DynValue) -> Result<Tensor> {
         return Err(Error::internal(format!("output '{name}' is not a tensor")));
     };
     let dt = from_element_type(*ty).ok_or_else(|| {
-        Error::internal(format!(
-            "output '{name}' has element type {ty:?}, which Triton cannot represent"
-        ))
+        Error::internal(format!("output '{name}' has element type {ty:?}, which Triton cannot represent"))
     })?;
     let dims: Vec<i64> = shape.iter().copied().collect();
     let extract_err = |e: ort::Error| Error::internal(format!("cannot read output '{name}': {e}"));

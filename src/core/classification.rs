@@ -10,12 +10,7 @@ fn values(t: &Tensor, bytes: &[u8]) -> Result<Vec<f64>> {
         ($ty:ty) => {
             bytes
                 .chunks_exact(std::mem::size_of::<$ty>())
-                .map(|c| {
-                    <$ty>::from_le_bytes(
-                        c.try_into()
-                            .expect("chunk size equals type size; this is a bug"),
-                    ) as f64
-                })
+                .map(|c| <$ty>::from_le_bytes(c.try_into().expect("chunk size equals type size; this is a bug")) as f64)
                 .collect()
         };
     }
@@ -30,20 +25,9 @@ fn values(t: &Tensor, bytes: &[u8]) -> Result<Vec<f64>> {
         DataType::Int64 => read!(i64),
         DataType::Fp32 => read!(f32),
         DataType::Fp64 => read!(f64),
-        DataType::Fp16 => bytes
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
-            .collect(),
-        DataType::Bf16 => bytes
-            .chunks_exact(2)
-            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
-            .collect(),
-        DataType::Bytes => {
-            return Err(Error::invalid(format!(
-                "cannot classify BYTES output '{}'",
-                t.name
-            )))
-        }
+        DataType::Fp16 => bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
+        DataType::Bf16 => bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
+        DataType::Bytes => return Err(Error::invalid(format!("cannot classify BYTES output '{}'", t.name))),
     })
 }
 
@@ -60,23 +44,14 @@ fn format_score(dt: DataType, v: f64) -> String {
 pub fn classify(t: &Tensor, k: u32, batched: bool, labels: Option<&[String]>) -> Result<Tensor> {
     let bytes = t.data.to_host()?;
     let vals = values(t, &bytes)?;
-    let rows = if batched {
-        t.shape.first().copied().unwrap_or(1).max(1) as usize
-    } else {
-        1
-    };
+    let rows = if batched { t.shape.first().copied().unwrap_or(1).max(1) as usize } else { 1 };
     let per_row = vals.len().checked_div(rows).unwrap_or(0);
     let k = (k as usize).min(per_row);
     let mut out = Vec::with_capacity(rows * k);
     for r in 0..rows {
         let row = &vals[r * per_row..(r + 1) * per_row];
         let mut idx: Vec<usize> = (0..row.len()).collect();
-        idx.sort_by(|&a, &b| {
-            row[b]
-                .partial_cmp(&row[a])
-                .unwrap_or(std::cmp::Ordering::Equal)
-                .then(a.cmp(&b))
-        });
+        idx.sort_by(|&a, &b| row[b].partial_cmp(&row[a]).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b)));
         for &i in idx.iter().take(k) {
             let score = format_score(t.datatype, row[i]);
             out.push(match labels.and_then(|l| l.get(i)) {
@@ -85,17 +60,8 @@ pub fn classify(t: &Tensor, k: u32, batched: bool, labels: Option<&[String]>) ->
             });
         }
     }
-    let shape = if batched {
-        vec![rows as i64, k as i64]
-    } else {
-        vec![k as i64]
-    };
-    Ok(Tensor::new(
-        t.name.clone(),
-        DataType::Bytes,
-        shape,
-        serialize_bytes(out.iter()),
-    ))
+    let shape = if batched { vec![rows as i64, k as i64] } else { vec![k as i64] };
+    Ok(Tensor::new(t.name.clone(), DataType::Bytes, shape, serialize_bytes(out.iter())))
 }
 
 #[cfg(test)]
@@ -122,15 +88,7 @@ mod tests {
         let labels = vec!["a".to_string(), "b".into(), "c".into()];
         let c = classify(&t, 2, true, Some(&labels)).unwrap();
         assert_eq!(c.shape, vec![2, 2]);
-        assert_eq!(
-            strings(&c),
-            vec![
-                "0.700000:1:b",
-                "0.200000:2:c",
-                "5.000000:0:a",
-                "5.000000:2:c"
-            ]
-        );
+        assert_eq!(strings(&c), vec!["0.700000:1:b", "0.200000:2:c", "5.000000:0:a", "5.000000:2:c"]);
     }
 
     #[test]

@@ -7,9 +7,7 @@ use crate::core::scheduler::DefaultScheduler;
 use crate::core::stats::ModelStats;
 use crate::core::validate::ModelIo;
 use crate::error::{Error, ErrorKind, Result};
-use crate::proto::inference::{
-    model_config::SchedulingChoice, model_instance_group::Kind, ModelConfig,
-};
+use crate::proto::inference::{model_config::SchedulingChoice, model_instance_group::Kind, ModelConfig};
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -105,12 +103,7 @@ pub struct ModelManager {
 }
 
 impl ModelManager {
-    pub fn new(
-        repos: Vec<PathBuf>,
-        opts: RepoOptions,
-        backends: BackendRegistry,
-        load_threads: usize,
-    ) -> Self {
+    pub fn new(repos: Vec<PathBuf>, opts: RepoOptions, backends: BackendRegistry, load_threads: usize) -> Self {
         ModelManager {
             table: RwLock::new(HashMap::new()),
             repos,
@@ -127,15 +120,13 @@ impl ModelManager {
     /// The serving model for `version`, or the highest READY version when `None`.
     pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<LoadedModel>> {
         let table = self.table.read();
-        let entry = table.get(name).ok_or_else(|| {
-            Error::not_found(format!("Request for unknown model: '{name}' is not found"))
-        })?;
+        let entry = table
+            .get(name)
+            .ok_or_else(|| Error::not_found(format!("Request for unknown model: '{name}' is not found")))?;
         match version {
             Some(v) => {
                 let slot = entry.versions.get(&v).ok_or_else(|| {
-                    Error::not_found(format!(
-                        "Request for unknown model: '{name}' version {v} is not found"
-                    ))
+                    Error::not_found(format!("Request for unknown model: '{name}' version {v} is not found"))
                 })?;
                 match (&slot.model, slot.state) {
                     (Some(m), ModelState::Ready | ModelState::Loading) => Ok(m.clone()),
@@ -145,31 +136,20 @@ impl ModelManager {
                     ))),
                 }
             }
-            None => entry
-                .versions
-                .values()
-                .rev()
-                .find_map(|s| s.model.clone())
-                .ok_or_else(|| {
-                    Error::unavailable(format!(
-                        "Request for unknown model: '{name}' has no available versions"
-                    ))
-                }),
+            None => entry.versions.values().rev().find_map(|s| s.model.clone()).ok_or_else(|| {
+                Error::unavailable(format!("Request for unknown model: '{name}' has no available versions"))
+            }),
         }
     }
 
     /// Whether `name` (and `version`, when given) is ready to serve.
     pub fn is_ready(&self, name: &str, version: Option<i64>) -> Result<bool> {
         let table = self.table.read();
-        let entry = table.get(name).ok_or_else(|| {
-            Error::not_found(format!("Request for unknown model: '{name}' is not found"))
-        })?;
+        let entry = table
+            .get(name)
+            .ok_or_else(|| Error::not_found(format!("Request for unknown model: '{name}' is not found")))?;
         Ok(match version {
-            Some(v) => entry
-                .versions
-                .get(&v)
-                .map(|s| s.model.is_some())
-                .unwrap_or(false),
+            Some(v) => entry.versions.get(&v).map(|s| s.model.is_some()).unwrap_or(false),
             None => entry.versions.values().any(|s| s.model.is_some()),
         })
     }
@@ -177,10 +157,7 @@ impl ModelManager {
     /// All ready model versions, for statistics.
     pub fn loaded(&self) -> Vec<Arc<LoadedModel>> {
         let table = self.table.read();
-        let mut v: Vec<_> = table
-            .values()
-            .flat_map(|e| e.versions.values().filter_map(|s| s.model.clone()))
-            .collect();
+        let mut v: Vec<_> = table.values().flat_map(|e| e.versions.values().filter_map(|s| s.model.clone())).collect();
         v.sort_by(|a, b| (a.name.as_str(), a.version).cmp(&(b.name.as_str(), b.version)));
         v
     }
@@ -188,20 +165,14 @@ impl ModelManager {
     /// Strict readiness: every model the server was asked to serve is READY in every version.
     pub fn all_ready(&self) -> bool {
         let table = self.table.read();
-        table
-            .values()
-            .all(|e| e.error.is_none() && e.versions.values().all(|s| s.state == ModelState::Ready))
+        table.values().all(|e| e.error.is_none() && e.versions.values().all(|s| s.state == ModelState::Ready))
     }
 
     /// The repository index: every model folder in the repositories plus every model the server knows.
     pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
         let (on_disk, _) = repository::scan(&self.repos);
         let table = self.table.read();
-        let mut names: Vec<&str> = on_disk
-            .keys()
-            .map(String::as_str)
-            .chain(table.keys().map(String::as_str))
-            .collect();
+        let mut names: Vec<&str> = on_disk.keys().map(String::as_str).chain(table.keys().map(String::as_str)).collect();
         names.sort();
         names.dedup();
         let mut out = Vec::new();
@@ -223,12 +194,7 @@ impl ModelManager {
                         })
                     }
                 }
-                None => out.push(IndexEntry {
-                    name: name.into(),
-                    version: None,
-                    state: None,
-                    reason: String::new(),
-                }),
+                None => out.push(IndexEntry { name: name.into(), version: None, state: None, reason: String::new() }),
             }
         }
         if ready_only {
@@ -269,9 +235,7 @@ impl ModelManager {
     /// old versions until then.
     pub async fn load(self: &Arc<Self>, name: &str, opts: LoadOptions) -> Result<()> {
         if name.is_empty() || name.contains('/') || name.contains("..") {
-            return Err(Error::invalid(format!(
-                "'{name}' is not a valid model name"
-            )));
+            return Err(Error::invalid(format!("'{name}' is not a valid model name")));
         }
         self.set_busy(name)?;
         let result = self.load_inner(name, opts).await;
@@ -340,10 +304,7 @@ impl ModelManager {
         let available = repository::list_versions(&dir);
         let wanted = VersionPolicy::from_config(&cfg).select(&available);
         if wanted.is_empty() {
-            let e = Error::invalid(format!(
-                "model '{name}' has no version folders to serve in '{}'",
-                dir.display()
-            ));
+            let e = Error::invalid(format!("model '{name}' has no version folders to serve in '{}'", dir.display()));
             let mut table = self.table.write();
             let entry = table.entry(name.to_string()).or_default();
             entry.fingerprint = Some(fingerprint);
@@ -373,25 +334,21 @@ impl ModelManager {
         let mut tasks = Vec::new();
         for &v in &wanted {
             let this = self.clone();
-            let (cfg, dir, labels, name) =
-                (cfg.clone(), dir.clone(), labels.clone(), name.to_string());
+            let (cfg, dir, labels, name) = (cfg.clone(), dir.clone(), labels.clone(), name.to_string());
             tasks.push(tokio::spawn(async move {
                 let _permit = this.load_slots.acquire().await;
                 let worker = this.clone();
-                let res = tokio::task::spawn_blocking(move || {
-                    load_version(&worker.backends, &name, v, cfg, &dir, labels)
-                })
-                .await
-                .unwrap_or_else(|e| Err(Error::internal(format!("model load task failed: {e}"))));
+                let res =
+                    tokio::task::spawn_blocking(move || load_version(&worker.backends, &name, v, cfg, &dir, labels))
+                        .await
+                        .unwrap_or_else(|e| Err(Error::internal(format!("model load task failed: {e}"))));
                 (v, res)
             }));
         }
         let mut failures = Vec::new();
         let mut retired = Vec::new();
         for t in tasks {
-            let (v, res) = t
-                .await
-                .map_err(|e| Error::internal(format!("model load task failed: {e}")))?;
+            let (v, res) = t.await.map_err(|e| Error::internal(format!("model load task failed: {e}")))?;
             let mut table = self.table.write();
             let entry = table.entry(name.to_string()).or_default();
             let slot = entry.versions.entry(v).or_insert(VersionSlot {
@@ -415,10 +372,7 @@ impl ModelManager {
                     tracing::error!("Model '{name}' version {v} failed to load: {}", e.message);
                     if slot.model.is_some() {
                         // The previous copy keeps serving; the failed reload is reported to the caller.
-                        slot.reason = format!(
-                            "reload failed, previous version still serving: {}",
-                            e.message
-                        );
+                        slot.reason = format!("reload failed, previous version still serving: {}", e.message);
                     } else {
                         slot.state = ModelState::Unavailable;
                         slot.reason = e.message.clone();
@@ -445,53 +399,55 @@ impl ModelManager {
                 }
             }
         }
-        drop(retired);
+        retire(retired).await;
         if failures.is_empty() {
             tracing::debug!("Model '{name}' load finished in {:?}.", started.elapsed());
             Ok(())
         } else {
-            Err(Error::invalid(format!(
-                "failed to load '{name}': {}",
-                failures.join("; ")
-            )))
+            Err(Error::invalid(format!("failed to load '{name}': {}", failures.join("; "))))
         }
     }
 
-    /// Unloads every version of a model. In-flight requests finish on the old instances.
+    /// Unloads every version of a model and waits until it is gone: the versions are UNLOADING while
+    /// requests already queued or running finish on the old instances, then UNAVAILABLE.
     pub async fn unload(&self, name: &str) -> Result<()> {
         self.set_busy(name)?;
         let mut retired = Vec::new();
         {
             let mut table = self.table.write();
-            let known = table
-                .get(name)
-                .map(|e| !e.versions.is_empty() || e.error.is_some())
-                .unwrap_or(false);
+            let known = table.get(name).map(|e| !e.versions.is_empty() || e.error.is_some()).unwrap_or(false);
             let Some(entry) = table.get_mut(name) else {
-                return Err(Error::not_found(format!(
-                    "failed to unload '{name}': unknown model"
-                )));
+                return Err(Error::not_found(format!("failed to unload '{name}': unknown model")));
             };
             entry.busy = false;
             if !known {
                 table.remove(name);
-                return Err(Error::not_found(format!(
-                    "failed to unload '{name}': the model is not loaded"
-                )));
+                return Err(Error::not_found(format!("failed to unload '{name}': the model is not loaded")));
             }
             entry.error = None;
             entry.fingerprint = None;
             entry._files = None;
             for slot in entry.versions.values_mut() {
-                if let Some(m) = slot.model.take() {
-                    retired.push(m);
-                }
-                slot.state = ModelState::Unavailable;
+                slot.state = match slot.model.take() {
+                    Some(m) => {
+                        retired.push(m);
+                        ModelState::Unloading
+                    }
+                    None => ModelState::Unavailable,
+                };
                 slot.reason = "unloaded".into();
+            }
+            // Stays busy until the old instances are gone, so a concurrent load waits its turn.
+            entry.busy = true;
+        }
+        retire(retired).await;
+        if let Some(entry) = self.table.write().get_mut(name) {
+            entry.busy = false;
+            for slot in entry.versions.values_mut().filter(|s| s.state == ModelState::Unloading) {
+                slot.state = ModelState::Unavailable;
             }
         }
         tracing::info!("Model '{name}' is unloaded.");
-        drop(retired);
         Ok(())
     }
 
@@ -502,6 +458,19 @@ impl ModelManager {
         match r {
             Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
             other => other,
+        }
+    }
+}
+
+/// Drops the given models and waits until their instance threads have finished every request that was
+/// already queued and have dropped their instances (running the backends' finalizers). Requests still
+/// holding a model keep its queue open, so this also waits for them.
+pub async fn retire(models: Vec<Arc<LoadedModel>>) {
+    let counters: Vec<_> = models.iter().map(|m| m.scheduler.running()).collect();
+    drop(models);
+    for c in counters {
+        while c.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 }
@@ -518,10 +487,7 @@ fn load_version(
     let started = Instant::now();
     let version_dir = dir.join(version.to_string());
     if !version_dir.is_dir() {
-        return Err(Error::invalid(format!(
-            "version folder '{}' does not exist",
-            version_dir.display()
-        )));
+        return Err(Error::invalid(format!("version folder '{}' does not exist", version_dir.display())));
     }
     let backend = backends.get(&cfg.backend)?;
     let io = ModelIo::from_config(&cfg)?;
@@ -597,17 +563,11 @@ fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::Temp
     let tmp = tempfile::Builder::new()
         .prefix("tritonrs-model-")
         .tempdir()
-        .map_err(|e| {
-            Error::internal(format!(
-                "cannot create a temporary folder for model files: {e}"
-            ))
-        })?;
+        .map_err(|e| Error::internal(format!("cannot create a temporary folder for model files: {e}")))?;
     let root = tmp.path().join(name);
     for (rel, data) in files {
         let rel_path = Path::new(rel);
-        let safe = rel_path
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        let safe = rel_path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
         if !safe || rel.is_empty() {
             return Err(Error::invalid(format!(
                 "file parameter 'file:{rel}' must be a relative path inside the model folder"
@@ -615,12 +575,10 @@ fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::Temp
         }
         let path = root.join(rel_path);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                Error::internal(format!("cannot create '{}': {e}", parent.display()))
-            })?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::internal(format!("cannot create '{}': {e}", parent.display())))?;
         }
-        std::fs::write(&path, data)
-            .map_err(|e| Error::internal(format!("cannot write '{}': {e}", path.display())))?;
+        std::fs::write(&path, data).map_err(|e| Error::internal(format!("cannot write '{}': {e}", path.display())))?;
     }
     Ok(tmp)
 }

@@ -105,29 +105,16 @@ pub fn parse_version(v: &str) -> Result<Option<i64>> {
         .ok()
         .filter(|&n| n >= 0)
         .map(Some)
-        .ok_or_else(|| {
-            Error::invalid(format!(
-                "'{v}' is not a valid model version: expected a non-negative integer"
-            ))
-        })
+        .ok_or_else(|| Error::invalid(format!("'{v}' is not a valid model version: expected a non-negative integer")))
 }
 
 impl Server {
     pub fn new(opts: ServerOptions) -> Server {
         let backends = BackendRegistry::new(&opts.backend_config);
-        let models = Arc::new(ModelManager::new(
-            opts.repositories.clone(),
-            opts.repo.clone(),
-            backends,
-            opts.load_threads,
-        ));
+        let models =
+            Arc::new(ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads));
         Server {
-            inner: Arc::new(Inner {
-                opts,
-                models,
-                started: AtomicBool::new(false),
-                accepting: AtomicBool::new(true),
-            }),
+            inner: Arc::new(Inner { opts, models, started: AtomicBool::new(false), accepting: AtomicBool::new(true) }),
         }
     }
 
@@ -167,9 +154,7 @@ impl Server {
         self.inner.started.store(true, Ordering::SeqCst);
         if o.exit_on_error {
             if let Some((name, Err(e))) = results.into_iter().find(|(_, r)| r.is_err()) {
-                return Err(e.context(format!(
-                    "model '{name}' failed to load and --exit-on-error is set"
-                )));
+                return Err(e.context(format!("model '{name}' failed to load and --exit-on-error is set")));
             }
         }
         Ok(())
@@ -228,6 +213,13 @@ impl Server {
         self.inner.accepting.store(false, Ordering::SeqCst);
     }
 
+    /// Unloads every model, waiting for queued and running requests to finish and for the backends'
+    /// finalizers to run.
+    pub async fn unload_all(&self) {
+        let names = self.inner.models.known_models();
+        futures_util::future::join_all(names.iter().map(|n| self.inner.models.unload(n))).await;
+    }
+
     pub fn metadata(&self) -> ServerMetadata {
         ServerMetadata {
             name: self.inner.opts.id.clone(),
@@ -246,19 +238,9 @@ impl Server {
 
     pub fn model_metadata(&self, name: &str, version: &str) -> Result<ModelMetadata> {
         let m = self.model(name, version)?;
-        let versions = self
-            .inner
-            .models
-            .loaded()
-            .iter()
-            .filter(|l| l.name == name)
-            .map(|l| l.version.to_string())
-            .collect();
-        let batch: Vec<i64> = if m.io.max_batch_size > 0 {
-            vec![-1]
-        } else {
-            Vec::new()
-        };
+        let versions =
+            self.inner.models.loaded().iter().filter(|l| l.name == name).map(|l| l.version.to_string()).collect();
+        let batch: Vec<i64> = if m.io.max_batch_size > 0 { vec![-1] } else { Vec::new() };
         let meta = |specs: &[validate::TensorSpec]| {
             specs
                 .iter()
@@ -272,11 +254,7 @@ impl Server {
         Ok(ModelMetadata {
             name: m.name.clone(),
             versions,
-            platform: if m.config.platform.is_empty() {
-                m.config.backend.clone()
-            } else {
-                m.config.platform.clone()
-            },
+            platform: if m.config.platform.is_empty() { m.config.backend.clone() } else { m.config.platform.clone() },
             inputs: meta(&m.io.inputs),
             outputs: meta(&m.io.outputs),
         })
@@ -308,12 +286,9 @@ impl Server {
             enqueued: Instant::now(),
             reply: tx,
         })?;
-        let result = rx.await.map_err(|_| {
-            Error::internal(format!(
-                "model '{}' stopped before answering the request",
-                model.name
-            ))
-        })??;
+        let result = rx
+            .await
+            .map_err(|_| Error::internal(format!("model '{}' stopped before answering the request", model.name)))??;
         let batched = model.io.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(result.outputs.len());
         for (mut t, req_out) in result.outputs.into_iter().zip(prepared.outputs.iter()) {
@@ -380,11 +355,7 @@ impl Server {
             Some(n) => {
                 // Unknown models and versions are errors, as in Triton.
                 self.inner.models.get(n, version)?;
-                Ok(loaded
-                    .iter()
-                    .filter(|m| m.name == n && version.is_none_or(|v| v == m.version))
-                    .map(snap)
-                    .collect())
+                Ok(loaded.iter().filter(|m| m.name == n && version.is_none_or(|v| v == m.version)).map(snap).collect())
             }
         }
     }
@@ -392,11 +363,7 @@ impl Server {
 
 /// The shape a client sees for an output with `reshape`: the configured dims (plus the batch dimension).
 fn client_shape(t: &Tensor, dims: &[i64], batched: bool) -> Vec<i64> {
-    let batch = if batched {
-        t.shape.first().copied().unwrap_or(1).max(1)
-    } else {
-        1
-    };
+    let batch = if batched { t.shape.first().copied().unwrap_or(1).max(1) } else { 1 };
     let per_item = t.element_count() / batch as usize;
     let mut shape = if batched { vec![batch] } else { Vec::new() };
     shape.extend(resolve_wildcards(dims, per_item));

@@ -17,10 +17,7 @@ impl DurationStat {
         self.ns.fetch_add(ns, Relaxed);
     }
     pub fn snapshot(&self) -> DurationSnapshot {
-        DurationSnapshot {
-            count: self.count.load(Relaxed),
-            ns: self.ns.load(Relaxed),
-        }
+        DurationSnapshot { count: self.count.load(Relaxed), ns: self.ns.load(Relaxed) }
     }
 }
 
@@ -82,8 +79,7 @@ impl ModelStats {
     /// Records one execution of `batch_size` inferences.
     pub fn record_execution(&self, batch_size: u32, input_ns: u64, infer_ns: u64, output_ns: u64) {
         self.execution_count.fetch_add(1, Relaxed);
-        self.inference_count
-            .fetch_add(u64::from(batch_size), Relaxed);
+        self.inference_count.fetch_add(u64::from(batch_size), Relaxed);
         if let Some(b) = self.batches.get((batch_size as usize).wrapping_sub(1)) {
             b.compute_input.add(input_ns);
             b.compute_infer.add(infer_ns);
@@ -92,13 +88,7 @@ impl ModelStats {
     }
 
     /// Records the per-request compute times of a request that was part of an execution.
-    pub fn record_request_compute(
-        &self,
-        queue_ns: u64,
-        input_ns: u64,
-        infer_ns: u64,
-        output_ns: u64,
-    ) {
+    pub fn record_request_compute(&self, queue_ns: u64, input_ns: u64, infer_ns: u64, output_ns: u64) {
         self.queue.add(queue_ns);
         self.compute_input.add(input_ns);
         self.compute_infer.add(infer_ns);
@@ -107,10 +97,7 @@ impl ModelStats {
 
     pub fn record_success(&self, total: Duration) {
         self.success.add(total.as_nanos() as u64);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         self.last_inference_ms.store(now, Relaxed);
     }
 
@@ -189,10 +176,7 @@ mod tests {
         assert_eq!(snap.inference_count, 17);
         assert_eq!(snap.batches.len(), 2);
         assert_eq!(snap.batches[0].batch_size, 2);
-        assert_eq!(
-            snap.batches[0].compute_infer,
-            DurationSnapshot { count: 2, ns: 22 }
-        );
+        assert_eq!(snap.batches[0].compute_infer, DurationSnapshot { count: 2, ns: 22 });
     }
 
     #[test]

@@ -169,19 +169,8 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    pub fn new(
-        name: impl Into<String>,
-        datatype: DataType,
-        shape: Vec<i64>,
-        data: impl Into<Buffer>,
-    ) -> Self {
-        Tensor {
-            name: name.into(),
-            datatype,
-            shape,
-            data: data.into(),
-            parameters: Parameters::new(),
-        }
+    pub fn new(name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: impl Into<Buffer>) -> Self {
+        Tensor { name: name.into(), datatype, shape, data: data.into(), parameters: Parameters::new() }
     }
 
     /// Number of elements implied by the shape (0 if any dimension is negative).
@@ -192,9 +181,7 @@ impl Tensor {
 
 /// Multiplies the dimensions, or `None` on a negative dimension or overflow.
 pub fn element_count(shape: &[i64]) -> Option<usize> {
-    shape.iter().try_fold(1usize, |acc, &d| {
-        usize::try_from(d).ok().and_then(|d| acc.checked_mul(d))
-    })
+    shape.iter().try_fold(1usize, |acc, &d| usize::try_from(d).ok().and_then(|d| acc.checked_mul(d)))
 }
 
 /// One output the client asked for.

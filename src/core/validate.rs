@@ -2,9 +2,7 @@
 //! (with `-1` wildcards), batch size, byte sizes, `reshape` and `optional`.
 
 use crate::backend::ExecRequest;
-use crate::core::types::{
-    bytes_elements, element_count, DataType, InferRequest, RequestedOutput, Tensor,
-};
+use crate::core::types::{bytes_elements, element_count, DataType, InferRequest, RequestedOutput, Tensor};
 use crate::error::{Error, Result};
 use crate::proto::inference::ModelConfig;
 
@@ -32,12 +30,8 @@ pub struct ModelIo {
 impl ModelIo {
     pub fn from_config(cfg: &ModelConfig) -> Result<ModelIo> {
         let dt = |name: &str, v: i32| {
-            DataType::from_config(v).ok_or_else(|| {
-                Error::invalid(format!(
-                    "model '{}': tensor '{name}' has no valid data_type",
-                    cfg.name
-                ))
-            })
+            DataType::from_config(v)
+                .ok_or_else(|| Error::invalid(format!("model '{}': tensor '{name}' has no valid data_type", cfg.name)))
         };
         let inputs = cfg
             .input
@@ -65,11 +59,7 @@ impl ModelIo {
                 })
             })
             .collect::<Result<_>>()?;
-        Ok(ModelIo {
-            max_batch_size: i64::from(cfg.max_batch_size),
-            inputs,
-            outputs,
-        })
+        Ok(ModelIo { max_batch_size: i64::from(cfg.max_batch_size), inputs, outputs })
     }
 
     pub fn output(&self, name: &str) -> Option<&TensorSpec> {
@@ -88,21 +78,11 @@ pub struct Prepared {
 }
 
 fn shape_matches(expected: &[i64], actual: &[i64]) -> bool {
-    expected.len() == actual.len()
-        && expected
-            .iter()
-            .zip(actual)
-            .all(|(&e, &a)| e == -1 || e == a)
+    expected.len() == actual.len() && expected.iter().zip(actual).all(|(&e, &a)| e == -1 || e == a)
 }
 
 fn fmt_shape(s: &[i64]) -> String {
-    format!(
-        "[{}]",
-        s.iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    )
+    format!("[{}]", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(","))
 }
 
 /// Validates `req` for model `model` and turns it into an execution request.
@@ -111,17 +91,12 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
     let mut batch: Option<i64> = None;
     let mut inputs = Vec::with_capacity(req.inputs.len());
     for mut t in req.inputs {
-        let spec = io.inputs.iter().find(|s| s.name == t.name).ok_or_else(|| {
-            Error::invalid(format!(
-                "unexpected inference input '{}' for model '{model}'",
-                t.name
-            ))
-        })?;
+        let spec =
+            io.inputs.iter().find(|s| s.name == t.name).ok_or_else(|| {
+                Error::invalid(format!("unexpected inference input '{}' for model '{model}'", t.name))
+            })?;
         if inputs.iter().any(|i: &Tensor| i.name == t.name) {
-            return Err(Error::invalid(format!(
-                "input '{}' appears more than once in the request",
-                t.name
-            )));
+            return Err(Error::invalid(format!("input '{}' appears more than once in the request", t.name)));
         }
         if t.datatype != spec.datatype {
             return Err(Error::invalid(format!(
@@ -136,13 +111,8 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
                 fmt_shape(&t.shape)
             )));
         }
-        let expected_full: Vec<i64> = if batching {
-            std::iter::once(-1)
-                .chain(spec.dims.iter().copied())
-                .collect()
-        } else {
-            spec.dims.clone()
-        };
+        let expected_full: Vec<i64> =
+            if batching { std::iter::once(-1).chain(spec.dims.iter().copied()).collect() } else { spec.dims.clone() };
         if !shape_matches(&expected_full, &t.shape) {
             return Err(Error::invalid(format!(
                 "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}",
@@ -170,24 +140,12 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
                 Some(_) => {}
             }
         }
-        let count = element_count(&t.shape).ok_or_else(|| {
-            Error::invalid(format!(
-                "input '{}': shape {} is too large",
-                t.name,
-                fmt_shape(&t.shape)
-            ))
-        })?;
+        let count = element_count(&t.shape)
+            .ok_or_else(|| Error::invalid(format!("input '{}': shape {} is too large", t.name, fmt_shape(&t.shape))))?;
         check_size(&t, count)?;
         if let Some(r) = &spec.reshape {
-            let mut shape: Vec<i64> = if batching {
-                vec![t.shape[0]]
-            } else {
-                Vec::new()
-            };
-            shape.extend(resolve_wildcards(
-                r,
-                count / batch.unwrap_or(1).max(1) as usize,
-            ));
+            let mut shape: Vec<i64> = if batching { vec![t.shape[0]] } else { Vec::new() };
+            shape.extend(resolve_wildcards(r, count / batch.unwrap_or(1).max(1) as usize));
             t.shape = shape;
         }
         inputs.push(t);
@@ -203,27 +161,15 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
         }
     }
     let outputs: Vec<RequestedOutput> = if req.outputs.is_empty() {
-        io.outputs
-            .iter()
-            .map(|o| RequestedOutput {
-                name: o.name.clone(),
-                ..Default::default()
-            })
-            .collect()
+        io.outputs.iter().map(|o| RequestedOutput { name: o.name.clone(), ..Default::default() }).collect()
     } else {
         let mut seen = std::collections::HashSet::new();
         for o in &req.outputs {
             let spec = io.output(&o.name).ok_or_else(|| {
-                Error::invalid(format!(
-                    "unexpected inference output '{}' for model '{model}'",
-                    o.name
-                ))
+                Error::invalid(format!("unexpected inference output '{}' for model '{model}'", o.name))
             })?;
             if !seen.insert(o.name.as_str()) {
-                return Err(Error::invalid(format!(
-                    "output '{}' is requested more than once",
-                    o.name
-                )));
+                return Err(Error::invalid(format!("output '{}' is requested more than once", o.name)));
             }
             if o.class_count > 0 && spec.datatype == DataType::Bytes {
                 return Err(Error::invalid(format!(
@@ -235,10 +181,7 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
         req.outputs
     };
     Ok(Prepared {
-        exec: ExecRequest {
-            inputs,
-            outputs: outputs.iter().map(|o| o.name.clone()).collect(),
-        },
+        exec: ExecRequest { inputs, outputs: outputs.iter().map(|o| o.name.clone()).collect() },
         batch_size: batch.unwrap_or(1) as u32,
         outputs,
     })
@@ -276,15 +219,7 @@ fn check_size(t: &Tensor, count: usize) -> Result<()> {
 /// Replaces a single `-1` in `dims` so the product equals `count`.
 pub fn resolve_wildcards(dims: &[i64], count: usize) -> Vec<i64> {
     let known: i64 = dims.iter().filter(|&&d| d >= 0).product();
-    dims.iter()
-        .map(|&d| {
-            if d == -1 && known > 0 {
-                count as i64 / known
-            } else {
-                d
-            }
-        })
-        .collect()
+    dims.iter().map(|&d| if d == -1 && known > 0 { count as i64 / known } else { d }).collect()
 }
 
 #[cfg(test)]

@@ -49,19 +49,12 @@ enum Repr {
 impl Buffer {
     /// Host memory, shared without copying (e.g. a slice of an HTTP body).
     pub fn host(bytes: Bytes) -> Self {
-        Buffer {
-            repr: Repr::Host {
-                bytes,
-                pinned: false,
-            },
-        }
+        Buffer { repr: Repr::Host { bytes, pinned: false } }
     }
 
     /// Device memory.
     pub fn device(mem: Arc<dyn DeviceMemory>) -> Self {
-        Buffer {
-            repr: Repr::Device(mem),
-        }
+        Buffer { repr: Repr::Device(mem) }
     }
 
     pub fn memory_type(&self) -> MemoryType {

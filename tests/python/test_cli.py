@@ -79,6 +79,27 @@ def test_validate_model_without_versions_fails(tmp_path):
     assert r.stdout.startswith("FAIL  simple: ") and "version" in r.stdout, r.stdout
 
 
+def test_validate_duplicate_model_across_repositories(tmp_path):
+    a = copy_models(tmp_path / "a", "simple", "vlen_scale")
+    b = copy_models(tmp_path / "b", "simple")
+    r = run_cli("validate", "--model-repository", str(a), "--model-repository", str(b))
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert "OK    vlen_scale" in lines
+    dup = [l for l in lines if l.startswith("FAIL  simple: ")]
+    assert len(dup) == 1 and str(a / "simple") in dup[0] and str(b / "simple") in dup[0], lines
+
+
+def test_validate_without_auto_complete(tmp_path):
+    r = run_cli("validate", "--model-repository", str(EXAMPLES), "--disable-auto-complete-config")
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert [l for l in lines if l.startswith("FAIL")] == [l for l in lines if l.startswith("FAIL  autocomplete_add: ")]
+    assert len([l for l in lines if l.startswith("FAIL")]) == 1
+    assert "config.pbtxt" in r.stdout
+    assert sum(l.startswith("OK    ") for l in lines) == len(EXAMPLE_MODELS) - 1
+
+
 def test_serve_without_repository_exits_with_error():
     r = run_cli("--http-port", "0", "--http-address", "127.0.0.1")
     assert r.returncode != 0

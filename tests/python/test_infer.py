@@ -215,6 +215,28 @@ def test_raw_binary_body_single_input(examples_server):
     assert j["outputs"] == [{"name": "OUTPUT", "datatype": "FP32", "shape": [1, 3], "data": [2.0, -5.0, 6.5]}]
 
 
+def test_raw_binary_body_fixed_shape_and_gzip(examples_server):
+    body = np.array([1, 2, 3, 4], dtype="<f4").tobytes()
+    r = examples_server.post("/v2/models/classifier/infer", body, headers={"Inference-Header-Content-Length": "0"})
+    assert r.status == 200, r
+    assert r.json()["outputs"] == [{"name": "OUTPUT", "datatype": "FP32", "shape": [1, 5],
+                                    "data": [15.0, 17.75, 17.5, 19.75, 30.0]}]
+    import gzip
+
+    r = examples_server.post("/v2/models/vlen_scale/infer", gzip.compress(np.array([1, 2], dtype="<f4").tobytes()),
+                             headers={"Inference-Header-Content-Length": "0", "Content-Encoding": "gzip"})
+    assert r.status == 200, r
+    assert r.json()["outputs"][0]["data"] == [2.0, 4.0]
+    assert r.json()["outputs"][0]["shape"] == [1, 2]
+
+
+def test_raw_binary_body_bytes(examples_server):
+    body = struct.pack("<I", 2) + b"hi" + struct.pack("<I", 0) + struct.pack("<I", 3) + "é!".encode()
+    r = examples_server.post("/v2/models/bytes_identity/infer", body, headers={"Inference-Header-Content-Length": "0"})
+    assert r.status == 200, r
+    assert r.json()["outputs"] == [{"name": "OUTPUT", "datatype": "BYTES", "shape": [1, 3], "data": ["hi", "", "é!"]}]
+
+
 def test_raw_binary_body_needs_single_input_model(examples_server):
     body = np.zeros(32, dtype="<i4").tobytes()
     r = examples_server.post("/v2/models/simple/infer", body, headers={"Inference-Header-Content-Length": "0"})
@@ -355,6 +377,12 @@ def test_classification_count_beyond_classes_is_clamped(client):
                        outputs=[httpclient.InferRequestedOutput("OUTPUT", class_count=9)])
     assert res.as_numpy("OUTPUT").tolist() == [[b"4.000000:3:fish", b"3.000000:4:horse", b"2.000000:1:dog",
                                                  b"1.000000:0:cat", b"0.250000:2:bird"]]
+
+
+def test_classification_negative_scores(client):
+    res = client.infer("classifier", [classifier_input([[-1, 0, 0, 0]])],
+                       outputs=[httpclient.InferRequestedOutput("OUTPUT", class_count=3)])
+    assert res.as_numpy("OUTPUT").tolist() == [[b"-0.250000:3:fish", b"-0.500000:2:bird", b"-1.000000:1:dog"]]
 
 
 def test_classification_raw_json(examples_server):

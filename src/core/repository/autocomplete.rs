@@ -51,8 +51,8 @@ pub fn onnx_to_config_type(elem: i32) -> i32 {
 
 /// Reads the declared graph inputs (minus initializers) and outputs of an `.onnx` file.
 pub fn read_onnx_io(path: &Path) -> Result<ModelIoInfo> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| Error::invalid(format!("cannot read ONNX model '{}': {e}", path.display())))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| Error::invalid(format!("cannot read ONNX model '{}': {e}", path.display())))?;
     onnx_io_from_bytes(&bytes).map_err(|e| e.context(format!("ONNX model '{}'", path.display())))
 }
 
@@ -60,51 +60,32 @@ pub fn read_onnx_io(path: &Path) -> Result<ModelIoInfo> {
 pub fn onnx_io_from_bytes(bytes: &[u8]) -> Result<ModelIoInfo> {
     let model = onnx::ModelProto::decode(bytes)
         .map_err(|e| Error::invalid(format!("the file is not a valid ONNX model: {e}")))?;
-    let graph = model
-        .graph
-        .ok_or_else(|| Error::invalid("the ONNX model has no graph"))?;
-    let initializers: std::collections::HashSet<&str> =
-        graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let graph = model.graph.ok_or_else(|| Error::invalid("the ONNX model has no graph"))?;
+    let initializers: std::collections::HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
     let convert = |v: &onnx::ValueInfoProto| -> IoInfo {
-        let tensor = v.r#type.as_ref().and_then(|t| {
-            t.value
-                .as_ref()
-                .map(|onnx::type_proto::Value::TensorType(t)| t)
-        });
-        let (data_type, dims) =
-            match tensor {
-                Some(t) => (
-                    onnx_to_config_type(t.elem_type),
-                    t.shape
-                        .as_ref()
-                        .map(|s| {
-                            s.dim
-                                .iter()
-                                .map(|d| match d.value {
-                                    Some(onnx::tensor_shape_proto::dimension::Value::DimValue(
-                                        v,
-                                    )) if v >= 0 => v,
-                                    _ => -1,
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                ),
-                None => (0, Vec::new()),
-            };
-        IoInfo {
-            name: v.name.clone(),
-            data_type,
-            dims,
-        }
+        let tensor = v.r#type.as_ref().and_then(|t| t.value.as_ref().map(|onnx::type_proto::Value::TensorType(t)| t));
+        let (data_type, dims) = match tensor {
+            Some(t) => (
+                onnx_to_config_type(t.elem_type),
+                t.shape
+                    .as_ref()
+                    .map(|s| {
+                        s.dim
+                            .iter()
+                            .map(|d| match d.value {
+                                Some(onnx::tensor_shape_proto::dimension::Value::DimValue(v)) if v >= 0 => v,
+                                _ => -1,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            ),
+            None => (0, Vec::new()),
+        };
+        IoInfo { name: v.name.clone(), data_type, dims }
     };
     Ok(ModelIoInfo {
-        inputs: graph
-            .input
-            .iter()
-            .filter(|i| !initializers.contains(i.name.as_str()))
-            .map(convert)
-            .collect(),
+        inputs: graph.input.iter().filter(|i| !initializers.contains(i.name.as_str())).map(convert).collect(),
         outputs: graph.output.iter().map(convert).collect(),
     })
 }
@@ -121,25 +102,17 @@ pub fn complete_onnx(cfg: &mut ModelConfig, io: &ModelIoInfo, default_max_batch_
         let full_rank_in_config = cfg
             .input
             .iter()
-            .filter_map(|c| {
-                io.inputs
+            .filter_map(|c| io.inputs.iter().find(|t| t.name == c.name).map(|t| (c.dims.len(), t.dims.len())))
+            .chain(
+                cfg.output
                     .iter()
-                    .find(|t| t.name == c.name)
-                    .map(|t| (c.dims.len(), t.dims.len()))
-            })
-            .chain(cfg.output.iter().filter_map(|c| {
-                io.outputs
-                    .iter()
-                    .find(|t| t.name == c.name)
-                    .map(|t| (c.dims.len(), t.dims.len()))
-            }))
+                    .filter_map(|c| io.outputs.iter().find(|t| t.name == c.name).map(|t| (c.dims.len(), t.dims.len()))),
+            )
             .any(|(cfg_rank, model_rank)| cfg_rank != 0 && cfg_rank == model_rank);
         if !full_rank_in_config {
             cfg.max_batch_size = default_max_batch_size;
             if cfg.scheduling_choice.is_none() {
-                cfg.scheduling_choice = Some(SchedulingChoice::DynamicBatching(
-                    ModelDynamicBatching::default(),
-                ));
+                cfg.scheduling_choice = Some(SchedulingChoice::DynamicBatching(ModelDynamicBatching::default()));
             }
         }
     }
@@ -204,11 +177,7 @@ mod tests {
     use super::*;
 
     fn io(name: &str, dt: i32, dims: &[i64]) -> IoInfo {
-        IoInfo {
-            name: name.into(),
-            data_type: dt,
-            dims: dims.to_vec(),
-        }
+        IoInfo { name: name.into(), data_type: dt, dims: dims.to_vec() }
     }
 
     #[test]
@@ -217,30 +186,21 @@ mod tests {
             inputs: vec![io("A", 11, &[-1, 8]), io("B", 11, &[-1, 8])],
             outputs: vec![io("C", 11, &[-1, 8])],
         };
-        let mut cfg = ModelConfig {
-            name: "m".into(),
-            ..Default::default()
-        };
+        let mut cfg = ModelConfig { name: "m".into(), ..Default::default() };
         complete_onnx(&mut cfg, &info, 4);
         assert_eq!(cfg.max_batch_size, 4);
         assert_eq!(cfg.input.len(), 2);
         assert_eq!(cfg.input[0].dims, vec![8]);
         assert_eq!(cfg.input[0].data_type, 11);
         assert_eq!(cfg.output[0].dims, vec![8]);
-        assert!(matches!(
-            cfg.scheduling_choice,
-            Some(SchedulingChoice::DynamicBatching(_))
-        ));
+        assert!(matches!(cfg.scheduling_choice, Some(SchedulingChoice::DynamicBatching(_))));
         assert_eq!(cfg.backend, "onnxruntime");
         assert_eq!(cfg.platform, "onnxruntime_onnx");
     }
 
     #[test]
     fn fixed_first_dim_means_no_batching() {
-        let info = ModelIoInfo {
-            inputs: vec![io("A", 8, &[1, 3])],
-            outputs: vec![io("B", 8, &[1, 3])],
-        };
+        let info = ModelIoInfo { inputs: vec![io("A", 8, &[1, 3])], outputs: vec![io("B", 8, &[1, 3])] };
         let mut cfg = ModelConfig::default();
         complete_onnx(&mut cfg, &info, 4);
         assert_eq!(cfg.max_batch_size, 0);
@@ -250,17 +210,10 @@ mod tests {
 
     #[test]
     fn partial_config_is_completed_not_overridden() {
-        let info = ModelIoInfo {
-            inputs: vec![io("A", 11, &[-1, -1])],
-            outputs: vec![io("B", 11, &[-1, -1])],
-        };
+        let info = ModelIoInfo { inputs: vec![io("A", 11, &[-1, -1])], outputs: vec![io("B", 11, &[-1, -1])] };
         let mut cfg = ModelConfig {
             max_batch_size: 2,
-            input: vec![ModelInput {
-                name: "A".into(),
-                dims: vec![5],
-                ..Default::default()
-            }],
+            input: vec![ModelInput { name: "A".into(), dims: vec![5], ..Default::default() }],
             ..Default::default()
         };
         complete_onnx(&mut cfg, &info, 4);
@@ -272,17 +225,9 @@ mod tests {
 
     #[test]
     fn full_rank_config_dims_disable_batching() {
-        let info = ModelIoInfo {
-            inputs: vec![io("A", 11, &[-1, 4])],
-            outputs: vec![io("B", 11, &[-1, 4])],
-        };
+        let info = ModelIoInfo { inputs: vec![io("A", 11, &[-1, 4])], outputs: vec![io("B", 11, &[-1, 4])] };
         let mut cfg = ModelConfig {
-            input: vec![ModelInput {
-                name: "A".into(),
-                data_type: 11,
-                dims: vec![-1, 4],
-                ..Default::default()
-            }],
+            input: vec![ModelInput { name: "A".into(), data_type: 11, dims: vec![-1, 4], ..Default::default() }],
             ..Default::default()
         };
         complete_onnx(&mut cfg, &info, 4);
@@ -293,10 +238,6 @@ mod tests {
     #[test]
     fn garbage_is_a_clear_error() {
         let err = onnx_io_from_bytes(b"\xff\xff\xff not onnx").unwrap_err();
-        assert!(
-            err.message.contains("not a valid ONNX model"),
-            "{}",
-            err.message
-        );
+        assert!(err.message.contains("not a valid ONNX model"), "{}", err.message);
     }
 }

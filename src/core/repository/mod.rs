@@ -7,8 +7,8 @@ pub mod version_policy;
 
 use crate::error::{Error, Result};
 use crate::proto::inference::{
-    model_instance_group::Kind, model_optimization_policy, model_version_policy, ModelConfig,
-    ModelInstanceGroup, ModelVersionPolicy,
+    model_instance_group::Kind, model_optimization_policy, model_version_policy, ModelConfig, ModelInstanceGroup,
+    ModelVersionPolicy,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -28,10 +28,7 @@ pub struct RepoOptions {
 
 impl Default for RepoOptions {
     fn default() -> Self {
-        RepoOptions {
-            autocomplete: true,
-            default_max_batch_size: 4,
-        }
+        RepoOptions { autocomplete: true, default_max_batch_size: 4 }
     }
 }
 
@@ -47,10 +44,7 @@ pub fn scan(repos: &[PathBuf]) -> (BTreeMap<String, Result<PathBuf>>, Vec<Error>
         let entries = match std::fs::read_dir(repo) {
             Ok(e) => e,
             Err(e) => {
-                errors.push(Error::invalid(format!(
-                    "cannot read model repository '{}': {e}",
-                    repo.display()
-                )));
+                errors.push(Error::invalid(format!("cannot read model repository '{}': {e}", repo.display())));
                 continue;
             }
         };
@@ -112,17 +106,12 @@ pub fn read_model_config(
 ) -> Result<ModelConfig> {
     let cfg_path = dir.join("config.pbtxt");
     let mut cfg = match override_json {
-        Some(json) => pbtxt::config_from_json(json).map_err(|e| {
-            Error::invalid(format!(
-                "invalid 'config' parameter for model '{name}': {e}"
-            ))
-        })?,
+        Some(json) => pbtxt::config_from_json(json)
+            .map_err(|e| Error::invalid(format!("invalid 'config' parameter for model '{name}': {e}")))?,
         None if cfg_path.is_file() => {
-            let text = std::fs::read_to_string(&cfg_path).map_err(|e| {
-                Error::invalid(format!("cannot read '{}': {e}", cfg_path.display()))
-            })?;
-            pbtxt::parse_config(&text, &cfg_path.display().to_string())
-                .map_err(|e| Error::invalid(e.to_string()))?
+            let text = std::fs::read_to_string(&cfg_path)
+                .map_err(|e| Error::invalid(format!("cannot read '{}': {e}", cfg_path.display())))?;
+            pbtxt::parse_config(&text, &cfg_path.display().to_string()).map_err(|e| Error::invalid(e.to_string()))?
         }
         None if opts.autocomplete => ModelConfig::default(),
         None => {
@@ -182,11 +171,7 @@ fn resolve_backend(dir: &Path, cfg: &mut ModelConfig) -> Result<()> {
         "tensorrt_plan" => "tensorrt".into(),
         "ensemble" => return Ok(()),
         "" => {
-            let has = |f: &str| {
-                list_versions(dir)
-                    .iter()
-                    .any(|v| dir.join(v.to_string()).join(f).exists())
-            };
+            let has = |f: &str| list_versions(dir).iter().any(|v| dir.join(v.to_string()).join(f).exists());
             let named = |ext: &str| cfg.default_model_filename.ends_with(ext);
             if named(".onnx") || has("model.onnx") {
                 "onnxruntime".into()
@@ -202,28 +187,18 @@ fn resolve_backend(dir: &Path, cfg: &mut ModelConfig) -> Result<()> {
                 )));
             }
         }
-        other => {
-            return Err(Error::invalid(format!(
-                "model '{}': unknown platform '{other}'",
-                cfg.name
-            )))
-        }
+        other => return Err(Error::invalid(format!("model '{}': unknown platform '{other}'", cfg.name))),
     };
     Ok(())
 }
 
 /// Fills in the defaults Triton always applies, with or without auto-complete.
 fn normalize(cfg: &mut ModelConfig) {
-    if cfg
-        .version_policy
-        .as_ref()
-        .and_then(|p| p.policy_choice.as_ref())
-        .is_none()
-    {
+    if cfg.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()).is_none() {
         cfg.version_policy = Some(ModelVersionPolicy {
-            policy_choice: Some(model_version_policy::PolicyChoice::Latest(
-                model_version_policy::Latest { num_versions: 1 },
-            )),
+            policy_choice: Some(model_version_policy::PolicyChoice::Latest(model_version_policy::Latest {
+                num_versions: 1,
+            })),
         });
     }
     // Triton always reports pinned host buffers as enabled unless the config says otherwise.
@@ -241,11 +216,7 @@ fn normalize(cfg: &mut ModelConfig) {
     let n = cfg.instance_group.len();
     for (i, g) in cfg.instance_group.iter_mut().enumerate() {
         if g.name.is_empty() {
-            g.name = if n == 1 {
-                cfg.name.clone()
-            } else {
-                format!("{}_{i}", cfg.name)
-            };
+            g.name = if n == 1 { cfg.name.clone() } else { format!("{}_{i}", cfg.name) };
         }
         if g.count < 1 {
             g.count = 1;
@@ -263,14 +234,9 @@ fn normalize(cfg: &mut ModelConfig) {
 
 /// Checks a completed configuration for the mistakes Triton rejects at load time.
 pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
-    let ctx = |field: &str, msg: String| {
-        Error::invalid(format!("model '{}': field '{field}': {msg}", cfg.name))
-    };
+    let ctx = |field: &str, msg: String| Error::invalid(format!("model '{}': field '{field}': {msg}", cfg.name));
     if cfg.platform == "ensemble" {
-        return Err(ctx(
-            "platform",
-            "ensemble models are not supported by this build yet".into(),
-        ));
+        return Err(ctx("platform", "ensemble models are not supported by this build yet".into()));
     }
     if !SUPPORTED_BACKENDS.contains(&cfg.backend.as_str()) {
         return Err(ctx(
@@ -283,10 +249,7 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
         ));
     }
     if cfg.max_batch_size < 0 {
-        return Err(ctx(
-            "max_batch_size",
-            format!("must be >= 0, got {}", cfg.max_batch_size),
-        ));
+        return Err(ctx("max_batch_size", format!("must be >= 0, got {}", cfg.max_batch_size)));
     }
     if cfg.input.is_empty() {
         return Err(ctx(
@@ -305,11 +268,7 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
         .input
         .iter()
         .map(|i| ("input", &i.name, i.data_type, &i.dims, i.reshape.as_ref()))
-        .chain(
-            cfg.output
-                .iter()
-                .map(|o| ("output", &o.name, o.data_type, &o.dims, o.reshape.as_ref())),
-        );
+        .chain(cfg.output.iter().map(|o| ("output", &o.name, o.data_type, &o.dims, o.reshape.as_ref())));
     for (field, name, dt, dims, reshape) in tensors {
         if name.is_empty() {
             return Err(ctx(field, "a tensor has no name".into()));
@@ -318,13 +277,13 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
             return Err(ctx(field, format!("tensor '{name}' is declared twice")));
         }
         if crate::core::types::DataType::from_config(dt).is_none() {
-            return Err(ctx(
-                field,
-                format!("tensor '{name}' has no valid data_type"),
-            ));
+            return Err(ctx(field, format!("tensor '{name}' has no valid data_type")));
         }
         if let Some(d) = dims.iter().find(|&&d| d < -1 || d == 0) {
-            return Err(ctx(field, format!("tensor '{name}' has dimension {d}; dimensions must be >= 1, or -1 for a variable size")));
+            return Err(ctx(
+                field,
+                format!("tensor '{name}' has dimension {d}; dimensions must be >= 1, or -1 for a variable size"),
+            ));
         }
         if dims.is_empty() && reshape.is_none() && cfg.max_batch_size == 0 {
             return Err(ctx(field, format!("tensor '{name}' has no dims")));
@@ -336,7 +295,10 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
                 if n(dims) != n(&r.shape) {
                     return Err(ctx(
                         field,
-                        format!("tensor '{name}': reshape {:?} has a different element count than dims {:?}", r.shape, dims),
+                        format!(
+                            "tensor '{name}': reshape {:?} has a different element count than dims {:?}",
+                            r.shape, dims
+                        ),
                     ));
                 }
             }
@@ -346,11 +308,7 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
         if !o.label_filename.is_empty() && !dir.join(&o.label_filename).is_file() {
             return Err(ctx(
                 "output.label_filename",
-                format!(
-                    "label file '{}' not found in '{}'",
-                    o.label_filename,
-                    dir.display()
-                ),
+                format!("label file '{}' not found in '{}'", o.label_filename, dir.display()),
             ));
         }
     }
@@ -362,13 +320,9 @@ pub fn read_labels(cfg: &ModelConfig, dir: &Path) -> Result<HashMap<String, Arc<
     let mut out = HashMap::new();
     for o in cfg.output.iter().filter(|o| !o.label_filename.is_empty()) {
         let path = dir.join(&o.label_filename);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            Error::invalid(format!("cannot read label file '{}': {e}", path.display()))
-        })?;
-        out.insert(
-            o.name.clone(),
-            Arc::new(text.lines().map(str::to_string).collect()),
-        );
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::invalid(format!("cannot read label file '{}': {e}", path.display())))?;
+        out.insert(o.name.clone(), Arc::new(text.lines().map(str::to_string).collect()));
     }
     Ok(out)
 }

@@ -14,9 +14,7 @@ use std::ops::Range;
 
 use prost::Message;
 use prost_reflect::text_format::{FormatOptions, ParseError};
-use prost_reflect::{
-    DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, SerializeOptions,
-};
+use prost_reflect::{DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, SerializeOptions};
 
 use crate::proto::inference::ModelConfig;
 use crate::proto::model_config_descriptor;
@@ -83,10 +81,8 @@ pub fn parse_config(text: &str, file: &str) -> Result<ModelConfig, ConfigError> 
 /// Message fields that are not set, including unset `oneof` members, are left out, as
 /// protobuf's JSON printer does.
 pub fn config_to_json(cfg: &ModelConfig) -> serde_json::Value {
-    let options = SerializeOptions::new()
-        .use_proto_field_name(true)
-        .skip_default_fields(false)
-        .stringify_64_bit_integers(false);
+    let options =
+        SerializeOptions::new().use_proto_field_name(true).skip_default_fields(false).stringify_64_bit_integers(false);
     // Serialize to text rather than straight into a `serde_json::Value`: the value serializer
     // widens f32 to f64 (0.1 becomes 0.10000000149011612), the text writer prints the shortest
     // f32 representation, which is what Triton shows.
@@ -94,8 +90,8 @@ pub fn config_to_json(cfg: &ModelConfig) -> serde_json::Value {
     to_dynamic(cfg)
         .serialize_with_options(&mut serde_json::Serializer::new(&mut json), &options)
         .expect("serializing a model config into a byte buffer cannot fail; this is a bug");
-    let mut value = serde_json::from_slice(&json)
-        .expect("JSON written by serde_json does not parse back; this is a bug");
+    let mut value =
+        serde_json::from_slice(&json).expect("JSON written by serde_json does not parse back; this is a bug");
     integral_floats_to_integers(&mut value);
     value
 }
@@ -109,18 +105,14 @@ fn integral_floats_to_integers(value: &mut serde_json::Value) {
     const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
     match value {
         serde_json::Value::Number(number) => {
-            let whole = number
-                .as_f64()
-                .filter(|f| number.is_f64() && f.fract() == 0.0 && f.abs() <= EXACT);
+            let whole = number.as_f64().filter(|f| number.is_f64() && f.fract() == 0.0 && f.abs() <= EXACT);
             if let Some(whole) = whole {
                 // In range by the filter above, so the conversion is exact.
                 *number = serde_json::Number::from(whole as i64);
             }
         }
         serde_json::Value::Array(items) => items.iter_mut().for_each(integral_floats_to_integers),
-        serde_json::Value::Object(fields) => {
-            fields.values_mut().for_each(integral_floats_to_integers)
-        }
+        serde_json::Value::Object(fields) => fields.values_mut().for_each(integral_floats_to_integers),
         _ => {}
     }
 }
@@ -138,12 +130,9 @@ pub fn config_from_json(json: &str) -> Result<ModelConfig, String> {
         &DeserializeOptions::new().deny_unknown_fields(true),
     )
     .map_err(|err| format!("invalid model config JSON: {err}"))?;
-    deserializer
-        .end()
-        .map_err(|err| format!("invalid model config JSON: {err}"))?;
-    ModelConfig::decode(message.encode_to_vec().as_slice()).map_err(|err| {
-        format!("parsed config does not decode as ModelConfig ({err}); this is a bug")
-    })
+    deserializer.end().map_err(|err| format!("invalid model config JSON: {err}"))?;
+    ModelConfig::decode(message.encode_to_vec().as_slice())
+        .map_err(|err| format!("parsed config does not decode as ModelConfig ({err}); this is a bug"))
 }
 
 /// Formats a configuration in protobuf text format, for logs and config validation output.
@@ -151,9 +140,7 @@ pub fn config_from_json(json: &str) -> Result<ModelConfig, String> {
 /// Fields holding their default value are left out; the result parses back with
 /// [`parse_config`] to an equal configuration.
 pub fn config_to_pbtxt(cfg: &ModelConfig) -> String {
-    let options = FormatOptions::new()
-        .pretty(true)
-        .print_message_fields_in_index_order(true);
+    let options = FormatOptions::new().pretty(true).print_message_fields_in_index_order(true);
     let mut text = to_dynamic(cfg).to_text_format_with_options(&options);
     if !text.is_empty() {
         text.push('\n');
@@ -208,10 +195,7 @@ fn tokenize(text: &str) -> Vec<Token> {
                 continue;
             }
             b'#' => {
-                i = bytes[i..]
-                    .iter()
-                    .position(|&b| b == b'\n')
-                    .map_or(bytes.len(), |n| i + n);
+                i = bytes[i..].iter().position(|&b| b == b'\n').map_or(bytes.len(), |n| i + n);
                 continue;
             }
             quote @ (b'"' | b'\'') => {
@@ -243,11 +227,7 @@ fn tokenize(text: &str) -> Vec<Token> {
                 TokenKind::Other
             }
         };
-        tokens.push(Token {
-            kind,
-            start,
-            end: i,
-        });
+        tokens.push(Token { kind, start, end: i });
     }
     tokens
 }
@@ -273,8 +253,7 @@ fn number_end(bytes: &[u8], start: usize) -> usize {
     let mut i = start;
     while i < bytes.len() {
         let b = bytes[i];
-        let exponent_sign =
-            matches!(b, b'+' | b'-') && !hex && i > start && matches!(bytes[i - 1], b'e' | b'E');
+        let exponent_sign = matches!(b, b'+' | b'-') && !hex && i > start && matches!(bytes[i - 1], b'e' | b'E');
         if b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || exponent_sign {
             i += 1;
         } else {
@@ -356,15 +335,11 @@ impl<'a> Walker<'a> {
     }
 
     fn top(&self) -> &Frame {
-        self.stack
-            .last()
-            .expect("walker stack lost its root frame; this is a bug")
+        self.stack.last().expect("walker stack lost its root frame; this is a bug")
     }
 
     fn top_mut(&mut self) -> &mut Frame {
-        self.stack
-            .last_mut()
-            .expect("walker stack lost its root frame; this is a bug")
+        self.stack.last_mut().expect("walker stack lost its root frame; this is a bug")
     }
 
     /// Whether `token` is a field name followed directly by `[`, i.e. a list without the
@@ -391,9 +366,7 @@ impl<'a> Walker<'a> {
         let expect = self.top().expect;
         match token.kind {
             TokenKind::Punct(b'}' | b'>') => self.close(),
-            TokenKind::Punct(b'{' | b'<') if expect != Expect::FieldName => {
-                self.open_message(token)
-            }
+            TokenKind::Punct(b'{' | b'<') if expect != Expect::FieldName => self.open_message(token),
             TokenKind::Punct(b'[') => self.open_bracket(token, expect),
             TokenKind::Punct(b':') if expect == Expect::Separator => {
                 self.top_mut().expect = Expect::Value;
@@ -429,14 +402,7 @@ impl<'a> Walker<'a> {
             let top = self.top();
             let owner = top.field.clone();
             let desc = child_message(top.desc.as_ref(), owner.as_deref());
-            self.stack.push(Frame {
-                kind: FrameKind::List,
-                owner,
-                open,
-                desc,
-                field: None,
-                expect: Expect::Value,
-            });
+            self.stack.push(Frame { kind: FrameKind::List, owner, open, desc, field: None, expect: Expect::Value });
         }
     }
 
@@ -444,16 +410,9 @@ impl<'a> Walker<'a> {
         let top = self.top();
         let (owner, desc) = match top.kind {
             FrameKind::List => (top.owner.clone(), top.desc.clone()),
-            _ => (
-                top.field.clone(),
-                child_message(top.desc.as_ref(), top.field.as_deref()),
-            ),
+            _ => (top.field.clone(), child_message(top.desc.as_ref(), top.field.as_deref())),
         };
-        let bracket = if token.kind == TokenKind::Punct(b'<') {
-            '<'
-        } else {
-            '{'
-        };
+        let bracket = if token.kind == TokenKind::Punct(b'<') { '<' } else { '{' };
         self.stack.push(Frame {
             kind: FrameKind::Message,
             owner,
@@ -465,11 +424,7 @@ impl<'a> Walker<'a> {
     }
 
     fn close(&mut self) {
-        let closed = if self.stack.len() > 1 {
-            self.stack.pop()
-        } else {
-            None
-        };
+        let closed = if self.stack.len() > 1 { self.stack.pop() } else { None };
         let top = self.top_mut();
         if top.kind == FrameKind::Message {
             if closed.is_some_and(|c| c.kind == FrameKind::TypeName) {
@@ -511,9 +466,7 @@ impl<'a> Walker<'a> {
         let top = self.top();
         let waiting_for_close = top.kind != FrameKind::Message || top.expect == Expect::FieldName;
         match top.open {
-            Some((offset, bracket)) if waiting_for_close => {
-                Some((offset, bracket, top.owner.clone()))
-            }
+            Some((offset, bracket)) if waiting_for_close => Some((offset, bracket, top.owner.clone())),
             _ => None,
         }
     }
@@ -521,10 +474,7 @@ impl<'a> Walker<'a> {
 
 /// Message type of field `name` of `desc`, if both are known and the field holds messages
 /// (map fields give their entry type, with `key` and `value` fields).
-fn child_message(
-    desc: Option<&MessageDescriptor>,
-    name: Option<&str>,
-) -> Option<MessageDescriptor> {
+fn child_message(desc: Option<&MessageDescriptor>, name: Option<&str>) -> Option<MessageDescriptor> {
     match desc?.get_field_by_name(name?)?.kind() {
         Kind::Message(message) => Some(message),
         _ => None,
@@ -546,12 +496,7 @@ impl Patched {
     /// Maps an offset in the patched text back to the original text. An offset pointing at an
     /// inserted colon maps to where it was inserted (just after the field name).
     fn to_original(&self, offset: usize) -> usize {
-        let before = self
-            .insertions
-            .iter()
-            .enumerate()
-            .take_while(|&(index, &at)| at + index < offset)
-            .count();
+        let before = self.insertions.iter().enumerate().take_while(|&(index, &at)| at + index < offset).count();
         offset - before
     }
 }
@@ -576,10 +521,7 @@ fn insert_list_colons(text: &str, tokens: &[Token], root: &MessageDescriptor) ->
         copied = at;
     }
     patched.push_str(&text[copied..]);
-    Patched {
-        text: patched,
-        insertions,
-    }
+    Patched { text: patched, insertions }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -605,19 +547,12 @@ fn error_details(err: &ParseError) -> ErrorDetails {
     let debug = format!("{err:?}");
     let kind = debug
         .split_once("kind: ")
-        .map(|(_, rest)| {
-            rest.chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect()
-        })
+        .map(|(_, rest)| rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect())
         .unwrap_or_default();
-    let span = debug
-        .strip_suffix(" } }")
-        .and_then(|rest| rest.rsplit_once("span: "))
-        .and_then(|(_, range)| {
-            let (start, end) = range.split_once("..")?;
-            Some(start.parse().ok()?..end.parse().ok()?)
-        });
+    let span = debug.strip_suffix(" } }").and_then(|rest| rest.rsplit_once("span: ")).and_then(|(_, range)| {
+        let (start, end) = range.split_once("..")?;
+        Some(start.parse().ok()?..end.parse().ok()?)
+    });
     ErrorDetails { kind, span }
 }
 
@@ -652,9 +587,7 @@ fn locate_error(
             }
             "EnumValueNotFound" => {
                 field = walker.current_field();
-                let values = walker
-                    .current_field_descriptor()
-                    .and_then(|f| f.kind().as_enum().cloned());
+                let values = walker.current_field_descriptor().and_then(|f| f.kind().as_enum().cloned());
                 if let Some(values) = values {
                     let names: Vec<String> = values.values().map(|v| v.name().to_owned()).collect();
                     if let Some(similar) = closest(found, names.iter().map(String::as_str)) {
@@ -685,13 +618,7 @@ fn locate_error(
     }
 
     let (line, column) = offset.map_or((0, 0), |offset| line_column(original, offset));
-    ConfigError {
-        file: file.to_owned(),
-        line,
-        column,
-        field,
-        message,
-    }
+    ConfigError { file: file.to_owned(), line, column, field, message }
 }
 
 /// 1-based line and character column of byte `offset` in `text`.
@@ -704,10 +631,7 @@ fn line_column(text: &str, offset: usize) -> (u32, u32) {
     let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
     let line = before.bytes().filter(|&b| b == b'\n').count() + 1;
     let column = before[line_start..].chars().count() + 1;
-    (
-        u32::try_from(line).unwrap_or(u32::MAX),
-        u32::try_from(column).unwrap_or(u32::MAX),
-    )
+    (u32::try_from(line).unwrap_or(u32::MAX), u32::try_from(column).unwrap_or(u32::MAX))
 }
 
 /// The candidate closest to a misspelled `name`, if one is close enough to be a likely typo.

@@ -17,10 +17,7 @@ fn version_folders_ignore_non_numeric_and_leading_zero() {
         fs::create_dir_all(tmp.path().join(d)).unwrap();
     }
     fs::write(tmp.path().join("4"), "a file, not a folder").unwrap();
-    assert_eq!(
-        list_versions(tmp.path()).into_iter().collect::<Vec<_>>(),
-        vec![1, 2, 10]
-    );
+    assert_eq!(list_versions(tmp.path()).into_iter().collect::<Vec<_>>(), vec![1, 2, 10]);
 }
 
 #[test]
@@ -42,13 +39,7 @@ fn duplicate_names_across_repositories_are_errors_for_that_model_only() {
 
 #[test]
 fn example_simple_config_reads_and_normalizes() {
-    let cfg = read_model_config(
-        &examples().join("simple"),
-        "simple",
-        &RepoOptions::default(),
-        None,
-    )
-    .unwrap();
+    let cfg = read_model_config(&examples().join("simple"), "simple", &RepoOptions::default(), None).unwrap();
     assert_eq!(cfg.max_batch_size, 8);
     assert_eq!(cfg.input.len(), 2);
     assert_eq!(cfg.input[0].dims, vec![16]);
@@ -67,51 +58,26 @@ fn missing_config_is_autocompleted_from_the_onnx_file() {
     assert_eq!(cfg.backend, "onnxruntime");
     assert_eq!(cfg.platform, "onnxruntime_onnx");
     assert_eq!(cfg.max_batch_size, 4);
-    let names: Vec<_> = cfg
-        .input
-        .iter()
-        .map(|i| (i.name.as_str(), i.dims.clone(), i.data_type))
-        .collect();
-    assert_eq!(
-        names,
-        vec![("INPUT0", vec![8], 11), ("INPUT1", vec![8], 11)]
-    );
+    let names: Vec<_> = cfg.input.iter().map(|i| (i.name.as_str(), i.dims.clone(), i.data_type)).collect();
+    assert_eq!(names, vec![("INPUT0", vec![8], 11), ("INPUT1", vec![8], 11)]);
     assert_eq!(cfg.output[0].name, "OUTPUT");
-    let strict = RepoOptions {
-        autocomplete: false,
-        ..Default::default()
-    };
+    let strict = RepoOptions { autocomplete: false, ..Default::default() };
     let err = read_model_config(&dir, "autocomplete_add", &strict, None).unwrap_err();
-    assert!(
-        err.message.contains("auto-complete is disabled"),
-        "{}",
-        err.message
-    );
+    assert!(err.message.contains("auto-complete is disabled"), "{}", err.message);
 }
 
 #[test]
 fn custom_default_max_batch_size_applies() {
     let dir = examples().join("autocomplete_add");
-    let opts = RepoOptions {
-        autocomplete: true,
-        default_max_batch_size: 16,
-    };
-    assert_eq!(
-        read_model_config(&dir, "autocomplete_add", &opts, None)
-            .unwrap()
-            .max_batch_size,
-        16
-    );
+    let opts = RepoOptions { autocomplete: true, default_max_batch_size: 16 };
+    assert_eq!(read_model_config(&dir, "autocomplete_add", &opts, None).unwrap().max_batch_size, 16);
 }
 
 #[test]
 fn config_errors_name_file_line_and_field() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("bad");
-    write(
-        &dir.join("config.pbtxt"),
-        "name: \"bad\"\nbackend: \"onnxruntime\"\nmax_batch_sizee: 4\n",
-    );
+    write(&dir.join("config.pbtxt"), "name: \"bad\"\nbackend: \"onnxruntime\"\nmax_batch_sizee: 4\n");
     fs::create_dir_all(dir.join("1")).unwrap();
     let e = read_model_config(&dir, "bad", &RepoOptions::default(), None).unwrap_err();
     assert!(e.message.contains("config.pbtxt:3:"), "{}", e.message);
@@ -125,36 +91,16 @@ fn semantic_errors_are_reported() {
     fs::create_dir_all(dir.join("1")).unwrap();
     let check = |text: &str, needle: &str| {
         write(&dir.join("config.pbtxt"), text);
-        let e = read_model_config(
-            &dir,
-            "m",
-            &RepoOptions {
-                autocomplete: false,
-                ..Default::default()
-            },
-            None,
-        )
-        .unwrap_err();
-        assert!(
-            e.message.contains(needle),
-            "{needle:?} not in {:?}",
-            e.message
-        );
+        let e =
+            read_model_config(&dir, "m", &RepoOptions { autocomplete: false, ..Default::default() }, None).unwrap_err();
+        assert!(e.message.contains(needle), "{needle:?} not in {:?}", e.message);
     };
-    let io = r#"input [{name: "A" data_type: TYPE_FP32 dims: [2]}] output [{name: "B" data_type: TYPE_FP32 dims: [2]}]"#;
-    check(
-        &format!("name: \"other\" backend: \"onnxruntime\" {io}"),
-        "folder is 'm'",
-    );
-    check(
-        &format!("backend: \"tensorflow\" {io}"),
-        "not available in this build",
-    );
+    let io =
+        r#"input [{name: "A" data_type: TYPE_FP32 dims: [2]}] output [{name: "B" data_type: TYPE_FP32 dims: [2]}]"#;
+    check(&format!("name: \"other\" backend: \"onnxruntime\" {io}"), "folder is 'm'");
+    check(&format!("backend: \"tensorflow\" {io}"), "not available in this build");
     check(&format!("platform: \"weird\" {io}"), "unknown platform");
-    check(
-        "backend: \"onnxruntime\" output [{name: \"B\" data_type: TYPE_FP32 dims: [2]}]",
-        "has no inputs",
-    );
+    check("backend: \"onnxruntime\" output [{name: \"B\" data_type: TYPE_FP32 dims: [2]}]", "has no inputs");
     check(
         r#"backend: "onnxruntime" input [{name: "A" data_type: TYPE_FP32 dims: [0]}] output [{name: "B" data_type: TYPE_FP32 dims: [2]}]"#,
         "dimension 0",
@@ -183,27 +129,12 @@ fn json_override_replaces_config_pbtxt() {
     let json = r#"{"backend":"onnxruntime","max_batch_size":2,
         "input":[{"name":"INPUT0","data_type":"TYPE_INT32","dims":[16]},{"name":"INPUT1","data_type":"TYPE_INT32","dims":[16]}],
         "output":[{"name":"OUTPUT0","data_type":"TYPE_INT32","dims":[16]}]}"#;
-    let cfg = read_model_config(
-        &examples().join("simple"),
-        "simple",
-        &RepoOptions::default(),
-        Some(json),
-    )
-    .unwrap();
+    let cfg = read_model_config(&examples().join("simple"), "simple", &RepoOptions::default(), Some(json)).unwrap();
     assert_eq!(cfg.max_batch_size, 2);
     assert_eq!(cfg.output.len(), 1);
-    let e = read_model_config(
-        &examples().join("simple"),
-        "simple",
-        &RepoOptions::default(),
-        Some("{nope"),
-    )
-    .unwrap_err();
-    assert!(
-        e.message.contains("invalid 'config' parameter"),
-        "{}",
-        e.message
-    );
+    let e =
+        read_model_config(&examples().join("simple"), "simple", &RepoOptions::default(), Some("{nope")).unwrap_err();
+    assert!(e.message.contains("invalid 'config' parameter"), "{}", e.message);
 }
 
 #[test]
@@ -211,10 +142,7 @@ fn labels_and_fingerprint() {
     let dir = examples().join("classifier");
     let cfg = read_model_config(&dir, "classifier", &RepoOptions::default(), None).unwrap();
     let labels = read_labels(&cfg, &dir).unwrap();
-    assert_eq!(
-        labels["OUTPUT"].as_slice(),
-        ["cat", "dog", "bird", "fish", "horse"]
-    );
+    assert_eq!(labels["OUTPUT"].as_slice(), ["cat", "dog", "bird", "fish", "horse"]);
 
     let tmp = tempfile::tempdir().unwrap();
     fs::create_dir_all(tmp.path().join("1")).unwrap();

@@ -17,11 +17,7 @@ pub enum VersionPolicy {
 
 impl VersionPolicy {
     pub fn from_config(cfg: &ModelConfig) -> VersionPolicy {
-        match cfg
-            .version_policy
-            .as_ref()
-            .and_then(|p| p.policy_choice.as_ref())
-        {
+        match cfg.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()) {
             Some(PolicyChoice::All(_)) => VersionPolicy::All,
             Some(PolicyChoice::Specific(s)) => VersionPolicy::Specific(s.versions.clone()),
             Some(PolicyChoice::Latest(l)) => VersionPolicy::Latest(l.num_versions.max(1)),
@@ -58,10 +54,7 @@ mod tests {
     #[test]
     fn latest_picks_highest_versions() {
         assert_eq!(VersionPolicy::Latest(1).select(&avail(&[1, 3, 2])), vec![3]);
-        assert_eq!(
-            VersionPolicy::Latest(2).select(&avail(&[1, 3, 2, 10])),
-            vec![3, 10]
-        );
+        assert_eq!(VersionPolicy::Latest(2).select(&avail(&[1, 3, 2, 10])), vec![3, 10]);
         assert_eq!(VersionPolicy::Latest(5).select(&avail(&[7])), vec![7]);
         assert!(VersionPolicy::Latest(1).select(&avail(&[])).is_empty());
     }
@@ -69,17 +62,11 @@ mod tests {
     #[test]
     fn all_and_specific() {
         assert_eq!(VersionPolicy::All.select(&avail(&[2, 1])), vec![1, 2]);
-        assert_eq!(
-            VersionPolicy::Specific(vec![3, 1, 3]).select(&avail(&[1, 2])),
-            vec![1, 3]
-        );
+        assert_eq!(VersionPolicy::Specific(vec![3, 1, 3]).select(&avail(&[1, 2])), vec![1, 3]);
     }
 
     #[test]
     fn default_policy_is_latest_one() {
-        assert_eq!(
-            VersionPolicy::from_config(&ModelConfig::default()),
-            VersionPolicy::Latest(1)
-        );
+        assert_eq!(VersionPolicy::from_config(&ModelConfig::default()), VersionPolicy::Latest(1));
     }
 }

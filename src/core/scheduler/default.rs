@@ -6,6 +6,7 @@ use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
 use crossbeam_channel::{bounded, Sender, TrySendError};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,6 +20,8 @@ pub struct DefaultScheduler {
     model: String,
     /// The queue bound, for the "queue full" message.
     capacity: usize,
+    /// Instance threads still running; reaches 0 once the queue is closed and drained.
+    running: Arc<AtomicUsize>,
 }
 
 impl DefaultScheduler {
@@ -30,24 +33,34 @@ impl DefaultScheduler {
         stats: Arc<ModelStats>,
     ) -> Result<Self> {
         let (tx, rx) = bounded::<Job>(capacity);
+        let running = Arc::new(AtomicUsize::new(0));
         for (name, mut instance) in instances {
             let rx = rx.clone();
             let stats = stats.clone();
+            let running_thread = running.clone();
+            running.fetch_add(1, Ordering::SeqCst);
             std::thread::Builder::new()
                 .name(format!("inst-{name}"))
                 .spawn(move || {
                     while let Ok(job) = rx.recv() {
                         run_job(&mut *instance, job, &stats);
                     }
-                    tracing::debug!(instance = %name, "Instance thread is exiting because its model was unloaded.");
+                    // Dropping the instance runs the backend's finalizer before the thread counts as gone.
+                    drop(instance);
+                    running_thread.fetch_sub(1, Ordering::SeqCst);
+                    tracing::debug!(instance = %name, "Instance thread exited because its model was unloaded.");
                 })
-                .map_err(|e| Error::internal(format!("cannot start a thread for instance of model '{model}': {e}")))?;
+                .map_err(|e| {
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Error::internal(format!("cannot start a thread for instance of model '{model}': {e}"))
+                })?;
         }
-        Ok(DefaultScheduler {
-            tx,
-            model: model.to_string(),
-            capacity,
-        })
+        Ok(DefaultScheduler { tx, model: model.to_string(), capacity, running })
+    }
+
+    /// A counter of running instance threads, to wait for an unload to finish.
+    pub fn running(&self) -> Arc<AtomicUsize> {
+        self.running.clone()
     }
 
     /// Queues a job, or rejects it at once when the queue is full or closed.
@@ -58,10 +71,9 @@ impl DefaultScheduler {
                 "exceeds maximum queue size: model '{}' already has {} requests queued",
                 self.model, self.capacity
             ))),
-            Err(TrySendError::Disconnected(_)) => Err(Error::unavailable(format!(
-                "model '{}' has no running instances",
-                self.model
-            ))),
+            Err(TrySendError::Disconnected(_)) => {
+                Err(Error::unavailable(format!("model '{}' has no running instances", self.model)))
+            }
         }
     }
 }
@@ -69,26 +81,12 @@ impl DefaultScheduler {
 fn run_job(instance: &mut dyn ModelInstance, job: Job, stats: &ModelStats) {
     let start = Instant::now();
     let queue_ns = (start - job.enqueued).as_nanos() as u64;
-    let result =
-        catch_unwind(AssertUnwindSafe(|| instance.execute(&job.exec))).unwrap_or_else(|_| {
-            Err(Error::internal(
-                "the backend panicked while executing the request; this is a bug",
-            ))
-        });
+    let result = catch_unwind(AssertUnwindSafe(|| instance.execute(&job.exec)))
+        .unwrap_or_else(|_| Err(Error::internal("the backend panicked while executing the request; this is a bug")));
     if let Ok(r) = &result {
         let t = r.timings;
-        stats.record_execution(
-            job.batch_size,
-            t.compute_input_ns,
-            t.compute_infer_ns,
-            t.compute_output_ns,
-        );
-        stats.record_request_compute(
-            queue_ns,
-            t.compute_input_ns,
-            t.compute_infer_ns,
-            t.compute_output_ns,
-        );
+        stats.record_execution(job.batch_size, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
+        stats.record_request_compute(queue_ns, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
     }
     let _ = job.reply.send(result);
 }

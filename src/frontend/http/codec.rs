@@ -2,8 +2,8 @@
 //! Pure functions over bytes, so they are unit-tested and fuzzed without a server.
 
 use crate::core::types::{
-    bytes_elements, element_count, DataType, InferRequest, InferResponse, ParamValue, Parameters,
-    RequestedOutput, Tensor,
+    bytes_elements, element_count, DataType, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput,
+    Tensor,
 };
 use crate::error::{Error, Result};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -28,11 +28,7 @@ impl DecodedRequest {
             .outputs
             .iter()
             .find(|o| o.name == name)
-            .and_then(|o| {
-                o.parameters
-                    .get("binary_data")
-                    .and_then(ParamValue::as_bool)
-            })
+            .and_then(|o| o.parameters.get("binary_data").and_then(ParamValue::as_bool))
             .unwrap_or(self.binary_default)
     }
 }
@@ -83,11 +79,7 @@ pub fn json_params(map: Option<serde_json::Map<String, serde_json::Value>>) -> R
                     ParamValue::Double(n.as_f64().unwrap_or(0.0))
                 }
             }
-            _ => {
-                return Err(Error::invalid(format!(
-                    "parameter '{k}' must be a bool, number or string"
-                )))
-            }
+            _ => return Err(Error::invalid(format!("parameter '{k}' must be a bool, number or string"))),
         };
         out.insert(k, p);
     }
@@ -114,17 +106,13 @@ pub fn decode_request(
         None => body.len(),
     };
     let json = &body[..json_len];
-    let parsed: JsonRequest<'_> = serde_json::from_slice(json)
-        .map_err(|e| Error::invalid(format!("failed to parse the request JSON: {e}")))?;
+    let parsed: JsonRequest<'_> =
+        serde_json::from_slice(json).map_err(|e| Error::invalid(format!("failed to parse the request JSON: {e}")))?;
     let mut binary_offset = json_len;
     let mut inputs = Vec::with_capacity(parsed.inputs.len());
     for inp in parsed.inputs {
-        let datatype = DataType::parse(&inp.datatype).ok_or_else(|| {
-            Error::invalid(format!(
-                "input '{}' has unknown datatype '{}'",
-                inp.name, inp.datatype
-            ))
-        })?;
+        let datatype = DataType::parse(&inp.datatype)
+            .ok_or_else(|| Error::invalid(format!("input '{}' has unknown datatype '{}'", inp.name, inp.datatype)))?;
         let params = json_params(inp.parameters)?;
         if params.contains_key("shared_memory_region") {
             return Err(Error::unsupported(format!(
@@ -132,23 +120,13 @@ pub fn decode_request(
                 inp.name
             )));
         }
-        let count = element_count(&inp.shape).ok_or_else(|| {
-            Error::invalid(format!(
-                "input '{}' has an invalid shape {:?}",
-                inp.name, inp.shape
-            ))
-        })?;
+        let count = element_count(&inp.shape)
+            .ok_or_else(|| Error::invalid(format!("input '{}' has an invalid shape {:?}", inp.name, inp.shape)))?;
         let data: Bytes = match (params.get("binary_data_size"), inp.data) {
             (Some(size), None) => {
-                let size = size
-                    .as_i64()
-                    .and_then(|s| usize::try_from(s).ok())
-                    .ok_or_else(|| {
-                        Error::invalid(format!(
-                            "input '{}': binary_data_size must be a non-negative integer",
-                            inp.name
-                        ))
-                    })?;
+                let size = size.as_i64().and_then(|s| usize::try_from(s).ok()).ok_or_else(|| {
+                    Error::invalid(format!("input '{}': binary_data_size must be a non-negative integer", inp.name))
+                })?;
                 let end = binary_offset.checked_add(size).filter(|&e| e <= body.len()).ok_or_else(|| {
                     Error::invalid(format!(
                         "input '{}' declares binary_data_size {size} but the body holds only {} more bytes",
@@ -161,21 +139,13 @@ pub fn decode_request(
                 slice
             }
             (Some(_), Some(_)) => {
-                return Err(Error::invalid(format!(
-                    "input '{}' has both binary_data_size and JSON data",
-                    inp.name
-                )))
+                return Err(Error::invalid(format!("input '{}' has both binary_data_size and JSON data", inp.name)))
             }
             (None, Some(raw)) => parse_json_data(raw, datatype, count, &inp.name)?,
-            (None, None) => {
-                return Err(Error::invalid(format!("input '{}' has no data", inp.name)))
-            }
+            (None, None) => return Err(Error::invalid(format!("input '{}' has no data", inp.name))),
         };
         let mut t = Tensor::new(inp.name, datatype, inp.shape, data);
-        t.parameters = params
-            .into_iter()
-            .filter(|(k, _)| k != "binary_data_size")
-            .collect();
+        t.parameters = params.into_iter().filter(|(k, _)| k != "binary_data_size").collect();
         inputs.push(t);
     }
     if binary_offset != body.len() {
@@ -195,28 +165,16 @@ pub fn decode_request(
         }
         let class_count = match parameters.get("classification") {
             None => 0,
-            Some(v) => v
-                .as_i64()
-                .and_then(|c| u32::try_from(c).ok())
-                .ok_or_else(|| {
-                    Error::invalid(format!(
-                        "output '{}': classification must be a non-negative integer",
-                        o.name
-                    ))
-                })?,
+            Some(v) => v.as_i64().and_then(|c| u32::try_from(c).ok()).ok_or_else(|| {
+                Error::invalid(format!("output '{}': classification must be a non-negative integer", o.name))
+            })?,
         };
-        outputs.push(RequestedOutput {
-            name: o.name,
-            class_count,
-            parameters,
-        });
+        outputs.push(RequestedOutput { name: o.name, class_count, parameters });
     }
     let parameters = json_params(parsed.parameters)?;
     let binary_default = match parameters.get("binary_data_output") {
         None => false,
-        Some(v) => v
-            .as_bool()
-            .ok_or_else(|| Error::invalid("binary_data_output must be a bool"))?,
+        Some(v) => v.as_bool().ok_or_else(|| Error::invalid("binary_data_output must be a bool"))?,
     };
     Ok(DecodedRequest {
         request: InferRequest {
@@ -233,28 +191,14 @@ pub fn decode_request(
 
 /// Parses JSON tensor data (flat or nested arrays) straight into the binary layout of `dt`.
 pub fn parse_json_data(raw: &RawValue, dt: DataType, count: usize, name: &str) -> Result<Bytes> {
-    let mut out = Vec::with_capacity(
-        count
-            .saturating_mul(dt.byte_size().unwrap_or(8))
-            .min(1 << 26),
-    );
+    let mut out = Vec::with_capacity(count.saturating_mul(dt.byte_size().unwrap_or(8)).min(1 << 26));
     let mut n = 0usize;
     let mut de = serde_json::Deserializer::from_str(raw.get());
-    Flatten {
-        dt,
-        out: &mut out,
-        count: &mut n,
-    }
-    .deserialize(&mut de)
-    .map_err(|e| {
-        Error::invalid(format!(
-            "input '{name}': invalid data for datatype {dt}: {e}"
-        ))
-    })?;
+    Flatten { dt, out: &mut out, count: &mut n }
+        .deserialize(&mut de)
+        .map_err(|e| Error::invalid(format!("input '{name}': invalid data for datatype {dt}: {e}")))?;
     if n != count {
-        return Err(Error::invalid(format!(
-            "input '{name}': the data holds {n} elements but the shape needs {count}"
-        )));
+        return Err(Error::invalid(format!("input '{name}': the data holds {n} elements but the shape needs {count}")));
     }
     Ok(Bytes::from(out))
 }
@@ -297,23 +241,13 @@ impl<'de> Visitor<'de> for Flatten<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq
-            .next_element_seed(Flatten {
-                dt: self.dt,
-                out: &mut *self.out,
-                count: &mut *self.count,
-            })?
-            .is_some()
-        {}
+        while seq.next_element_seed(Flatten { dt: self.dt, out: &mut *self.out, count: &mut *self.count })?.is_some() {}
         Ok(())
     }
 
     fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
         if self.dt != DataType::Bool {
-            return Err(E::custom(format!(
-                "expected a {} value, got a bool",
-                self.dt
-            )));
+            return Err(E::custom(format!("expected a {} value, got a bool", self.dt)));
         }
         self.out.push(v as u8);
         *self.count += 1;
@@ -334,12 +268,8 @@ impl<'de> Visitor<'de> for Flatten<'_> {
 
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
         match self.dt {
-            DataType::Fp16 => self
-                .out
-                .extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
-            DataType::Bf16 => self
-                .out
-                .extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
+            DataType::Fp16 => self.out.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
+            DataType::Bf16 => self.out.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
             DataType::Fp32 => self.out.extend_from_slice(&(v as f32).to_le_bytes()),
             DataType::Fp64 => self.out.extend_from_slice(&v.to_le_bytes()),
             _ if v.fract() == 0.0 && v.abs() < 9.0e15 => return self.visit_i64(v as i64),
@@ -351,10 +281,7 @@ impl<'de> Visitor<'de> for Flatten<'_> {
 
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
         if self.dt != DataType::Bytes {
-            return Err(E::custom(format!(
-                "expected a {} value, got a string",
-                self.dt
-            )));
+            return Err(E::custom(format!("expected a {} value, got a string", self.dt)));
         }
         self.out.put_u32_le(v.len() as u32);
         self.out.extend_from_slice(v.as_bytes());
@@ -381,10 +308,7 @@ impl Serialize for JsonData<'_> {
             ($ty:ty, $n:expr) => {{
                 let mut seq = s.serialize_seq(Some(self.bytes.len() / $n))?;
                 for c in self.bytes.chunks_exact($n) {
-                    let v = <$ty>::from_le_bytes(
-                        c.try_into()
-                            .expect("chunk size equals type size; this is a bug"),
-                    );
+                    let v = <$ty>::from_le_bytes(c.try_into().expect("chunk size equals type size; this is a bug"));
                     seq.serialize_element(&v)?;
                 }
                 seq.end()
@@ -476,15 +400,8 @@ struct JsonResponse<'a> {
 }
 
 /// Encodes a response: outputs for which `binary(name)` is true go after the JSON as binary data.
-pub fn encode_response(
-    resp: &InferResponse,
-    binary: impl Fn(&str) -> bool,
-) -> Result<EncodedResponse> {
-    let hosts: Vec<Bytes> = resp
-        .outputs
-        .iter()
-        .map(|t| t.data.to_host())
-        .collect::<Result<_>>()?;
+pub fn encode_response(resp: &InferResponse, binary: impl Fn(&str) -> bool) -> Result<EncodedResponse> {
+    let hosts: Vec<Bytes> = resp.outputs.iter().map(|t| t.data.to_host()).collect::<Result<_>>()?;
     let sizes: Vec<Parameters> = resp
         .outputs
         .iter()
@@ -511,10 +428,7 @@ pub fn encode_response(
                 datatype: t.datatype.as_str(),
                 shape: &t.shape,
                 parameters: (!p.is_empty()).then_some(JsonParams(p)),
-                data: (!is_bin).then_some(JsonData {
-                    dt: t.datatype,
-                    bytes: b,
-                }),
+                data: (!is_bin).then_some(JsonData { dt: t.datatype, bytes: b }),
             }
         })
         .collect();
@@ -525,23 +439,13 @@ pub fn encode_response(
         parameters: (!resp.parameters.is_empty()).then_some(JsonParams(&resp.parameters)),
         outputs,
     };
-    let mut buf = serde_json::to_vec(&json)
-        .map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
+    let mut buf = serde_json::to_vec(&json).map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
     if !any_binary {
-        return Ok(EncodedResponse {
-            body: Bytes::from(buf),
-            header_len: None,
-        });
+        return Ok(EncodedResponse { body: Bytes::from(buf), header_len: None });
     }
     let header_len = buf.len();
     let total: usize = header_len
-        + resp
-            .outputs
-            .iter()
-            .zip(&hosts)
-            .filter(|(t, _)| binary(&t.name))
-            .map(|(_, b)| b.len())
-            .sum::<usize>();
+        + resp.outputs.iter().zip(&hosts).filter(|(t, _)| binary(&t.name)).map(|(_, b)| b.len()).sum::<usize>();
     let mut out = BytesMut::with_capacity(total);
     out.extend_from_slice(&buf);
     buf.clear();
@@ -550,21 +454,12 @@ pub fn encode_response(
             out.extend_from_slice(b);
         }
     }
-    Ok(EncodedResponse {
-        body: out.freeze(),
-        header_len: Some(header_len),
-    })
+    Ok(EncodedResponse { body: out.freeze(), header_len: Some(header_len) })
 }
 
 /// Builds the single input of a raw binary request (`Inference-Header-Content-Length: 0`): the whole
 /// body is the one input's data, its shape deduced from the configuration and the data size.
-pub fn raw_input(
-    body: Bytes,
-    name: &str,
-    dt: DataType,
-    dims: &[i64],
-    batching: bool,
-) -> Result<Tensor> {
+pub fn raw_input(body: Bytes, name: &str, dt: DataType, dims: &[i64], batching: bool) -> Result<Tensor> {
     let elems = match dt.byte_size() {
         Some(size) => {
             if !body.len().is_multiple_of(size) {

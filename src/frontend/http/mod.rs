@@ -66,25 +66,13 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2", get(server_metadata))
         .route("/v2/models/stats", get(stats_all))
         .route("/v2/models/{name}", get(model_metadata))
-        .route(
-            "/v2/models/{name}/versions/{version}",
-            get(model_metadata_v),
-        )
+        .route("/v2/models/{name}/versions/{version}", get(model_metadata_v))
         .route("/v2/models/{name}/ready", get(model_ready))
-        .route(
-            "/v2/models/{name}/versions/{version}/ready",
-            get(model_ready_v),
-        )
+        .route("/v2/models/{name}/versions/{version}/ready", get(model_ready_v))
         .route("/v2/models/{name}/config", get(model_config))
-        .route(
-            "/v2/models/{name}/versions/{version}/config",
-            get(model_config_v),
-        )
+        .route("/v2/models/{name}/versions/{version}/config", get(model_config_v))
         .route("/v2/models/{name}/stats", get(model_stats))
-        .route(
-            "/v2/models/{name}/versions/{version}/stats",
-            get(model_stats_v),
-        )
+        .route("/v2/models/{name}/versions/{version}/stats", get(model_stats_v))
         .route("/v2/models/{name}/infer", post(infer))
         .route("/v2/models/{name}/versions/{version}/infer", post(infer_v))
         .route("/v2/repository/index", post(repo_index))
@@ -125,9 +113,7 @@ async fn server_metadata(State(s): St) -> ApiResult {
 fn metadata_json(s: &HttpState, name: &str, version: &str) -> ApiResult {
     let m = s.server.model_metadata(name, version)?;
     let tensors = |ts: &[crate::core::server::TensorMetadata]| -> Vec<Value> {
-        ts.iter()
-            .map(|t| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape }))
-            .collect()
+        ts.iter().map(|t| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape })).collect()
     };
     json_ok(json!({
         "name": m.name,
@@ -142,10 +128,7 @@ async fn model_metadata(State(s): St, Path(name): Path<String>) -> ApiResult {
     metadata_json(&s, &name, "")
 }
 
-async fn model_metadata_v(
-    State(s): St,
-    Path((name, version)): Path<(String, String)>,
-) -> ApiResult {
+async fn model_metadata_v(State(s): St, Path((name, version)): Path<(String, String)>) -> ApiResult {
     metadata_json(&s, &name, &version)
 }
 
@@ -225,16 +208,10 @@ async fn model_stats_v(State(s): St, Path((name, version)): Path<(String, String
 
 /// Reads the whole body within the size limit, undoing gzip/deflate content encoding.
 async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Bytes> {
-    let too_large = || {
-        Error::new(
-            ErrorKind::PayloadTooLarge,
-            format!("request body exceeds the {} byte limit", s.max_body),
-        )
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
+    let too_large =
+        || Error::new(ErrorKind::PayloadTooLarge, format!("request body exceeds the {} byte limit", s.max_body));
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > s.max_body) {
         return Err(too_large());
     }
@@ -246,32 +223,16 @@ async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Byt
             Error::invalid(format!("cannot read the request body: {inner}"))
         }
     })?;
-    let encoding = headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .unwrap_or("");
+    let encoding = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()).map(str::trim).unwrap_or("");
     let mut out = Vec::new();
     let limit = s.max_body as u64 + 1;
     let res = match encoding.to_ascii_lowercase().as_str() {
         "" | "identity" => return Ok(raw),
-        "gzip" | "x-gzip" => flate2::read::GzDecoder::new(&raw[..])
-            .take(limit)
-            .read_to_end(&mut out),
-        "deflate" => flate2::read::ZlibDecoder::new(&raw[..])
-            .take(limit)
-            .read_to_end(&mut out),
-        other => {
-            return Err(Error::invalid(format!(
-                "unsupported Content-Encoding '{other}' (use gzip or deflate)"
-            )))
-        }
+        "gzip" | "x-gzip" => flate2::read::GzDecoder::new(&raw[..]).take(limit).read_to_end(&mut out),
+        "deflate" => flate2::read::ZlibDecoder::new(&raw[..]).take(limit).read_to_end(&mut out),
+        other => return Err(Error::invalid(format!("unsupported Content-Encoding '{other}' (use gzip or deflate)"))),
     };
-    res.map_err(|e| {
-        Error::invalid(format!(
-            "cannot decompress the {encoding} request body: {e}"
-        ))
-    })?;
+    res.map_err(|e| Error::invalid(format!("cannot decompress the {encoding} request body: {e}")))?;
     if out.len() > s.max_body {
         return Err(too_large());
     }
@@ -279,9 +240,7 @@ async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Byt
 }
 
 async fn infer(State(s): St, Path(name): Path<String>, headers: HeaderMap, body: Body) -> Response {
-    do_infer(&s, &name, "", &headers, body)
-        .await
-        .unwrap_or_else(|e| error_response(&e))
+    do_infer(&s, &name, "", &headers, body).await.unwrap_or_else(|e| error_response(&e))
 }
 
 async fn infer_v(
@@ -290,18 +249,10 @@ async fn infer_v(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    do_infer(&s, &name, &version, &headers, body)
-        .await
-        .unwrap_or_else(|e| error_response(&e))
+    do_infer(&s, &name, &version, &headers, body).await.unwrap_or_else(|e| error_response(&e))
 }
 
-async fn do_infer(
-    s: &HttpState,
-    name: &str,
-    version: &str,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response> {
+async fn do_infer(s: &HttpState, name: &str, version: &str, headers: &HeaderMap, body: Body) -> Result<Response> {
     let version = parse_version(version)?;
     let header_len = match headers.get(HEADER_LEN) {
         None => None,
@@ -309,9 +260,7 @@ async fn do_infer(
             v.to_str()
                 .ok()
                 .and_then(|v| v.trim().parse::<usize>().ok())
-                .ok_or_else(|| {
-                    Error::invalid("Inference-Header-Content-Length must be a non-negative integer")
-                })?,
+                .ok_or_else(|| Error::invalid("Inference-Header-Content-Length must be a non-negative integer"))?,
         ),
     };
     let body = read_body(s, headers, body).await?;
@@ -321,47 +270,26 @@ async fn do_infer(
         codec::decode_request(body, header_len, name, version)?
     };
     let binary_default = decoded.binary_default;
-    let flags: Vec<(String, bool)> = decoded
-        .request
-        .outputs
-        .iter()
-        .map(|o| (o.name.clone(), decoded.output_is_binary(&o.name)))
-        .collect();
+    let flags: Vec<(String, bool)> =
+        decoded.request.outputs.iter().map(|o| (o.name.clone(), decoded.output_is_binary(&o.name))).collect();
     let resp = s.server.infer(decoded.request).await?;
-    let is_binary = |n: &str| {
-        flags
-            .iter()
-            .find(|(o, _)| o == n)
-            .map(|(_, b)| *b)
-            .unwrap_or(binary_default)
-    };
+    let is_binary = |n: &str| flags.iter().find(|(o, _)| o == n).map(|(_, b)| *b).unwrap_or(binary_default);
     let enc = codec::encode_response(&resp, is_binary)?;
     let mut r = Response::new(Body::from(enc.body));
     match enc.header_len {
         Some(n) => {
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/octet-stream"),
-            );
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
             r.headers_mut().insert(HEADER_LEN, HeaderValue::from(n));
         }
         None => {
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
     }
     Ok(r)
 }
 
 /// A raw binary request: the body is the model's single input.
-fn raw_request(
-    s: &HttpState,
-    name: &str,
-    version: Option<i64>,
-    body: Bytes,
-) -> Result<codec::DecodedRequest> {
+fn raw_request(s: &HttpState, name: &str, version: Option<i64>, body: Bytes) -> Result<codec::DecodedRequest> {
     let v = version.map(|v| v.to_string()).unwrap_or_default();
     let cfg = s.server.model_config(name, &v)?;
     let [input] = cfg.input.as_slice() else {
@@ -370,8 +298,7 @@ fn raw_request(
             cfg.input.len()
         )));
     };
-    let dt = DataType::from_config(input.data_type)
-        .ok_or_else(|| Error::internal("input without datatype"))?;
+    let dt = DataType::from_config(input.data_type).ok_or_else(|| Error::internal("input without datatype"))?;
     let tensor = codec::raw_input(body, &input.name, dt, &input.dims, cfg.max_batch_size > 0)?;
     Ok(codec::DecodedRequest {
         request: crate::core::types::InferRequest {
@@ -388,8 +315,8 @@ fn parse_json_body(body: &Bytes) -> Result<Value> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| Error::invalid(format!("failed to parse the request JSON: {e}")))?;
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| Error::invalid(format!("failed to parse the request JSON: {e}")))?;
     if !v.is_object() {
         return Err(Error::invalid("the request body must be a JSON object"));
     }
@@ -427,34 +354,23 @@ async fn repo_index(State(s): St, headers: HeaderMap, body: Body) -> ApiResult {
     json_ok(Value::Array(rows))
 }
 
-async fn repo_load(
-    State(s): St,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> ApiResult {
+async fn repo_load(State(s): St, Path(name): Path<String>, headers: HeaderMap, body: Body) -> ApiResult {
     let body = read_body(&s, &headers, body).await?;
     let req = parse_json_body(&body)?;
     let mut opts = LoadOptions::default();
     if let Some(params) = req.get("parameters") {
-        let params = params
-            .as_object()
-            .ok_or_else(|| Error::invalid("'parameters' must be a JSON object"))?;
+        let params = params.as_object().ok_or_else(|| Error::invalid("'parameters' must be a JSON object"))?;
         for (k, v) in params {
             if k == "config" {
-                let cfg = v.as_str().ok_or_else(|| {
-                    Error::invalid("the 'config' parameter must be a string holding JSON")
-                })?;
+                let cfg =
+                    v.as_str().ok_or_else(|| Error::invalid("the 'config' parameter must be a string holding JSON"))?;
                 opts.config_json = Some(cfg.to_string());
             } else if let Some(path) = k.strip_prefix("file:") {
-                let b64 = v.as_str().ok_or_else(|| {
-                    Error::invalid(format!("parameter '{k}' must be a base64 string"))
-                })?;
+                let b64 =
+                    v.as_str().ok_or_else(|| Error::invalid(format!("parameter '{k}' must be a base64 string")))?;
                 let data = base64::engine::general_purpose::STANDARD
                     .decode(b64)
-                    .map_err(|e| {
-                        Error::invalid(format!("parameter '{k}' is not valid base64: {e}"))
-                    })?;
+                    .map_err(|e| Error::invalid(format!("parameter '{k}' is not valid base64: {e}")))?;
                 opts.files.push((path.to_string(), data));
             }
         }
@@ -463,12 +379,7 @@ async fn repo_load(
     Ok(StatusCode::OK.into_response())
 }
 
-async fn repo_unload(
-    State(s): St,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> ApiResult {
+async fn repo_unload(State(s): St, Path(name): Path<String>, headers: HeaderMap, body: Body) -> ApiResult {
     let body = read_body(&s, &headers, body).await?;
     parse_json_body(&body)?;
     s.server.unload_model(&name).await?;
@@ -481,8 +392,8 @@ async fn log_get(State(s): St) -> ApiResult {
 
 async fn log_post(State(s): St, headers: HeaderMap, body: Body) -> ApiResult {
     let body = read_body(&s, &headers, body).await?;
-    let update: LogUpdate = serde_json::from_slice(&body)
-        .map_err(|e| Error::invalid(format!("invalid logging settings: {e}")))?;
+    let update: LogUpdate =
+        serde_json::from_slice(&body).map_err(|e| Error::invalid(format!("invalid logging settings: {e}")))?;
     let settings = s.log.update(update)?;
     json_ok(serde_json::to_value(settings).map_err(|e| Error::internal(e.to_string()))?)
 }

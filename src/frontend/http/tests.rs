@@ -30,24 +30,14 @@ async fn app(max_body: usize) -> Router {
         log_verbose_level: 0,
         log_format: "default".into(),
     });
-    router(HttpState {
-        server,
-        log,
-        max_body,
-    })
+    router(HttpState { server, log, max_body })
 }
 
 async fn call(app: &Router, req: Request<Body>) -> (StatusCode, Value) {
     let resp = app.clone().oneshot(req).await.unwrap();
     let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    let v = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap()
-    };
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+    let v = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
     (status, v)
 }
 
@@ -67,11 +57,7 @@ async fn health_and_metadata() {
     let (s, v) = call(&app, get("/v2")).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v["name"], "triton");
-    assert!(v["extensions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|e| e == "binary_tensor_data"));
+    assert!(v["extensions"].as_array().unwrap().iter().any(|e| e == "binary_tensor_data"));
 }
 
 #[tokio::test]
@@ -82,14 +68,8 @@ async fn errors_are_json_with_the_right_status() {
     assert!(v["error"].as_str().unwrap().contains("'nope'"));
     let (s, v) = call(&app, get("/v2/models/nope/versions/abc")).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert!(v["error"]
-        .as_str()
-        .unwrap()
-        .contains("not a valid model version"));
-    assert_eq!(
-        call(&app, get("/v2/nothing/here")).await.0,
-        StatusCode::NOT_FOUND
-    );
+    assert!(v["error"].as_str().unwrap().contains("not a valid model version"));
+    assert_eq!(call(&app, get("/v2/nothing/here")).await.0, StatusCode::NOT_FOUND);
     let (s, _) = call(&app, post("/v2/models/nope/infer", r#"{"inputs":[]}"#)).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     let (s, v) = call(&app, post("/v2/models/nope/infer", "{bad")).await;
@@ -98,10 +78,7 @@ async fn errors_are_json_with_the_right_status() {
     assert_eq!(s, StatusCode::NOT_FOUND);
     let (s, _) = call(&app, post("/v2/repository/index", "[1]")).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    let req = Request::post("/v2/models/m/infer")
-        .header(HEADER_LEN, "x")
-        .body(Body::from("{}"))
-        .unwrap();
+    let req = Request::post("/v2/models/m/infer").header(HEADER_LEN, "x").body(Body::from("{}")).unwrap();
     assert_eq!(call(&app, req).await.0, StatusCode::BAD_REQUEST);
 }
 
@@ -131,10 +108,7 @@ async fn body_limit_and_compression() {
         .unwrap();
     assert_eq!(call(&app, req).await.0, StatusCode::PAYLOAD_TOO_LARGE);
 
-    let req = Request::post("/v2/repository/index")
-        .header("content-encoding", "br")
-        .body(Body::from("{}"))
-        .unwrap();
+    let req = Request::post("/v2/repository/index").header("content-encoding", "br").body(Body::from("{}")).unwrap();
     assert_eq!(call(&app, req).await.0, StatusCode::BAD_REQUEST);
 }
 
@@ -144,21 +118,9 @@ async fn logging_settings_round_trip() {
     let (s, v) = call(&app, get("/v2/logging")).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v["log_verbose_level"], 0);
-    let (s, v) = call(
-        &app,
-        post(
-            "/v2/logging",
-            r#"{"log_verbose_level": 2, "log_info": false}"#,
-        ),
-    )
-    .await;
+    let (s, v) = call(&app, post("/v2/logging", r#"{"log_verbose_level": 2, "log_info": false}"#)).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v["log_verbose_level"], 2);
     assert_eq!(v["log_info"], false);
-    assert_eq!(
-        call(&app, post("/v2/logging", r#"{"log_bogus": 1}"#))
-            .await
-            .0,
-        StatusCode::BAD_REQUEST
-    );
+    assert_eq!(call(&app, post("/v2/logging", r#"{"log_bogus": 1}"#)).await.0, StatusCode::BAD_REQUEST);
 }

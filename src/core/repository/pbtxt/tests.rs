@@ -221,16 +221,7 @@ fn scalar_list_forms() {
         "#,
     );
     let dims: Vec<Vec<i64>> = cfg.input.iter().map(|i| i.dims.clone()).collect();
-    assert_eq!(
-        dims,
-        vec![
-            vec![8, 16, 32],
-            vec![4],
-            vec![1, 2, 3, 4],
-            vec![],
-            vec![-1, 16]
-        ]
-    );
+    assert_eq!(dims, vec![vec![8, 16, 32], vec![4], vec![1, 2, 3, 4], vec![], vec![-1, 16]]);
 }
 
 #[test]
@@ -243,15 +234,7 @@ fn message_list_forms() {
     let angle = parse(r#"input < name: "x" > input: < name: "y" >"#);
     let newline = parse("input\n[\n{ name: \"x\" }\n,\n{ name: \"y\" }\n]\n");
     let commented = parse("input # the inputs [\n[ { name: \"x\" }, { name: \"y\" } ]");
-    for cfg in [
-        &tight,
-        &colon,
-        &repeated,
-        &colon_brace,
-        &angle,
-        &newline,
-        &commented,
-    ] {
+    for cfg in [&tight, &colon, &repeated, &colon_brace, &angle, &newline, &commented] {
         assert_eq!(cfg, &spaced);
     }
     let names: Vec<&str> = spaced.input.iter().map(|i| i.name.as_str()).collect();
@@ -265,10 +248,7 @@ fn nested_colonless_lists_and_separators() {
     );
     assert_eq!(cfg.output[0].name, "o");
     assert_eq!(cfg.output[0].dims, vec![1, 2]);
-    assert_eq!(
-        cfg.output[0].reshape,
-        Some(ModelTensorReshape { shape: vec![2] })
-    );
+    assert_eq!(cfg.output[0].reshape, Some(ModelTensorReshape { shape: vec![2] }));
     assert_eq!(cfg.max_batch_size, 4);
     assert_eq!(cfg.instance_group[0].kind(), InstanceKind::Model);
 }
@@ -288,33 +268,19 @@ fn instance_groups() {
 
 #[test]
 fn parameter_map_forms() {
-    let expected = |value: &str| ModelParameter {
-        string_value: value.to_owned(),
-    };
-    let block =
-        parse(r#"parameters { key: "intra_op_thread_count" value: { string_value: "1" } }"#);
-    let list =
-        parse(r#"parameters: [{ key: "intra_op_thread_count", value: { string_value: "1" }}]"#);
-    let colonless =
-        parse(r#"parameters [ { key: "intra_op_thread_count" value { string_value: "1" } } ]"#);
+    let expected = |value: &str| ModelParameter { string_value: value.to_owned() };
+    let block = parse(r#"parameters { key: "intra_op_thread_count" value: { string_value: "1" } }"#);
+    let list = parse(r#"parameters: [{ key: "intra_op_thread_count", value: { string_value: "1" }}]"#);
+    let colonless = parse(r#"parameters [ { key: "intra_op_thread_count" value { string_value: "1" } } ]"#);
     for cfg in [&block, &list, &colonless] {
         assert_eq!(cfg.parameters.len(), 1);
-        assert_eq!(
-            cfg.parameters.get("intra_op_thread_count"),
-            Some(&expected("1"))
-        );
+        assert_eq!(cfg.parameters.get("intra_op_thread_count"), Some(&expected("1")));
     }
 
     let cfg = parse(KITCHEN_SINK);
     assert_eq!(cfg.parameters.len(), 2);
-    assert_eq!(
-        cfg.parameters.get("inter_op_thread_count"),
-        Some(&expected("2"))
-    );
-    assert_eq!(
-        cfg.metric_tags.get("team").map(String::as_str),
-        Some("vision")
-    );
+    assert_eq!(cfg.parameters.get("inter_op_thread_count"), Some(&expected("2")));
+    assert_eq!(cfg.metric_tags.get("team").map(String::as_str), Some("vision"));
 }
 
 #[test]
@@ -360,33 +326,22 @@ fn version_policies() {
     let specific = parse("version_policy: { specific: { versions: [1, 3] } }");
     assert_eq!(
         specific.version_policy.and_then(|p| p.policy_choice),
-        Some(PolicyChoice::Specific(
-            crate::proto::inference::model_version_policy::Specific {
-                versions: vec![1, 3]
-            }
-        ))
+        Some(PolicyChoice::Specific(crate::proto::inference::model_version_policy::Specific { versions: vec![1, 3] }))
     );
 
     let latest = parse("version_policy { latest { num_versions: 2 } }");
     assert_eq!(
         latest.version_policy.and_then(|p| p.policy_choice),
-        Some(PolicyChoice::Latest(
-            crate::proto::inference::model_version_policy::Latest { num_versions: 2 }
-        ))
+        Some(PolicyChoice::Latest(crate::proto::inference::model_version_policy::Latest { num_versions: 2 }))
     );
 
     let all = parse("version_policy: { all { } }");
-    assert!(matches!(
-        all.version_policy.and_then(|p| p.policy_choice),
-        Some(PolicyChoice::All(_))
-    ));
+    assert!(matches!(all.version_policy.and_then(|p| p.policy_choice), Some(PolicyChoice::All(_))));
 }
 
 #[test]
 fn dynamic_batching() {
-    let cfg = parse(
-        "dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100 }",
-    );
+    let cfg = parse("dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100 }");
     let Some(SchedulingChoice::DynamicBatching(batching)) = cfg.scheduling_choice else {
         panic!("expected dynamic batching");
     };
@@ -394,10 +349,7 @@ fn dynamic_batching() {
     assert_eq!(batching.max_queue_delay_microseconds, 100);
 
     let empty = parse("dynamic_batching { }");
-    assert!(matches!(
-        empty.scheduling_choice,
-        Some(SchedulingChoice::DynamicBatching(_))
-    ));
+    assert!(matches!(empty.scheduling_choice, Some(SchedulingChoice::DynamicBatching(_))));
 
     let cfg = parse(KITCHEN_SINK);
     let Some(SchedulingChoice::DynamicBatching(batching)) = cfg.scheduling_choice else {
@@ -405,12 +357,7 @@ fn dynamic_batching() {
     };
     let policy = batching.priority_queue_policy.get(&1);
     assert_eq!(policy.map(|p| p.max_queue_size), Some(8));
-    assert_eq!(
-        batching
-            .default_queue_policy
-            .map(|p| p.default_timeout_microseconds),
-        Some(1000)
-    );
+    assert_eq!(batching.default_queue_policy.map(|p| p.default_timeout_microseconds), Some(1000));
 }
 
 #[test]
@@ -448,23 +395,11 @@ fn ensemble_scheduling() {
     assert_eq!(steps.len(), 2);
     assert_eq!(steps[0].model_name, "preprocess");
     assert_eq!(steps[0].model_version, -1);
-    assert_eq!(
-        steps[0].input_map.get("RAW").map(String::as_str),
-        Some("IMAGE")
-    );
-    assert_eq!(
-        steps[0].output_map.get("PREPROCESSED").map(String::as_str),
-        Some("preprocessed_image")
-    );
+    assert_eq!(steps[0].input_map.get("RAW").map(String::as_str), Some("IMAGE"));
+    assert_eq!(steps[0].output_map.get("PREPROCESSED").map(String::as_str), Some("preprocessed_image"));
     assert_eq!(steps[1].model_version, 3);
-    assert_eq!(
-        steps[1].input_map.get("INPUT").map(String::as_str),
-        Some("preprocessed_image")
-    );
-    assert_eq!(
-        steps[1].output_map.get("OUTPUT").map(String::as_str),
-        Some("CLASSIFICATION")
-    );
+    assert_eq!(steps[1].input_map.get("INPUT").map(String::as_str), Some("preprocessed_image"));
+    assert_eq!(steps[1].output_map.get("OUTPUT").map(String::as_str), Some("CLASSIFICATION"));
 }
 
 #[test]
@@ -485,47 +420,29 @@ fn model_warmup() {
     let cfg = parse(KITCHEN_SINK);
     assert_eq!(cfg.model_warmup.len(), 2);
     let zeros = &cfg.model_warmup[0];
-    assert_eq!(
-        (zeros.name.as_str(), zeros.batch_size, zeros.count),
-        ("zeros", 1, 2)
-    );
+    assert_eq!((zeros.name.as_str(), zeros.batch_size, zeros.count), ("zeros", 1, 2));
     let data = &zeros.inputs["data"];
     assert_eq!(data.data_type(), DataType::TypeFp32);
     assert_eq!(data.dims, vec![3, 224, 224]);
     assert_eq!(data.input_data_type, Some(InputDataType::ZeroData(true)));
     let from_file = &cfg.model_warmup[1].inputs["data"];
     assert_eq!(from_file.dims, vec![3, 224, 224]);
-    assert_eq!(
-        from_file.input_data_type,
-        Some(InputDataType::InputDataFile("raw.bin".to_owned()))
-    );
+    assert_eq!(from_file.input_data_type, Some(InputDataType::InputDataFile("raw.bin".to_owned())));
 }
 
 #[test]
 fn miscellaneous_sections() {
     let cfg = parse(KITCHEN_SINK);
-    assert_eq!(
-        cfg.model_transaction_policy.map(|p| p.decoupled),
-        Some(true)
-    );
+    assert_eq!(cfg.model_transaction_policy.map(|p| p.decoupled), Some(true));
     assert_eq!(cfg.response_cache.map(|c| c.enable), Some(true));
     let optimization = cfg.optimization.unwrap_or_default();
     let accelerators = optimization.execution_accelerators.unwrap_or_default();
     let tensorrt = &accelerators.gpu_execution_accelerator[0];
     assert_eq!(tensorrt.name, "tensorrt");
-    assert_eq!(
-        tensorrt
-            .parameters
-            .get("precision_mode")
-            .map(String::as_str),
-        Some("FP16")
-    );
+    assert_eq!(tensorrt.parameters.get("precision_mode").map(String::as_str), Some("FP16"));
     let graph = &optimization.cuda.unwrap_or_default().graph_spec[0];
     assert_eq!(graph.input["data"].dim, vec![3, 224, 224]);
-    assert_eq!(
-        cfg.model_operations.map(|o| o.op_library_filename),
-        Some(vec!["libcustom.so".to_owned()])
-    );
+    assert_eq!(cfg.model_operations.map(|o| o.op_library_filename), Some(vec!["libcustom.so".to_owned()]));
 }
 
 #[test]
@@ -564,8 +481,7 @@ fn unknown_field_display() {
             line: 12,
             column: 5,
             field: Some("max_batch_sizee".to_owned()),
-            message: "no such field in inference.ModelConfig; did you mean 'max_batch_size'?"
-                .to_owned(),
+            message: "no such field in inference.ModelConfig; did you mean 'max_batch_size'?".to_owned(),
         }
     );
 }
@@ -576,16 +492,9 @@ fn unknown_field_after_inserted_colons_on_same_line() {
     let text = "name: \"m\"\ninput [ { dims [ 1 ] name: \"x\" dimz: [ 2 ] } ]\n";
     let err = parse_err(text);
     assert_eq!(err.field.as_deref(), Some("dimz"));
-    let column = text
-        .lines()
-        .nth(1)
-        .and_then(|l| l.find("dimz"))
-        .map(|c| c + 1);
+    let column = text.lines().nth(1).and_then(|l| l.find("dimz")).map(|c| c + 1);
     assert_eq!((err.line, Some(err.column)), (2, column.map(|c| c as u32)));
-    assert_eq!(
-        err.message,
-        "no such field in inference.ModelInput; did you mean 'dims'?"
-    );
+    assert_eq!(err.message, "no such field in inference.ModelInput; did you mean 'dims'?");
 }
 
 #[test]
@@ -605,10 +514,7 @@ fn unknown_field_followed_by_colonless_list() {
     let err = parse_err("max_batch_size: 1\n  inputs [ { name: \"x\" } ]");
     assert_eq!((err.line, err.column), (2, 3));
     assert_eq!(err.field.as_deref(), Some("inputs"));
-    assert_eq!(
-        err.message,
-        "no such field in inference.ModelConfig; did you mean 'input'?"
-    );
+    assert_eq!(err.message, "no such field in inference.ModelConfig; did you mean 'input'?");
 }
 
 #[test]
@@ -630,10 +536,7 @@ fn bad_enum_value() {
 
     let err = parse_err("instance_group [ { kind: KIND_TPU } ]");
     assert_eq!(err.field.as_deref(), Some("kind"));
-    assert!(
-        err.message.starts_with("value 'KIND_TPU' was not found"),
-        "{err}"
-    );
+    assert!(err.message.starts_with("value 'KIND_TPU' was not found"), "{err}");
 }
 
 #[test]
@@ -659,10 +562,7 @@ fn unterminated_brace() {
     let err = parse_err("name: \"m\"\ninstance_group {\n  count: 1\n");
     assert_eq!((err.line, err.column), (2, 16));
     assert_eq!(err.field.as_deref(), Some("instance_group"));
-    assert_eq!(
-        err.message,
-        "'{' is never closed (expected '}' or a field name, but reached end of input)"
-    );
+    assert_eq!(err.message, "'{' is never closed (expected '}' or a field name, but reached end of input)");
 
     let err = parse_err("input [ { name: \"x\" }");
     assert_eq!((err.line, err.column), (1, 7));
@@ -700,10 +600,7 @@ fn field_set_twice() {
 
     let err = parse_err("dynamic_batching { }\nsequence_batching { }");
     assert_eq!(err.field.as_deref(), Some("sequence_batching"));
-    assert_eq!(
-        err.message,
-        "a value is already set for oneof 'scheduling_choice'"
-    );
+    assert_eq!(err.message, "a value is already set for oneof 'scheduling_choice'");
 }
 
 #[test]
@@ -716,13 +613,8 @@ fn invalid_character_position_counts_characters() {
 
 #[test]
 fn display_without_field_or_position() {
-    let mut err = ConfigError {
-        file: "f.pbtxt".to_owned(),
-        line: 3,
-        column: 1,
-        field: None,
-        message: "bad".to_owned(),
-    };
+    let mut err =
+        ConfigError { file: "f.pbtxt".to_owned(), line: 3, column: 1, field: None, message: "bad".to_owned() };
     assert_eq!(err.to_string(), "f.pbtxt:3:1: bad");
     err.line = 0;
     err.column = 0;
@@ -733,17 +625,15 @@ fn display_without_field_or_position() {
 fn prost_reflect_error_debug_shape_is_understood() {
     // Pins the Debug layout `error_details` relies on (see its doc comment).
     let descriptor = model_config_descriptor();
-    let err =
-        match DynamicMessage::parse_text_format(descriptor.clone(), "name: \"span: 1..2\" x: 1") {
-            Ok(_) => panic!("unknown field accepted"),
-            Err(err) => err,
-        };
+    let err = match DynamicMessage::parse_text_format(descriptor.clone(), "name: \"span: 1..2\" x: 1") {
+        Ok(_) => panic!("unknown field accepted"),
+        Err(err) => err,
+    };
     let details = error_details(&err);
     assert_eq!(details.kind, "FieldNotFound");
     assert_eq!(details.span, Some(19..20));
 
-    let err = match DynamicMessage::parse_text_format(descriptor, "max_batch_size: \"span: 1..2\"")
-    {
+    let err = match DynamicMessage::parse_text_format(descriptor, "max_batch_size: \"span: 1..2\"") {
         Ok(_) => panic!("string accepted as integer"),
         Err(err) => err,
     };
@@ -763,10 +653,7 @@ fn colon_insertion_only_where_needed() {
         ("input [ ]", "input: [ ]"),
         ("input: [ ]", "input: [ ]"),
         ("input[{dims[1]}]", "input:[{dims:[1]}]"),
-        (
-            "name: \"input [\" # output [\n",
-            "name: \"input [\" # output [\n",
-        ),
+        ("name: \"input [\" # output [\n", "name: \"input [\" # output [\n"),
         ("name: 'a\\' [' input [", "name: 'a\\' [' input: ["),
         ("input { dims: [1] }", "input { dims: [1] }"),
         // Inside a list, identifiers are values (enum names), never field names.
@@ -785,9 +672,7 @@ fn patched_offsets_map_back() {
     let patched = insert_list_colons(text, &tokenize(text), &descriptor);
     assert_eq!(patched.text, "a: [{b: [");
     assert_eq!(patched.insertions, vec![1, 5]);
-    let mapped: Vec<usize> = (0..patched.text.len())
-        .map(|offset| patched.to_original(offset))
-        .collect();
+    let mapped: Vec<usize> = (0..patched.text.len()).map(|offset| patched.to_original(offset)).collect();
     //                        a  :  _  [  {  b  :  _  [
     assert_eq!(mapped, vec![0, 1, 1, 2, 3, 4, 5, 5, 6]);
 }
@@ -795,10 +680,7 @@ fn patched_offsets_map_back() {
 #[test]
 fn tokenizer_handles_strings_comments_and_numbers() {
     let text = "a: \"x#\\\"y\" # c 'd\nb: 'q' c: 1.5e-3f d: -0x1F e: .5";
-    let kinds: Vec<(TokenKind, &str)> = tokenize(text)
-        .iter()
-        .map(|t| (t.kind, &text[t.start..t.end]))
-        .collect();
+    let kinds: Vec<(TokenKind, &str)> = tokenize(text).iter().map(|t| (t.kind, &text[t.start..t.end])).collect();
     assert_eq!(
         kinds,
         vec![
@@ -887,9 +769,8 @@ fn simple_config_json_matches_triton() {
 
 #[test]
 fn json_prints_only_the_set_oneof_member() {
-    let json = config_to_json(&parse(
-        "version_policy { all {} } dynamic_batching { max_queue_delay_microseconds: 100 }",
-    ));
+    let json =
+        config_to_json(&parse("version_policy { all {} } dynamic_batching { max_queue_delay_microseconds: 100 }"));
     assert_eq!(json["version_policy"], json!({ "all": {} }));
     assert_eq!(
         json["dynamic_batching"],
@@ -922,31 +803,17 @@ fn json_numbers() {
         input { dims: [ -1, 9007199254740993 ] }
         "#,
     ));
-    assert_eq!(
-        json["dynamic_batching"]["max_queue_delay_microseconds"],
-        json!(u64::MAX)
-    );
+    assert_eq!(json["dynamic_batching"]["max_queue_delay_microseconds"], json!(u64::MAX));
     // Map keys are strings in JSON, whatever their protobuf type.
-    assert_eq!(
-        json["dynamic_batching"]["priority_queue_policy"]["2"]["default_timeout_microseconds"],
-        json!(7)
-    );
-    assert_eq!(
-        json["input"][0]["dims"],
-        json!([-1, 9_007_199_254_740_993_i64])
-    );
+    assert_eq!(json["dynamic_batching"]["priority_queue_policy"]["2"]["default_timeout_microseconds"], json!(7));
+    assert_eq!(json["input"][0]["dims"], json!([-1, 9_007_199_254_740_993_i64]));
 
     let json = config_to_json(&parse(SEQUENCE));
     let control = &json["sequence_batching"]["control_input"][0]["control"][0];
     assert_eq!(control["fp32_false_true"].to_string(), "[0,1]");
 
-    let json = config_to_json(&parse(
-        "sequence_batching { direct { minimum_slot_utilization: 0.1 } }",
-    ));
-    assert_eq!(
-        json["sequence_batching"]["direct"]["minimum_slot_utilization"].to_string(),
-        "0.1"
-    );
+    let json = config_to_json(&parse("sequence_batching { direct { minimum_slot_utilization: 0.1 } }"));
+    assert_eq!(json["sequence_batching"]["direct"]["minimum_slot_utilization"].to_string(), "0.1");
 }
 
 #[test]
@@ -979,12 +846,10 @@ fn json_input_variants() {
             dims: vec![16, 4, -1],
             ..ModelInput::default()
         }],
-        scheduling_choice: Some(SchedulingChoice::DynamicBatching(
-            crate::proto::inference::ModelDynamicBatching {
-                max_queue_delay_microseconds: 100,
-                ..Default::default()
-            },
-        )),
+        scheduling_choice: Some(SchedulingChoice::DynamicBatching(crate::proto::inference::ModelDynamicBatching {
+            max_queue_delay_microseconds: 100,
+            ..Default::default()
+        })),
         instance_group: vec![crate::proto::inference::ModelInstanceGroup {
             kind: InstanceKind::Cpu.into(),
             count: 1,
@@ -998,15 +863,9 @@ fn json_input_variants() {
 #[test]
 fn json_errors() {
     let err = config_from_json(r#"{ "max_batch_size": 8, "max_batch_sizee": 8 }"#);
-    assert!(
-        matches!(&err, Err(msg) if msg.contains("unrecognized field name 'max_batch_sizee'")),
-        "{err:?}"
-    );
+    assert!(matches!(&err, Err(msg) if msg.contains("unrecognized field name 'max_batch_sizee'")), "{err:?}");
     let err = config_from_json(r#"{ "input": [ { "data_type": "TYPE_NOPE" } ] }"#);
-    assert!(
-        matches!(&err, Err(msg) if msg.contains("TYPE_NOPE")),
-        "{err:?}"
-    );
+    assert!(matches!(&err, Err(msg) if msg.contains("TYPE_NOPE")), "{err:?}");
     assert!(config_from_json("{ \"max_batch_size\": \"eight\" }").is_err());
     assert!(config_from_json("[]").is_err());
     assert!(config_from_json("{} {}").is_err());
@@ -1027,10 +886,7 @@ fn pbtxt_round_trip() {
 #[test]
 fn pbtxt_output_is_readable() {
     let printed = config_to_pbtxt(&parse(SIMPLE));
-    assert!(
-        printed.starts_with("name: \"simple\"\nplatform: \"tensorflow_graphdef\"\n"),
-        "{printed}"
-    );
+    assert!(printed.starts_with("name: \"simple\"\nplatform: \"tensorflow_graphdef\"\n"), "{printed}");
     assert!(printed.contains("data_type: TYPE_INT32"), "{printed}");
     assert!(printed.contains("dims: [16]"), "{printed}");
     assert!(printed.ends_with('\n'));

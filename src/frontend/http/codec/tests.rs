@@ -29,20 +29,8 @@ fn json_data_flat_and_nested() {
     assert_eq!(r.id, "r1");
     assert_eq!(r.model_version, Some(1));
     let host = |i: usize| r.inputs[i].data.as_host().unwrap().to_vec();
-    assert_eq!(
-        host(0),
-        [1i32, 2, 3, -4]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect::<Vec<_>>()
-    );
-    assert_eq!(
-        host(1),
-        [1.5f32, 2.0, -0.25]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect::<Vec<_>>()
-    );
+    assert_eq!(host(0), [1i32, 2, 3, -4].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>());
+    assert_eq!(host(1), [1.5f32, 2.0, -0.25].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>());
     assert_eq!(host(2), vec![1, 0]);
     assert_eq!(host(3), serialize_bytes(["hi", ""]).to_vec());
     assert_eq!(host(4), half::f16::from_f32(0.5).to_le_bytes().to_vec());
@@ -71,41 +59,19 @@ fn binary_extension_slices_the_body_without_copying() {
 #[test]
 fn malformed_requests_are_invalid_argument() {
     assert!(invalid(decode(b"{bad", None)).contains("failed to parse"));
-    assert!(invalid(decode(
-        br#"{"inputs":[{"name":"A","shape":[3],"datatype":"INT32","data":[1,2]}]}"#,
-        None
-    ))
-    .contains("holds 2 elements"));
-    assert!(invalid(decode(
-        br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":["x"]}]}"#,
-        None
-    ))
-    .contains("got a string"));
-    assert!(invalid(decode(
-        br#"{"inputs":[{"name":"A","shape":[1],"datatype":"UINT8","data":[300]}]}"#,
-        None
-    ))
-    .contains("out of range"));
-    assert!(invalid(decode(
-        br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":[1.5]}]}"#,
-        None
-    ))
-    .contains("got 1.5"));
-    assert!(invalid(decode(
-        br#"{"inputs":[{"name":"A","shape":[1],"datatype":"FLOAT","data":[1]}]}"#,
-        None
-    ))
-    .contains("unknown datatype"));
-    assert!(invalid(decode(
-        br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32"}]}"#,
-        None
-    ))
-    .contains("no data"));
-    assert!(invalid(decode(
-        br#"{"inputs":[{"name":"A","shape":[-1],"datatype":"INT32","data":[]}]}"#,
-        None
-    ))
-    .contains("invalid shape"));
+    assert!(invalid(decode(br#"{"inputs":[{"name":"A","shape":[3],"datatype":"INT32","data":[1,2]}]}"#, None))
+        .contains("holds 2 elements"));
+    assert!(invalid(decode(br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":["x"]}]}"#, None))
+        .contains("got a string"));
+    assert!(invalid(decode(br#"{"inputs":[{"name":"A","shape":[1],"datatype":"UINT8","data":[300]}]}"#, None))
+        .contains("out of range"));
+    assert!(invalid(decode(br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":[1.5]}]}"#, None))
+        .contains("got 1.5"));
+    assert!(invalid(decode(br#"{"inputs":[{"name":"A","shape":[1],"datatype":"FLOAT","data":[1]}]}"#, None))
+        .contains("unknown datatype"));
+    assert!(invalid(decode(br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32"}]}"#, None)).contains("no data"));
+    assert!(invalid(decode(br#"{"inputs":[{"name":"A","shape":[-1],"datatype":"INT32","data":[]}]}"#, None))
+        .contains("invalid shape"));
     let h = br#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}]}"#;
     let mut short = h.to_vec();
     short.extend_from_slice(&[0; 4]);
@@ -114,7 +80,11 @@ fn malformed_requests_are_invalid_argument() {
     extra.extend_from_slice(&[0; 12]);
     assert!(invalid(decode(&extra, Some(h.len()))).contains("no input claims"));
     assert!(invalid(decode(h, Some(h.len() + 1))).contains("larger than the request body"));
-    let e = decode(br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","parameters":{"shared_memory_region":"r"}}]}"#, None).unwrap_err();
+    let e = decode(
+        br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","parameters":{"shared_memory_region":"r"}}]}"#,
+        None,
+    )
+    .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unsupported);
 }
 
@@ -129,10 +99,7 @@ fn response_json_and_binary() {
                 "A",
                 DataType::Int32,
                 vec![2],
-                [5i32, -6]
-                    .iter()
-                    .flat_map(|v| v.to_le_bytes())
-                    .collect::<Vec<_>>(),
+                [5i32, -6].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>(),
             ),
             Tensor::new("S", DataType::Bytes, vec![1], serialize_bytes(["hey"])),
         ],
@@ -164,13 +131,6 @@ fn raw_body_shape_is_deduced() {
     assert_eq!(t.shape, vec![3]);
     assert!(raw_input(body.clone(), "IN", DataType::Fp64, &[-1], true).is_err());
     assert!(raw_input(body, "IN", DataType::Fp32, &[-1, -1], true).is_err());
-    let s = raw_input(
-        serialize_bytes(["a", "b"]),
-        "IN",
-        DataType::Bytes,
-        &[-1],
-        false,
-    )
-    .unwrap();
+    let s = raw_input(serialize_bytes(["a", "b"]), "IN", DataType::Bytes, &[-1], false).unwrap();
     assert_eq!(s.shape, vec![2]);
 }
