@@ -289,30 +289,13 @@ impl ModelManager {
         .map_err(|e| Error::internal(format!("config reader failed: {e}")))?;
         let cfg = match cfg {
             Ok(c) => Arc::new(c),
-            Err(e) => {
-                tracing::error!("Model '{name}' failed to load: {}", e.message);
-                let mut table = self.table.write();
-                let entry = table.entry(name.to_string()).or_default();
-                entry.fingerprint = Some(fingerprint);
-                if entry.versions.values().all(|s| s.model.is_none()) {
-                    entry.versions.clear();
-                    entry.error = Some(e.message.clone());
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(self.model_failed(name, fingerprint, e)),
         };
         let available = repository::list_versions(&dir);
         let wanted = VersionPolicy::from_config(&cfg).select(&available);
         if wanted.is_empty() {
             let e = Error::invalid(format!("model '{name}' has no version folders to serve in '{}'", dir.display()));
-            let mut table = self.table.write();
-            let entry = table.entry(name.to_string()).or_default();
-            entry.fingerprint = Some(fingerprint);
-            if entry.versions.values().all(|s| s.model.is_none()) {
-                entry.versions.clear();
-                entry.error = Some(e.message.clone());
-            }
-            return Err(e);
+            return Err(self.model_failed(name, fingerprint, e));
         }
         {
             let mut table = self.table.write();
@@ -406,6 +389,20 @@ impl ModelManager {
         } else {
             Err(Error::invalid(format!("failed to load '{name}': {}", failures.join("; "))))
         }
+    }
+
+    /// Records a failure of the whole model (before any version loads). Versions still serving from an
+    /// earlier load keep serving; otherwise the model shows UNAVAILABLE with this reason.
+    fn model_failed(&self, name: &str, fingerprint: u64, e: Error) -> Error {
+        tracing::error!("Model '{name}' failed to load: {}", e.message);
+        let mut table = self.table.write();
+        let entry = table.entry(name.to_string()).or_default();
+        entry.fingerprint = Some(fingerprint);
+        if entry.versions.values().all(|s| s.model.is_none()) {
+            entry.versions.clear();
+            entry.error = Some(e.message.clone());
+        }
+        e
     }
 
     /// Unloads every version of a model and waits until it is gone: the versions are UNLOADING while

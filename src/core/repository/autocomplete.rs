@@ -127,14 +127,7 @@ pub fn complete_onnx(cfg: &mut ModelConfig, io: &ModelIoInfo, default_max_batch_
     let fill_inputs = cfg.input.is_empty();
     for t in &io.inputs {
         match cfg.input.iter_mut().find(|c| c.name == t.name) {
-            Some(c) => {
-                if c.data_type == 0 {
-                    c.data_type = t.data_type;
-                }
-                if c.dims.is_empty() && c.reshape.is_none() {
-                    c.dims = strip(&t.dims);
-                }
-            }
+            Some(c) => complete_tensor(&mut c.data_type, &mut c.dims, c.reshape.is_some(), t, strip),
             None if fill_inputs => cfg.input.push(ModelInput {
                 name: t.name.clone(),
                 data_type: t.data_type,
@@ -147,14 +140,7 @@ pub fn complete_onnx(cfg: &mut ModelConfig, io: &ModelIoInfo, default_max_batch_
     let fill_outputs = cfg.output.is_empty();
     for t in &io.outputs {
         match cfg.output.iter_mut().find(|c| c.name == t.name) {
-            Some(c) => {
-                if c.data_type == 0 {
-                    c.data_type = t.data_type;
-                }
-                if c.dims.is_empty() && c.reshape.is_none() {
-                    c.dims = strip(&t.dims);
-                }
-            }
+            Some(c) => complete_tensor(&mut c.data_type, &mut c.dims, c.reshape.is_some(), t, strip),
             None if fill_outputs => cfg.output.push(ModelOutput {
                 name: t.name.clone(),
                 data_type: t.data_type,
@@ -169,6 +155,22 @@ pub fn complete_onnx(cfg: &mut ModelConfig, io: &ModelIoInfo, default_max_batch_
     }
     if cfg.platform.is_empty() {
         cfg.platform = "onnxruntime_onnx".into();
+    }
+}
+
+/// Fills a configured tensor's missing datatype and dims from the model.
+fn complete_tensor(
+    data_type: &mut i32,
+    dims: &mut Vec<i64>,
+    has_reshape: bool,
+    t: &IoInfo,
+    strip: impl Fn(&[i64]) -> Vec<i64>,
+) {
+    if *data_type == 0 {
+        *data_type = t.data_type;
+    }
+    if dims.is_empty() && !has_reshape {
+        *dims = strip(&t.dims);
     }
 }
 
