@@ -33,6 +33,10 @@ def test_client_request_compression(client, algo):
     res = client.infer("simple", inputs, request_compression_algorithm=algo)
     np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), x + y)
     np.testing.assert_array_equal(res.as_numpy("OUTPUT1"), x - y)
+    # Asking for a compressed response is allowed too (the server may answer uncompressed).
+    res = client.infer("simple", inputs, request_compression_algorithm=algo, response_compression_algorithm=algo)
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), x + y)
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT1"), x - y)
 
 
 @pytest.mark.parametrize("encoding, compress", [

@@ -105,6 +105,14 @@ def test_request_id_echoed(client):
     assert res.get_response()["id"] == "req-42/ü"
 
 
+def test_request_parameters_accepted(client):
+    inputs, in0, in1 = simple_inputs()
+    for kw in ({"priority": 1}, {"timeout": 5_000_000}, {"parameters": {"custom": "x", "n": 3, "flag": True}},
+               {"headers": {"X-Custom": "1"}}, {"query_params": {"a": "b"}}):
+        res = client.infer("simple", inputs, **kw)
+        np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), in0 + in1)
+
+
 def test_no_id_when_not_sent(examples_server):
     body = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
                        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}
@@ -141,7 +149,9 @@ def test_raw_binary_data_output_parameter(examples_server):
         {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}
     r = post_infer(examples_server, "simple", body)
     assert r.status == 200, r
+    assert r.headers["content-type"] == "application/octet-stream"
     head, tail = split_binary(r)
+    assert len(r.body) == int(r.headers["content-length"])
     outs = head["outputs"]
     assert [o["name"] for o in outs] == ["OUTPUT0", "OUTPUT1"]
     assert all(o["parameters"]["binary_data_size"] == 64 and "data" not in o for o in outs)
@@ -163,6 +173,15 @@ def test_raw_binary_output_overrides_default(examples_server):
     assert outs["OUTPUT0"]["parameters"]["binary_data_size"] == 64
     assert outs["OUTPUT1"]["data"] == list(range(-1, 15))
     assert np.frombuffer(tail, "<i4").tolist() == list(range(1, 17))
+
+
+def test_header_length_equal_to_json_body(examples_server):
+    body = json.dumps({"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}).encode()
+    r = examples_server.post("/v2/models/simple/infer", body, headers={"Inference-Header-Content-Length": str(len(body))})
+    assert r.status == 200, r
+    assert r.json()["outputs"][0]["data"] == list(range(1, 17))
 
 
 def test_raw_binary_input_data(examples_server):

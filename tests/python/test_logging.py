@@ -42,6 +42,11 @@ def test_update_verbose_level(server):
     assert got["log_verbose_level"] == 0
 
 
+def test_empty_update_changes_nothing(server):
+    assert server.client().update_log_settings({}) == DEFAULTS
+    assert server.client().get_log_settings() == DEFAULTS
+
+
 def test_update_partial_keeps_other_fields(server):
     c = server.client()
     c.update_log_settings({"log_warning": False})

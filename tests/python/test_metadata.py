@@ -21,6 +21,9 @@ def test_server_metadata(examples_server, client):
     assert md["name"] == "triton"
     assert isinstance(md["version"], str) and md["version"]
     assert EXTENSIONS <= set(md["extensions"]), md["extensions"]
+    from helpers import run_cli
+
+    assert run_cli("--version").stdout.strip() == f"tritonrs {md['version']}"
     r = examples_server.get("/v2")
     assert r.status == 200
     assert r.headers["content-type"].startswith("application/json")
@@ -56,6 +59,14 @@ def test_model_metadata_for_version(client):
     md = client.get_model_metadata("multi_version", model_version="2")
     assert md["name"] == "multi_version"
     assert md["inputs"][0]["shape"] == [-1, 4]
+
+
+def test_model_metadata_unknown_version(examples_server, client):
+    with pytest.raises(InferenceServerException) as e:
+        client.get_model_metadata("multi_version", model_version="9")
+    assert e.value.status() == "404"
+    r = examples_server.get("/v2/models/simple/versions/abc")
+    assert r.status == 400 and "abc" in r.json()["error"]
 
 
 def test_model_metadata_unknown_model(client):

@@ -136,6 +136,9 @@ def test_poll_removed_model_becomes_unavailable(poll_setup):
     assert e.value.status() in ("400", "404", "503")
     assert vlen(c) == [[2.0, 4.0]]
     assert s.get("/v2/health/ready").status == 200
+    # Putting it back brings it back.
+    add_model_atomically(repo, staging, "simple")
+    s.wait_until(lambda: c.is_model_ready("simple"), timeout=POLL_TIMEOUT, what="simple back")
 
 
 def test_poll_config_change_reloads_while_serving(poll_setup):

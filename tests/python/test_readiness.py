@@ -52,6 +52,23 @@ def test_strict_readiness_false_is_ready_with_broken_model(start_server, repo):
     assert simple_ok(c)
 
 
+def test_not_ready_while_models_load(start_server, repo):
+    import onnx
+
+    from helpers import EXAMPLES
+
+    # A model whose load takes a few hundred ms (auto-complete parses a 20 MB ONNX file).
+    (repo / "slow" / "1").mkdir(parents=True)
+    m = onnx.load(str(EXAMPLES / "autocomplete_add" / "1" / "model.onnx"))
+    m.doc_string = "x" * (20 * 1024 * 1024)
+    onnx.save(m, str(repo / "slow" / "1" / "model.onnx"))
+    s = start_server("--model-repository", repo, wait="live")
+    assert s.get("/v2/health/ready").status == 503
+    assert s.client().is_model_ready("slow") is False
+    s.wait_until(lambda: s.get("/v2/health/ready").status == 200, what="ready")
+    assert s.client().is_model_ready("slow")
+
+
 def test_ready_when_all_models_good(start_server, repo):
     copy_models(repo, "simple", "vlen_scale")
     s = start_server("--model-repository", repo, "--strict-readiness=true")

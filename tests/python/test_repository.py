@@ -106,6 +106,17 @@ def test_explicit_only_load_model_is_ready(explicit_server):
     assert simple_infer(c).tolist() == [[6] * 16]
 
 
+def test_explicit_missing_load_model_at_start(start_server):
+    s = start_server("--model-repository", EXAMPLES, "--model-control-mode=explicit", "--load-model", "simple",
+                     "--load-model", "ghost", wait="live")
+    c = s.client()
+    s.wait_until(lambda: c.is_model_ready("simple"), what="simple READY")
+    rows = [r for r in c.get_model_repository_index() if r["name"] == "ghost"]
+    assert len(rows) == 1 and rows[0]["state"] == "UNAVAILABLE" and "ghost" in rows[0]["reason"], rows
+    assert s.get("/v2/health/ready").status != 200  # strict readiness: a requested model failed
+    assert simple_infer(c).tolist() == [[6] * 16]
+
+
 def test_explicit_load_then_unload(explicit_server):
     c = explicit_server.client()
     c.load_model("vlen_scale")
@@ -131,9 +142,52 @@ def test_explicit_load_all_versions_and_unload(explicit_server):
     assert states(c.get_model_repository_index(), "multi_version") == {
         "1": ("READY", ""), "2": ("READY", ""), "3": ("READY", "")}
     assert mv_infer(c, "1") == [[1, 2, 3, 4]]
-    c.unload_model("multi_version")
+    c.unload_model("multi_version", unload_dependents=True)
     assert states(c.get_model_repository_index(), "multi_version") == {
         "1": ("UNAVAILABLE", "unloaded"), "2": ("UNAVAILABLE", "unloaded"), "3": ("UNAVAILABLE", "unloaded")}
+
+
+def test_unload_and_reload_under_load(explicit_server):
+    """Requests racing with unload/load either succeed with the right answer or fail cleanly (400/404/503);
+    never a 500, a wrong answer or a dropped connection."""
+    import threading
+
+    c = explicit_server.client()
+    c.load_model("vlen_scale")
+    x = np.arange(20000, dtype=np.float32).reshape(1, 20000)
+    outcomes = []
+    stop = threading.Event()
+
+    def hammer():
+        hc = explicit_server.client()
+        try:
+            while not stop.is_set():
+                i = httpclient.InferInput("INPUT", [1, 20000], "FP32")
+                i.set_data_from_numpy(x)
+                try:
+                    out = hc.infer("vlen_scale", [i]).as_numpy("OUTPUT")
+                    outcomes.append("ok" if np.array_equal(out, x * 2) else "WRONG")
+                except InferenceServerException as e:
+                    outcomes.append(e.status())
+        finally:
+            hc.close()
+
+    threads = [threading.Thread(target=hammer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(3):
+            c.unload_model("vlen_scale")
+            c.load_model("vlen_scale")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert outcomes, "no request completed"
+    assert set(outcomes) <= {"ok", "400", "404", "503"}, sorted(set(outcomes))
+    assert "ok" in outcomes
+    assert explicit_server.is_live()
+    assert vlen_infer(c).tolist() == [[2.0, -5.0, 6.5]]
 
 
 def test_explicit_load_unknown_model_fails(explicit_server):
