@@ -274,6 +274,12 @@ fn input_value(t: &Tensor) -> Result<SessionInputValue<'_>> {
     let shape = Shape::new(t.shape.iter().copied());
     if t.datatype == DataType::Bytes {
         let elems = crate::core::types::bytes_elements(bytes)?;
+        if elems.iter().any(|e| e.contains(&0)) {
+            return Err(Error::invalid(format!(
+                "input '{}': ONNX string tensors cannot hold NUL bytes (ONNX Runtime stores C strings)",
+                t.name
+            )));
+        }
         let strings = elems
             .into_iter()
             .map(|e| std::str::from_utf8(e).map(str::to_owned))

@@ -58,6 +58,15 @@ struct VersionSlot {
     reason: String,
     /// The serving model; kept while a replacement loads, so serving never stops.
     model: Option<Arc<LoadedModel>>,
+    /// Whether the version policy (still) selects this version; retired and unloaded versions are not
+    /// counted by strict readiness.
+    wanted: bool,
+}
+
+impl VersionSlot {
+    fn loading() -> Self {
+        VersionSlot { state: ModelState::Loading, reason: String::new(), model: None, wanted: true }
+    }
 }
 
 /// Everything known about one model name.
@@ -68,8 +77,10 @@ struct ModelEntry {
     error: Option<String>,
     /// The folder fingerprint at the last load, for poll mode.
     fingerprint: Option<u64>,
-    /// Set while a load or unload of this model runs.
-    busy: bool,
+    /// Set while a load of this model runs (shown as LOADING before its versions are known).
+    loading: bool,
+    /// Set by an explicit unload: the model is UNAVAILABLE on purpose and does not count for readiness.
+    unloaded: bool,
     /// Holds model files given through the load API until the model is replaced or unloaded.
     _files: Option<Arc<tempfile::TempDir>>,
 }
@@ -100,6 +111,8 @@ pub struct ModelManager {
     backends: BackendRegistry,
     /// Bounds concurrent loads (`--model-load-thread-count`).
     load_slots: tokio::sync::Semaphore,
+    /// One lock per model name: loads and unloads of the same model run one after another.
+    locks: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl ModelManager {
@@ -110,6 +123,7 @@ impl ModelManager {
             opts,
             backends,
             load_slots: tokio::sync::Semaphore::new(load_threads.max(1)),
+            locks: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
@@ -162,10 +176,15 @@ impl ModelManager {
         v
     }
 
-    /// Strict readiness: every model the server was asked to serve is READY in every version.
+    /// Strict readiness: every model the server is meant to serve is READY in every version its policy
+    /// selects. Models and versions unloaded on purpose do not count.
     pub fn all_ready(&self) -> bool {
         let table = self.table.read();
-        table.values().all(|e| e.error.is_none() && e.versions.values().all(|s| s.state == ModelState::Ready))
+        table.values().filter(|e| !e.unloaded).all(|e| {
+            e.error.is_none()
+                && !(e.loading && e.versions.is_empty())
+                && e.versions.values().filter(|s| s.wanted).all(|s| s.state == ModelState::Ready)
+        })
     }
 
     /// The repository index: every model folder in the repositories plus every model the server knows.
@@ -177,12 +196,18 @@ impl ModelManager {
         names.dedup();
         let mut out = Vec::new();
         for name in names {
+            let row = |state: Option<ModelState>, reason: &str| IndexEntry {
+                name: name.into(),
+                version: None,
+                state,
+                reason: reason.to_string(),
+            };
             match table.get(name) {
-                Some(e) if e.error.is_some() && e.versions.is_empty() => out.push(IndexEntry {
-                    name: name.into(),
-                    version: None,
-                    state: Some(ModelState::Unavailable),
-                    reason: e.error.clone().unwrap_or_default(),
+                Some(e) if e.versions.is_empty() => out.push(match (&e.error, e.loading, e.unloaded) {
+                    (Some(err), _, _) => row(Some(ModelState::Unavailable), err),
+                    (None, true, _) => row(Some(ModelState::Loading), ""),
+                    (None, false, true) => row(Some(ModelState::Unavailable), "unloaded"),
+                    (None, false, false) => row(None, ""),
                 }),
                 Some(e) => {
                     for (v, s) in &e.versions {
@@ -194,7 +219,7 @@ impl ModelManager {
                         })
                     }
                 }
-                None => out.push(IndexEntry { name: name.into(), version: None, state: None, reason: String::new() }),
+                None => out.push(row(None, "")),
             }
         }
         if ready_only {
@@ -218,35 +243,57 @@ impl ModelManager {
         self.table.read().get(name).and_then(|e| e.fingerprint)
     }
 
-    fn set_busy(&self, name: &str) -> Result<()> {
-        let mut table = self.table.write();
-        let entry = table.entry(name.to_string()).or_default();
-        if entry.busy {
-            return Err(Error::unavailable(format!(
-                "model '{name}' is already being loaded or unloaded; try again later"
-            )));
-        }
-        entry.busy = true;
-        Ok(())
+    /// Waits for this model's turn: loads and unloads of one model are serialized, as in Triton.
+    async fn lock_model(&self, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = self.locks.lock().entry(name.to_string()).or_default().clone();
+        lock.lock_owned().await
     }
 
     /// Loads (or reloads) a model: reads its configuration, loads every version its policy selects, swaps
     /// each in once READY, and unloads versions the policy no longer selects. Serving continues from the
     /// old versions until then.
     pub async fn load(self: &Arc<Self>, name: &str, opts: LoadOptions) -> Result<()> {
+        self.load_with(name, opts, false).await
+    }
+
+    /// Loads a model the server was told to serve at start-up (`--load-model`, or every model in the
+    /// repositories). Unlike an API load, a name that matches no model folder is remembered as
+    /// UNAVAILABLE, so the index and strict readiness show the missing model.
+    pub async fn load_requested(self: &Arc<Self>, name: &str) -> Result<()> {
+        self.load_with(name, LoadOptions::default(), true).await
+    }
+
+    async fn load_with(self: &Arc<Self>, name: &str, opts: LoadOptions, remember_missing: bool) -> Result<()> {
         if name.is_empty() || name.contains('/') || name.contains("..") {
             return Err(Error::invalid(format!("'{name}' is not a valid model name")));
         }
-        self.set_busy(name)?;
+        let _turn = self.lock_model(name).await;
+        {
+            let mut table = self.table.write();
+            let entry = table.entry(name.to_string()).or_default();
+            entry.loading = true;
+            entry.unloaded = false;
+        }
         let result = self.load_inner(name, opts).await;
         let mut table = self.table.write();
-        if let Some(e) = table.get_mut(name) {
-            e.busy = false;
-            if let Err(err) = &result {
-                if e.versions.is_empty() {
-                    e.error = Some(err.message.clone());
-                }
+        let forget = match (table.get_mut(name), &result) {
+            // A name that matches no model folder is not remembered.
+            (Some(e), Err(err)) if !remember_missing && e.versions.is_empty() && err.kind == ErrorKind::NotFound => {
+                true
             }
+            (Some(e), r) => {
+                e.loading = false;
+                if let Err(err) = r {
+                    if e.versions.is_empty() {
+                        e.error = Some(err.message.clone());
+                    }
+                }
+                false
+            }
+            (None, _) => false,
+        };
+        if forget {
+            table.remove(name);
         }
         result
     }
@@ -302,11 +349,8 @@ impl ModelManager {
             let entry = table.entry(name.to_string()).or_default();
             entry.error = None;
             for v in &wanted {
-                let slot = entry.versions.entry(*v).or_insert(VersionSlot {
-                    state: ModelState::Loading,
-                    reason: String::new(),
-                    model: None,
-                });
+                let slot = entry.versions.entry(*v).or_insert_with(VersionSlot::loading);
+                slot.wanted = true;
                 if slot.model.is_none() {
                     slot.state = ModelState::Loading;
                     slot.reason.clear();
@@ -334,11 +378,7 @@ impl ModelManager {
             let (v, res) = t.await.map_err(|e| Error::internal(format!("model load task failed: {e}")))?;
             let mut table = self.table.write();
             let entry = table.entry(name.to_string()).or_default();
-            let slot = entry.versions.entry(v).or_insert(VersionSlot {
-                state: ModelState::Loading,
-                reason: String::new(),
-                model: None,
-            });
+            let slot = entry.versions.entry(v).or_insert_with(VersionSlot::loading);
             match res {
                 Ok(m) => {
                     tracing::info!(
@@ -372,17 +412,20 @@ impl ModelManager {
             if files_dir.is_some() {
                 entry._files = files_dir;
             }
-            for (v, slot) in entry.versions.iter_mut() {
-                if !wanted.contains(v) && slot.state != ModelState::Unavailable {
-                    if let Some(old) = slot.model.take() {
-                        retired.push(old);
-                    }
+            for (_, slot) in entry.versions.iter_mut().filter(|(v, _)| !wanted.contains(v)) {
+                slot.wanted = false;
+                if let Some(old) = slot.model.take() {
+                    retired.push(old);
+                    slot.state = ModelState::Unloading;
+                    slot.reason = "unloaded".into();
+                } else if slot.state != ModelState::Unavailable {
                     slot.state = ModelState::Unavailable;
                     slot.reason = "unloaded".into();
                 }
             }
         }
         retire(retired).await;
+        self.finish_unloading(name);
         if failures.is_empty() {
             tracing::debug!("Model '{name}' load finished in {:?}.", started.elapsed());
             Ok(())
@@ -408,23 +451,19 @@ impl ModelManager {
     /// Unloads every version of a model and waits until it is gone: the versions are UNLOADING while
     /// requests already queued or running finish on the old instances, then UNAVAILABLE.
     pub async fn unload(&self, name: &str) -> Result<()> {
-        self.set_busy(name)?;
+        let _turn = self.lock_model(name).await;
         let mut retired = Vec::new();
         {
             let mut table = self.table.write();
-            let known = table.get(name).map(|e| !e.versions.is_empty() || e.error.is_some()).unwrap_or(false);
             let Some(entry) = table.get_mut(name) else {
                 return Err(Error::not_found(format!("failed to unload '{name}': unknown model")));
             };
-            entry.busy = false;
-            if !known {
-                table.remove(name);
-                return Err(Error::not_found(format!("failed to unload '{name}': the model is not loaded")));
-            }
+            entry.unloaded = true;
             entry.error = None;
             entry.fingerprint = None;
             entry._files = None;
             for slot in entry.versions.values_mut() {
+                slot.wanted = false;
                 slot.state = match slot.model.take() {
                     Some(m) => {
                         retired.push(m);
@@ -434,18 +473,20 @@ impl ModelManager {
                 };
                 slot.reason = "unloaded".into();
             }
-            // Stays busy until the old instances are gone, so a concurrent load waits its turn.
-            entry.busy = true;
         }
         retire(retired).await;
+        self.finish_unloading(name);
+        tracing::info!("Model '{name}' is unloaded.");
+        Ok(())
+    }
+
+    /// Marks versions whose instances have finished unloading as UNAVAILABLE.
+    fn finish_unloading(&self, name: &str) {
         if let Some(entry) = self.table.write().get_mut(name) {
-            entry.busy = false;
             for slot in entry.versions.values_mut().filter(|s| s.state == ModelState::Unloading) {
                 slot.state = ModelState::Unavailable;
             }
         }
-        tracing::info!("Model '{name}' is unloaded.");
-        Ok(())
     }
 
     /// Forgets a model that vanished from the repositories (poll mode).

@@ -136,19 +136,16 @@ impl Server {
                 }
             }
         };
+        // As in Triton, a repository path that cannot be read stops the server: it is a deployment
+        // mistake, not a model failure.
         let (_, scan_errors) = crate::core::repository::scan(&o.repositories);
-        for e in &scan_errors {
-            tracing::error!("{}", e.message);
-        }
-        if o.exit_on_error {
-            if let Some(e) = scan_errors.into_iter().next() {
-                return Err(e);
-            }
+        if let Some(e) = scan_errors.into_iter().next() {
+            return Err(e);
         }
         let loads = names.iter().map(|n| {
             let models = self.inner.models.clone();
             let n = n.clone();
-            async move { (n.clone(), models.load(&n, LoadOptions::default()).await) }
+            async move { (n.clone(), models.load_requested(&n).await) }
         });
         let results = futures_util::future::join_all(loads).await;
         self.inner.started.store(true, Ordering::SeqCst);

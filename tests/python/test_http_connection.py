@@ -45,14 +45,13 @@ def test_connection_reusable_after_response(examples_server, method, path, body,
     assert second == 200, (second, conn_hdr)
 
 
-BUG_EARLY = ("BUG: errors detected before the request body is read (version in the URL, Inference-Header-"
+EARLY = ("Errors detected before the request body is read (version in the URL, Inference-Header-"
              "Content-Length header, unknown route, wrong method) are answered and then the keep-alive "
              "connection is closed without a 'Connection: close' header, so the client's next request on "
              "that connection fails (BrokenPipe / RemoteDisconnected). Read/drain the body first, or send "
              "Connection: close")
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_EARLY)
 @pytest.mark.parametrize("method, path, headers, status", [
     ("POST", "/v2/models/vlen_scale/versions/abc/infer", {}, 400),
     ("POST", "/v2/models/vlen_scale/infer", {"Inference-Header-Content-Length": "x"}, 400),

@@ -103,8 +103,6 @@ def test_poll_new_version_replaces_latest(poll_setup):
         c.infer("vlen_scale", [_vlen_input()], model_version="1")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: after poll mode retires an old version (state UNAVAILABLE, reason "
-                   "'unloaded'), /v2/health/ready answers 503 under strict readiness; Triton ignores unloaded versions")
 def test_poll_still_ready_after_version_replaced(poll_setup):
     repo, staging, start = poll_setup
     s = start()

@@ -85,9 +85,6 @@ def test_explicit_mode_ready_after_load(start_server):
     assert s.get("/v2/health/ready").status == 200
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: with strict readiness (the default), explicitly unloading a model "
-                   "makes /v2/health/ready answer 503 for good: all_ready() requires every known version to be "
-                   "READY, but Triton ignores versions whose reason is 'unloaded'")
 def test_explicit_mode_still_ready_after_unload(start_server):
     from helpers import EXAMPLES
 

@@ -124,9 +124,12 @@ pub fn read_model_config(
     if cfg.name.is_empty() {
         cfg.name = name.to_string();
     } else if cfg.name != name {
+        let source = match override_json {
+            Some(_) => "the 'config' parameter".to_string(),
+            None => cfg_path.display().to_string(),
+        };
         return Err(Error::invalid(format!(
-            "{}: field 'name': the configuration names model '{}' but its folder is '{name}'",
-            cfg_path.display(),
+            "{source}: field 'name': the configuration names model '{}' but the model is '{name}'",
             cfg.name
         )));
     }

@@ -97,7 +97,7 @@ fn semantic_errors_are_reported() {
     };
     let io =
         r#"input [{name: "A" data_type: TYPE_FP32 dims: [2]}] output [{name: "B" data_type: TYPE_FP32 dims: [2]}]"#;
-    check(&format!("name: \"other\" backend: \"onnxruntime\" {io}"), "folder is 'm'");
+    check(&format!("name: \"other\" backend: \"onnxruntime\" {io}"), "but the model is 'm'");
     check(&format!("backend: \"tensorflow\" {io}"), "not available in this build");
     check(&format!("platform: \"weird\" {io}"), "unknown platform");
     check("backend: \"onnxruntime\" output [{name: \"B\" data_type: TYPE_FP32 dims: [2]}]", "has no inputs");

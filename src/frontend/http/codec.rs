@@ -163,6 +163,9 @@ pub fn decode_request(
                 o.name
             )));
         }
+        if parameters.get("binary_data").is_some_and(|v| v.as_bool().is_none()) {
+            return Err(Error::invalid(format!("output '{}': binary_data must be a bool", o.name)));
+        }
         let class_count = match parameters.get("classification") {
             None => 0,
             Some(v) => v.as_i64().and_then(|c| u32::try_from(c).ok()).ok_or_else(|| {

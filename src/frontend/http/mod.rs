@@ -36,7 +36,12 @@ const HEADER_LEN: &str = "inference-header-content-length";
 /// Turns a core error into `{"error": ...}` with the status its kind maps to.
 fn error_response(e: &Error) -> Response {
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, axum::Json(json!({ "error": e.message }))).into_response()
+    let mut r = (status, axum::Json(json!({ "error": e.message }))).into_response();
+    if e.kind == ErrorKind::PayloadTooLarge {
+        // The rest of an oversized body is never read, so the connection cannot carry another request.
+        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
 }
 
 struct ApiError(Error);
@@ -80,13 +85,31 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/repository/models/{name}/unload", post(repo_unload))
         .route("/v2/logging", get(log_get).post(log_post))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(Arc::new(state))
 }
 
 type St = State<Arc<HttpState>>;
 
-async fn not_found() -> Response {
-    error_response(&Error::not_found("no such endpoint"))
+/// Reads and discards a request body we answer without using, so the connection stays usable for the
+/// next request; answers `Connection: close` when the body is too large to drain.
+async fn discard_body(s: &HttpState, body: Body, e: Error) -> Response {
+    let drained = axum::body::to_bytes(body, s.max_body).await.is_ok();
+    let mut r = error_response(&e);
+    if !drained {
+        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
+}
+
+async fn not_found(State(s): St, body: Body) -> Response {
+    discard_body(&s, body, Error::not_found("no such endpoint")).await
+}
+
+async fn method_not_allowed(State(s): St, body: Body) -> Response {
+    let mut r = discard_body(&s, body, Error::invalid("method not allowed for this endpoint")).await;
+    *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    r
 }
 
 async fn live(State(s): St) -> StatusCode {
@@ -253,6 +276,8 @@ async fn infer_v(
 }
 
 async fn do_infer(s: &HttpState, name: &str, version: &str, headers: &HeaderMap, body: Body) -> Result<Response> {
+    // The body is read before anything can fail, so an error answer leaves the connection reusable.
+    let body = read_body(s, headers, body).await?;
     let version = parse_version(version)?;
     let header_len = match headers.get(HEADER_LEN) {
         None => None,
@@ -263,7 +288,6 @@ async fn do_infer(s: &HttpState, name: &str, version: &str, headers: &HeaderMap,
                 .ok_or_else(|| Error::invalid("Inference-Header-Content-Length must be a non-negative integer"))?,
         ),
     };
-    let body = read_body(s, headers, body).await?;
     let decoded = if header_len == Some(0) {
         raw_request(s, name, version, body)?
     } else {

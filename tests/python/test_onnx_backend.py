@@ -1,0 +1,95 @@
+"""ONNX Runtime backend specifics: library discovery, instance groups, KIND_GPU, thread parameters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tritonclient.http as httpclient
+
+from helpers import copy_models
+
+
+def simple_infer(c) -> np.ndarray:
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    i0 = httpclient.InferInput("INPUT0", [1, 16], "INT32")
+    i0.set_data_from_numpy(a)
+    i1 = httpclient.InferInput("INPUT1", [1, 16], "INT32")
+    i1.set_data_from_numpy(np.ones((1, 16), np.int32))
+    return c.infer("simple", [i0, i1]).as_numpy("OUTPUT0")
+
+
+def set_config_tail(repo: Path, model: str, extra: str) -> None:
+    cfg = repo / model / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + "\n" + extra + "\n")
+
+
+def thread_names(pid: int) -> list[str]:
+    return [(t / "comm").read_text().strip() for t in Path(f"/proc/{pid}/task").iterdir()]
+
+
+def test_missing_library_makes_onnx_models_unavailable_but_server_starts(start_server, repo):
+    copy_models(repo, "simple")
+    s = start_server("--model-repository", repo, "--backend-config=onnxruntime,library=/nonexistent/libonnxruntime.so",
+                     wait="live")
+    rows = s.wait_until(lambda: [r for r in s.index() if r.get("state") == "UNAVAILABLE"], what="simple UNAVAILABLE")
+    assert rows[0]["name"] == "simple"
+    assert "libonnxruntime" in rows[0]["reason"] and "/nonexistent/libonnxruntime.so" in rows[0]["reason"]
+    assert s.get("/v2/health/live").status == 200
+    assert s.get("/v2/health/ready").status == 503
+    r = s.post("/v2/models/simple/infer", '{"inputs": []}')
+    assert r.status == 503 and "simple" in r.json()["error"]
+
+
+def test_instance_group_count_starts_one_thread_per_instance(start_server, repo):
+    copy_models(repo, "simple")
+    set_config_tail(repo, "simple", 'instance_group [ { count: 3 kind: KIND_CPU } ]')
+    s = start_server("--model-repository", repo)
+    names = thread_names(s.proc.pid)
+    assert sorted(n for n in names if n.startswith("inst-simple")) == ["inst-simple_0", "inst-simple_1", "inst-simple_2"]
+    assert simple_infer(s.client()).tolist() == [list(range(1, 17))]
+    cfg = s.client().get_model_config("simple")
+    assert cfg["instance_group"][0]["count"] == 3 and cfg["instance_group"][0]["kind"] == "KIND_CPU"
+
+
+def test_two_instance_groups(start_server, repo):
+    copy_models(repo, "simple")
+    set_config_tail(repo, "simple", 'instance_group [ { name: "a" count: 1 kind: KIND_CPU }, { name: "b" count: 2 kind: KIND_CPU } ]')
+    s = start_server("--model-repository", repo)
+    names = sorted(n for n in thread_names(s.proc.pid) if n.startswith("inst-"))
+    assert names == ["inst-a_0", "inst-b_0", "inst-b_1"]
+
+
+def test_kind_gpu_without_cuda_fails_the_load_with_a_reason(start_server, repo):
+    copy_models(repo, "simple", "vlen_scale")
+    set_config_tail(repo, "simple", 'instance_group [ { count: 1 kind: KIND_GPU gpus: [ 0 ] } ]')
+    s = start_server("--model-repository", repo, wait="live")
+    s.wait_until(lambda: any(r.get("state") == "UNAVAILABLE" for r in s.index_rows("simple")), what="simple UNAVAILABLE")
+    reason = s.index_rows("simple")[0]["reason"]
+    assert "KIND_GPU" in reason and "CUDA" in reason, reason
+    # Never a silent CPU fallback, and the other model keeps serving.
+    s.wait_until(lambda: s.client().is_model_ready("vlen_scale"), what="vlen_scale READY")
+    assert not s.client().is_model_ready("simple")
+
+
+def test_thread_count_parameters(start_server, repo):
+    copy_models(repo, "simple", "vlen_scale")
+    set_config_tail(repo, "simple", 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
+                                    'parameters { key: "inter_op_thread_count" value: { string_value: "1" } }')
+    set_config_tail(repo, "vlen_scale", 'parameters { key: "intra_op_thread_count" value: { string_value: "many" } }')
+    s = start_server("--model-repository", repo, wait="live")
+    s.wait_until(lambda: s.client().is_model_ready("simple"), what="simple READY")
+    assert simple_infer(s.client()).tolist() == [list(range(1, 17))]
+    s.wait_until(lambda: any(r.get("state") == "UNAVAILABLE" for r in s.index_rows("vlen_scale")), what="vlen_scale fails")
+    reason = s.index_rows("vlen_scale")[0]["reason"]
+    assert "intra_op_thread_count" in reason and "many" in reason, reason
+
+
+def test_config_tensor_missing_from_model_fails_the_load(start_server, repo):
+    copy_models(repo, "simple")
+    cfg = repo / "simple" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('name: "OUTPUT1"', 'name: "OUTPUT9"'))
+    s = start_server("--model-repository", repo, wait="live")
+    s.wait_until(lambda: any(r.get("state") == "UNAVAILABLE" for r in s.index_rows("simple")), what="simple fails")
+    reason = s.index_rows("simple")[0]["reason"]
+    assert "OUTPUT9" in reason and "not an output of the ONNX model" in reason, reason
