@@ -35,6 +35,9 @@ pub struct ValidateArgs {
     /// Model repository to check (repeatable).
     #[arg(long = "model-repository", visible_alias = "model-store", required = true)]
     pub model_repository: Vec<PathBuf>,
+    /// Also print each valid model's completed configuration (after auto-complete), in config.pbtxt form.
+    #[arg(long)]
+    pub print_config: bool,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
 }

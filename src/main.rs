@@ -56,10 +56,17 @@ fn validate(args: ValidateArgs) -> ExitCode {
                     d.display()
                 )));
             }
-            Ok(())
+            Ok(cfg)
         });
         match result {
-            Ok(()) => println!("OK    {name}"),
+            Ok(cfg) => {
+                println!("OK    {name}");
+                if args.print_config {
+                    for line in repository::pbtxt::config_to_pbtxt(&cfg).lines() {
+                        println!("      {line}");
+                    }
+                }
+            }
             Err(e) => {
                 bad += 1;
                 println!("FAIL  {name}: {}", e.message);

@@ -127,10 +127,6 @@ impl ModelManager {
         }
     }
 
-    pub fn repositories(&self) -> &[PathBuf] {
-        &self.repos
-    }
-
     /// The serving model for `version`, or the highest READY version when `None`.
     pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<LoadedModel>> {
         let table = self.table.read();

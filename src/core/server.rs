@@ -118,10 +118,6 @@ impl Server {
         }
     }
 
-    pub fn options(&self) -> &ServerOptions {
-        &self.inner.opts
-    }
-
     /// Loads the start-up models as the control mode says. Failures leave those models UNAVAILABLE;
     /// with `exit_on_error` the first one is returned instead.
     pub async fn startup(&self) -> Result<()> {

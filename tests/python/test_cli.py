@@ -110,3 +110,12 @@ def test_invalid_boolean_flag_is_rejected():
     r = run_cli("--strict-readiness=maybe", "--model-repository", str(EXAMPLES))
     assert r.returncode == 2
     assert "maybe" in r.stderr
+
+
+def test_validate_print_config_shows_the_autocompleted_config():
+    r = run_cli("validate", "--model-repository", str(EXAMPLES), "--print-config")
+    assert r.returncode == 0, r.stdout + r.stderr
+    block = r.stdout.split("OK    autocomplete_add\n", 1)[1].split("\nOK    ", 1)[0]
+    assert "max_batch_size: 4" in block
+    assert 'name: "INPUT0"' in block and "data_type: TYPE_FP32" in block and "dims: [8]" in block
+    assert "kind: KIND_CPU" in block
