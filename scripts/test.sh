@@ -12,4 +12,4 @@ cargo build --bins
 echo "== cargo test"
 cargo test
 echo "== black-box tests (tritonclient)"
-TRITONRS_BIN="$PWD/target/debug/tritonrs" python -m pytest tests/python -q "$@"
+TRITONRS_BIN="$PWD/target/debug/tritonrs" python -m pytest tests/python "$@"
