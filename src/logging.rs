@@ -17,6 +17,20 @@ pub struct LogSettings {
     pub log_format: String,
 }
 
+impl Default for LogSettings {
+    /// tritonserver's defaults: info, warnings and errors to standard error, no verbose output.
+    fn default() -> Self {
+        LogSettings {
+            log_file: String::new(),
+            log_info: true,
+            log_warning: true,
+            log_error: true,
+            log_verbose_level: 0,
+            log_format: "default".into(),
+        }
+    }
+}
+
 impl LogSettings {
     fn level(&self) -> LevelFilter {
         if self.log_verbose_level > 1 {
@@ -129,14 +143,7 @@ mod tests {
     use super::*;
 
     fn base() -> LogSettings {
-        LogSettings {
-            log_file: String::new(),
-            log_info: true,
-            log_warning: true,
-            log_error: true,
-            log_verbose_level: 0,
-            log_format: "default".into(),
-        }
+        LogSettings::default()
     }
 
     #[test]

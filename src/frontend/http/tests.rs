@@ -22,14 +22,7 @@ async fn app(max_body: usize) -> Router {
         load_threads: 1,
     });
     server.startup().await.unwrap();
-    let log = LogControl::detached(LogSettings {
-        log_file: String::new(),
-        log_info: true,
-        log_warning: true,
-        log_error: true,
-        log_verbose_level: 0,
-        log_format: "default".into(),
-    });
+    let log = LogControl::detached(LogSettings::default());
     router(HttpState { server, log, max_body })
 }
 
