@@ -164,6 +164,15 @@ impl ModelManager {
         })
     }
 
+    /// The versions of `name` that are serving, ascending.
+    pub fn ready_versions(&self, name: &str) -> Vec<i64> {
+        let table = self.table.read();
+        table
+            .get(name)
+            .map(|e| e.versions.iter().filter(|(_, s)| s.model.is_some()).map(|(v, _)| *v).collect())
+            .unwrap_or_default()
+    }
+
     /// All ready model versions, for statistics.
     pub fn loaded(&self) -> Vec<Arc<LoadedModel>> {
         let table = self.table.read();
@@ -334,6 +343,10 @@ impl ModelManager {
             Ok(c) => Arc::new(c),
             Err(e) => return Err(self.model_failed(name, fingerprint, e)),
         };
+        let labels = match repository::read_labels(&cfg, &dir) {
+            Ok(l) => Arc::new(l),
+            Err(e) => return Err(self.model_failed(name, fingerprint, e)),
+        };
         let available = repository::list_versions(&dir);
         let wanted = VersionPolicy::from_config(&cfg).select(&available);
         if wanted.is_empty() {
@@ -353,7 +366,6 @@ impl ModelManager {
                 }
             }
         }
-        let labels = Arc::new(repository::read_labels(&cfg, &dir)?);
         let mut tasks = Vec::new();
         for &v in &wanted {
             let this = self.clone();
