@@ -231,8 +231,7 @@ impl Server {
 
     pub fn model_metadata(&self, name: &str, version: &str) -> Result<ModelMetadata> {
         let m = self.model(name, version)?;
-        let versions =
-            self.inner.models.loaded().iter().filter(|l| l.name == name).map(|l| l.version.to_string()).collect();
+        let versions = self.inner.models.ready_versions(name).iter().map(i64::to_string).collect();
         let batch: Vec<i64> = if m.io.max_batch_size > 0 { vec![-1] } else { Vec::new() };
         let meta = |specs: &[validate::TensorSpec]| {
             specs
