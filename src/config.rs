@@ -16,7 +16,8 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 
 /// A Triton-compatible inference server for edge devices.
 #[derive(Debug, Parser)]
-#[command(name = "tritonrs", version, about, args_conflicts_with_subcommands = true)]
+// A flag given twice takes its last value, as tritonserver's getopt parsing does.
+#[command(name = "tritonrs", version, about, args_conflicts_with_subcommands = true, args_override_self = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -118,16 +119,23 @@ pub struct ServeArgs {
     /// gRPC port.
     #[arg(long, env = "TRITONRS_GRPC_PORT", default_value_t = 8001)]
     pub grpc_port: u16,
-    /// Serve Prometheus metrics (not part of this build yet; the flag is accepted).
+    /// Serve Prometheus metrics at /metrics on --metrics-port.
     #[arg(long, env = "TRITONRS_ALLOW_METRICS", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub allow_metrics: bool,
     /// Address the metrics server binds.
     #[arg(long, env = "TRITONRS_METRICS_ADDRESS", default_value = "0.0.0.0")]
     pub metrics_address: String,
-    /// Metrics port.
+    /// Metrics port; 0 picks a free port (the log says which).
     #[arg(long, env = "TRITONRS_METRICS_PORT", default_value_t = 8002)]
     pub metrics_port: u16,
+    /// Report CPU utilization and memory (nv_cpu_*) in the metrics.
+    #[arg(long, env = "TRITONRS_ALLOW_CPU_METRICS", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
+    pub allow_cpu_metrics: bool,
+    /// How often CPU and memory readings are refreshed, in milliseconds.
+    #[arg(long, env = "TRITONRS_METRICS_INTERVAL_MS", default_value_t = 2000)]
+    pub metrics_interval_ms: u64,
     /// Verbose logging level; 0 is off.
     #[arg(long, env = "TRITONRS_LOG_VERBOSE", default_value_t = 0)]
     pub log_verbose: u32,
@@ -210,6 +218,20 @@ mod tests {
         assert!(
             matches!(cli.command, Some(Command::Validate(ref v)) if v.model_repository == vec![PathBuf::from("/m")])
         );
+    }
+
+    #[test]
+    fn the_last_of_a_repeated_flag_wins() {
+        let cli = Cli::try_parse_from([
+            "tritonrs",
+            "--allow-metrics=false",
+            "--allow-metrics=true",
+            "--http-port=1",
+            "--http-port=2",
+        ])
+        .unwrap();
+        assert!(cli.serve.allow_metrics);
+        assert_eq!(cli.serve.http_port, 2);
     }
 
     #[test]

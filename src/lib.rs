@@ -11,4 +11,5 @@ pub mod error;
 pub mod frontend;
 pub mod logging;
 pub mod memory;
+pub mod platform;
 pub mod proto;

@@ -137,6 +137,33 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
                 .await
         }));
     }
+    let mut metrics_task = None;
+    if args.allow_metrics {
+        let addr: SocketAddr = format!("{}:{}", args.metrics_address, args.metrics_port)
+            .parse()
+            .map_err(|e| anyhow::anyhow!("invalid --metrics-address/--metrics-port: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot bind the metrics server to {addr}: {e}"))?;
+        tracing::info!("Started Metrics Service at {}", listener.local_addr()?);
+        let cpu = if args.allow_cpu_metrics {
+            Some(tritonrs::platform::CpuMonitor::start(Duration::from_millis(args.metrics_interval_ms))?)
+        } else {
+            None
+        };
+        let app = tritonrs::frontend::metrics::router(tritonrs::frontend::metrics::MetricsState {
+            server: server.clone(),
+            cpu,
+        });
+        let mut stop = stop_rx.clone();
+        metrics_task = Some(tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        }));
+    }
     tokio::select! {
         r = server.startup() => {
             r.map_err(|e| anyhow::anyhow!("{}", e.message))?;
@@ -159,6 +186,9 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
                 Err(e) => tracing::error!("The HTTP server task failed: {e}"),
                 Ok(Ok(())) => {}
             }
+        }
+        if let Some(task) = metrics_task {
+            let _ = task.await;
         }
         server.unload_all().await;
     };

@@ -5,7 +5,7 @@ use crate::core::classification::classify;
 use crate::core::lifecycle::{IndexEntry, LoadOptions, LoadedModel, ModelManager};
 use crate::core::repository::RepoOptions;
 use crate::core::scheduler::Job;
-use crate::core::stats::StatsSnapshot;
+use crate::core::stats::{FailureReason, StatsSnapshot};
 use crate::core::types::{InferRequest, InferResponse, Parameters, Tensor};
 use crate::core::validate::{self, resolve_wildcards};
 use crate::error::{Error, Result};
@@ -79,6 +79,12 @@ pub struct ModelStatistics {
     pub name: String,
     pub version: i64,
     pub stats: StatsSnapshot,
+    /// Failures per reason, in [`FailureReason::ALL`] order.
+    pub failures: Vec<(FailureReason, u64)>,
+    /// Requests queued and not yet executing.
+    pub pending: i64,
+    /// How long the version took to load.
+    pub load_duration: Duration,
 }
 
 struct Inner {
@@ -261,26 +267,40 @@ impl Server {
         let start = Instant::now();
         let model = self.inner.models.get(&req.model_name, req.model_version)?;
         let result = self.infer_on(&model, req).await;
-        match &result {
-            Ok(_) => model.stats.record_success(start.elapsed()),
-            Err(_) => model.stats.record_failure(start.elapsed()),
+        match result {
+            Ok(r) => {
+                model.stats.record_success(start.elapsed());
+                Ok(r)
+            }
+            Err((e, reason)) => {
+                model.stats.record_failure(start.elapsed(), reason);
+                Err(e)
+            }
         }
-        result
     }
 
-    async fn infer_on(&self, model: &Arc<LoadedModel>, req: InferRequest) -> Result<InferResponse> {
+    /// Runs a request on one model version; a failure says which stage failed, for the metrics.
+    async fn infer_on(
+        &self,
+        model: &Arc<LoadedModel>,
+        req: InferRequest,
+    ) -> std::result::Result<InferResponse, (Error, FailureReason)> {
+        let other = |e: Error| (e, FailureReason::Other);
         let id = req.id.clone();
-        let prepared = validate::prepare(&model.io, &model.name, req)?;
+        let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        model.scheduler.submit(Job {
-            exec: prepared.exec,
-            batch_size: prepared.batch_size,
-            enqueued: Instant::now(),
-            reply: tx,
-        })?;
+        model.stats.pending.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let job = Job { exec: prepared.exec, batch_size: prepared.batch_size, enqueued: Instant::now(), reply: tx };
+        if let Err(e) = model.scheduler.submit(job) {
+            model.stats.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            return Err((e, FailureReason::Rejected));
+        }
         let result = rx
             .await
-            .map_err(|_| Error::internal(format!("model '{}' stopped before answering the request", model.name)))??;
+            .map_err(|_| {
+                other(Error::internal(format!("model '{}' stopped before answering the request", model.name)))
+            })?
+            .map_err(|e| (e, FailureReason::Backend))?;
         let batched = model.io.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(result.outputs.len());
         for (mut t, req_out) in result.outputs.into_iter().zip(prepared.outputs.iter()) {
@@ -291,7 +311,7 @@ impl Server {
             }
             if req_out.class_count > 0 {
                 let labels = model.labels.get(&t.name).map(|l| l.as_slice());
-                t = classify(&t, req_out.class_count, batched, labels)?;
+                t = classify(&t, req_out.class_count, batched, labels).map_err(other)?;
             }
             outputs.push(t);
         }
@@ -341,6 +361,9 @@ impl Server {
             name: m.name.clone(),
             version: m.version,
             stats: m.stats.snapshot(),
+            failures: FailureReason::ALL.iter().map(|&r| (r, m.stats.failures(r))).collect(),
+            pending: m.stats.pending.load(Ordering::Relaxed),
+            load_duration: m.load_duration,
         };
         match name {
             None => Ok(loaded.iter().map(snap).collect()),

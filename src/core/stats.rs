@@ -1,8 +1,36 @@
 //! Per model-version inference statistics, as Triton reports them. Updates are lock-free atomics so the
 //! hot path never waits on a lock.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Why a request failed, as Triton's `nv_inference_request_failure` `reason` label says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReason {
+    /// Refused by the scheduler (queue full, model unloading).
+    Rejected,
+    /// Cancelled by the client.
+    Canceled,
+    /// The backend failed while executing.
+    Backend,
+    /// Anything else, e.g. a request that does not match the model.
+    Other,
+}
+
+impl FailureReason {
+    pub const ALL: [FailureReason; 4] =
+        [FailureReason::Rejected, FailureReason::Canceled, FailureReason::Backend, FailureReason::Other];
+
+    /// The `reason` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::Rejected => "REJECTED",
+            FailureReason::Canceled => "CANCELED",
+            FailureReason::Backend => "BACKEND",
+            FailureReason::Other => "OTHER",
+        }
+    }
+}
 
 /// A count and a total time.
 #[derive(Debug, Default)]
@@ -53,6 +81,10 @@ pub struct ModelStats {
     pub execution_count: AtomicU64,
     /// Milliseconds since the epoch of the last successful inference, 0 if none.
     pub last_inference_ms: AtomicU64,
+    /// Failures by reason, indexed like [`FailureReason::ALL`].
+    failures: [AtomicU64; 4],
+    /// Requests queued and not yet picked up by an instance.
+    pub pending: AtomicI64,
     /// Index `b - 1` holds executions of batch size `b`; preallocated up to the model's max batch size.
     batches: Vec<BatchStat>,
 }
@@ -72,6 +104,8 @@ impl ModelStats {
             inference_count: AtomicU64::new(0),
             execution_count: AtomicU64::new(0),
             last_inference_ms: AtomicU64::new(0),
+            failures: Default::default(),
+            pending: AtomicI64::new(0),
             batches: (0..n).map(|_| BatchStat::default()).collect(),
         }
     }
@@ -101,8 +135,14 @@ impl ModelStats {
         self.last_inference_ms.store(now, Relaxed);
     }
 
-    pub fn record_failure(&self, total: Duration) {
+    pub fn record_failure(&self, total: Duration, reason: FailureReason) {
         self.fail.add(total.as_nanos() as u64);
+        self.failures[reason as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Failures with this reason so far.
+    pub fn failures(&self, reason: FailureReason) -> u64 {
+        self.failures[reason as usize].load(Relaxed)
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {

@@ -2,3 +2,4 @@
 //! answer once.
 
 pub mod http;
+pub mod metrics;

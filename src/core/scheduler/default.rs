@@ -79,6 +79,7 @@ impl DefaultScheduler {
 }
 
 fn run_job(instance: &mut dyn ModelInstance, job: Job, stats: &ModelStats) {
+    stats.pending.fetch_sub(1, Ordering::Relaxed);
     let start = Instant::now();
     let queue_ns = (start - job.enqueued).as_nanos() as u64;
     let result = catch_unwind(AssertUnwindSafe(|| instance.execute(&job.exec)))

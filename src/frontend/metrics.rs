@@ -1,0 +1,218 @@
+//! Prometheus metrics on `--metrics-port` at `/metrics`, with Triton's `nv_*` names and labels so
+//! existing dashboards work. The counters are the core's lock-free statistics, read at scrape time.
+
+use crate::core::server::ModelStatistics;
+use crate::core::Server;
+use crate::platform::{CpuMonitor, CpuReading};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// Triton's metric names, in one place.
+pub mod names {
+    pub const REQUEST_SUCCESS: &str = "nv_inference_request_success";
+    pub const REQUEST_FAILURE: &str = "nv_inference_request_failure";
+    pub const INFERENCE_COUNT: &str = "nv_inference_count";
+    pub const EXEC_COUNT: &str = "nv_inference_exec_count";
+    pub const REQUEST_DURATION: &str = "nv_inference_request_duration_us";
+    pub const QUEUE_DURATION: &str = "nv_inference_queue_duration_us";
+    pub const COMPUTE_INPUT_DURATION: &str = "nv_inference_compute_input_duration_us";
+    pub const COMPUTE_INFER_DURATION: &str = "nv_inference_compute_infer_duration_us";
+    pub const COMPUTE_OUTPUT_DURATION: &str = "nv_inference_compute_output_duration_us";
+    pub const PENDING_REQUESTS: &str = "nv_inference_pending_request_count";
+    pub const MODEL_LOAD_DURATION: &str = "nv_model_load_duration_secs";
+    pub const CPU_UTILIZATION: &str = "nv_cpu_utilization";
+    pub const CPU_MEMORY_TOTAL: &str = "nv_cpu_memory_total_bytes";
+    pub const CPU_MEMORY_USED: &str = "nv_cpu_memory_used_bytes";
+}
+
+/// What the endpoint reads.
+#[derive(Clone)]
+pub struct MetricsState {
+    pub server: Server,
+    /// `None` with `--allow-cpu-metrics=false`.
+    pub cpu: Option<Arc<CpuMonitor>>,
+}
+
+pub fn router(state: MetricsState) -> Router {
+    Router::new().route("/metrics", get(scrape)).with_state(state)
+}
+
+async fn scrape(axum::extract::State(s): axum::extract::State<MetricsState>) -> Response {
+    let stats = s.server.statistics(None, "").unwrap_or_default();
+    let body = render(&stats, s.cpu.as_ref().map(|c| c.reading()));
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    r
+}
+
+/// Escapes a label value for the text exposition format.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// One metric family: HELP, TYPE, then one sample per model version.
+fn family<F: Fn(&ModelStatistics) -> Vec<(String, String)>>(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    models: &[ModelStatistics],
+    samples: F,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for m in models {
+        for (extra_labels, value) in samples(m) {
+            let _ =
+                writeln!(out, "{name}{{model=\"{}\",version=\"{}\"{extra_labels}}} {value}", label(&m.name), m.version);
+        }
+    }
+}
+
+/// Renders the exposition text. Pure, so it is unit-tested without a server.
+pub fn render(models: &[ModelStatistics], cpu: Option<CpuReading>) -> String {
+    use names::*;
+    let mut out = String::with_capacity(4096);
+    let one = |v: u64| vec![(String::new(), v.to_string())];
+    let us = |ns: u64| vec![(String::new(), (ns / 1000).to_string())];
+    family(
+        &mut out,
+        REQUEST_SUCCESS,
+        "counter",
+        "Number of successful inference requests, all batch sizes",
+        models,
+        |m| one(m.stats.success.count),
+    );
+    family(&mut out, REQUEST_FAILURE, "counter", "Number of failed inference requests, all batch sizes", models, |m| {
+        m.failures.iter().map(|(r, n)| (format!(",reason=\"{}\"", r.as_str()), n.to_string())).collect()
+    });
+    family(
+        &mut out,
+        INFERENCE_COUNT,
+        "counter",
+        "Number of inferences performed (a batch of n counts n)",
+        models,
+        |m| one(m.stats.inference_count),
+    );
+    family(
+        &mut out,
+        EXEC_COUNT,
+        "counter",
+        "Number of model executions performed (a batch counts once)",
+        models,
+        |m| one(m.stats.execution_count),
+    );
+    family(
+        &mut out,
+        REQUEST_DURATION,
+        "counter",
+        "Cumulative inference request duration in microseconds",
+        models,
+        |m| us(m.stats.success.ns + m.stats.fail.ns),
+    );
+    family(&mut out, QUEUE_DURATION, "counter", "Cumulative inference queuing duration in microseconds", models, |m| {
+        us(m.stats.queue.ns)
+    });
+    family(
+        &mut out,
+        COMPUTE_INPUT_DURATION,
+        "counter",
+        "Cumulative compute input duration in microseconds",
+        models,
+        |m| us(m.stats.compute_input.ns),
+    );
+    family(
+        &mut out,
+        COMPUTE_INFER_DURATION,
+        "counter",
+        "Cumulative compute inference duration in microseconds",
+        models,
+        |m| us(m.stats.compute_infer.ns),
+    );
+    family(
+        &mut out,
+        COMPUTE_OUTPUT_DURATION,
+        "counter",
+        "Cumulative compute output duration in microseconds",
+        models,
+        |m| us(m.stats.compute_output.ns),
+    );
+    family(
+        &mut out,
+        PENDING_REQUESTS,
+        "gauge",
+        "Instantaneous number of pending requests awaiting execution",
+        models,
+        |m| vec![(String::new(), m.pending.max(0).to_string())],
+    );
+    family(&mut out, MODEL_LOAD_DURATION, "gauge", "Model load time in seconds", models, |m| {
+        vec![(String::new(), format!("{}", m.load_duration.as_secs_f64()))]
+    });
+    if let Some(c) = cpu {
+        let _ =
+            writeln!(out, "# HELP {CPU_UTILIZATION} CPU utilization rate [0.0 - 1.0]\n# TYPE {CPU_UTILIZATION} gauge");
+        let _ = writeln!(out, "{CPU_UTILIZATION} {}", c.utilization);
+        let _ = writeln!(
+            out,
+            "# HELP {CPU_MEMORY_TOTAL} CPU total memory (RAM), in bytes\n# TYPE {CPU_MEMORY_TOTAL} gauge"
+        );
+        let _ = writeln!(out, "{CPU_MEMORY_TOTAL} {}", c.memory_total_bytes);
+        let _ =
+            writeln!(out, "# HELP {CPU_MEMORY_USED} CPU used memory (RAM), in bytes\n# TYPE {CPU_MEMORY_USED} gauge");
+        let _ = writeln!(out, "{CPU_MEMORY_USED} {}", c.memory_used_bytes);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::stats::{DurationSnapshot, FailureReason, StatsSnapshot};
+    use std::time::Duration;
+
+    #[test]
+    fn renders_triton_names_and_labels() {
+        let stats = StatsSnapshot {
+            inference_count: 6,
+            execution_count: 3,
+            success: DurationSnapshot { count: 3, ns: 9_000 },
+            queue: DurationSnapshot { count: 3, ns: 2_500 },
+            ..Default::default()
+        };
+        let m = ModelStatistics {
+            name: "sim\"ple".into(),
+            version: 2,
+            stats,
+            failures: vec![(FailureReason::Rejected, 1), (FailureReason::Other, 4)],
+            pending: 5,
+            load_duration: Duration::from_millis(1500),
+        };
+        let text = render(&[m], Some(CpuReading { utilization: 0.25, memory_total_bytes: 100, memory_used_bytes: 40 }));
+        for line in [
+            "# TYPE nv_inference_request_success counter",
+            "nv_inference_request_success{model=\"sim\\\"ple\",version=\"2\"} 3",
+            "nv_inference_request_failure{model=\"sim\\\"ple\",version=\"2\",reason=\"REJECTED\"} 1",
+            "nv_inference_request_failure{model=\"sim\\\"ple\",version=\"2\",reason=\"OTHER\"} 4",
+            "nv_inference_count{model=\"sim\\\"ple\",version=\"2\"} 6",
+            "nv_inference_exec_count{model=\"sim\\\"ple\",version=\"2\"} 3",
+            "nv_inference_request_duration_us{model=\"sim\\\"ple\",version=\"2\"} 9",
+            "nv_inference_queue_duration_us{model=\"sim\\\"ple\",version=\"2\"} 2",
+            "# TYPE nv_inference_pending_request_count gauge",
+            "nv_inference_pending_request_count{model=\"sim\\\"ple\",version=\"2\"} 5",
+            "nv_model_load_duration_secs{model=\"sim\\\"ple\",version=\"2\"} 1.5",
+            "nv_cpu_utilization 0.25",
+            "nv_cpu_memory_total_bytes 100",
+            "nv_cpu_memory_used_bytes 40",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing line {line:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn cpu_metrics_can_be_left_out() {
+        assert!(!render(&[], None).contains("nv_cpu_utilization"));
+    }
+}

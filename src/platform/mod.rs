@@ -1,0 +1,69 @@
+//! The machine the server runs on: CPU and memory readings for the metrics endpoint.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// CPU utilization and memory, refreshed in the background every `--metrics-interval-ms`.
+#[derive(Debug, Default)]
+pub struct CpuMonitor {
+    /// Utilization in [0, 1] as f64 bits.
+    utilization: AtomicU64,
+    total_bytes: AtomicU64,
+    used_bytes: AtomicU64,
+}
+
+/// One reading of [`CpuMonitor`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuReading {
+    pub utilization: f64,
+    pub memory_total_bytes: u64,
+    pub memory_used_bytes: u64,
+}
+
+impl CpuMonitor {
+    /// Takes a first reading, then keeps refreshing on its own thread (sysinfo reads /proc; a plain
+    /// thread keeps that off the async workers).
+    pub fn start(interval: Duration) -> std::io::Result<Arc<CpuMonitor>> {
+        let monitor = Arc::new(CpuMonitor::default());
+        let mut sys = sysinfo::System::new();
+        monitor.refresh(&mut sys);
+        let m = monitor.clone();
+        std::thread::Builder::new().name("cpu-metrics".into()).spawn(move || loop {
+            std::thread::sleep(interval.max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL));
+            m.refresh(&mut sys);
+        })?;
+        Ok(monitor)
+    }
+
+    fn refresh(&self, sys: &mut sysinfo::System) {
+        sys.refresh_cpu_usage();
+        sys.refresh_memory();
+        let util = f64::from(sys.global_cpu_usage() / 100.0).clamp(0.0, 1.0);
+        self.utilization.store(util.to_bits(), Ordering::Relaxed);
+        self.total_bytes.store(sys.total_memory(), Ordering::Relaxed);
+        self.used_bytes.store(sys.used_memory(), Ordering::Relaxed);
+    }
+
+    pub fn reading(&self) -> CpuReading {
+        CpuReading {
+            utilization: f64::from_bits(self.utilization.load(Ordering::Relaxed)),
+            memory_total_bytes: self.total_bytes.load(Ordering::Relaxed),
+            memory_used_bytes: self.used_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reading_reports_memory() {
+        let m = CpuMonitor::start(Duration::from_millis(200)).unwrap();
+        let r = m.reading();
+        assert!(r.memory_total_bytes > 0);
+        assert!(r.memory_used_bytes <= r.memory_total_bytes);
+        assert!((0.0..=1.0).contains(&r.utilization));
+    }
+}
