@@ -1,4 +1,5 @@
 //! Front-ends: each decodes its transport into core types once, calls `core::Server`, and encodes the
 //! answer once.
 
+pub mod grpc;
 pub mod http;
