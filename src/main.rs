@@ -127,8 +127,11 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
             .map_err(|e| anyhow::anyhow!("cannot bind the HTTP server to {addr}: {e}"))?;
         let bound = listener.local_addr()?;
         tracing::info!("Started HTTPService at {bound}");
-        let app =
-            http::router(http::HttpState { server: server.clone(), log: log.clone(), max_body: args.http_max_input_size });
+        let app = http::router(http::HttpState {
+            server: server.clone(),
+            log: log.clone(),
+            max_body: args.http_max_input_size,
+        });
         let mut stop = stop_rx.clone();
         http_task = Some(tokio::spawn(async move {
             axum::serve(listener, app)

@@ -6,7 +6,9 @@
 //! `raw_output_contents`, as tritonserver does.
 
 use crate::core::server::parse_version;
-use crate::core::types::{serialize_bytes, DataType, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, Tensor};
+use crate::core::types::{
+    serialize_bytes, DataType, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, Tensor,
+};
 use crate::error::{Error, Result};
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_infer_request::InferInputTensor;
@@ -176,7 +178,9 @@ fn contents_to_bytes(name: &str, dt: DataType, c: InferTensorContents) -> Result
             c.fp64_contents.iter().for_each(|&v| buf.put_f64_le(v));
             "fp64_contents"
         }
-        DataType::Bytes => return check_only(name, dt, &c, "bytes_contents").map(|()| serialize_bytes(&c.bytes_contents)),
+        DataType::Bytes => {
+            return check_only(name, dt, &c, "bytes_contents").map(|()| serialize_bytes(&c.bytes_contents))
+        }
         DataType::Fp16 | DataType::Bf16 => {
             return Err(Error::invalid(format!(
                 "input '{name}': datatype {dt} has no typed contents field; send it in raw_input_contents"
@@ -242,7 +246,10 @@ mod tests {
     fn raw_inputs_are_shared_and_outputs_get_classification() {
         let raw = Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0]);
         let mut params = HashMap::new();
-        params.insert("classification".to_string(), InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(2)) });
+        params.insert(
+            "classification".to_string(),
+            InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(2)) },
+        );
         let req = ModelInferRequest {
             model_name: "m".into(),
             model_version: "3".into(),

@@ -96,7 +96,9 @@ fn log_settings_to_proto(s: LogSettings) -> HashMap<String, pb::log_settings_res
 }
 
 /// Reads a `LogSettings` request as the same partial update `POST /v2/logging` takes.
-fn log_update_from_proto(settings: HashMap<String, pb::log_settings_request::SettingValue>) -> Result<LogUpdate, Error> {
+fn log_update_from_proto(
+    settings: HashMap<String, pb::log_settings_request::SettingValue>,
+) -> Result<LogUpdate, Error> {
     use pb::log_settings_request::setting_value::ParameterChoice as P;
     let mut u = LogUpdate::default();
     for (k, v) in settings {
@@ -140,10 +142,7 @@ impl GrpcInferenceService for InferenceService {
         ok(pb::ModelReadyResponse { ready })
     }
 
-    async fn server_metadata(
-        &self,
-        _: Request<pb::ServerMetadataRequest>,
-    ) -> GrpcResult<pb::ServerMetadataResponse> {
+    async fn server_metadata(&self, _: Request<pb::ServerMetadataRequest>) -> GrpcResult<pb::ServerMetadataResponse> {
         let m = self.server().metadata();
         ok(pb::ServerMetadataResponse { name: m.name, version: m.version, extensions: m.extensions })
     }
@@ -206,7 +205,9 @@ impl GrpcInferenceService for InferenceService {
                         Err(e) => Err(e),
                     };
                     let answer = match result {
-                        Ok(resp) => pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(resp) },
+                        Ok(resp) => {
+                            pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(resp) }
+                        }
                         Err(e) => pb::ModelStreamInferResponse {
                             error_message: e.message,
                             // The id still tells the client which request failed.
@@ -397,8 +398,7 @@ impl Health for HealthService {
         ok(HealthCheckResponse { status: st as i32 })
     }
 
-    type WatchStream =
-        Pin<Box<dyn Stream<Item = std::result::Result<HealthCheckResponse, Status>> + Send + 'static>>;
+    type WatchStream = Pin<Box<dyn Stream<Item = std::result::Result<HealthCheckResponse, Status>> + Send + 'static>>;
 
     async fn watch(&self, _: Request<HealthCheckRequest>) -> GrpcResult<Self::WatchStream> {
         Err(Status::unimplemented("health Watch is not supported; poll Check instead"))
