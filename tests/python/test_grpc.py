@@ -338,3 +338,19 @@ def test_grpc_disabled(start_server, repo):
     s = start_server("--model-repository", copy_models(repo, "simple"), "--allow-grpc=false")
     assert s.grpc_port is None
     assert "GRPCInferenceService" not in s.log
+
+
+def test_message_size_limit(start_server, repo):
+    s = start_server("--model-repository", copy_models(repo, "bytes_identity"), "--grpc-max-message-size=4096")
+    c = s.grpc_client()
+    small = grpcclient.InferInput("INPUT", [1, 1], "BYTES")
+    small.set_data_from_numpy(np.array([[b"x" * 100]], dtype=np.object_))
+    assert c.infer("bytes_identity", [small]).as_numpy("OUTPUT").tolist() == [[b"x" * 100]]
+    big = grpcclient.InferInput("INPUT", [1, 1], "BYTES")
+    big.set_data_from_numpy(np.array([[b"x" * 10000]], dtype=np.object_))
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("bytes_identity", [big])
+    # tonic answers OUT_OF_RANGE where gRPC C++ (tritonserver) answers RESOURCE_EXHAUSTED.
+    assert_code(e, "OUT_OF_RANGE")
+    assert c.is_server_live()
+    c.close()
