@@ -404,3 +404,35 @@ impl Health for HealthService {
         Err(Status::unimplemented("health Watch is not supported; poll Check instead"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::log_settings_request::setting_value::ParameterChoice as P;
+    use pb::log_settings_request::SettingValue;
+
+    #[test]
+    fn status_uses_the_error_code_mapping() {
+        assert_eq!(status(Error::not_found("x")).code(), Code::NotFound);
+        assert_eq!(status(Error::invalid("x")).code(), Code::InvalidArgument);
+        assert_eq!(status(Error::unavailable("x")).code(), Code::Unavailable);
+        assert_eq!(status(Error::unsupported("x")).message(), "x");
+    }
+
+    #[test]
+    fn log_settings_map_to_the_http_update() {
+        let v = |p: P| SettingValue { parameter_choice: Some(p) };
+        let u = log_update_from_proto(HashMap::from([
+            ("log_info".to_string(), v(P::BoolParam(false))),
+            ("log_verbose_level".to_string(), v(P::Uint32Param(2))),
+        ]))
+        .unwrap();
+        assert_eq!((u.log_info, u.log_verbose_level, u.log_file), (Some(false), Some(2), None));
+        let wrong_type = HashMap::from([("log_info".to_string(), v(P::Uint32Param(1)))]);
+        assert!(log_update_from_proto(wrong_type).is_err());
+        let unknown = HashMap::from([("log_color".to_string(), v(P::BoolParam(true)))]);
+        assert!(log_update_from_proto(unknown).is_err());
+        let all = log_settings_to_proto(LogSettings::default());
+        assert_eq!(all.len(), 6);
+    }
+}
