@@ -34,11 +34,16 @@ fn main() -> Result<(), Box<dyn Error>> {
     compiler.include_source_info(false);
     fs::write(out_dir.join("file_descriptor_set.bin"), compiler.encode_file_descriptor_set())?;
 
-    // gRPC: once proto/grpc_service.proto (service GRPCInferenceService) is added it is
-    // compiled here with the rest, but its service stubs need tonic's generator. Pass `fds`
-    // to tonic's prost builder instead (tonic-prost-build: `configure().compile_fds(fds)`);
-    // it emits the message types as well, so it replaces this call rather than joining it.
-    prost_build::Config::new().out_dir(&out_dir).compile_fds(fds)?;
+    // tonic's generator emits the message types (through prost-build) and the gRPC service stubs in
+    // one pass over the same descriptors. Only servers are generated; raw tensor contents are
+    // `bytes::Bytes` so a request's tensors can share the decoded message's buffers.
+    tonic_prost_build::configure()
+        .build_client(false)
+        .build_transport(false)
+        .out_dir(&out_dir)
+        .bytes(".inference.ModelInferRequest.raw_input_contents")
+        .bytes(".inference.ModelInferResponse.raw_output_contents")
+        .compile_fds(fds)?;
 
     Ok(())
 }

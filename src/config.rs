@@ -109,16 +109,23 @@ pub struct ServeArgs {
     /// Largest accepted HTTP request body in bytes, after decompression (413 beyond it).
     #[arg(long, env = "TRITONRS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
     pub http_max_input_size: usize,
-    /// Serve gRPC (the gRPC front-end is not part of this build yet; the flag is accepted).
+    /// Serve gRPC (Triton's GRPCInferenceService and grpc.health.v1).
     #[arg(long, env = "TRITONRS_ALLOW_GRPC", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub allow_grpc: bool,
     /// Address the gRPC server binds.
     #[arg(long, env = "TRITONRS_GRPC_ADDRESS", default_value = "0.0.0.0")]
     pub grpc_address: String,
-    /// gRPC port.
+    /// gRPC port; 0 picks a free port (the log says which).
     #[arg(long, env = "TRITONRS_GRPC_PORT", default_value_t = 8001)]
     pub grpc_port: u16,
+    /// Largest gRPC message received or sent, in bytes (RESOURCE_EXHAUSTED beyond it).
+    #[arg(long, env = "TRITONRS_GRPC_MAX_MESSAGE_SIZE", default_value_t = 64 * 1024 * 1024)]
+    pub grpc_max_message_size: usize,
+    /// Accepted for tritonserver compatibility and ignored: tritonrs keeps no pool of gRPC request
+    /// objects to size.
+    #[arg(long, env = "TRITONRS_GRPC_INFER_ALLOCATION_POOL_SIZE", default_value_t = 8)]
+    pub grpc_infer_allocation_pool_size: u64,
     /// Serve Prometheus metrics at /metrics on --metrics-port.
     #[arg(long, env = "TRITONRS_ALLOW_METRICS", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
@@ -198,6 +205,9 @@ mod tests {
             "--strict-readiness=false",
             "--exit-on-error",
             "--http-port=0",
+            "--grpc-port=0",
+            "--grpc-max-message-size=1024",
+            "--grpc-infer-allocation-pool-size=16",
             "--backend-config=onnxruntime,library=/x.so",
             "--log-verbose=1",
         ])
@@ -209,6 +219,8 @@ mod tests {
         assert!(!s.strict_readiness);
         assert!(s.exit_on_error);
         assert_eq!(s.http_port, 0);
+        assert_eq!(s.grpc_port, 0);
+        assert_eq!(s.grpc_max_message_size, 1024);
         assert_eq!(s.model_config.backend_config, vec!["onnxruntime,library=/x.so"]);
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tritonrs::backend::BackendConfig;
 use tritonrs::config::{Cli, Command, ServeArgs, ValidateArgs};
 use tritonrs::core::{repository, Server, ServerOptions};
-use tritonrs::frontend::http;
+use tritonrs::frontend::{grpc, http};
 use tritonrs::logging::{self, LogSettings};
 
 fn main() -> ExitCode {
@@ -127,7 +127,11 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
             .map_err(|e| anyhow::anyhow!("cannot bind the HTTP server to {addr}: {e}"))?;
         let bound = listener.local_addr()?;
         tracing::info!("Started HTTPService at {bound}");
-        let app = http::router(http::HttpState { server: server.clone(), log, max_body: args.http_max_input_size });
+        let app = http::router(http::HttpState {
+            server: server.clone(),
+            log: log.clone(),
+            max_body: args.http_max_input_size,
+        });
         let mut stop = stop_rx.clone();
         http_task = Some(tokio::spawn(async move {
             axum::serve(listener, app)
@@ -136,6 +140,22 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
                 })
                 .await
         }));
+    }
+    let mut grpc_task = None;
+    if args.allow_grpc {
+        let addr: SocketAddr = format!("{}:{}", args.grpc_address, args.grpc_port)
+            .parse()
+            .map_err(|e| anyhow::anyhow!("invalid --grpc-address/--grpc-port: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot bind the gRPC server to {addr}: {e}"))?;
+        let bound = listener.local_addr()?;
+        tracing::info!("Started GRPCInferenceService at {bound}");
+        let state = grpc::GrpcState { server: server.clone(), log, max_message_size: args.grpc_max_message_size };
+        let mut stop = stop_rx.clone();
+        grpc_task = Some(tokio::spawn(grpc::serve(listener, state, async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })));
     }
     let mut metrics_task = None;
     if args.allow_metrics {
@@ -184,6 +204,13 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
             match task.await {
                 Ok(Err(e)) => tracing::error!("The HTTP server failed while shutting down: {e}"),
                 Err(e) => tracing::error!("The HTTP server task failed: {e}"),
+                Ok(Ok(())) => {}
+            }
+        }
+        if let Some(task) = grpc_task {
+            match task.await {
+                Ok(Err(e)) => tracing::error!("The gRPC server failed while shutting down: {e}"),
+                Err(e) => tracing::error!("The gRPC server task failed: {e}"),
                 Ok(Ok(())) => {}
             }
         }

@@ -4,7 +4,8 @@ use std::sync::LazyLock;
 
 use prost_reflect::{DescriptorPool, MessageDescriptor};
 
-/// Triton's `inference` protobuf package (model configuration; later also the gRPC API).
+/// Triton's `inference` protobuf package: model configuration and the gRPC API
+/// (`grpc_inference_service_server`).
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod inference {
     include!(concat!(env!("OUT_DIR"), "/inference.rs"));
@@ -33,4 +34,10 @@ pub fn model_config_descriptor() -> MessageDescriptor {
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod onnx {
     include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
+}
+
+/// The standard gRPC health checking protocol (`grpc.health.v1`, proto/health.proto).
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod grpc_health_v1 {
+    include!(concat!(env!("OUT_DIR"), "/grpc.health.v1.rs"));
 }

@@ -1,5 +1,6 @@
 //! Front-ends: each decodes its transport into core types once, calls `core::Server`, and encodes the
 //! answer once.
 
+pub mod grpc;
 pub mod http;
 pub mod metrics;

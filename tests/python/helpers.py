@@ -1,7 +1,8 @@
 """Helpers for the tritonrs black-box tests: the server process, raw HTTP, CLI runs.
 
 Starts the real `tritonrs` binary (env `TRITONRS_BIN`, default `<repo>/target/debug/tritonrs`) on an
-ephemeral loopback port, learns the port from the `Started HTTPService at <addr>:<port>` log line,
+ephemeral loopback port (HTTP and gRPC), learns the ports from the `Started HTTPService at
+<addr>:<port>` and `Started GRPCInferenceService at <addr>:<port>` log lines,
 keeps draining its stderr into a buffer (so the pipe never fills), waits for readiness, and stops it
 with SIGTERM (then SIGKILL) at teardown. The log of every running server is attached to the report
 of a failing test.
@@ -26,6 +27,7 @@ BIN = Path(os.environ.get("TRITONRS_BIN", REPO_ROOT / "target" / "debug" / "trit
 EXAMPLE_MODELS = ["autocomplete_add", "bytes_identity", "classifier", "multi_version", "simple", "vlen_scale"]
 
 _STARTED_RE = re.compile(r"Started HTTPService at (\S+):(\d+)")
+_GRPC_STARTED_RE = re.compile(r"Started GRPCInferenceService at (\S+):(\d+)")
 
 # Servers that are running right now; their logs go into the report of a failing test.
 _RUNNING: list["TritonServer"] = []
@@ -69,6 +71,8 @@ class TritonServer:
         self.name = name
         self.host = "127.0.0.1"
         self.port: int | None = None
+        # None until the log names it; stays None with --allow-grpc=false.
+        self.grpc_port: int | None = None
         self.proc: subprocess.Popen | None = None
         self._lines: list[str] = []
         self._lock = threading.Lock()
@@ -82,7 +86,7 @@ class TritonServer:
         if not BIN.exists():
             raise RuntimeError(f"tritonrs binary not found at {BIN}; run `cargo build` or set TRITONRS_BIN")
         cmd = [str(BIN), "--http-port", "0", "--http-address", self.host,
-               "--allow-grpc=false", "--allow-metrics=false", *self.args]
+               "--grpc-port", "0", "--grpc-address", self.host, "--allow-metrics=false", *self.args]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, env=server_env())
         _RUNNING.append(self)
@@ -116,6 +120,10 @@ class TritonServer:
             line = raw.decode("utf-8", "replace")
             with self._lock:
                 self._lines.append(line)
+            if self.grpc_port is None:
+                m = _GRPC_STARTED_RE.search(line)
+                if m:
+                    self.grpc_port = int(m.group(2))
             if not self._port_found.is_set():
                 m = _STARTED_RE.search(line)
                 if m:
@@ -177,6 +185,22 @@ class TritonServer:
         import tritonclient.http as httpclient
 
         return httpclient.InferenceServerClient(self.url, **kw)
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    def grpc_client(self, **kw):
+        """A tritonclient.grpc client; the gRPC port is logged right after the HTTP one, so this
+        waits briefly for it."""
+        import tritonclient.grpc as grpcclient
+
+        deadline = time.monotonic() + 10
+        while self.grpc_port is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"tritonrs did not log its gRPC port:\n{self.log}")
+            time.sleep(0.05)
+        return grpcclient.InferenceServerClient(self.grpc_url, **kw)
 
     def request(self, method: str, path: str, body: bytes | str | None = None,
                 headers: dict | None = None, timeout: float = 30.0) -> HttpResponse:

@@ -1,0 +1,314 @@
+//! Protobuf ⇄ core types for the gRPC front-end: `ModelInferRequest` → [`InferRequest`] and
+//! [`InferResponse`] → `ModelInferResponse`, with their parameters.
+//!
+//! Input data comes either as `raw_input_contents` (one entry per input, in input order; shared with
+//! the decoded message without copying) or as typed `contents`. Outputs always go back as
+//! `raw_output_contents`, as tritonserver does.
+
+use crate::core::server::parse_version;
+use crate::core::types::{
+    serialize_bytes, DataType, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, Tensor,
+};
+use crate::error::{Error, Result};
+use crate::proto::inference::infer_parameter::ParameterChoice;
+use crate::proto::inference::model_infer_request::InferInputTensor;
+use crate::proto::inference::model_infer_response::InferOutputTensor;
+use crate::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
+use bytes::{BufMut, Bytes, BytesMut};
+use std::collections::HashMap;
+
+/// Converts protobuf parameters into core ones; a parameter without a value is an error.
+pub fn params_from_proto(map: HashMap<String, InferParameter>) -> Result<Parameters> {
+    let mut out = Parameters::new();
+    for (k, v) in map {
+        let value = match v.parameter_choice {
+            Some(ParameterChoice::BoolParam(b)) => ParamValue::Bool(b),
+            Some(ParameterChoice::Int64Param(i)) => ParamValue::Int(i),
+            Some(ParameterChoice::Uint64Param(u)) => ParamValue::Uint(u),
+            Some(ParameterChoice::DoubleParam(d)) => ParamValue::Double(d),
+            Some(ParameterChoice::StringParam(s)) => ParamValue::String(s),
+            None => return Err(Error::invalid(format!("parameter '{k}' has no value"))),
+        };
+        out.insert(k, value);
+    }
+    Ok(out)
+}
+
+/// Converts core parameters into protobuf ones.
+pub fn params_to_proto(params: &Parameters) -> HashMap<String, InferParameter> {
+    params
+        .iter()
+        .map(|(k, v)| {
+            let choice = match v {
+                ParamValue::Bool(b) => ParameterChoice::BoolParam(*b),
+                ParamValue::Int(i) => ParameterChoice::Int64Param(*i),
+                ParamValue::Uint(u) => ParameterChoice::Uint64Param(*u),
+                ParamValue::Double(d) => ParameterChoice::DoubleParam(*d),
+                ParamValue::String(s) => ParameterChoice::StringParam(s.clone()),
+            };
+            (k.clone(), InferParameter { parameter_choice: Some(choice) })
+        })
+        .collect()
+}
+
+fn shared_memory_unsupported(what: &str, name: &str) -> Error {
+    Error::unsupported(format!("{what} '{name}' uses shared memory, which this server does not support yet"))
+}
+
+/// Decodes one gRPC inference request.
+pub fn request_from_proto(req: ModelInferRequest) -> Result<InferRequest> {
+    let model_version = parse_version(&req.model_version)?;
+    let parameters = params_from_proto(req.parameters)?;
+    let raw = req.raw_input_contents;
+    if !raw.is_empty() && raw.len() != req.inputs.len() {
+        return Err(Error::invalid(format!(
+            "expected {} raw_input_contents entries, one for each input, got {}",
+            req.inputs.len(),
+            raw.len()
+        )));
+    }
+    let mut raw = raw.into_iter();
+    let mut inputs = Vec::with_capacity(req.inputs.len());
+    for input in req.inputs {
+        let data = raw.next();
+        inputs.push(input_from_proto(input, data)?);
+    }
+    let mut outputs = Vec::with_capacity(req.outputs.len());
+    for o in req.outputs {
+        let parameters = params_from_proto(o.parameters)?;
+        if parameters.contains_key("shared_memory_region") {
+            return Err(shared_memory_unsupported("output", &o.name));
+        }
+        let class_count = match parameters.get("classification") {
+            None => 0,
+            Some(v) => v.as_i64().and_then(|c| u32::try_from(c).ok()).ok_or_else(|| {
+                Error::invalid(format!("output '{}': classification must be a non-negative integer", o.name))
+            })?,
+        };
+        outputs.push(RequestedOutput { name: o.name, class_count, parameters });
+    }
+    Ok(InferRequest { model_name: req.model_name, model_version, id: req.id, inputs, outputs, parameters })
+}
+
+fn input_from_proto(input: InferInputTensor, raw: Option<Bytes>) -> Result<Tensor> {
+    let name = input.name;
+    let datatype = DataType::parse(&input.datatype)
+        .ok_or_else(|| Error::invalid(format!("input '{name}' has an unknown datatype '{}'", input.datatype)))?;
+    let parameters = params_from_proto(input.parameters)?;
+    if parameters.contains_key("shared_memory_region") {
+        return Err(shared_memory_unsupported("input", &name));
+    }
+    let data = match (raw, input.contents) {
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(format!(
+                "input '{name}' has both typed contents and raw_input_contents; send one of them"
+            )))
+        }
+        (Some(raw), None) => raw,
+        (None, Some(contents)) => contents_to_bytes(&name, datatype, contents)?,
+        (None, None) => {
+            return Err(Error::invalid(format!(
+                "input '{name}' has no data: set its contents or send raw_input_contents"
+            )))
+        }
+    };
+    let mut t = Tensor::new(name, datatype, input.shape, data);
+    t.parameters = parameters;
+    Ok(t)
+}
+
+/// Serializes typed contents into the little-endian layout the core uses. The field must match the
+/// datatype (int_contents for INT8/16/32, uint_contents for UINT8/16/32, ...); values that do not fit
+/// the datatype are rejected.
+fn contents_to_bytes(name: &str, dt: DataType, c: InferTensorContents) -> Result<Bytes> {
+    let mut buf = BytesMut::new();
+    let range = |v: i64| Error::invalid(format!("input '{name}': value {v} does not fit datatype {dt}"));
+    let urange = |v: u64| Error::invalid(format!("input '{name}': value {v} does not fit datatype {dt}"));
+    // Which typed field each datatype reads, to reject data sent in the wrong one.
+    let used = match dt {
+        DataType::Bool => {
+            c.bool_contents.iter().for_each(|&b| buf.put_u8(u8::from(b)));
+            "bool_contents"
+        }
+        DataType::Int8 => {
+            for &v in &c.int_contents {
+                buf.put_i8(i8::try_from(v).map_err(|_| range(v.into()))?);
+            }
+            "int_contents"
+        }
+        DataType::Int16 => {
+            for &v in &c.int_contents {
+                buf.put_i16_le(i16::try_from(v).map_err(|_| range(v.into()))?);
+            }
+            "int_contents"
+        }
+        DataType::Int32 => {
+            c.int_contents.iter().for_each(|&v| buf.put_i32_le(v));
+            "int_contents"
+        }
+        DataType::Int64 => {
+            c.int64_contents.iter().for_each(|&v| buf.put_i64_le(v));
+            "int64_contents"
+        }
+        DataType::Uint8 => {
+            for &v in &c.uint_contents {
+                buf.put_u8(u8::try_from(v).map_err(|_| urange(v.into()))?);
+            }
+            "uint_contents"
+        }
+        DataType::Uint16 => {
+            for &v in &c.uint_contents {
+                buf.put_u16_le(u16::try_from(v).map_err(|_| urange(v.into()))?);
+            }
+            "uint_contents"
+        }
+        DataType::Uint32 => {
+            c.uint_contents.iter().for_each(|&v| buf.put_u32_le(v));
+            "uint_contents"
+        }
+        DataType::Uint64 => {
+            c.uint64_contents.iter().for_each(|&v| buf.put_u64_le(v));
+            "uint64_contents"
+        }
+        DataType::Fp32 => {
+            c.fp32_contents.iter().for_each(|&v| buf.put_f32_le(v));
+            "fp32_contents"
+        }
+        DataType::Fp64 => {
+            c.fp64_contents.iter().for_each(|&v| buf.put_f64_le(v));
+            "fp64_contents"
+        }
+        DataType::Bytes => {
+            return check_only(name, dt, &c, "bytes_contents").map(|()| serialize_bytes(&c.bytes_contents))
+        }
+        DataType::Fp16 | DataType::Bf16 => {
+            return Err(Error::invalid(format!(
+                "input '{name}': datatype {dt} has no typed contents field; send it in raw_input_contents"
+            )))
+        }
+    };
+    check_only(name, dt, &c, used)?;
+    Ok(buf.freeze())
+}
+
+/// Fails when a typed contents field other than `used` holds values.
+fn check_only(name: &str, dt: DataType, c: &InferTensorContents, used: &str) -> Result<()> {
+    let fields = [
+        ("bool_contents", c.bool_contents.len()),
+        ("int_contents", c.int_contents.len()),
+        ("int64_contents", c.int64_contents.len()),
+        ("uint_contents", c.uint_contents.len()),
+        ("uint64_contents", c.uint64_contents.len()),
+        ("fp32_contents", c.fp32_contents.len()),
+        ("fp64_contents", c.fp64_contents.len()),
+        ("bytes_contents", c.bytes_contents.len()),
+    ];
+    match fields.iter().find(|(f, n)| *n > 0 && *f != used) {
+        Some((f, _)) => Err(Error::invalid(format!("input '{name}' of datatype {dt} must use {used}, not {f}"))),
+        None => Ok(()),
+    }
+}
+
+/// Encodes one inference response; every output's data goes into `raw_output_contents`.
+pub fn response_to_proto(resp: InferResponse) -> Result<ModelInferResponse> {
+    let mut outputs = Vec::with_capacity(resp.outputs.len());
+    let mut raw = Vec::with_capacity(resp.outputs.len());
+    for t in resp.outputs {
+        raw.push(t.data.to_host()?);
+        outputs.push(InferOutputTensor {
+            name: t.name,
+            datatype: t.datatype.as_str().to_string(),
+            shape: t.shape,
+            parameters: params_to_proto(&t.parameters),
+            contents: None,
+        });
+    }
+    Ok(ModelInferResponse {
+        model_name: resp.model_name,
+        model_version: resp.model_version.to_string(),
+        id: resp.id,
+        parameters: params_to_proto(&resp.parameters),
+        outputs,
+        raw_output_contents: raw,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::inference::model_infer_request::InferRequestedOutputTensor;
+
+    fn input(name: &str, dt: &str, shape: Vec<i64>, contents: Option<InferTensorContents>) -> InferInputTensor {
+        InferInputTensor { name: name.into(), datatype: dt.into(), shape, parameters: HashMap::new(), contents }
+    }
+
+    #[test]
+    fn raw_inputs_are_shared_and_outputs_get_classification() {
+        let raw = Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0]);
+        let mut params = HashMap::new();
+        params.insert(
+            "classification".to_string(),
+            InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(2)) },
+        );
+        let req = ModelInferRequest {
+            model_name: "m".into(),
+            model_version: "3".into(),
+            id: "x".into(),
+            inputs: vec![input("IN", "INT32", vec![1, 2], None)],
+            outputs: vec![InferRequestedOutputTensor { name: "OUT".into(), parameters: params }],
+            raw_input_contents: vec![raw.clone()],
+            ..Default::default()
+        };
+        let r = request_from_proto(req).unwrap();
+        assert_eq!(r.model_version, Some(3));
+        assert_eq!(r.id, "x");
+        let data = r.inputs[0].data.as_host().unwrap();
+        assert_eq!(data.as_ptr(), raw.as_ptr(), "raw contents must not be copied");
+        assert_eq!(r.outputs[0].class_count, 2);
+    }
+
+    #[test]
+    fn typed_contents_become_little_endian_bytes() {
+        let c = InferTensorContents { int_contents: vec![1, -1], ..Default::default() };
+        let req = ModelInferRequest { inputs: vec![input("IN", "INT16", vec![2], Some(c))], ..Default::default() };
+        let r = request_from_proto(req).unwrap();
+        assert_eq!(&r.inputs[0].data.as_host().unwrap()[..], &[1, 0, 0xff, 0xff]);
+
+        let c = InferTensorContents { bytes_contents: vec![b"ab".to_vec()], ..Default::default() };
+        let req = ModelInferRequest { inputs: vec![input("S", "BYTES", vec![1], Some(c))], ..Default::default() };
+        let r = request_from_proto(req).unwrap();
+        assert_eq!(&r.inputs[0].data.as_host().unwrap()[..], b"\x02\0\0\0ab");
+    }
+
+    #[test]
+    fn bad_requests_are_invalid_argument() {
+        let wrong_field = InferTensorContents { fp32_contents: vec![1.0], ..Default::default() };
+        let out_of_range = InferTensorContents { int_contents: vec![300], ..Default::default() };
+        for req in [
+            ModelInferRequest { inputs: vec![input("IN", "INT33", vec![1], None)], ..Default::default() },
+            ModelInferRequest { inputs: vec![input("IN", "INT32", vec![1], None)], ..Default::default() },
+            ModelInferRequest { inputs: vec![input("IN", "INT32", vec![1], Some(wrong_field))], ..Default::default() },
+            ModelInferRequest { inputs: vec![input("IN", "INT8", vec![1], Some(out_of_range))], ..Default::default() },
+            ModelInferRequest {
+                inputs: vec![input("A", "INT32", vec![1], None), input("B", "INT32", vec![1], None)],
+                raw_input_contents: vec![Bytes::from_static(&[0; 4])],
+                ..Default::default()
+            },
+            ModelInferRequest { model_version: "x".into(), ..Default::default() },
+        ] {
+            let e = request_from_proto(req).unwrap_err();
+            assert_eq!(e.grpc_code(), 3, "{e}");
+        }
+    }
+
+    #[test]
+    fn parameters_round_trip() {
+        let mut p = Parameters::new();
+        p.insert("b".into(), ParamValue::Bool(true));
+        p.insert("i".into(), ParamValue::Int(-4));
+        p.insert("u".into(), ParamValue::Uint(7));
+        p.insert("d".into(), ParamValue::Double(0.5));
+        p.insert("s".into(), ParamValue::String("x".into()));
+        assert_eq!(params_from_proto(params_to_proto(&p)).unwrap(), p);
+    }
+}

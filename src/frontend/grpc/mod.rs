@@ -1,0 +1,438 @@
+//! gRPC front-end (tonic): Triton's `inference.GRPCInferenceService` and `grpc.health.v1.Health`.
+//!
+//! Every method mirrors its HTTP counterpart (src/frontend/http): same core calls, same errors, with
+//! `Error::grpc_code` as the status code. Shared memory and tracing answer UNIMPLEMENTED.
+
+pub mod convert;
+
+use crate::core::lifecycle::LoadOptions;
+use crate::core::stats::DurationSnapshot;
+use crate::core::Server;
+use crate::error::Error;
+use crate::logging::{LogControl, LogSettings, LogUpdate};
+use crate::proto::grpc_health_v1::health_check_response::ServingStatus;
+use crate::proto::grpc_health_v1::health_server::{Health, HealthServer};
+use crate::proto::grpc_health_v1::{HealthCheckRequest, HealthCheckResponse};
+use crate::proto::inference as pb;
+use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Code, Request, Response, Status, Streaming};
+
+/// The full name of the inference service, as gRPC health checks may name it.
+pub const SERVICE_NAME: &str = "inference.GRPCInferenceService";
+
+/// What the gRPC services share.
+#[derive(Clone)]
+pub struct GrpcState {
+    pub server: Server,
+    pub log: LogControl,
+    /// Largest message accepted or sent, in bytes.
+    pub max_message_size: usize,
+}
+
+/// Turns a core error into a gRPC status with the code its kind maps to.
+pub fn status(e: Error) -> Status {
+    Status::new(Code::from_i32(e.grpc_code()), e.message)
+}
+
+type GrpcResult<T> = std::result::Result<Response<T>, Status>;
+
+fn ok<T>(v: T) -> GrpcResult<T> {
+    Ok(Response::new(v))
+}
+
+fn unimplemented(what: &str) -> Status {
+    Status::unimplemented(format!("{what} is not supported by this server yet"))
+}
+
+/// Serves both services on `listener` until `shutdown` resolves, then lets calls in flight finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: GrpcState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::result::Result<(), tonic::transport::Error> {
+    let limit = state.max_message_size;
+    let health = HealthServer::new(HealthService { server: state.server.clone() });
+    let inference = GrpcInferenceServiceServer::new(InferenceService { state })
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(limit);
+    tonic::transport::Server::builder()
+        .add_service(inference)
+        .add_service(health)
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
+        .await
+}
+
+/// `inference.GRPCInferenceService`.
+pub struct InferenceService {
+    state: GrpcState,
+}
+
+impl InferenceService {
+    fn server(&self) -> &Server {
+        &self.state.server
+    }
+}
+
+fn duration(d: DurationSnapshot) -> Option<pb::StatisticDuration> {
+    Some(pb::StatisticDuration { count: d.count, ns: d.ns })
+}
+
+fn log_settings_to_proto(s: LogSettings) -> HashMap<String, pb::log_settings_response::SettingValue> {
+    use pb::log_settings_response::setting_value::ParameterChoice as P;
+    let v = |p: P| pb::log_settings_response::SettingValue { parameter_choice: Some(p) };
+    HashMap::from([
+        ("log_file".to_string(), v(P::StringParam(s.log_file))),
+        ("log_info".to_string(), v(P::BoolParam(s.log_info))),
+        ("log_warning".to_string(), v(P::BoolParam(s.log_warning))),
+        ("log_error".to_string(), v(P::BoolParam(s.log_error))),
+        ("log_verbose_level".to_string(), v(P::Uint32Param(s.log_verbose_level))),
+        ("log_format".to_string(), v(P::StringParam(s.log_format))),
+    ])
+}
+
+/// Reads a `LogSettings` request as the same partial update `POST /v2/logging` takes.
+fn log_update_from_proto(
+    settings: HashMap<String, pb::log_settings_request::SettingValue>,
+) -> Result<LogUpdate, Error> {
+    use pb::log_settings_request::setting_value::ParameterChoice as P;
+    let mut u = LogUpdate::default();
+    for (k, v) in settings {
+        let wrong = |want: &str| Error::invalid(format!("log setting '{k}' must be a {want}"));
+        match (k.as_str(), v.parameter_choice) {
+            // A setting without a value leaves it unchanged.
+            (_, None) => {}
+            ("log_file", Some(P::StringParam(s))) => u.log_file = Some(s),
+            ("log_format", Some(P::StringParam(s))) => u.log_format = Some(s),
+            ("log_info", Some(P::BoolParam(b))) => u.log_info = Some(b),
+            ("log_warning", Some(P::BoolParam(b))) => u.log_warning = Some(b),
+            ("log_error", Some(P::BoolParam(b))) => u.log_error = Some(b),
+            ("log_verbose_level", Some(P::Uint32Param(n))) => u.log_verbose_level = Some(n),
+            ("log_file" | "log_format", Some(_)) => return Err(wrong("string")),
+            ("log_info" | "log_warning" | "log_error", Some(_)) => return Err(wrong("bool")),
+            ("log_verbose_level", Some(_)) => return Err(wrong("uint32")),
+            (other, Some(_)) => return Err(Error::invalid(format!("unknown log setting '{other}'"))),
+        }
+    }
+    Ok(u)
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for InferenceService {
+    async fn server_live(&self, _: Request<pb::ServerLiveRequest>) -> GrpcResult<pb::ServerLiveResponse> {
+        ok(pb::ServerLiveResponse { live: self.server().is_live() })
+    }
+
+    async fn server_ready(&self, _: Request<pb::ServerReadyRequest>) -> GrpcResult<pb::ServerReadyResponse> {
+        ok(pb::ServerReadyResponse { ready: self.server().is_ready() })
+    }
+
+    async fn model_ready(&self, req: Request<pb::ModelReadyRequest>) -> GrpcResult<pb::ModelReadyResponse> {
+        let r = req.into_inner();
+        // As in tritonserver's gRPC API, an unknown model is simply not ready.
+        let ready = match self.server().model_ready(&r.name, &r.version) {
+            Ok(b) => b,
+            Err(e) if e.kind == crate::error::ErrorKind::NotFound => false,
+            Err(e) => return Err(status(e)),
+        };
+        ok(pb::ModelReadyResponse { ready })
+    }
+
+    async fn server_metadata(&self, _: Request<pb::ServerMetadataRequest>) -> GrpcResult<pb::ServerMetadataResponse> {
+        let m = self.server().metadata();
+        ok(pb::ServerMetadataResponse { name: m.name, version: m.version, extensions: m.extensions })
+    }
+
+    async fn model_metadata(&self, req: Request<pb::ModelMetadataRequest>) -> GrpcResult<pb::ModelMetadataResponse> {
+        let r = req.into_inner();
+        let m = self.server().model_metadata(&r.name, &r.version).map_err(status)?;
+        let tensors = |ts: Vec<crate::core::server::TensorMetadata>| {
+            ts.into_iter()
+                .map(|t| pb::model_metadata_response::TensorMetadata {
+                    name: t.name,
+                    datatype: t.datatype,
+                    shape: t.shape,
+                })
+                .collect()
+        };
+        ok(pb::ModelMetadataResponse {
+            name: m.name,
+            versions: m.versions,
+            platform: m.platform,
+            inputs: tensors(m.inputs),
+            outputs: tensors(m.outputs),
+        })
+    }
+
+    async fn model_infer(&self, req: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
+        let req = convert::request_from_proto(req.into_inner()).map_err(status)?;
+        let resp = self.server().infer(req).await.map_err(status)?;
+        ok(convert::response_to_proto(resp).map_err(status)?)
+    }
+
+    type ModelStreamInferStream =
+        Pin<Box<dyn Stream<Item = std::result::Result<pb::ModelStreamInferResponse, Status>> + Send + 'static>>;
+
+    /// Each request gets one response carrying its id; requests run concurrently, so responses may
+    /// come back in another order. A failed request answers with `error_message` and the stream goes on.
+    async fn model_stream_infer(
+        &self,
+        req: Request<Streaming<pb::ModelInferRequest>>,
+    ) -> GrpcResult<Self::ModelStreamInferStream> {
+        let mut inbound = req.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let server = self.server().clone();
+        tokio::spawn(async move {
+            while let Some(msg) = inbound.next().await {
+                let msg = match msg {
+                    Ok(m) => m,
+                    Err(e) => {
+                        // The client's side of the stream broke; nothing more will arrive.
+                        tracing::debug!("gRPC inference stream ended with an error: {e}");
+                        break;
+                    }
+                };
+                let server = server.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let id = msg.id.clone();
+                    let result = match convert::request_from_proto(msg) {
+                        Ok(r) => server.infer(r).await.and_then(convert::response_to_proto),
+                        Err(e) => Err(e),
+                    };
+                    let answer = match result {
+                        Ok(resp) => {
+                            pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(resp) }
+                        }
+                        Err(e) => pb::ModelStreamInferResponse {
+                            error_message: e.message,
+                            // The id still tells the client which request failed.
+                            infer_response: Some(pb::ModelInferResponse { id, ..Default::default() }),
+                        },
+                    };
+                    let _ = tx.send(Ok(answer)).await;
+                });
+            }
+        });
+        ok(Box::pin(ReceiverStream::new(rx)) as Self::ModelStreamInferStream)
+    }
+
+    async fn model_config(&self, req: Request<pb::ModelConfigRequest>) -> GrpcResult<pb::ModelConfigResponse> {
+        let r = req.into_inner();
+        let cfg = self.server().model_config(&r.name, &r.version).map_err(status)?;
+        ok(pb::ModelConfigResponse { config: Some((*cfg).clone()) })
+    }
+
+    async fn model_statistics(
+        &self,
+        req: Request<pb::ModelStatisticsRequest>,
+    ) -> GrpcResult<pb::ModelStatisticsResponse> {
+        let r = req.into_inner();
+        let name = (!r.name.is_empty()).then_some(r.name.as_str());
+        let stats = self.server().statistics(name, &r.version).map_err(status)?;
+        let model_stats = stats
+            .into_iter()
+            .map(|m| {
+                let st = m.stats;
+                pb::ModelStatistics {
+                    name: m.name,
+                    version: m.version.to_string(),
+                    last_inference: st.last_inference,
+                    inference_count: st.inference_count,
+                    execution_count: st.execution_count,
+                    inference_stats: Some(pb::InferStatistics {
+                        success: duration(st.success),
+                        fail: duration(st.fail),
+                        queue: duration(st.queue),
+                        compute_input: duration(st.compute_input),
+                        compute_infer: duration(st.compute_infer),
+                        compute_output: duration(st.compute_output),
+                        cache_hit: duration(st.cache_hit),
+                        cache_miss: duration(st.cache_miss),
+                    }),
+                    batch_stats: st
+                        .batches
+                        .into_iter()
+                        .map(|b| pb::InferBatchStatistics {
+                            batch_size: b.batch_size,
+                            compute_input: duration(b.compute_input),
+                            compute_infer: duration(b.compute_infer),
+                            compute_output: duration(b.compute_output),
+                        })
+                        .collect(),
+                    memory_usage: Vec::new(),
+                    response_stats: HashMap::new(),
+                }
+            })
+            .collect();
+        ok(pb::ModelStatisticsResponse { model_stats })
+    }
+
+    async fn repository_index(
+        &self,
+        req: Request<pb::RepositoryIndexRequest>,
+    ) -> GrpcResult<pb::RepositoryIndexResponse> {
+        let r = req.into_inner();
+        let models = self
+            .server()
+            .repository_index(r.ready)
+            .into_iter()
+            .map(|e| pb::repository_index_response::ModelIndex {
+                name: e.name,
+                version: e.version.map(|v| v.to_string()).unwrap_or_default(),
+                state: e.state.map(|s| s.as_str().to_string()).unwrap_or_default(),
+                reason: e.reason,
+            })
+            .collect();
+        ok(pb::RepositoryIndexResponse { models })
+    }
+
+    async fn repository_model_load(
+        &self,
+        req: Request<pb::RepositoryModelLoadRequest>,
+    ) -> GrpcResult<pb::RepositoryModelLoadResponse> {
+        use pb::model_repository_parameter::ParameterChoice as P;
+        let r = req.into_inner();
+        let mut opts = LoadOptions::default();
+        for (k, v) in r.parameters {
+            if k == "config" {
+                match v.parameter_choice {
+                    Some(P::StringParam(s)) => opts.config_json = Some(s),
+                    _ => return Err(status(Error::invalid("the 'config' parameter must be a string holding JSON"))),
+                }
+            } else if let Some(path) = k.strip_prefix("file:") {
+                match v.parameter_choice {
+                    Some(P::BytesParam(b)) => opts.files.push((path.to_string(), b)),
+                    _ => return Err(status(Error::invalid(format!("parameter '{k}' must be bytes")))),
+                }
+            }
+        }
+        self.server().load_model(&r.model_name, opts).await.map_err(status)?;
+        ok(pb::RepositoryModelLoadResponse {})
+    }
+
+    async fn repository_model_unload(
+        &self,
+        req: Request<pb::RepositoryModelUnloadRequest>,
+    ) -> GrpcResult<pb::RepositoryModelUnloadResponse> {
+        let r = req.into_inner();
+        self.server().unload_model(&r.model_name).await.map_err(status)?;
+        ok(pb::RepositoryModelUnloadResponse {})
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        _: Request<pb::SystemSharedMemoryStatusRequest>,
+    ) -> GrpcResult<pb::SystemSharedMemoryStatusResponse> {
+        Err(unimplemented("system shared memory"))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        _: Request<pb::SystemSharedMemoryRegisterRequest>,
+    ) -> GrpcResult<pb::SystemSharedMemoryRegisterResponse> {
+        Err(unimplemented("system shared memory"))
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        _: Request<pb::SystemSharedMemoryUnregisterRequest>,
+    ) -> GrpcResult<pb::SystemSharedMemoryUnregisterResponse> {
+        Err(unimplemented("system shared memory"))
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        _: Request<pb::CudaSharedMemoryStatusRequest>,
+    ) -> GrpcResult<pb::CudaSharedMemoryStatusResponse> {
+        Err(unimplemented("CUDA shared memory"))
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<pb::CudaSharedMemoryRegisterRequest>,
+    ) -> GrpcResult<pb::CudaSharedMemoryRegisterResponse> {
+        Err(unimplemented("CUDA shared memory"))
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<pb::CudaSharedMemoryUnregisterRequest>,
+    ) -> GrpcResult<pb::CudaSharedMemoryUnregisterResponse> {
+        Err(unimplemented("CUDA shared memory"))
+    }
+
+    async fn trace_setting(&self, _: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
+        Err(unimplemented("tracing (the trace extension)"))
+    }
+
+    async fn log_settings(&self, req: Request<pb::LogSettingsRequest>) -> GrpcResult<pb::LogSettingsResponse> {
+        let settings = req.into_inner().settings;
+        // An empty request reads the settings, as `GET /v2/logging` does.
+        let current = if settings.is_empty() {
+            self.state.log.get()
+        } else {
+            self.state.log.update(log_update_from_proto(settings).map_err(status)?).map_err(status)?
+        };
+        ok(pb::LogSettingsResponse { settings: log_settings_to_proto(current) })
+    }
+}
+
+/// `grpc.health.v1.Health`: SERVING when the server is ready.
+pub struct HealthService {
+    server: Server,
+}
+
+#[tonic::async_trait]
+impl Health for HealthService {
+    async fn check(&self, req: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
+        let service = req.into_inner().service;
+        if !service.is_empty() && service != SERVICE_NAME {
+            return Err(Status::not_found(format!("unknown service '{service}'")));
+        }
+        let st = if self.server.is_ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
+        ok(HealthCheckResponse { status: st as i32 })
+    }
+
+    type WatchStream = Pin<Box<dyn Stream<Item = std::result::Result<HealthCheckResponse, Status>> + Send + 'static>>;
+
+    async fn watch(&self, _: Request<HealthCheckRequest>) -> GrpcResult<Self::WatchStream> {
+        Err(Status::unimplemented("health Watch is not supported; poll Check instead"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::log_settings_request::setting_value::ParameterChoice as P;
+    use pb::log_settings_request::SettingValue;
+
+    #[test]
+    fn status_uses_the_error_code_mapping() {
+        assert_eq!(status(Error::not_found("x")).code(), Code::NotFound);
+        assert_eq!(status(Error::invalid("x")).code(), Code::InvalidArgument);
+        assert_eq!(status(Error::unavailable("x")).code(), Code::Unavailable);
+        assert_eq!(status(Error::unsupported("x")).message(), "x");
+    }
+
+    #[test]
+    fn log_settings_map_to_the_http_update() {
+        let v = |p: P| SettingValue { parameter_choice: Some(p) };
+        let u = log_update_from_proto(HashMap::from([
+            ("log_info".to_string(), v(P::BoolParam(false))),
+            ("log_verbose_level".to_string(), v(P::Uint32Param(2))),
+        ]))
+        .unwrap();
+        assert_eq!((u.log_info, u.log_verbose_level, u.log_file), (Some(false), Some(2), None));
+        let wrong_type = HashMap::from([("log_info".to_string(), v(P::Uint32Param(1)))]);
+        assert!(log_update_from_proto(wrong_type).is_err());
+        let unknown = HashMap::from([("log_color".to_string(), v(P::BoolParam(true)))]);
+        assert!(log_update_from_proto(unknown).is_err());
+        let all = log_settings_to_proto(LogSettings::default());
+        assert_eq!(all.len(), 6);
+    }
+}
