@@ -7,7 +7,7 @@ use std::time::Duration;
 use tritonrs::backend::BackendConfig;
 use tritonrs::config::{Cli, Command, ServeArgs, ValidateArgs};
 use tritonrs::core::{repository, Server, ServerOptions};
-use tritonrs::frontend::{grpc, http};
+use tritonrs::frontend::{grpc, http, metrics};
 use tritonrs::logging::{self, LogSettings};
 
 fn main() -> ExitCode {
@@ -113,76 +113,63 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(run(args, opts, log))
 }
 
+/// A front-end server running in the background; its result says how it ended.
+type ServerTask = (&'static str, tokio::task::JoinHandle<Result<(), String>>);
+
+/// Binds `address:port` (port 0 picks a free one) and logs Triton's `Started <service> at ADDR:PORT`.
+async fn bind(address: &str, port: u16, service: &str, flags: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    let addr: SocketAddr = format!("{address}:{port}").parse().map_err(|e| anyhow::anyhow!("invalid {flags}: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot bind {service} to {addr}: {e}"))?;
+    tracing::info!("Started {service} at {}", listener.local_addr()?);
+    Ok(listener)
+}
+
+/// Resolves when shutdown begins.
+async fn stopping(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// Serves an axum app until shutdown begins, then lets open requests finish.
+fn serve_axum(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Result<(), String>> {
+    tokio::spawn(async move {
+        axum::serve(listener, app).with_graceful_shutdown(stopping(stop)).await.map_err(|e| e.to_string())
+    })
+}
+
 async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> anyhow::Result<()> {
     let server = Server::new(opts);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    // HTTP comes up first so liveness answers while models load; readiness waits for start-up.
-    let mut http_task = None;
+    // The front-ends come up first so liveness answers while models load; readiness waits for start-up.
+    let mut tasks: Vec<ServerTask> = Vec::new();
     if args.allow_http {
-        let addr: SocketAddr = format!("{}:{}", args.http_address, args.http_port)
-            .parse()
-            .map_err(|e| anyhow::anyhow!("invalid --http-address/--http-port: {e}"))?;
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot bind the HTTP server to {addr}: {e}"))?;
-        let bound = listener.local_addr()?;
-        tracing::info!("Started HTTPService at {bound}");
-        let app = http::router(http::HttpState {
-            server: server.clone(),
-            log: log.clone(),
-            max_body: args.http_max_input_size,
-        });
-        let mut stop = stop_rx.clone();
-        http_task = Some(tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-        }));
+        let listener = bind(&args.http_address, args.http_port, "HTTPService", "--http-address/--http-port").await?;
+        let state = http::HttpState { server: server.clone(), log: log.clone(), max_body: args.http_max_input_size };
+        tasks.push(("HTTP", serve_axum(listener, http::router(state), stop_rx.clone())));
     }
-    let mut grpc_task = None;
     if args.allow_grpc {
-        let addr: SocketAddr = format!("{}:{}", args.grpc_address, args.grpc_port)
-            .parse()
-            .map_err(|e| anyhow::anyhow!("invalid --grpc-address/--grpc-port: {e}"))?;
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot bind the gRPC server to {addr}: {e}"))?;
-        let bound = listener.local_addr()?;
-        tracing::info!("Started GRPCInferenceService at {bound}");
+        let listener =
+            bind(&args.grpc_address, args.grpc_port, "GRPCInferenceService", "--grpc-address/--grpc-port").await?;
         let state = grpc::GrpcState { server: server.clone(), log, max_message_size: args.grpc_max_message_size };
-        let mut stop = stop_rx.clone();
-        grpc_task = Some(tokio::spawn(grpc::serve(listener, state, async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })));
+        let serving = grpc::serve(listener, state, stopping(stop_rx.clone()));
+        tasks.push(("gRPC", tokio::spawn(async move { serving.await.map_err(|e| e.to_string()) })));
     }
-    let mut metrics_task = None;
     if args.allow_metrics {
-        let addr: SocketAddr = format!("{}:{}", args.metrics_address, args.metrics_port)
-            .parse()
-            .map_err(|e| anyhow::anyhow!("invalid --metrics-address/--metrics-port: {e}"))?;
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot bind the metrics server to {addr}: {e}"))?;
-        tracing::info!("Started Metrics Service at {}", listener.local_addr()?);
+        let listener =
+            bind(&args.metrics_address, args.metrics_port, "Metrics Service", "--metrics-address/--metrics-port")
+                .await?;
         let cpu = if args.allow_cpu_metrics {
             Some(tritonrs::platform::CpuMonitor::start(Duration::from_millis(args.metrics_interval_ms))?)
         } else {
             None
         };
-        let app = tritonrs::frontend::metrics::router(tritonrs::frontend::metrics::MetricsState {
-            server: server.clone(),
-            cpu,
-        });
-        let mut stop = stop_rx.clone();
-        metrics_task = Some(tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-        }));
+        let app = metrics::router(metrics::MetricsState { server: server.clone(), cpu });
+        tasks.push(("metrics", serve_axum(listener, app, stop_rx.clone())));
     }
     tokio::select! {
         r = server.startup() => {
@@ -200,22 +187,12 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
     let _ = stop_tx.send(true);
     let timeout = Duration::from_secs(args.exit_timeout_secs);
     let drain = async {
-        if let Some(task) = http_task {
+        for (name, task) in tasks {
             match task.await {
-                Ok(Err(e)) => tracing::error!("The HTTP server failed while shutting down: {e}"),
-                Err(e) => tracing::error!("The HTTP server task failed: {e}"),
+                Ok(Err(e)) => tracing::error!("The {name} server failed while shutting down: {e}"),
+                Err(e) => tracing::error!("The {name} server task failed: {e}"),
                 Ok(Ok(())) => {}
             }
-        }
-        if let Some(task) = grpc_task {
-            match task.await {
-                Ok(Err(e)) => tracing::error!("The gRPC server failed while shutting down: {e}"),
-                Err(e) => tracing::error!("The gRPC server task failed: {e}"),
-                Ok(Ok(())) => {}
-            }
-        }
-        if let Some(task) = metrics_task {
-            let _ = task.await;
         }
         server.unload_all().await;
     };
