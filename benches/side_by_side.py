@@ -115,9 +115,10 @@ def main():
     rs = Server("tritonrs", [str(TRITONRS), "--model-repository", str(REPO / "model-repos/examples"),
                              "--http-port", str(rs_http), "--grpc-port", str(rs_grpc), "--metrics-port", "0",
                              "--log-info=false"], rs_http, rs_grpc, env)
-    rs.log.seek(0)
-    if b"GRPCInferenceService" not in rs.log.read():
-        rs.grpc = None  # this build has no gRPC front-end yet
+    try:
+        socket.create_connection(("127.0.0.1", rs_grpc), timeout=2).close()
+    except OSError:
+        rs.grpc = None  # a build without the gRPC front-end
     t_http, t_grpc, t_metrics = free_port(), free_port(), free_port()
     tr = Server("triton", [str(TRITON), "--model-repository", str(REPO / "benches/triton-repo"),
                            "--http-port", str(t_http), "--grpc-port", str(t_grpc), "--metrics-port", str(t_metrics),
