@@ -194,6 +194,28 @@ pub struct RequestedOutput {
     pub parameters: Parameters,
 }
 
+impl RequestedOutput {
+    /// Builds a requested output from its protocol parameters: `classification` sets `class_count`;
+    /// shared-memory outputs are refused until the shared memory extension exists.
+    pub fn from_parameters(name: String, parameters: Parameters) -> Result<RequestedOutput> {
+        if parameters.contains_key("shared_memory_region") {
+            return Err(shared_memory_unsupported("output", &name));
+        }
+        let class_count = match parameters.get("classification") {
+            None => 0,
+            Some(v) => v.as_i64().and_then(|c| u32::try_from(c).ok()).ok_or_else(|| {
+                Error::invalid(format!("output '{name}': classification must be a non-negative integer"))
+            })?,
+        };
+        Ok(RequestedOutput { name, class_count, parameters })
+    }
+}
+
+/// The error for a tensor placed in shared memory, which this server cannot read or write yet.
+pub fn shared_memory_unsupported(what: &str, name: &str) -> Error {
+    Error::unsupported(format!("{what} '{name}' uses shared memory, which this server does not support yet"))
+}
+
 /// An inference request, decoded once from whichever transport it arrived on.
 #[derive(Debug, Clone, Default)]
 pub struct InferRequest {

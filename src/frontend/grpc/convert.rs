@@ -7,7 +7,8 @@
 
 use crate::core::server::parse_version;
 use crate::core::types::{
-    serialize_bytes, DataType, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, Tensor,
+    serialize_bytes, shared_memory_unsupported, DataType, InferRequest, InferResponse, ParamValue, Parameters,
+    RequestedOutput, Tensor,
 };
 use crate::error::{Error, Result};
 use crate::proto::inference::infer_parameter::ParameterChoice;
@@ -51,10 +52,6 @@ pub fn params_to_proto(params: &Parameters) -> HashMap<String, InferParameter> {
         .collect()
 }
 
-fn shared_memory_unsupported(what: &str, name: &str) -> Error {
-    Error::unsupported(format!("{what} '{name}' uses shared memory, which this server does not support yet"))
-}
-
 /// Decodes one gRPC inference request.
 pub fn request_from_proto(req: ModelInferRequest) -> Result<InferRequest> {
     let model_version = parse_version(&req.model_version)?;
@@ -75,17 +72,7 @@ pub fn request_from_proto(req: ModelInferRequest) -> Result<InferRequest> {
     }
     let mut outputs = Vec::with_capacity(req.outputs.len());
     for o in req.outputs {
-        let parameters = params_from_proto(o.parameters)?;
-        if parameters.contains_key("shared_memory_region") {
-            return Err(shared_memory_unsupported("output", &o.name));
-        }
-        let class_count = match parameters.get("classification") {
-            None => 0,
-            Some(v) => v.as_i64().and_then(|c| u32::try_from(c).ok()).ok_or_else(|| {
-                Error::invalid(format!("output '{}': classification must be a non-negative integer", o.name))
-            })?,
-        };
-        outputs.push(RequestedOutput { name: o.name, class_count, parameters });
+        outputs.push(RequestedOutput::from_parameters(o.name, params_from_proto(o.parameters)?)?);
     }
     Ok(InferRequest { model_name: req.model_name, model_version, id: req.id, inputs, outputs, parameters })
 }

@@ -2,8 +2,8 @@
 //! Pure functions over bytes, so they are unit-tested and fuzzed without a server.
 
 use crate::core::types::{
-    bytes_elements, element_count, DataType, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput,
-    Tensor,
+    bytes_elements, element_count, shared_memory_unsupported, DataType, InferRequest, InferResponse, ParamValue,
+    Parameters, RequestedOutput, Tensor,
 };
 use crate::error::{Error, Result};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -115,10 +115,7 @@ pub fn decode_request(
             .ok_or_else(|| Error::invalid(format!("input '{}' has unknown datatype '{}'", inp.name, inp.datatype)))?;
         let params = json_params(inp.parameters)?;
         if params.contains_key("shared_memory_region") {
-            return Err(Error::unsupported(format!(
-                "input '{}' uses shared memory, which this server does not support yet",
-                inp.name
-            )));
+            return Err(shared_memory_unsupported("input", &inp.name));
         }
         let count = element_count(&inp.shape)
             .ok_or_else(|| Error::invalid(format!("input '{}' has an invalid shape {:?}", inp.name, inp.shape)))?;
@@ -157,22 +154,10 @@ pub fn decode_request(
     let mut outputs = Vec::new();
     for o in parsed.outputs.unwrap_or_default() {
         let parameters = json_params(o.parameters)?;
-        if parameters.contains_key("shared_memory_region") {
-            return Err(Error::unsupported(format!(
-                "output '{}' uses shared memory, which this server does not support yet",
-                o.name
-            )));
-        }
         if parameters.get("binary_data").is_some_and(|v| v.as_bool().is_none()) {
             return Err(Error::invalid(format!("output '{}': binary_data must be a bool", o.name)));
         }
-        let class_count = match parameters.get("classification") {
-            None => 0,
-            Some(v) => v.as_i64().and_then(|c| u32::try_from(c).ok()).ok_or_else(|| {
-                Error::invalid(format!("output '{}': classification must be a non-negative integer", o.name))
-            })?,
-        };
-        outputs.push(RequestedOutput { name: o.name, class_count, parameters });
+        outputs.push(RequestedOutput::from_parameters(o.name, parameters)?);
     }
     let parameters = json_params(parsed.parameters)?;
     let binary_default = match parameters.get("binary_data_output") {
