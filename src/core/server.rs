@@ -289,12 +289,8 @@ impl Server {
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        model.stats.pending.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let job = Job { exec: prepared.exec, batch_size: prepared.batch_size, enqueued: Instant::now(), reply: tx };
-        if let Err(e) = model.scheduler.submit(job) {
-            model.stats.pending.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            return Err((e, FailureReason::Rejected));
-        }
+        model.scheduler.submit(job).map_err(|e| (e, FailureReason::Rejected))?;
         let result = rx
             .await
             .map_err(|_| {

@@ -22,6 +22,8 @@ pub struct DefaultScheduler {
     capacity: usize,
     /// Instance threads still running; reaches 0 once the queue is closed and drained.
     running: Arc<AtomicUsize>,
+    /// Where the queue keeps its pending-request count.
+    stats: Arc<ModelStats>,
 }
 
 impl DefaultScheduler {
@@ -55,7 +57,7 @@ impl DefaultScheduler {
                     Error::internal(format!("cannot start a thread for instance of model '{model}': {e}"))
                 })?;
         }
-        Ok(DefaultScheduler { tx, model: model.to_string(), capacity, running })
+        Ok(DefaultScheduler { tx, model: model.to_string(), capacity, running, stats })
     }
 
     /// A counter of running instance threads, to wait for an unload to finish.
@@ -63,9 +65,16 @@ impl DefaultScheduler {
         self.running.clone()
     }
 
-    /// Queues a job, or rejects it at once when the queue is full or closed.
+    /// Queues a job, or rejects it at once when the queue is full or closed. The job counts as pending
+    /// from here until an instance picks it up.
     pub fn submit(&self, job: Job) -> Result<()> {
-        match self.tx.try_send(job) {
+        // Counted before sending: an instance may pick the job up before `try_send` returns.
+        self.stats.pending.fetch_add(1, Ordering::Relaxed);
+        let result = self.tx.try_send(job);
+        if result.is_err() {
+            self.stats.pending.fetch_sub(1, Ordering::Relaxed);
+        }
+        match result {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(Error::unavailable(format!(
                 "exceeds maximum queue size: model '{}' already has {} requests queued",
