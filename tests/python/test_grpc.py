@@ -350,7 +350,23 @@ def test_message_size_limit(start_server, repo):
     big.set_data_from_numpy(np.array([[b"x" * 10000]], dtype=np.object_))
     with pytest.raises(InferenceServerException) as e:
         c.infer("bytes_identity", [big])
-    # tonic answers OUT_OF_RANGE where gRPC C++ (tritonserver) answers RESOURCE_EXHAUSTED.
-    assert_code(e, "OUT_OF_RANGE")
+    # The code gRPC C++ (and so tritonserver) gives; tonic's own OUT_OF_RANGE is rewritten.
+    assert_code(e, "RESOURCE_EXHAUSTED")
+    assert c.is_server_live()
+    c.close()
+
+
+def test_message_size_limit_in_stream(start_server, repo):
+    s = start_server("--model-repository", copy_models(repo, "bytes_identity"), "--grpc-max-message-size=4096")
+    c = s.grpc_client()
+    results = queue.Queue()
+    c.start_stream(callback=lambda result, error: results.put((result, error)))
+    big = grpcclient.InferInput("INPUT", [1, 1], "BYTES")
+    big.set_data_from_numpy(np.array([[b"x" * 10000]], dtype=np.object_))
+    c.async_stream_infer("bytes_identity", [big], request_id="big")
+    result, error = results.get(timeout=10)
+    assert result is None and error is not None
+    assert error.status() == "StatusCode.RESOURCE_EXHAUSTED", error
+    c.stop_stream()
     assert c.is_server_live()
     c.close()

@@ -61,6 +61,7 @@ pub async fn serve(
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
     tonic::transport::Server::builder()
+        .layer(tower::util::MapResponseLayer::new(too_large_is_resource_exhausted))
         .add_service(inference)
         .add_service(health)
         // Small responses must leave at once: without TCP_NODELAY, Nagle's algorithm holds them back
@@ -70,6 +71,26 @@ pub async fn serve(
             shutdown,
         )
         .await
+}
+
+/// tonic's decoder rejects a message over the size limit before any handler runs, with OUT_OF_RANGE; gRPC
+/// C++ servers (Triton among them) say RESOURCE_EXHAUSTED, which is what clients retry or report on.
+/// Such a rejection is a trailers-only response, so the code is in the headers and can be rewritten here.
+fn too_large_is_resource_exhausted(
+    mut resp: axum::http::Response<tonic::body::Body>,
+) -> axum::http::Response<tonic::body::Body> {
+    let h = resp.headers();
+    let code = h.get("grpc-status").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<i32>().ok());
+    let message = h.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or("");
+    if code.is_some_and(|c| is_too_large(Code::from_i32(c), message)) {
+        resp.headers_mut().insert("grpc-status", axum::http::HeaderValue::from(Code::ResourceExhausted as i32));
+    }
+    resp
+}
+
+/// Whether a status is tonic's "message over the size limit" (the message may be percent-encoded).
+fn is_too_large(code: Code, message: &str) -> bool {
+    code == Code::OutOfRange && message.replace("%20", " ").contains("message length too large")
 }
 
 /// `inference.GRPCInferenceService`.
@@ -196,8 +217,12 @@ impl GrpcInferenceService for InferenceService {
                 let msg = match msg {
                     Ok(m) => m,
                     Err(e) => {
-                        // The client's side of the stream broke; nothing more will arrive.
+                        // The client's side of the stream broke; nothing more will arrive. An oversized
+                        // message ends the stream with the code gRPC C++ (and so Triton) uses for it.
                         tracing::debug!("gRPC inference stream ended with an error: {e}");
+                        if is_too_large(e.code(), e.message()) {
+                            let _ = tx.send(Err(Status::resource_exhausted(e.message().to_string()))).await;
+                        }
                         break;
                     }
                 };
