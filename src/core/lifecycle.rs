@@ -3,11 +3,11 @@
 
 use crate::backend::{BackendRegistry, InstanceKind, InstanceSpec, ModelContext};
 use crate::core::repository::{self, RepoOptions, VersionPolicy};
-use crate::core::scheduler::DefaultScheduler;
+use crate::core::scheduler::{self, Scheduler};
 use crate::core::stats::ModelStats;
 use crate::core::validate::ModelIo;
 use crate::error::{Error, ErrorKind, Result};
-use crate::proto::inference::{model_config::SchedulingChoice, model_instance_group::Kind, ModelConfig};
+use crate::proto::inference::{model_instance_group::Kind, ModelConfig};
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -34,9 +34,6 @@ impl ModelState {
     }
 }
 
-/// Queue bound for models whose configuration sets none.
-pub const DEFAULT_MAX_QUEUE_SIZE: usize = 4096;
-
 /// A model version that is loaded and serving.
 pub struct LoadedModel {
     pub name: String,
@@ -45,7 +42,7 @@ pub struct LoadedModel {
     pub io: ModelIo,
     /// Labels per output name, from `label_filename`.
     pub labels: HashMap<String, Arc<Vec<String>>>,
-    pub scheduler: DefaultScheduler,
+    pub scheduler: Box<dyn Scheduler>,
     pub stats: Arc<ModelStats>,
     /// How long the load took.
     pub load_duration: Duration,
@@ -549,18 +546,8 @@ fn load_version(
         let inst = backend.create_instance(&ctx, &spec)?;
         instances.push((spec.name, inst));
     }
-    let queue = match &cfg.scheduling_choice {
-        Some(SchedulingChoice::DynamicBatching(d)) => d
-            .default_queue_policy
-            .as_ref()
-            .map(|p| p.max_queue_size)
-            .filter(|&n| n > 0)
-            .map(|n| n as usize)
-            .unwrap_or(DEFAULT_MAX_QUEUE_SIZE),
-        _ => DEFAULT_MAX_QUEUE_SIZE,
-    };
     let stats = Arc::new(ModelStats::new(cfg.max_batch_size));
-    let scheduler = DefaultScheduler::start(name, instances, queue, stats.clone())?;
+    let scheduler = scheduler::start(name, &cfg, instances, stats.clone())?;
     Ok(Arc::new(LoadedModel {
         name: name.to_string(),
         version,

@@ -8,7 +8,7 @@ use crate::core::scheduler::Job;
 use crate::core::stats::{FailureReason, StatsSnapshot};
 use crate::core::types::{InferRequest, InferResponse, Parameters, Tensor};
 use crate::core::validate::{self, resolve_wildcards};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::proto::inference::ModelConfig;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -289,14 +289,26 @@ impl Server {
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let job = Job { exec: prepared.exec, batch_size: prepared.batch_size, enqueued: Instant::now(), reply: tx };
+        let job = Job {
+            exec: prepared.exec,
+            batch_size: prepared.batch_size,
+            enqueued: Instant::now(),
+            control: prepared.control,
+            reply: tx,
+        };
         model.scheduler.submit(job).map_err(|e| (e, FailureReason::Rejected))?;
         let result = rx
             .await
             .map_err(|_| {
                 other(Error::internal(format!("model '{}' stopped before answering the request", model.name)))
             })?
-            .map_err(|e| (e, FailureReason::Backend))?;
+            // The scheduler answers UNAVAILABLE for requests it gave up on (timed out in the queue,
+            // model unloaded); anything else failed in the backend.
+            .map_err(|e| {
+                let reason =
+                    if e.kind == ErrorKind::Unavailable { FailureReason::Rejected } else { FailureReason::Backend };
+                (e, reason)
+            })?;
         let batched = model.io.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(result.outputs.len());
         for (mut t, req_out) in result.outputs.into_iter().zip(prepared.outputs.iter()) {

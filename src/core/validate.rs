@@ -2,9 +2,13 @@
 //! (with `-1` wildcards), batch size, byte sizes, `reshape` and `optional`.
 
 use crate::backend::ExecRequest;
-use crate::core::types::{bytes_elements, element_count, DataType, InferRequest, RequestedOutput, Tensor};
+use crate::core::scheduler::{RequestControl, SequenceId};
+use crate::core::types::{
+    bytes_elements, element_count, DataType, InferRequest, ParamValue, Parameters, RequestedOutput, Tensor,
+};
 use crate::error::{Error, Result};
 use crate::proto::inference::ModelConfig;
+use std::time::Duration;
 
 /// One configured input or output.
 #[derive(Debug, Clone)]
@@ -75,6 +79,8 @@ pub struct Prepared {
     pub batch_size: u32,
     /// The outputs to return, in order, with their classification settings.
     pub outputs: Vec<RequestedOutput>,
+    /// Priority, timeout and sequence parameters.
+    pub control: RequestControl,
 }
 
 fn shape_matches(expected: &[i64], actual: &[i64]) -> bool {
@@ -87,6 +93,7 @@ fn fmt_shape(s: &[i64]) -> String {
 
 /// Validates `req` for model `model` and turns it into an execution request.
 pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared> {
+    let control = control(&req.parameters)?;
     let batching = io.max_batch_size > 0;
     let mut batch: Option<i64> = None;
     let mut inputs = Vec::with_capacity(req.inputs.len());
@@ -184,6 +191,46 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
         exec: ExecRequest { inputs, outputs: outputs.iter().map(|o| o.name.clone()).collect() },
         batch_size: batch.unwrap_or(1) as u32,
         outputs,
+        control,
+    })
+}
+
+/// Reads the scheduling parameters Triton reserves: `priority`, `timeout` (microseconds), `sequence_id`
+/// (unsigned integer or string; 0 and "" mean none), `sequence_start` and `sequence_end`.
+pub fn control(params: &Parameters) -> Result<RequestControl> {
+    let uint = |name: &str| -> Result<Option<u64>> {
+        match params.get(name) {
+            None => Ok(None),
+            Some(ParamValue::Int(v)) if *v >= 0 => Ok(Some(*v as u64)),
+            Some(ParamValue::Uint(v)) => Ok(Some(*v)),
+            Some(_) => Err(Error::invalid(format!("parameter '{name}' must be a non-negative integer"))),
+        }
+    };
+    let flag = |name: &str| -> Result<bool> {
+        match params.get(name) {
+            None => Ok(false),
+            Some(ParamValue::Bool(b)) => Ok(*b),
+            Some(_) => Err(Error::invalid(format!("parameter '{name}' must be a boolean"))),
+        }
+    };
+    let priority = uint("priority")?.unwrap_or(0);
+    let priority = u32::try_from(priority)
+        .map_err(|_| Error::invalid(format!("parameter 'priority' {priority} is out of range")))?;
+    let timeout = uint("timeout")?.map(Duration::from_micros);
+    let id = match params.get("sequence_id") {
+        None => None,
+        Some(ParamValue::String(s)) => (!s.is_empty()).then(|| SequenceId::Str(s.clone())),
+        Some(_) => uint("sequence_id")
+            .map_err(|_| Error::invalid("parameter 'sequence_id' must be an unsigned integer or a string"))?
+            .filter(|&v| v != 0)
+            .map(SequenceId::U64),
+    };
+    Ok(RequestControl {
+        priority,
+        timeout,
+        sequence_id: id,
+        sequence_start: flag("sequence_start")?,
+        sequence_end: flag("sequence_end")?,
     })
 }
 

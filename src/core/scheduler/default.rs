@@ -1,11 +1,10 @@
 //! The default scheduler: one bounded queue per model version, drained by every instance thread.
 
-use super::Job;
+use super::{execute, Job, Scheduler};
 use crate::backend::ModelInstance;
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
 use crossbeam_channel::{bounded, Sender, TrySendError};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -59,15 +58,16 @@ impl DefaultScheduler {
         }
         Ok(DefaultScheduler { tx, model: model.to_string(), capacity, running, stats })
     }
+}
 
-    /// A counter of running instance threads, to wait for an unload to finish.
-    pub fn running(&self) -> Arc<AtomicUsize> {
+impl Scheduler for DefaultScheduler {
+    fn running(&self) -> Arc<AtomicUsize> {
         self.running.clone()
     }
 
     /// Queues a job, or rejects it at once when the queue is full or closed. The job counts as pending
     /// from here until an instance picks it up.
-    pub fn submit(&self, job: Job) -> Result<()> {
+    fn submit(&self, job: Job) -> Result<()> {
         // Counted before sending: an instance may pick the job up before `try_send` returns.
         self.stats.pending.fetch_add(1, Ordering::Relaxed);
         let result = self.tx.try_send(job);
@@ -91,8 +91,7 @@ fn run_job(instance: &mut dyn ModelInstance, job: Job, stats: &ModelStats) {
     stats.pending.fetch_sub(1, Ordering::Relaxed);
     let start = Instant::now();
     let queue_ns = (start - job.enqueued).as_nanos() as u64;
-    let result = catch_unwind(AssertUnwindSafe(|| instance.execute(&job.exec)))
-        .unwrap_or_else(|_| Err(Error::internal("the backend panicked while executing the request; this is a bug")));
+    let result = execute(instance, &job.exec);
     if let Ok(r) = &result {
         let t = r.timings;
         stats.record_execution(job.batch_size, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);

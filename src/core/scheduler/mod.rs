@@ -1,14 +1,58 @@
 //! Schedulers: how queued requests reach a model's instances. Each scheduler is a thin loop over a
-//! queue; the instances run on their own OS threads.
+//! queue whose policy is a pure state struct; the instances run on their own OS threads.
+//!
+//! - [`DefaultScheduler`]: one bounded FIFO, each request executed alone.
+//! - [`dynamic::DynamicBatcher`]: `dynamic_batching`, merging queued requests into batches.
 
+pub mod batch;
 mod default;
+pub mod dynamic;
 
 pub use default::DefaultScheduler;
 
-use crate::backend::{ExecRequest, ExecResult};
-use crate::error::Result;
-use std::time::Instant;
+use crate::backend::{ExecRequest, ExecResult, ModelInstance};
+use crate::core::stats::ModelStats;
+use crate::error::{Error, Result};
+use crate::proto::inference::model_config::SchedulingChoice;
+use crate::proto::inference::ModelConfig;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+
+/// Queue bound for models whose configuration sets none.
+pub const DEFAULT_MAX_QUEUE_SIZE: usize = 4096;
+
+/// What every scheduler offers the core: queue a job, and tell when its instance threads are gone.
+pub trait Scheduler: Send + Sync {
+    /// Queues a job, or rejects it at once (queue full, model unloading). An accepted job is always
+    /// answered through its `reply`, with a result or an error.
+    fn submit(&self, job: Job) -> Result<()>;
+    /// Instance threads still running; reaches 0 once the scheduler is dropped and its queue drained.
+    fn running(&self) -> Arc<AtomicUsize>;
+}
+
+/// A sequence's correlation id: Triton accepts an unsigned integer or a string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SequenceId {
+    U64(u64),
+    Str(String),
+}
+
+/// Scheduling parameters a request may carry (Triton's schedule-policy and sequence extensions).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestControl {
+    /// `priority`: 0 means the model's default level; 1 is the highest.
+    pub priority: u32,
+    /// `timeout` in the request, in microseconds; honoured where the queue policy allows overrides.
+    pub timeout: Option<Duration>,
+    /// `sequence_id`; `None` when absent, 0 or empty (Triton's "no correlation id").
+    pub sequence_id: Option<SequenceId>,
+    /// `sequence_start`: the request opens its sequence.
+    pub sequence_start: bool,
+    /// `sequence_end`: the request closes its sequence.
+    pub sequence_end: bool,
+}
 
 /// One request waiting for an instance.
 pub struct Job {
@@ -18,6 +62,46 @@ pub struct Job {
     pub batch_size: u32,
     /// When the job entered the queue, for queue-time statistics.
     pub enqueued: Instant,
+    /// Priority, timeout and sequence fields of the request.
+    pub control: RequestControl,
     /// Where the result goes; a dropped receiver (client gone) is not an error.
     pub reply: oneshot::Sender<Result<ExecResult>>,
+}
+
+/// Starts the scheduler that a model's configuration asks for, over already created instances.
+pub fn start(
+    name: &str,
+    cfg: &ModelConfig,
+    instances: Vec<(String, Box<dyn ModelInstance>)>,
+    stats: Arc<ModelStats>,
+) -> Result<Box<dyn Scheduler>> {
+    match &cfg.scheduling_choice {
+        Some(SchedulingChoice::DynamicBatching(d)) if cfg.max_batch_size > 0 => {
+            Ok(Box::new(dynamic::DynamicBatcher::start(name, cfg, d, instances, stats)?))
+        }
+        Some(SchedulingChoice::DynamicBatching(d)) => {
+            // A model that cannot batch still gets the queue policy's bound, as in Triton.
+            let queue = d
+                .default_queue_policy
+                .as_ref()
+                .map(|p| p.max_queue_size)
+                .filter(|&n| n > 0)
+                .map(|n| n as usize)
+                .unwrap_or(DEFAULT_MAX_QUEUE_SIZE);
+            Ok(Box::new(DefaultScheduler::start(name, instances, queue, stats)?))
+        }
+        Some(SchedulingChoice::SequenceBatching(_)) => {
+            Err(Error::unsupported(format!("model '{name}': sequence_batching is not supported by this server yet")))
+        }
+        Some(SchedulingChoice::EnsembleScheduling(_)) => {
+            Err(Error::unsupported(format!("model '{name}': ensemble_scheduling is not supported by this server yet")))
+        }
+        None => Ok(Box::new(DefaultScheduler::start(name, instances, DEFAULT_MAX_QUEUE_SIZE, stats)?)),
+    }
+}
+
+/// Runs one execution on an instance, turning a backend panic into an error.
+pub(crate) fn execute(instance: &mut dyn ModelInstance, exec: &ExecRequest) -> Result<ExecResult> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.execute(exec)))
+        .unwrap_or_else(|_| Err(Error::internal("the backend panicked while executing the request; this is a bug")))
 }
