@@ -148,6 +148,53 @@ def model_autocomplete_add() -> onnx.ModelProto:
     return _model(graph)
 
 
+BATCHED_WIDTH = 256
+BATCHED_ROUNDS = 3
+
+
+def model_batched_scale() -> onnx.ModelProto:
+    """OUTPUT = INPUT * 2, plus a fixed cost per execution that does not grow with the batch.
+
+    The first row of the batch drives BATCHED_ROUNDS [256x256] @ [256x256] products whose sum is
+    multiplied by 0 and added to the output: ORT cannot fold it away (it depends on the input), and it
+    costs about the same for a batch of 1 or 16, which is the kind of model dynamic batching is for.
+    """
+    f32 = TensorProto.FLOAT
+    i64 = TensorProto.INT64
+    w = BATCHED_WIDTH
+    nodes = [
+        helper.make_node("Slice", ["INPUT", "zero", "one", "zero"], ["head"], name="first_row"),
+        helper.make_node("ConstantOfShape", ["w1_shape"], ["w1"], value=helper.make_tensor("v", f32, [1], [1 / 1024])),
+        helper.make_node("ConstantOfShape", ["w2_shape"], ["w2"], value=helper.make_tensor("v", f32, [1], [1 / 1024])),
+        helper.make_node("MatMul", ["head", "w1"], ["h"], name="widen"),
+        helper.make_node("Expand", ["h", "w2_shape"], ["m0"], name="square"),
+    ]
+    for r in range(BATCHED_ROUNDS):
+        nodes.append(helper.make_node("MatMul", [f"m{r}", "w2"], [f"m{r + 1}"], name=f"cost{r}"))
+    nodes += [
+        helper.make_node("ReduceSum", [f"m{BATCHED_ROUNDS}"], ["total"], keepdims=0, name="total"),
+        helper.make_node("Mul", ["total", "zero_f"], ["nothing"], name="discard"),
+        helper.make_node("Mul", ["INPUT", "two"], ["scaled"], name="scale"),
+        helper.make_node("Add", ["scaled", "nothing"], ["OUTPUT"], name="output"),
+    ]
+    graph = helper.make_graph(
+        nodes=nodes,
+        name="batched_scale",
+        inputs=[_vi("INPUT", f32, ["N", 16])],
+        outputs=[_vi("OUTPUT", f32, ["N", 16])],
+        initializer=[
+            helper.make_tensor("zero", i64, [1], [0]),
+            helper.make_tensor("one", i64, [1], [1]),
+            helper.make_tensor("w1_shape", i64, [2], [16, w]),
+            helper.make_tensor("w2_shape", i64, [2], [w, w]),
+            helper.make_tensor("zero_f", f32, [], [0.0]),
+            helper.make_tensor("two", f32, [], [2.0]),
+        ],
+        doc_string="OUTPUT = INPUT * 2 (FP32, [N, 16]) after a fixed per-execution cost",
+    )
+    return _model(graph)
+
+
 # ---------------------------------------------------------------------------------------------
 # config.pbtxt (Triton text format, colon-less list style)
 # ---------------------------------------------------------------------------------------------
@@ -258,6 +305,26 @@ def repository() -> dict[str, bytes]:
     # 6. autocomplete_add: deliberately no config.pbtxt (the server auto-completes it).
     put_model("autocomplete_add", 1, model_autocomplete_add())
 
+    # 7. batched_scale: dynamic batching over a model whose cost per execution is nearly flat.
+    put_model("batched_scale", 1, model_batched_scale())
+    put_text(
+        "batched_scale/config.pbtxt",
+        config(
+            "batched_scale",
+            16,
+            [("INPUT", "TYPE_FP32", [16], [])],
+            [("OUTPUT", "TYPE_FP32", [16], [])],
+            extra=(
+                "dynamic_batching {\n"
+                "  preferred_batch_size: [ 4, 8, 16 ]\n"
+                "  max_queue_delay_microseconds: 1000\n"
+                "}\n"
+                "instance_group [ { count: 1, kind: KIND_CPU } ]\n"
+                'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
+            ),
+        ),
+    )
+
     return files
 
 
@@ -269,6 +336,7 @@ MODEL_DIRS = [
     "classifier",
     "multi_version",
     "autocomplete_add",
+    "batched_scale",
 ]
 
 
@@ -370,6 +438,13 @@ def run_checks(out: str) -> None:
             assert CLASSIFIER_LABELS[int(np.argmax(score))] == want_label
     with open(os.path.join(out, "classifier", "labels.txt")) as f:
         assert f.read().splitlines() == CLASSIFIER_LABELS
+
+    # batched_scale: exact doubling whatever the batch; the fixed cost leaves no trace
+    for n in (1, 5, 16):
+        x = (np.arange(n * 16, dtype=np.float32).reshape(n, 16) - 7.0) * 0.5
+        (y,) = session("batched_scale").run(None, {"INPUT": x})
+        assert y.dtype == np.float32 and y.shape == (n, 16)
+        np.testing.assert_array_equal(y, x * np.float32(2.0))
 
     # multi_version
     x = np.array([[0, 1, 2, 3], [-10, 0, 10, 20]], dtype=np.int32)
