@@ -93,12 +93,12 @@ class Server:
             self.proc.kill()
 
 
-def perf(server: Server, protocol: str, concurrency: int) -> dict | None:
+def perf(server: Server, protocol: str, concurrency: int, model: str = "simple") -> dict | None:
     port = server.http if protocol == "http" else server.grpc
     if port is None:
         return None
     with tempfile.NamedTemporaryFile(suffix=".csv") as f:
-        cmd = [str(PERF), "-m", "simple", "-u", f"127.0.0.1:{port}", "-i", protocol,
+        cmd = [str(PERF), "-m", model, "-u", f"127.0.0.1:{port}", "-i", protocol,
                "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", INTERVAL_MS,
                "--stability-percentage", STABILITY, "--max-trials", "20", "-f", f.name]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
