@@ -6,6 +6,7 @@ use crate::core::repository::{self, RepoOptions, VersionPolicy};
 use crate::core::scheduler::{self, Scheduler};
 use crate::core::stats::ModelStats;
 use crate::core::validate::ModelIo;
+use crate::core::warmup;
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::inference::{model_instance_group::Kind, ModelConfig};
 use parking_lot::RwLock;
@@ -541,10 +542,16 @@ fn load_version(
         model_dir: dir.to_path_buf(),
         version_dir,
     };
+    let samples = warmup::samples(&cfg, dir)?;
     let mut instances = Vec::new();
     for spec in instance_specs(&cfg) {
-        let inst = backend.create_instance(&ctx, &spec)?;
+        let mut inst = backend.create_instance(&ctx, &spec)?;
+        // Warmup runs before the scheduler exists, so no request can reach a cold instance.
+        warmup::run(&mut *inst, &samples, &spec.name)?;
         instances.push((spec.name, inst));
+    }
+    if !samples.is_empty() {
+        tracing::info!("Model '{name}' version {version} ran {} warmup sample(s) on each instance.", samples.len());
     }
     let stats = Arc::new(ModelStats::new(cfg.max_batch_size));
     let scheduler = scheduler::start(name, &cfg, instances, stats.clone())?;

@@ -8,5 +8,6 @@ pub mod server;
 pub mod stats;
 pub mod types;
 pub mod validate;
+pub mod warmup;
 
 pub use server::{ControlMode, Server, ServerOptions};
