@@ -164,6 +164,14 @@ pub struct ServeArgs {
     /// Log format: default or ISO8601.
     #[arg(long, env = "TRITONRS_LOG_FORMAT", default_value = "default")]
     pub log_format: String,
+    /// Response cache settings, as `<cache>,<setting>=<value>` (repeatable); `local,size=<bytes>` enables the
+    /// in-memory LRU cache for models whose config has `response_cache { enable: true }`.
+    #[arg(long, env = "TRITONRS_CACHE_CONFIG")]
+    pub cache_config: Vec<String>,
+    /// Size of the local response cache in bytes (tritonserver's older flag; same as
+    /// `--cache-config local,size=<bytes>`).
+    #[arg(long, env = "TRITONRS_RESPONSE_CACHE_BYTE_SIZE")]
+    pub response_cache_byte_size: Option<usize>,
     /// Server identifier, reported as the name in server metadata.
     #[arg(long, env = "TRITONRS_ID", default_value = "triton")]
     pub id: String,

@@ -108,6 +108,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         repo,
         backend_config,
         load_threads: args.model_load_thread_count,
+        cache_bytes: tritonrs::core::cache::parse_cache_config(&args.cache_config)?
+            .or(args.response_cache_byte_size.filter(|&n| n > 0)),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tritonrs-io").build()?;
     runtime.block_on(run(args, opts, log))

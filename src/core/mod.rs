@@ -1,5 +1,6 @@
 //! The core: the one transport-neutral API every front-end calls, and what it is built from.
 
+pub mod cache;
 pub mod classification;
 pub mod lifecycle;
 pub mod repository;

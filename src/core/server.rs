@@ -1,12 +1,13 @@
 //! `Server`: health, metadata, inference, repository control and statistics, independent of transport.
 
 use crate::backend::{BackendConfig, BackendRegistry};
+use crate::core::cache::{self, ResponseCache};
 use crate::core::classification::classify;
 use crate::core::lifecycle::{IndexEntry, LoadOptions, LoadedModel, ModelManager};
 use crate::core::repository::RepoOptions;
 use crate::core::scheduler::Job;
 use crate::core::stats::{FailureReason, StatsSnapshot};
-use crate::core::types::{InferRequest, InferResponse, Parameters, Tensor};
+use crate::core::types::{InferRequest, InferResponse, Parameters, RequestedOutput, Tensor};
 use crate::core::validate::{self, resolve_wildcards};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::inference::ModelConfig;
@@ -41,6 +42,8 @@ pub struct ServerOptions {
     pub repo: RepoOptions,
     pub backend_config: BackendConfig,
     pub load_threads: usize,
+    /// Size of the response cache in bytes (`--cache-config local,size=N`); `None`: no cache.
+    pub cache_bytes: Option<usize>,
 }
 
 /// The protocol extensions this server implements, as listed in server metadata.
@@ -85,6 +88,8 @@ pub struct ModelStatistics {
     pub pending: i64,
     /// How long the version took to load.
     pub load_duration: Duration,
+    /// Whether requests to this version go through the response cache.
+    pub cache_enabled: bool,
 }
 
 struct Inner {
@@ -94,6 +99,8 @@ struct Inner {
     started: AtomicBool,
     /// Cleared when shutdown begins.
     accepting: AtomicBool,
+    /// The response cache, when configured.
+    cache: Option<ResponseCache>,
 }
 
 /// The server core. Cheap to clone; every front-end holds one.
@@ -120,7 +127,13 @@ impl Server {
         let models =
             Arc::new(ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads));
         Server {
-            inner: Arc::new(Inner { opts, models, started: AtomicBool::new(false), accepting: AtomicBool::new(true) }),
+            inner: Arc::new(Inner {
+                cache: opts.cache_bytes.map(ResponseCache::new),
+                opts,
+                models,
+                started: AtomicBool::new(false),
+                accepting: AtomicBool::new(true),
+            }),
         }
     }
 
@@ -288,6 +301,20 @@ impl Server {
         let other = |e: Error| (e, FailureReason::Other);
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
+        // A cache hit answers without queueing; a miss remembers the key to store the result.
+        let cached = match (&self.inner.cache, self.cache_enabled(model)) {
+            (Some(c), true) => {
+                let t = Instant::now();
+                let key = cache::key(&model.name, model.version, &prepared.exec.inputs, &prepared.exec.outputs)
+                    .map_err(other)?;
+                if let Some(outputs) = c.lookup(&key) {
+                    model.stats.cache_hit.add(t.elapsed().as_nanos() as u64);
+                    return self.respond(model, id, &prepared.outputs, outputs).map_err(other);
+                }
+                Some((c, key, t.elapsed()))
+            }
+            _ => None,
+        };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job = Job {
             exec: prepared.exec,
@@ -309,9 +336,30 @@ impl Server {
                     if e.kind == ErrorKind::Unavailable { FailureReason::Rejected } else { FailureReason::Backend };
                 (e, reason)
             })?;
+        if let Some((c, key, lookup)) = cached {
+            let t = Instant::now();
+            c.insert(key, result.outputs.clone());
+            model.stats.cache_miss.add((lookup + t.elapsed()).as_nanos() as u64);
+        }
+        self.respond(model, id, &prepared.outputs, result.outputs).map_err(other)
+    }
+
+    /// Whether a model version uses the response cache: enabled in its config and on the server.
+    fn cache_enabled(&self, model: &LoadedModel) -> bool {
+        self.inner.cache.is_some() && model.config.response_cache.as_ref().is_some_and(|c| c.enable)
+    }
+
+    /// Post-processes a model's outputs for the client: `reshape` and classification.
+    fn respond(
+        &self,
+        model: &LoadedModel,
+        id: String,
+        requested: &[RequestedOutput],
+        raw: Vec<Tensor>,
+    ) -> Result<InferResponse> {
         let batched = model.io.max_batch_size > 0;
-        let mut outputs = Vec::with_capacity(result.outputs.len());
-        for (mut t, req_out) in result.outputs.into_iter().zip(prepared.outputs.iter()) {
+        let mut outputs = Vec::with_capacity(raw.len());
+        for (mut t, req_out) in raw.into_iter().zip(requested.iter()) {
             if let Some(spec) = model.io.output(&t.name) {
                 if spec.reshape.is_some() {
                     t.shape = client_shape(&t, &spec.dims, batched);
@@ -319,7 +367,7 @@ impl Server {
             }
             if req_out.class_count > 0 {
                 let labels = model.labels.get(&t.name).map(|l| l.as_slice());
-                t = classify(&t, req_out.class_count, batched, labels).map_err(other)?;
+                t = classify(&t, req_out.class_count, batched, labels)?;
             }
             outputs.push(t);
         }
@@ -372,6 +420,7 @@ impl Server {
             failures: FailureReason::ALL.iter().map(|&r| (r, m.stats.failures(r))).collect(),
             pending: m.stats.pending.load(Ordering::Relaxed),
             load_duration: m.load_duration,
+            cache_enabled: self.cache_enabled(m),
         };
         match name {
             None => Ok(loaded.iter().map(snap).collect()),

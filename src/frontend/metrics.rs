@@ -24,6 +24,10 @@ pub mod names {
     pub const COMPUTE_OUTPUT_DURATION: &str = "nv_inference_compute_output_duration_us";
     pub const PENDING_REQUESTS: &str = "nv_inference_pending_request_count";
     pub const MODEL_LOAD_DURATION: &str = "nv_model_load_duration_secs";
+    pub const CACHE_HITS: &str = "nv_cache_num_hits_per_model";
+    pub const CACHE_MISSES: &str = "nv_cache_num_misses_per_model";
+    pub const CACHE_HIT_DURATION: &str = "nv_cache_hit_duration_per_model";
+    pub const CACHE_MISS_DURATION: &str = "nv_cache_miss_duration_per_model";
     pub const CPU_UTILIZATION: &str = "nv_cpu_utilization";
     pub const CPU_MEMORY_TOTAL: &str = "nv_cpu_memory_total_bytes";
     pub const CPU_MEMORY_USED: &str = "nv_cpu_memory_used_bytes";
@@ -151,6 +155,33 @@ pub fn render(models: &[ModelStatistics], cpu: Option<CpuReading>) -> String {
     family(&mut out, MODEL_LOAD_DURATION, "gauge", "Model load time in seconds", models, |m| {
         vec![(String::new(), format!("{}", m.load_duration.as_secs_f64()))]
     });
+    if models.iter().any(|m| m.cache_enabled) {
+        // Like Triton, the cache families exist only for models that use the response cache.
+        let cached =
+            |v: u64, m: &ModelStatistics| if m.cache_enabled { vec![(String::new(), v.to_string())] } else { vec![] };
+        family(&mut out, CACHE_HITS, "counter", "Number of cache hits per model", models, |m| {
+            cached(m.stats.cache_hit.count, m)
+        });
+        family(&mut out, CACHE_MISSES, "counter", "Number of cache misses per model", models, |m| {
+            cached(m.stats.cache_miss.count, m)
+        });
+        family(
+            &mut out,
+            CACHE_HIT_DURATION,
+            "counter",
+            "Total cache hit duration per model, in microseconds",
+            models,
+            |m| cached(m.stats.cache_hit.ns / 1000, m),
+        );
+        family(
+            &mut out,
+            CACHE_MISS_DURATION,
+            "counter",
+            "Total cache miss (lookup and insertion) duration per model, in microseconds",
+            models,
+            |m| cached(m.stats.cache_miss.ns / 1000, m),
+        );
+    }
     if let Some(c) = cpu {
         let _ =
             writeln!(out, "# HELP {CPU_UTILIZATION} CPU utilization rate [0.0 - 1.0]\n# TYPE {CPU_UTILIZATION} gauge");
@@ -189,6 +220,7 @@ mod tests {
             failures: vec![(FailureReason::Rejected, 1), (FailureReason::Other, 4)],
             pending: 5,
             load_duration: Duration::from_millis(1500),
+            cache_enabled: false,
         };
         let text = render(&[m], Some(CpuReading { utilization: 0.25, memory_total_bytes: 100, memory_used_bytes: 40 }));
         for line in [
