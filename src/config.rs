@@ -164,6 +164,13 @@ pub struct ServeArgs {
     /// Log format: default or ISO8601.
     #[arg(long, env = "TRITONRS_LOG_FORMAT", default_value = "default")]
     pub log_format: String,
+    /// Rate limiting of model instances: off, or execution_count (an instance runs only while it holds
+    /// the resources its instance group's `rate_limiter` declares).
+    #[arg(long, env = "TRITONRS_RATE_LIMIT", default_value = "off")]
+    pub rate_limit: String,
+    /// Size of a rate-limiter resource pool, as `<name>:<count>` or `<name>:<count>:<device>` (repeatable).
+    #[arg(long, env = "TRITONRS_RATE_LIMIT_RESOURCE")]
+    pub rate_limit_resource: Vec<String>,
     /// Response cache settings, as `<cache>,<setting>=<value>` (repeatable); `local,size=<bytes>` enables the
     /// in-memory LRU cache for models whose config has `response_cache { enable: true }`.
     #[arg(long, env = "TRITONRS_CACHE_CONFIG")]

@@ -108,6 +108,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         repo,
         backend_config,
         load_threads: args.model_load_thread_count,
+        rate_limit: if tritonrs::core::rate_limiter::parse_mode(&args.rate_limit)? {
+            Some(
+                args.rate_limit_resource
+                    .iter()
+                    .map(|r| tritonrs::core::rate_limiter::parse_resource(r))
+                    .collect::<Result<_, _>>()?,
+            )
+        } else {
+            None
+        },
         cache_bytes: tritonrs::core::cache::parse_cache_config(&args.cache_config)?
             .or(args.response_cache_byte_size.filter(|&n| n > 0)),
     };

@@ -2,13 +2,14 @@
 //! reason), background loads on a bounded pool, and swapping a new version in only once it is READY.
 
 use crate::backend::{BackendRegistry, InstanceKind, InstanceSpec, ModelContext};
+use crate::core::rate_limiter::{Limited, Needs, RateLimiter, ResourceKey};
 use crate::core::repository::{self, RepoOptions, VersionPolicy};
 use crate::core::scheduler::{self, Scheduler};
 use crate::core::stats::ModelStats;
 use crate::core::validate::ModelIo;
 use crate::core::warmup;
 use crate::error::{Error, ErrorKind, Result};
-use crate::proto::inference::{model_instance_group::Kind, ModelConfig};
+use crate::proto::inference::{model_instance_group::Kind, ModelConfig, ModelRateLimiter};
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -111,6 +112,8 @@ pub struct ModelManager {
     load_slots: tokio::sync::Semaphore,
     /// One lock per model name: loads and unloads of the same model run one after another.
     locks: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Set with `--rate-limit execution_count`.
+    limiter: Option<Arc<RateLimiter>>,
 }
 
 impl ModelManager {
@@ -122,7 +125,14 @@ impl ModelManager {
             backends,
             load_slots: tokio::sync::Semaphore::new(load_threads.max(1)),
             locks: parking_lot::Mutex::new(HashMap::new()),
+            limiter: None,
         }
+    }
+
+    /// Makes every instance whose group has a `rate_limiter` hold its resources while it executes.
+    pub fn with_rate_limiter(mut self, limiter: Option<Arc<RateLimiter>>) -> Self {
+        self.limiter = limiter;
+        self
     }
 
     /// The serving model for `version`, or the highest READY version when `None`.
@@ -371,10 +381,11 @@ impl ModelManager {
             tasks.push(tokio::spawn(async move {
                 let _permit = this.load_slots.acquire().await;
                 let worker = this.clone();
-                let res =
-                    tokio::task::spawn_blocking(move || load_version(&worker.backends, &name, v, cfg, &dir, labels))
-                        .await
-                        .unwrap_or_else(|e| Err(Error::internal(format!("model load task failed: {e}"))));
+                let res = tokio::task::spawn_blocking(move || {
+                    load_version(&worker.backends, worker.limiter.as_ref(), &name, v, cfg, &dir, labels)
+                })
+                .await
+                .unwrap_or_else(|e| Err(Error::internal(format!("model load task failed: {e}"))));
                 (v, res)
             }));
         }
@@ -522,6 +533,7 @@ pub async fn retire(models: Vec<Arc<LoadedModel>>) {
 /// Creates every instance of one version and starts its scheduler.
 fn load_version(
     backends: &BackendRegistry,
+    limiter: Option<&Arc<RateLimiter>>,
     name: &str,
     version: i64,
     cfg: Arc<ModelConfig>,
@@ -543,11 +555,31 @@ fn load_version(
         version_dir,
     };
     let samples = warmup::samples(&cfg, dir)?;
+    let limits = instance_limits(&cfg);
     let mut instances = Vec::new();
-    for spec in instance_specs(&cfg) {
+    for (spec, limit) in instance_specs(&cfg).into_iter().zip(limits) {
         let mut inst = backend.create_instance(&ctx, &spec)?;
         // Warmup runs before the scheduler exists, so no request can reach a cold instance.
         warmup::run(&mut *inst, &samples, &spec.name)?;
+        if let (Some(limiter), Some(rl)) = (limiter, limit) {
+            let device = match spec.kind {
+                InstanceKind::Cpu => None,
+                InstanceKind::Gpu { device_id } => Some(device_id),
+            };
+            let needs = Needs {
+                resources: rl
+                    .resources
+                    .iter()
+                    .map(|r| {
+                        let key = ResourceKey { name: r.name.clone(), device: (!r.global).then_some(device) };
+                        (key, r.count)
+                    })
+                    .collect(),
+                priority: rl.priority,
+            };
+            limiter.register(&needs)?;
+            inst = Box::new(Limited { inner: inst, limiter: limiter.clone(), needs });
+        }
         instances.push((spec.name, inst));
     }
     if !samples.is_empty() {
@@ -565,6 +597,18 @@ fn load_version(
         stats,
         load_duration: started.elapsed(),
     }))
+}
+
+/// The `rate_limiter` of each instance's group, in [`instance_specs`] order.
+fn instance_limits(cfg: &ModelConfig) -> Vec<Option<&ModelRateLimiter>> {
+    let mut out = Vec::new();
+    for g in &cfg.instance_group {
+        let devices = if g.kind == Kind::Gpu as i32 { g.gpus.len().max(1) } else { 1 };
+        for _ in 0..devices * g.count.max(1) as usize {
+            out.push(g.rate_limiter.as_ref());
+        }
+    }
+    out
 }
 
 /// Expands `instance_group` into named instances, as Triton names them (`<group>_<index>`).

@@ -3,6 +3,7 @@
 pub mod cache;
 pub mod classification;
 pub mod lifecycle;
+pub mod rate_limiter;
 pub mod repository;
 pub mod scheduler;
 pub mod server;

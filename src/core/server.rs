@@ -4,6 +4,7 @@ use crate::backend::{BackendConfig, BackendRegistry};
 use crate::core::cache::{self, ResponseCache};
 use crate::core::classification::classify;
 use crate::core::lifecycle::{IndexEntry, LoadOptions, LoadedModel, ModelManager};
+use crate::core::rate_limiter::RateLimiter;
 use crate::core::repository::RepoOptions;
 use crate::core::scheduler::Job;
 use crate::core::stats::{FailureReason, StatsSnapshot};
@@ -42,6 +43,8 @@ pub struct ServerOptions {
     pub repo: RepoOptions,
     pub backend_config: BackendConfig,
     pub load_threads: usize,
+    /// `--rate-limit execution_count` with the `--rate-limit-resource` sizes; `None` when off.
+    pub rate_limit: Option<Vec<(String, u32, Option<i32>)>>,
     /// Size of the response cache in bytes (`--cache-config local,size=N`); `None`: no cache.
     pub cache_bytes: Option<usize>,
 }
@@ -124,8 +127,11 @@ pub fn parse_version(v: &str) -> Result<Option<i64>> {
 impl Server {
     pub fn new(opts: ServerOptions) -> Server {
         let backends = BackendRegistry::new(&opts.backend_config);
-        let models =
-            Arc::new(ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads));
+        let limiter = opts.rate_limit.as_ref().map(|fixed| Arc::new(RateLimiter::new(fixed)));
+        let models = Arc::new(
+            ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads)
+                .with_rate_limiter(limiter),
+        );
         Server {
             inner: Arc::new(Inner {
                 cache: opts.cache_bytes.map(ResponseCache::new),

@@ -20,6 +20,7 @@ async fn app(max_body: usize) -> Router {
         repo: Default::default(),
         backend_config: Default::default(),
         load_threads: 1,
+        rate_limit: None,
         cache_bytes: None,
     });
     server.startup().await.unwrap();
