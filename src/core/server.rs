@@ -6,6 +6,7 @@ use crate::core::lifecycle::{IndexEntry, LoadOptions, LoadedModel, ModelManager}
 use crate::core::repository::RepoOptions;
 use crate::core::scheduler::Job;
 use crate::core::stats::{FailureReason, StatsSnapshot};
+use crate::core::trace::{Activity, Trace, TraceSettings, TraceUpdate, Tracer};
 use crate::core::types::{InferRequest, InferResponse, Parameters, Tensor};
 use crate::core::validate::{self, resolve_wildcards};
 use crate::error::{Error, Result};
@@ -41,6 +42,8 @@ pub struct ServerOptions {
     pub repo: RepoOptions,
     pub backend_config: BackendConfig,
     pub load_threads: usize,
+    /// The start-up trace settings (`--trace-config`).
+    pub trace: TraceSettings,
 }
 
 /// The protocol extensions this server implements, as listed in server metadata.
@@ -51,6 +54,7 @@ pub const EXTENSIONS: &[&str] = &[
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
 ];
 
@@ -94,6 +98,8 @@ struct Inner {
     started: AtomicBool,
     /// Cleared when shutdown begins.
     accepting: AtomicBool,
+    /// The trace extension's settings and sampling.
+    tracer: Tracer,
 }
 
 /// The server core. Cheap to clone; every front-end holds one.
@@ -119,8 +125,15 @@ impl Server {
         let backends = BackendRegistry::new(&opts.backend_config);
         let models =
             Arc::new(ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads));
+        let tracer = Tracer::new(opts.trace.clone());
         Server {
-            inner: Arc::new(Inner { opts, models, started: AtomicBool::new(false), accepting: AtomicBool::new(true) }),
+            inner: Arc::new(Inner {
+                opts,
+                models,
+                started: AtomicBool::new(false),
+                accepting: AtomicBool::new(true),
+                tracer,
+            }),
         }
     }
 
@@ -264,9 +277,22 @@ impl Server {
 
     /// Runs one inference: validate, queue to an instance, wait, post-process (reshape, classification).
     pub async fn infer(&self, req: InferRequest) -> Result<InferResponse> {
+        self.infer_traced(req, None).await
+    }
+
+    /// [`Server::infer`] for a request the front-end sampled for tracing: the core adds the model and
+    /// REQUEST_START, QUEUE_START, COMPUTE_* and REQUEST_END to `trace`.
+    pub async fn infer_traced(&self, req: InferRequest, mut trace: Option<&mut Trace>) -> Result<InferResponse> {
         let start = Instant::now();
         let model = self.inner.models.get(&req.model_name, req.model_version)?;
-        let result = self.infer_on(&model, req).await;
+        if let Some(t) = trace.as_deref_mut() {
+            t.set_model(&model.name, model.version);
+            t.stamp(Activity::RequestStart, start);
+        }
+        let result = self.infer_on(&model, req, trace.as_deref_mut()).await;
+        if let Some(t) = trace {
+            t.stamp_now(Activity::RequestEnd);
+        }
         match result {
             Ok(r) => {
                 model.stats.record_success(start.elapsed());
@@ -284,12 +310,14 @@ impl Server {
         &self,
         model: &Arc<LoadedModel>,
         req: InferRequest,
+        trace: Option<&mut Trace>,
     ) -> std::result::Result<InferResponse, (Error, FailureReason)> {
         let other = |e: Error| (e, FailureReason::Other);
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let job = Job { exec: prepared.exec, batch_size: prepared.batch_size, enqueued: Instant::now(), reply: tx };
+        let enqueued = Instant::now();
+        let job = Job { exec: prepared.exec, batch_size: prepared.batch_size, enqueued, reply: tx };
         model.scheduler.submit(job).map_err(|e| (e, FailureReason::Rejected))?;
         let result = rx
             .await
@@ -297,6 +325,9 @@ impl Server {
                 other(Error::internal(format!("model '{}' stopped before answering the request", model.name)))
             })?
             .map_err(|e| (e, FailureReason::Backend))?;
+        if let Some(t) = trace {
+            stamp_execution(t, enqueued, &result.timings);
+        }
         let batched = model.io.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(result.outputs.len());
         for (mut t, req_out) in result.outputs.into_iter().zip(prepared.outputs.iter()) {
@@ -318,6 +349,28 @@ impl Server {
             outputs,
             parameters: Parameters::new(),
         })
+    }
+
+    /// The trace extension's hot-path API: whether tracing is on, and sampling a request.
+    pub fn tracer(&self) -> &Tracer {
+        &self.inner.tracer
+    }
+
+    /// The trace settings of a model (ready, as in tritonserver), or the global ones.
+    pub fn trace_settings(&self, model: Option<&str>) -> Result<TraceSettings> {
+        if let Some(name) = model {
+            self.inner.models.get(name, None)?;
+        }
+        Ok(self.inner.tracer.settings(model))
+    }
+
+    /// Updates a model's trace settings (it must be ready, as in tritonserver) or the global ones, and
+    /// returns the settings now in force.
+    pub fn update_trace_settings(&self, model: Option<&str>, update: &TraceUpdate) -> Result<TraceSettings> {
+        if let Some(name) = model {
+            self.inner.models.get(name, None)?;
+        }
+        self.inner.tracer.update(model, update)
     }
 
     pub fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
@@ -369,6 +422,20 @@ impl Server {
                 Ok(loaded.iter().filter(|m| m.name == n && version.is_none_or(|v| v == m.version)).map(snap).collect())
             }
         }
+    }
+}
+
+/// Adds the scheduler's and backend's timestamps: QUEUE_START when the job was queued, COMPUTE_START
+/// when an instance took it, and the ends of the input, infer and output phases from their durations.
+fn stamp_execution(t: &mut Trace, enqueued: Instant, timings: &crate::backend::ExecTimings) {
+    t.stamp(Activity::QueueStart, enqueued);
+    if let Some(started) = timings.started {
+        let input_end = started + Duration::from_nanos(timings.compute_input_ns);
+        let output_start = input_end + Duration::from_nanos(timings.compute_infer_ns);
+        t.stamp(Activity::ComputeStart, started);
+        t.stamp(Activity::ComputeInputEnd, input_end);
+        t.stamp(Activity::ComputeOutputStart, output_start);
+        t.stamp(Activity::ComputeEnd, output_start + Duration::from_nanos(timings.compute_output_ns));
     }
 }
 

@@ -20,6 +20,7 @@ async fn app(max_body: usize) -> Router {
         repo: Default::default(),
         backend_config: Default::default(),
         load_threads: 1,
+        trace: Default::default(),
     });
     server.startup().await.unwrap();
     let log = LogControl::detached(LogSettings::default());
