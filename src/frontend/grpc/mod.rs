@@ -1,12 +1,13 @@
 //! gRPC front-end (tonic): Triton's `inference.GRPCInferenceService` and `grpc.health.v1.Health`.
 //!
 //! Every method mirrors its HTTP counterpart (src/frontend/http): same core calls, same errors, with
-//! `Error::grpc_code` as the status code. Shared memory and tracing answer UNIMPLEMENTED.
+//! `Error::grpc_code` as the status code. Shared memory answers UNIMPLEMENTED.
 
 pub mod convert;
 
 use crate::core::lifecycle::LoadOptions;
 use crate::core::stats::DurationSnapshot;
+use crate::core::trace::{Activity, SettingValue, Trace, TraceSettings, TraceUpdate};
 use crate::core::Server;
 use crate::error::Error;
 use crate::logging::{LogControl, LogSettings, LogUpdate};
@@ -18,6 +19,7 @@ use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceServic
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Code, Request, Response, Status, Streaming};
@@ -57,9 +59,17 @@ pub async fn serve(
 ) -> std::result::Result<(), tonic::transport::Error> {
     let limit = state.max_message_size;
     let health = HealthServer::new(HealthService { server: state.server.clone() });
+    let server = state.server.clone();
     let inference = GrpcInferenceServiceServer::new(InferenceService { state })
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
+    // Runs when a call's headers arrive, before its message is read: a trace's GRPC_WAITREAD_START.
+    let inference = tonic::service::interceptor::InterceptedService::new(inference, move |mut req: Request<()>| {
+        if server.tracer().enabled() {
+            req.extensions_mut().insert(ReadStart(Instant::now()));
+        }
+        Ok(req)
+    });
     tonic::transport::Server::builder()
         .add_service(inference)
         .add_service(health)
@@ -70,6 +80,61 @@ pub async fn serve(
             shutdown,
         )
         .await
+}
+
+/// When a call's headers arrived; put in the request's extensions only while tracing is on.
+#[derive(Clone, Copy)]
+struct ReadStart(Instant);
+
+/// Samples a request for tracing and gives it the time its message was awaited and the time it was in.
+fn start_trace(server: &Server, req: &crate::core::types::InferRequest, read: (Instant, Instant)) -> Option<Trace> {
+    server.tracer().sample(&req.model_name, &req.id).map(|mut t| {
+        t.stamp(Activity::GrpcWaitreadStart, read.0);
+        t.stamp(Activity::GrpcWaitreadEnd, read.1);
+        t
+    })
+}
+
+/// Runs a decoded request, traced if sampled; the trace is written when it drops, once the response
+/// is encoded (GRPC_SEND_END: handed to tonic, which writes it to the connection).
+async fn infer_to_proto(
+    server: &Server,
+    req: crate::core::types::InferRequest,
+    mut trace: Option<Trace>,
+) -> Result<pb::ModelInferResponse, Error> {
+    let resp = server.infer_traced(req, trace.as_mut()).await;
+    if let Some(t) = trace.as_mut() {
+        t.stamp_now(Activity::InferResponseComplete);
+        t.stamp_now(Activity::GrpcSendStart);
+    }
+    let out = resp.and_then(convert::response_to_proto);
+    if let Some(t) = trace.as_mut() {
+        t.stamp_now(Activity::GrpcSendEnd);
+    }
+    out
+}
+
+fn trace_settings_to_proto(t: TraceSettings) -> HashMap<String, pb::trace_setting_response::SettingValue> {
+    t.to_wire()
+        .into_iter()
+        .map(|(k, value)| (k.to_string(), pb::trace_setting_response::SettingValue { value }))
+        .collect()
+}
+
+/// Reads a `TraceSetting` request's settings as the same update `POST /v2/trace/setting` takes; an
+/// empty list clears a setting.
+fn trace_update_from_proto(
+    settings: HashMap<String, pb::trace_setting_request::SettingValue>,
+) -> Result<TraceUpdate, Error> {
+    TraceUpdate::parse(
+        settings
+            .into_iter()
+            .map(|(k, v)| {
+                let v = if v.value.is_empty() { SettingValue::Clear } else { SettingValue::Set(v.value) };
+                (k, v)
+            })
+            .collect(),
+    )
 }
 
 /// `inference.GRPCInferenceService`.
@@ -174,9 +239,14 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_infer(&self, req: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
+        // One atomic load while tracing is off.
+        let read = self.server().tracer().enabled().then(|| {
+            let now = Instant::now();
+            (req.extensions().get::<ReadStart>().map_or(now, |r| r.0), now)
+        });
         let req = convert::request_from_proto(req.into_inner()).map_err(status)?;
-        let resp = self.server().infer(req).await.map_err(status)?;
-        ok(convert::response_to_proto(resp).map_err(status)?)
+        let trace = read.and_then(|read| start_trace(self.server(), &req, read));
+        ok(infer_to_proto(self.server(), req, trace).await.map_err(status)?)
     }
 
     type ModelStreamInferStream =
@@ -192,7 +262,11 @@ impl GrpcInferenceService for InferenceService {
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let server = self.server().clone();
         tokio::spawn(async move {
-            while let Some(msg) = inbound.next().await {
+            loop {
+                // A traced message's GRPC_WAITREAD_START is when the stream began waiting for it.
+                let wait_start = server.tracer().enabled().then(Instant::now);
+                let Some(msg) = inbound.next().await else { break };
+                let read = wait_start.map(|t| (t, Instant::now()));
                 let msg = match msg {
                     Ok(m) => m,
                     Err(e) => {
@@ -206,7 +280,10 @@ impl GrpcInferenceService for InferenceService {
                 tokio::spawn(async move {
                     let id = msg.id.clone();
                     let result = match convert::request_from_proto(msg) {
-                        Ok(r) => server.infer(r).await.and_then(convert::response_to_proto),
+                        Ok(r) => {
+                            let trace = read.and_then(|read| start_trace(&server, &r, read));
+                            infer_to_proto(&server, r, trace).await
+                        }
                         Err(e) => Err(e),
                     };
                     let answer = match result {
@@ -371,8 +448,17 @@ impl GrpcInferenceService for InferenceService {
         Err(unimplemented("CUDA shared memory"))
     }
 
-    async fn trace_setting(&self, _: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
-        Err(unimplemented("tracing (the trace extension)"))
+    async fn trace_setting(&self, req: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
+        let r = req.into_inner();
+        let model = (!r.model_name.is_empty()).then_some(r.model_name.as_str());
+        // No settings reads them, as `GET /v2/trace/setting` does.
+        let current = if r.settings.is_empty() {
+            self.server().trace_settings(model)
+        } else {
+            trace_update_from_proto(r.settings).and_then(|u| self.server().update_trace_settings(model, &u))
+        }
+        .map_err(status)?;
+        ok(pb::TraceSettingResponse { settings: trace_settings_to_proto(current) })
     }
 
     async fn log_settings(&self, req: Request<pb::LogSettingsRequest>) -> GrpcResult<pb::LogSettingsResponse> {
