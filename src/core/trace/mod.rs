@@ -441,10 +441,13 @@ impl Tracer {
 /// tritonserver) but nothing can be traced, so it is worth a warning.
 pub fn check_startup(s: &TraceSettings) -> Result<Option<String>> {
     if s.count < -1 {
-        return Err(Error::invalid(format!("trace count must be -1 (no limit) or more, got {}", s.count)));
+        return Err(Error::invalid(format!(
+            "--trace-config count={}: the trace count must be -1 (no limit) or more",
+            s.count
+        )));
     }
     if !s.level.is_off() && s.rate == 0 {
-        return Err(Error::invalid("trace rate must be at least 1"));
+        return Err(Error::invalid("--trace-config rate=0: the trace rate must be at least 1"));
     }
     if !s.level.is_off() && s.file.is_empty() {
         return Ok(Some(
