@@ -523,4 +523,26 @@ mod tests {
         let all = log_settings_to_proto(LogSettings::default());
         assert_eq!(all.len(), 6);
     }
+
+    #[test]
+    fn trace_settings_map_to_the_http_update() {
+        use pb::trace_setting_request::SettingValue as V;
+        let v = |xs: &[&str]| V { value: xs.iter().map(|x| x.to_string()).collect() };
+        let u = trace_update_from_proto(HashMap::from([
+            ("trace_rate".to_string(), v(&["4"])),
+            // An empty list is what tritonclient sends for None: clear the setting.
+            ("trace_count".to_string(), v(&[])),
+            ("trace_level".to_string(), v(&["TIMESTAMPS", "TENSORS"])),
+        ]))
+        .unwrap();
+        assert_eq!((u.rate, u.count), (Some(Some(4)), Some(None)));
+        let two = HashMap::from([("trace_rate".to_string(), v(&["1", "2"]))]);
+        assert_eq!(status(trace_update_from_proto(two).unwrap_err()).code(), Code::InvalidArgument);
+        let file = HashMap::from([("trace_file".to_string(), v(&["/x"]))]);
+        assert_eq!(status(trace_update_from_proto(file).unwrap_err()).code(), Code::Unimplemented);
+        let all = trace_settings_to_proto(TraceSettings::default());
+        assert_eq!(all["trace_level"].value, vec!["OFF"]);
+        assert_eq!(all["trace_mode"].value, vec!["triton"]);
+        assert_eq!(all.len(), 6);
+    }
 }
