@@ -1,6 +1,7 @@
 //! Command-line flags with tritonserver's names. Every flag also reads an environment variable
 //! (`TRITONRS_<FLAG>`), so a systemd unit can configure the server through `Environment=` lines.
 
+use crate::core::trace::{self, TraceLevel, TraceSettings, TRACE_MODE};
 use crate::core::ControlMode;
 use clap::{ArgAction, Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -182,6 +183,117 @@ pub struct ServeArgs {
     /// Server identifier, reported as the name in server metadata.
     #[arg(long, env = "TRITONRS_ID", default_value = "triton")]
     pub id: String,
+    /// Trace settings (repeatable): `level=<OFF|TIMESTAMPS|TENSORS>` (levels combine), `rate=<N>` (trace
+    /// every N-th request, default 1000), `count=<N>` (stop after N traces, -1 = no limit), `mode=triton`,
+    /// and for the triton mode `triton,file=<path>` (the JSON trace file) and `triton,log-frequency=<N>`
+    /// (write `<path>.<n>` every N traces; 0 writes `<path>` at shutdown).
+    #[arg(long, env = "TRITONRS_TRACE_CONFIG", value_delimiter = ';')]
+    pub trace_config: Vec<String>,
+    /// Deprecated: use --trace-config triton,file=<path>.
+    #[arg(long, env = "TRITONRS_TRACE_FILE")]
+    pub trace_file: Option<String>,
+    /// Deprecated: use --trace-config level=<OFF|TIMESTAMPS|TENSORS> (repeatable; levels combine).
+    #[arg(long, env = "TRITONRS_TRACE_LEVEL", value_delimiter = ',')]
+    pub trace_level: Vec<String>,
+    /// Deprecated: use --trace-config rate=<N>.
+    #[arg(long, env = "TRITONRS_TRACE_RATE")]
+    pub trace_rate: Option<u32>,
+    /// Deprecated: use --trace-config count=<N>.
+    #[arg(long, env = "TRITONRS_TRACE_COUNT", allow_negative_numbers = true)]
+    pub trace_count: Option<i32>,
+    /// Deprecated: use --trace-config triton,log-frequency=<N>.
+    #[arg(long, env = "TRITONRS_TRACE_LOG_FREQUENCY")]
+    pub trace_log_frequency: Option<u32>,
+}
+
+/// A `--trace-config` number, with the flag in the error.
+fn trace_number<T: std::str::FromStr>(setting: &str, value: &str) -> anyhow::Result<T> {
+    value.parse().map_err(|_| anyhow::anyhow!("--trace-config {setting}={value}: '{value}' is not a valid number"))
+}
+
+impl ServeArgs {
+    /// The start-up trace settings from `--trace-config` and the deprecated `--trace-*` flags, as
+    /// tritonserver combines them: `--trace-config` wins over a deprecated flag, levels from both
+    /// combine, and any OFF turns tracing off. Also returns warnings to log (deprecated flags used,
+    /// tracing without a file).
+    pub fn trace_settings(&self) -> anyhow::Result<(TraceSettings, Vec<String>)> {
+        let mut warnings = Vec::new();
+        let mut s = TraceSettings::default();
+        let mut level = TraceLevel::OFF;
+        let mut off = false;
+        let deprecated = |flag: &str, instead: &str| {
+            format!("'--{flag}' is deprecated and will be removed in future releases; use '--trace-config {instead}' instead.")
+        };
+        if let Some(f) = &self.trace_file {
+            warnings.push(deprecated("trace-file", "triton,file=<path>"));
+            s.file = f.clone();
+        }
+        for l in &self.trace_level {
+            let parsed = TraceLevel::parse_flag(l).map_err(|e| anyhow::anyhow!("--trace-level: {}", e.message))?;
+            off |= parsed.is_off();
+            level = level.union(parsed);
+        }
+        if !self.trace_level.is_empty() {
+            warnings.push(deprecated("trace-level", "level=<OFF|TIMESTAMPS|TENSORS>"));
+        }
+        if let Some(r) = self.trace_rate {
+            warnings.push(deprecated("trace-rate", "rate=<N>"));
+            s.rate = r;
+        }
+        if let Some(c) = self.trace_count {
+            warnings.push(deprecated("trace-count", "count=<N>"));
+            s.count = c;
+        }
+        if let Some(f) = self.trace_log_frequency {
+            warnings.push(deprecated("trace-log-frequency", "triton,log-frequency=<N>"));
+            s.log_frequency = f;
+        }
+        for arg in &self.trace_config {
+            let format_error = || {
+                anyhow::anyhow!("--trace-config must be '<setting>=<value>' or 'triton,<setting>=<value>', got '{arg}'")
+            };
+            let (setting, value) = arg.split_once('=').ok_or_else(format_error)?;
+            let (mode, setting) = match setting.split_once(',') {
+                Some((mode, setting)) => (Some(mode), setting),
+                None => (None, setting),
+            };
+            if setting.is_empty() || value.is_empty() {
+                return Err(format_error());
+            }
+            match (mode.map(str::to_ascii_lowercase).as_deref(), setting) {
+                (None, "level") => {
+                    let parsed = TraceLevel::parse_flag(value)
+                        .map_err(|e| anyhow::anyhow!("--trace-config level={value}: {}", e.message))?;
+                    off |= parsed.is_off();
+                    level = level.union(parsed);
+                }
+                (None, "rate") => s.rate = trace_number(setting, value)?,
+                (None, "count") => s.count = trace_number(setting, value)?,
+                (None, "mode") if value.eq_ignore_ascii_case(TRACE_MODE) => {}
+                (None, "mode") => anyhow::bail!(
+                    "--trace-config mode={value}: tritonrs only has the trace mode '{TRACE_MODE}' (no opentelemetry)"
+                ),
+                (Some("triton"), "file") => s.file = value.to_string(),
+                (Some("triton"), "log-frequency") => s.log_frequency = trace_number(setting, value)?,
+                (Some("triton"), other) => anyhow::bail!(
+                    "--trace-config triton,{other}: unknown setting (the triton mode has file and log-frequency)"
+                ),
+                (Some(m), _) => {
+                    anyhow::bail!("--trace-config {m},...: unknown trace mode '{m}' (tritonrs only has '{TRACE_MODE}')")
+                }
+                (None, other) => anyhow::bail!(
+                    "--trace-config {other}: unknown setting (use level, rate, count, mode, or triton,file and \
+                     triton,log-frequency)"
+                ),
+            }
+        }
+        // As in tritonserver, one OFF anywhere disables tracing whatever else is given.
+        s.level = if off { TraceLevel::OFF } else { level };
+        if let Some(w) = trace::check_startup(&s).map_err(|e| anyhow::anyhow!("{}", e.message))? {
+            warnings.push(w);
+        }
+        Ok((s, warnings))
+    }
 }
 
 impl ModelConfigArgs {
@@ -259,6 +371,82 @@ mod tests {
         .unwrap();
         assert!(cli.serve.allow_metrics);
         assert_eq!(cli.serve.http_port, 2);
+    }
+
+    fn trace(args: &[&str]) -> anyhow::Result<(TraceSettings, Vec<String>)> {
+        let mut all = vec!["tritonrs"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all).unwrap().serve.trace_settings()
+    }
+
+    #[test]
+    fn trace_config_parses_as_tritonserver_does() {
+        let (s, warnings) = trace(&[
+            "--trace-config",
+            "triton,file=/tmp/t.json",
+            "--trace-config=level=TIMESTAMPS",
+            "--trace-config",
+            "level=tensors",
+            "--trace-config",
+            "rate=2",
+            "--trace-config",
+            "count=-1",
+            "--trace-config",
+            "triton,log-frequency=5",
+            "--trace-config",
+            "mode=triton",
+        ])
+        .unwrap();
+        assert_eq!(s.file, "/tmp/t.json");
+        assert_eq!(s.level, TraceLevel::TIMESTAMPS.union(TraceLevel::TENSORS));
+        assert_eq!((s.rate, s.count, s.log_frequency), (2, -1, 5));
+        assert!(warnings.is_empty(), "{warnings:?}");
+        // Defaults: off, rate 1000.
+        let (s, _) = trace(&[]).unwrap();
+        assert_eq!(s, TraceSettings::default());
+    }
+
+    #[test]
+    fn deprecated_trace_flags_still_work_and_lose_to_trace_config() {
+        let (s, warnings) = trace(&[
+            "--trace-file=/a.json",
+            "--trace-level=TIMESTAMPS",
+            "--trace-rate=7",
+            "--trace-count=-1",
+            "--trace-log-frequency=2",
+            "--trace-config",
+            "rate=3",
+        ])
+        .unwrap();
+        assert_eq!(
+            (s.file.as_str(), s.level, s.rate, s.count, s.log_frequency),
+            ("/a.json", TraceLevel::TIMESTAMPS, 3, -1, 2)
+        );
+        assert_eq!(warnings.len(), 5, "{warnings:?}");
+        // Any OFF wins.
+        let (s, _) = trace(&["--trace-level=TIMESTAMPS", "--trace-config", "level=OFF"]).unwrap();
+        assert!(s.level.is_off());
+    }
+
+    #[test]
+    fn bad_trace_config_is_rejected() {
+        for bad in [
+            &["--trace-config", "level"][..],
+            &["--trace-config", "level=loud"],
+            &["--trace-config", "rate=abc"],
+            &["--trace-config", "rate=-1"],
+            &["--trace-config", "count=-2"],
+            &["--trace-config", "mode=opentelemetry"],
+            &["--trace-config", "opentelemetry,url=x"],
+            &["--trace-config", "triton,rate=5"],
+            &["--trace-config", "file=/x"],
+            &["--trace-config", "level=TIMESTAMPS", "--trace-config", "triton,file=/x", "--trace-config", "rate=0"],
+        ] {
+            assert!(trace(bad).is_err(), "{bad:?}");
+        }
+        // Tracing without a file starts, with a warning (tritonserver starts and traces nothing).
+        let (_, warnings) = trace(&["--trace-config", "level=TIMESTAMPS"]).unwrap();
+        assert_eq!(warnings.len(), 1);
     }
 
     #[test]

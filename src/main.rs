@@ -97,6 +97,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let backend_config = BackendConfig::parse(&args.model_config.backend_config)?;
     let repo = args.model_config.repo_options(&backend_config)?;
+    let (trace, trace_warnings) = args.trace_settings()?;
+    for w in trace_warnings {
+        tracing::warn!("{w}");
+    }
     let opts = ServerOptions {
         id: args.id.clone(),
         repositories: args.model_repository.clone(),
@@ -120,6 +124,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         cache_bytes: tritonrs::core::cache::parse_cache_config(&args.cache_config)?
             .or(args.response_cache_byte_size.filter(|&n| n > 0)),
+        trace,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tritonrs-io").build()?;
     runtime.block_on(run(args, opts, log))
@@ -216,6 +221,8 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
         }
         _ = shutdown_signal() => tracing::warn!("Second shutdown signal received; exiting now."),
     }
+    // Buffered traces are written and the trace file's JSON array is closed, whichever way we stop.
+    server.tracer().shutdown();
     tracing::info!("Server stopped.");
     Ok(())
 }

@@ -47,12 +47,15 @@ pub struct ExecRequest {
     pub outputs: Vec<String>,
 }
 
-/// Time spent in each phase of one execution, for statistics.
+/// Time spent in each phase of one execution, for statistics and traces.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ExecTimings {
     pub compute_input_ns: u64,
     pub compute_infer_ns: u64,
     pub compute_output_ns: u64,
+    /// When an instance thread picked the request up (a trace's COMPUTE_START). Set by the scheduler,
+    /// not the backend; `None` from backends.
+    pub started: Option<std::time::Instant>,
 }
 
 /// The outputs of one execution.

@@ -257,6 +257,7 @@ impl ModelInstance for OnnxInstance {
                 compute_input_ns: (t1 - t0).as_nanos() as u64,
                 compute_infer_ns: (t2 - t1).as_nanos() as u64,
                 compute_output_ns: (t3 - t2).as_nanos() as u64,
+                started: None,
             },
         })
     }

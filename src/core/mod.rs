@@ -8,6 +8,7 @@ pub mod repository;
 pub mod scheduler;
 pub mod server;
 pub mod stats;
+pub mod trace;
 pub mod types;
 pub mod validate;
 pub mod warmup;

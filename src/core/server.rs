@@ -8,6 +8,7 @@ use crate::core::rate_limiter::RateLimiter;
 use crate::core::repository::RepoOptions;
 use crate::core::scheduler::Job;
 use crate::core::stats::{FailureReason, StatsSnapshot};
+use crate::core::trace::{Activity, Trace, TraceSettings, TraceUpdate, Tracer};
 use crate::core::types::{InferRequest, InferResponse, Parameters, RequestedOutput, Tensor};
 use crate::core::validate::{self, resolve_wildcards};
 use crate::error::{Error, ErrorKind, Result};
@@ -47,6 +48,8 @@ pub struct ServerOptions {
     pub rate_limit: Option<Vec<(String, u32, Option<i32>)>>,
     /// Size of the response cache in bytes (`--cache-config local,size=N`); `None`: no cache.
     pub cache_bytes: Option<usize>,
+    /// The start-up trace settings (`--trace-config`).
+    pub trace: TraceSettings,
 }
 
 /// The protocol extensions this server implements, as listed in server metadata.
@@ -57,6 +60,7 @@ pub const EXTENSIONS: &[&str] = &[
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
 ];
 
@@ -104,6 +108,8 @@ struct Inner {
     accepting: AtomicBool,
     /// The response cache, when configured.
     cache: Option<ResponseCache>,
+    /// The trace extension's settings and sampling.
+    tracer: Tracer,
 }
 
 /// The server core. Cheap to clone; every front-end holds one.
@@ -132,6 +138,7 @@ impl Server {
             ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads)
                 .with_rate_limiter(limiter),
         );
+        let tracer = Tracer::new(opts.trace.clone());
         Server {
             inner: Arc::new(Inner {
                 cache: opts.cache_bytes.map(ResponseCache::new),
@@ -139,6 +146,7 @@ impl Server {
                 models,
                 started: AtomicBool::new(false),
                 accepting: AtomicBool::new(true),
+                tracer,
             }),
         }
     }
@@ -283,9 +291,22 @@ impl Server {
 
     /// Runs one inference: validate, queue to an instance, wait, post-process (reshape, classification).
     pub async fn infer(&self, req: InferRequest) -> Result<InferResponse> {
+        self.infer_traced(req, None).await
+    }
+
+    /// [`Server::infer`] for a request the front-end sampled for tracing: the core adds the model and
+    /// REQUEST_START, QUEUE_START, COMPUTE_* and REQUEST_END to `trace`.
+    pub async fn infer_traced(&self, req: InferRequest, mut trace: Option<&mut Trace>) -> Result<InferResponse> {
         let start = Instant::now();
         let model = self.inner.models.get(&req.model_name, req.model_version)?;
-        let result = self.infer_on(&model, req).await;
+        if let Some(t) = trace.as_deref_mut() {
+            t.set_model(&model.name, model.version);
+            t.stamp(Activity::RequestStart, start);
+        }
+        let result = self.infer_on(&model, req, trace.as_deref_mut()).await;
+        if let Some(t) = trace {
+            t.stamp_now(Activity::RequestEnd);
+        }
         match result {
             Ok(r) => {
                 model.stats.record_success(start.elapsed());
@@ -303,6 +324,7 @@ impl Server {
         &self,
         model: &Arc<LoadedModel>,
         req: InferRequest,
+        trace: Option<&mut Trace>,
     ) -> std::result::Result<InferResponse, (Error, FailureReason)> {
         let other = |e: Error| (e, FailureReason::Other);
         let id = req.id.clone();
@@ -322,10 +344,11 @@ impl Server {
             _ => None,
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
+        let enqueued = Instant::now();
         let job = Job {
             exec: prepared.exec,
             batch_size: prepared.batch_size,
-            enqueued: Instant::now(),
+            enqueued,
             control: prepared.control,
             reply: tx,
         };
@@ -342,6 +365,9 @@ impl Server {
                     if e.kind == ErrorKind::Unavailable { FailureReason::Rejected } else { FailureReason::Backend };
                 (e, reason)
             })?;
+        if let Some(t) = trace {
+            stamp_execution(t, enqueued, &result.timings);
+        }
         if let Some((c, key, lookup)) = cached {
             let t = Instant::now();
             c.insert(key, result.outputs.clone());
@@ -384,6 +410,28 @@ impl Server {
             outputs,
             parameters: Parameters::new(),
         })
+    }
+
+    /// The trace extension's hot-path API: whether tracing is on, and sampling a request.
+    pub fn tracer(&self) -> &Tracer {
+        &self.inner.tracer
+    }
+
+    /// The trace settings of a model (ready, as in tritonserver), or the global ones.
+    pub fn trace_settings(&self, model: Option<&str>) -> Result<TraceSettings> {
+        if let Some(name) = model {
+            self.inner.models.get(name, None)?;
+        }
+        Ok(self.inner.tracer.settings(model))
+    }
+
+    /// Updates a model's trace settings (it must be ready, as in tritonserver) or the global ones, and
+    /// returns the settings now in force.
+    pub fn update_trace_settings(&self, model: Option<&str>, update: &TraceUpdate) -> Result<TraceSettings> {
+        if let Some(name) = model {
+            self.inner.models.get(name, None)?;
+        }
+        self.inner.tracer.update(model, update)
     }
 
     pub fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
@@ -436,6 +484,20 @@ impl Server {
                 Ok(loaded.iter().filter(|m| m.name == n && version.is_none_or(|v| v == m.version)).map(snap).collect())
             }
         }
+    }
+}
+
+/// Adds the scheduler's and backend's timestamps: QUEUE_START when the job was queued, COMPUTE_START
+/// when an instance took it, and the ends of the input, infer and output phases from their durations.
+fn stamp_execution(t: &mut Trace, enqueued: Instant, timings: &crate::backend::ExecTimings) {
+    t.stamp(Activity::QueueStart, enqueued);
+    if let Some(started) = timings.started {
+        let input_end = started + Duration::from_nanos(timings.compute_input_ns);
+        let output_start = input_end + Duration::from_nanos(timings.compute_infer_ns);
+        t.stamp(Activity::ComputeStart, started);
+        t.stamp(Activity::ComputeInputEnd, input_end);
+        t.stamp(Activity::ComputeOutputStart, output_start);
+        t.stamp(Activity::ComputeEnd, output_start + Duration::from_nanos(timings.compute_output_ns));
     }
 }
 

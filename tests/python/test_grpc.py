@@ -249,11 +249,11 @@ def test_bad_requests_are_invalid_argument(gclient, case):
     np.testing.assert_array_equal(gclient.infer("simple", inputs).as_numpy("OUTPUT0"), in0 + in1)
 
 
-def test_shared_memory_and_trace_are_unimplemented(gclient):
+def test_shared_memory_is_unimplemented(gclient):
+    # (TraceSetting is implemented: see test_trace.py.)
     for call in (gclient.get_system_shared_memory_status, gclient.get_cuda_shared_memory_status,
                  lambda: gclient.register_system_shared_memory("r", "/k", 16),
-                 lambda: gclient.unregister_system_shared_memory("r"),
-                 gclient.get_trace_settings):
+                 lambda: gclient.unregister_system_shared_memory("r")):
         with pytest.raises(InferenceServerException) as e:
             call()
         assert_code(e, "UNIMPLEMENTED")

@@ -91,8 +91,10 @@ fn run_job(instance: &mut dyn ModelInstance, job: Job, stats: &ModelStats) {
     stats.pending.fetch_sub(1, Ordering::Relaxed);
     let start = Instant::now();
     let queue_ns = (start - job.enqueued).as_nanos() as u64;
-    let result = execute(instance, &job.exec);
-    if let Ok(r) = &result {
+    let mut result = execute(instance, &job.exec);
+    if let Ok(r) = &mut result {
+        // A trace's COMPUTE_START: the moment this instance thread took the job.
+        r.timings.started = Some(start);
         let t = r.timings;
         stats.record_execution(job.batch_size, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
         stats.record_request_compute(queue_ns, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);

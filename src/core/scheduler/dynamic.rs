@@ -545,7 +545,9 @@ fn run_batch(shared: &Shared, instance: &mut dyn ModelInstance, batch: Vec<Queue
     });
     match result {
         Ok(parts) => {
-            for (q, part) in batch.into_iter().zip(parts) {
+            for (q, mut part) in batch.into_iter().zip(parts) {
+                // A trace's COMPUTE_START: when this instance took the batch.
+                part.timings.started = Some(start);
                 let t = part.timings;
                 let queue_ns = start.duration_since(q.job.enqueued).as_nanos() as u64;
                 shared.stats.record_request_compute(

@@ -1,12 +1,13 @@
 //! gRPC front-end (tonic): Triton's `inference.GRPCInferenceService` and `grpc.health.v1.Health`.
 //!
 //! Every method mirrors its HTTP counterpart (src/frontend/http): same core calls, same errors, with
-//! `Error::grpc_code` as the status code. Shared memory and tracing answer UNIMPLEMENTED.
+//! `Error::grpc_code` as the status code. Shared memory answers UNIMPLEMENTED.
 
 pub mod convert;
 
 use crate::core::lifecycle::LoadOptions;
 use crate::core::stats::DurationSnapshot;
+use crate::core::trace::{Activity, SettingValue, Trace, TraceSettings, TraceUpdate};
 use crate::core::Server;
 use crate::error::Error;
 use crate::logging::{LogControl, LogSettings, LogUpdate};
@@ -18,6 +19,7 @@ use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceServic
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Code, Request, Response, Status, Streaming};
@@ -57,9 +59,17 @@ pub async fn serve(
 ) -> std::result::Result<(), tonic::transport::Error> {
     let limit = state.max_message_size;
     let health = HealthServer::new(HealthService { server: state.server.clone() });
+    let server = state.server.clone();
     let inference = GrpcInferenceServiceServer::new(InferenceService { state })
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
+    // Runs when a call's headers arrive, before its message is read: a trace's GRPC_WAITREAD_START.
+    let inference = tonic::service::interceptor::InterceptedService::new(inference, move |mut req: Request<()>| {
+        if server.tracer().enabled() {
+            req.extensions_mut().insert(ReadStart(Instant::now()));
+        }
+        Ok(req)
+    });
     tonic::transport::Server::builder()
         .layer(tower::util::MapResponseLayer::new(too_large_is_resource_exhausted))
         .add_service(inference)
@@ -91,6 +101,61 @@ fn too_large_is_resource_exhausted(
 /// Whether a status is tonic's "message over the size limit" (the message may be percent-encoded).
 fn is_too_large(code: Code, message: &str) -> bool {
     code == Code::OutOfRange && message.replace("%20", " ").contains("message length too large")
+}
+
+/// When a call's headers arrived; put in the request's extensions only while tracing is on.
+#[derive(Clone, Copy)]
+struct ReadStart(Instant);
+
+/// Samples a request for tracing and gives it the time its message was awaited and the time it was in.
+fn start_trace(server: &Server, req: &crate::core::types::InferRequest, read: (Instant, Instant)) -> Option<Trace> {
+    server.tracer().sample(&req.model_name, &req.id).map(|mut t| {
+        t.stamp(Activity::GrpcWaitreadStart, read.0);
+        t.stamp(Activity::GrpcWaitreadEnd, read.1);
+        t
+    })
+}
+
+/// Runs a decoded request, traced if sampled; the trace is written when it drops, once the response
+/// is encoded (GRPC_SEND_END: handed to tonic, which writes it to the connection).
+async fn infer_to_proto(
+    server: &Server,
+    req: crate::core::types::InferRequest,
+    mut trace: Option<Trace>,
+) -> Result<pb::ModelInferResponse, Error> {
+    let resp = server.infer_traced(req, trace.as_mut()).await;
+    if let Some(t) = trace.as_mut() {
+        t.stamp_now(Activity::InferResponseComplete);
+        t.stamp_now(Activity::GrpcSendStart);
+    }
+    let out = resp.and_then(convert::response_to_proto);
+    if let Some(t) = trace.as_mut() {
+        t.stamp_now(Activity::GrpcSendEnd);
+    }
+    out
+}
+
+fn trace_settings_to_proto(t: TraceSettings) -> HashMap<String, pb::trace_setting_response::SettingValue> {
+    t.to_wire()
+        .into_iter()
+        .map(|(k, value)| (k.to_string(), pb::trace_setting_response::SettingValue { value }))
+        .collect()
+}
+
+/// Reads a `TraceSetting` request's settings as the same update `POST /v2/trace/setting` takes; an
+/// empty list clears a setting.
+fn trace_update_from_proto(
+    settings: HashMap<String, pb::trace_setting_request::SettingValue>,
+) -> Result<TraceUpdate, Error> {
+    TraceUpdate::parse(
+        settings
+            .into_iter()
+            .map(|(k, v)| {
+                let v = if v.value.is_empty() { SettingValue::Clear } else { SettingValue::Set(v.value) };
+                (k, v)
+            })
+            .collect(),
+    )
 }
 
 /// `inference.GRPCInferenceService`.
@@ -195,9 +260,11 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_infer(&self, req: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
+        // The interceptor's mark is there only while tracing is on; otherwise this is all tracing costs.
+        let read = req.extensions().get::<ReadStart>().map(|r| (r.0, Instant::now()));
         let req = convert::request_from_proto(req.into_inner()).map_err(status)?;
-        let resp = self.server().infer(req).await.map_err(status)?;
-        ok(convert::response_to_proto(resp).map_err(status)?)
+        let trace = read.and_then(|read| start_trace(self.server(), &req, read));
+        ok(infer_to_proto(self.server(), req, trace).await.map_err(status)?)
     }
 
     type ModelStreamInferStream =
@@ -213,7 +280,11 @@ impl GrpcInferenceService for InferenceService {
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let server = self.server().clone();
         tokio::spawn(async move {
-            while let Some(msg) = inbound.next().await {
+            loop {
+                // A traced message's GRPC_WAITREAD_START is when the stream began waiting for it.
+                let wait_start = server.tracer().enabled().then(Instant::now);
+                let Some(msg) = inbound.next().await else { break };
+                let read = wait_start.map(|t| (t, Instant::now()));
                 let msg = match msg {
                     Ok(m) => m,
                     Err(e) => {
@@ -231,7 +302,10 @@ impl GrpcInferenceService for InferenceService {
                 tokio::spawn(async move {
                     let id = msg.id.clone();
                     let result = match convert::request_from_proto(msg) {
-                        Ok(r) => server.infer(r).await.and_then(convert::response_to_proto),
+                        Ok(r) => {
+                            let trace = read.and_then(|read| start_trace(&server, &r, read));
+                            infer_to_proto(&server, r, trace).await
+                        }
                         Err(e) => Err(e),
                     };
                     let answer = match result {
@@ -396,8 +470,17 @@ impl GrpcInferenceService for InferenceService {
         Err(unimplemented("CUDA shared memory"))
     }
 
-    async fn trace_setting(&self, _: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
-        Err(unimplemented("tracing (the trace extension)"))
+    async fn trace_setting(&self, req: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {
+        let r = req.into_inner();
+        let model = (!r.model_name.is_empty()).then_some(r.model_name.as_str());
+        // No settings reads them, as `GET /v2/trace/setting` does.
+        let current = if r.settings.is_empty() {
+            self.server().trace_settings(model)
+        } else {
+            trace_update_from_proto(r.settings).and_then(|u| self.server().update_trace_settings(model, &u))
+        }
+        .map_err(status)?;
+        ok(pb::TraceSettingResponse { settings: trace_settings_to_proto(current) })
     }
 
     async fn log_settings(&self, req: Request<pb::LogSettingsRequest>) -> GrpcResult<pb::LogSettingsResponse> {
@@ -463,6 +546,28 @@ mod tests {
         let unknown = HashMap::from([("log_color".to_string(), v(P::BoolParam(true)))]);
         assert!(log_update_from_proto(unknown).is_err());
         let all = log_settings_to_proto(LogSettings::default());
+        assert_eq!(all.len(), 6);
+    }
+
+    #[test]
+    fn trace_settings_map_to_the_http_update() {
+        use pb::trace_setting_request::SettingValue as V;
+        let v = |xs: &[&str]| V { value: xs.iter().map(|x| x.to_string()).collect() };
+        let u = trace_update_from_proto(HashMap::from([
+            ("trace_rate".to_string(), v(&["4"])),
+            // An empty list is what tritonclient sends for None: clear the setting.
+            ("trace_count".to_string(), v(&[])),
+            ("trace_level".to_string(), v(&["TIMESTAMPS", "TENSORS"])),
+        ]))
+        .unwrap();
+        assert_eq!((u.rate, u.count), (Some(Some(4)), Some(None)));
+        let two = HashMap::from([("trace_rate".to_string(), v(&["1", "2"]))]);
+        assert_eq!(status(trace_update_from_proto(two).unwrap_err()).code(), Code::InvalidArgument);
+        let file = HashMap::from([("trace_file".to_string(), v(&["/x"]))]);
+        assert_eq!(status(trace_update_from_proto(file).unwrap_err()).code(), Code::Unimplemented);
+        let all = trace_settings_to_proto(TraceSettings::default());
+        assert_eq!(all["trace_level"].value, vec!["OFF"]);
+        assert_eq!(all["trace_mode"].value, vec!["triton"]);
         assert_eq!(all.len(), 6);
     }
 }

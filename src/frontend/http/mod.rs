@@ -1,11 +1,12 @@
 //! HTTP/REST front-end (axum): KServe v2 plus Triton's extensions (binary tensor data, classification,
-//! model repository, configuration, statistics, logging).
+//! model repository, configuration, statistics, trace, logging).
 
 pub mod codec;
 
 use crate::core::lifecycle::LoadOptions;
 use crate::core::repository::pbtxt::config_to_json;
 use crate::core::server::parse_version;
+use crate::core::trace::{Activity, SettingValue, Trace, TraceSettings, TraceUpdate, TRACE_MODE};
 use crate::core::types::DataType;
 use crate::core::Server;
 use crate::error::{Error, ErrorKind, Result};
@@ -20,7 +21,10 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::io::Read;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -84,6 +88,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/repository/models/{name}/load", post(repo_load))
         .route("/v2/repository/models/{name}/unload", post(repo_unload))
         .route("/v2/logging", get(log_get).post(log_post))
+        .route("/v2/trace/setting", get(trace_get).post(trace_post))
+        .route("/v2/models/{name}/trace/setting", get(trace_get_model).post(trace_post_model))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(Arc::new(state))
@@ -263,7 +269,7 @@ async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Byt
 }
 
 async fn infer(State(s): St, Path(name): Path<String>, headers: HeaderMap, body: Body) -> Response {
-    do_infer(&s, &name, "", &headers, body).await.unwrap_or_else(|e| error_response(&e))
+    traced_infer(&s, &name, "", &headers, body).await
 }
 
 async fn infer_v(
@@ -272,12 +278,74 @@ async fn infer_v(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    do_infer(&s, &name, &version, &headers, body).await.unwrap_or_else(|e| error_response(&e))
+    traced_infer(&s, &name, &version, &headers, body).await
 }
 
-async fn do_infer(s: &HttpState, name: &str, version: &str, headers: &HeaderMap, body: Body) -> Result<Response> {
+/// An inference, traced when the tracer samples it: HTTP_RECV_* around reading the body, the core's
+/// timestamps, INFER_RESPONSE_COMPLETE, then HTTP_SEND_START here and HTTP_SEND_END once the body is sent.
+async fn traced_infer(s: &HttpState, name: &str, version: &str, headers: &HeaderMap, body: Body) -> Response {
+    // One atomic load while tracing is off; only a request that could be traced notes its arrival.
+    let recv_start = s.server.tracer().enabled().then(Instant::now);
+    let mut trace = None;
+    let r =
+        do_infer(s, name, version, headers, body, recv_start, &mut trace).await.unwrap_or_else(|e| error_response(&e));
+    match trace {
+        None => r,
+        Some(mut t) => {
+            t.stamp_now(Activity::HttpSendStart);
+            let (parts, body) = r.into_parts();
+            Response::from_parts(parts, Body::new(TracedBody { inner: body, trace: Some(t) }))
+        }
+    }
+}
+
+/// A response body that finishes its request's trace when hyper drops it after sending the last byte:
+/// HTTP_SEND_END is stamped and the trace is handed to the file writer.
+struct TracedBody {
+    inner: Body,
+    trace: Option<Trace>,
+}
+
+impl http_body::Body for TracedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<http_body::Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for TracedBody {
+    fn drop(&mut self) {
+        if let Some(mut t) = self.trace.take() {
+            t.stamp_now(Activity::HttpSendEnd);
+        }
+    }
+}
+
+async fn do_infer(
+    s: &HttpState,
+    name: &str,
+    version: &str,
+    headers: &HeaderMap,
+    body: Body,
+    recv_start: Option<Instant>,
+    trace: &mut Option<Trace>,
+) -> Result<Response> {
     // The body is read before anything can fail, so an error answer leaves the connection reusable.
     let body = read_body(s, headers, body).await?;
+    let recv_end = recv_start.map(|_| Instant::now());
     let version = parse_version(version)?;
     let header_len = match headers.get(HEADER_LEN) {
         None => None,
@@ -296,7 +364,17 @@ async fn do_infer(s: &HttpState, name: &str, version: &str, headers: &HeaderMap,
     let binary_default = decoded.binary_default;
     let flags: Vec<(String, bool)> =
         decoded.request.outputs.iter().map(|o| (o.name.clone(), decoded.output_is_binary(&o.name))).collect();
-    let resp = s.server.infer(decoded.request).await?;
+    if let (Some(start), Some(end)) = (recv_start, recv_end) {
+        *trace = s.server.tracer().sample(name, &decoded.request.id).map(|mut t| {
+            t.stamp(Activity::HttpRecvStart, start);
+            t.stamp(Activity::HttpRecvEnd, end);
+            t
+        });
+    }
+    let resp = s.server.infer_traced(decoded.request, trace.as_mut()).await?;
+    if let Some(t) = trace.as_mut() {
+        t.stamp_now(Activity::InferResponseComplete);
+    }
     let is_binary = |n: &str| flags.iter().find(|(o, _)| o == n).map(|(_, b)| *b).unwrap_or(binary_default);
     let enc = codec::encode_response(&resp, is_binary)?;
     let mut r = Response::new(Body::from(enc.body));
@@ -420,6 +498,68 @@ async fn log_post(State(s): St, headers: HeaderMap, body: Body) -> ApiResult {
         serde_json::from_slice(&body).map_err(|e| Error::invalid(format!("invalid logging settings: {e}")))?;
     let settings = s.log.update(update)?;
     json_ok(serde_json::to_value(settings).map_err(|e| Error::internal(e.to_string()))?)
+}
+
+/// The trace settings as tritonserver's HTTP API shows them: the level a list, every other value a
+/// string, in tritonserver's key order (a struct, because `json!` would sort the keys).
+#[derive(serde::Serialize)]
+struct TraceJson<'a> {
+    trace_level: Vec<&'static str>,
+    trace_rate: String,
+    trace_count: String,
+    log_frequency: String,
+    trace_file: &'a str,
+    trace_mode: &'static str,
+}
+
+fn trace_response(t: &TraceSettings) -> ApiResult {
+    Ok(axum::Json(TraceJson {
+        trace_level: t.level.names(),
+        trace_rate: t.rate.to_string(),
+        trace_count: t.count.to_string(),
+        log_frequency: t.log_frequency.to_string(),
+        trace_file: &t.file,
+        trace_mode: TRACE_MODE,
+    })
+    .into_response())
+}
+
+/// Reads a trace settings update: each value a string, a list of strings, or null to clear it.
+fn trace_update_from_json(body: &Bytes) -> Result<TraceUpdate> {
+    let req = parse_json_body(body)?;
+    let Value::Object(map) = req else { return Err(Error::invalid("the request body must be a JSON object")) };
+    let mut settings = Vec::with_capacity(map.len());
+    for (k, v) in map {
+        let wrong = || Error::invalid(format!("trace setting '{k}' must be a string, a list of strings or null"));
+        let value = match &v {
+            Value::Null => SettingValue::Clear,
+            Value::String(s) => SettingValue::Set(vec![s.clone()]),
+            Value::Array(items) => SettingValue::Set(
+                items.iter().map(|i| i.as_str().map(str::to_string).ok_or_else(wrong)).collect::<Result<_>>()?,
+            ),
+            _ => return Err(wrong()),
+        };
+        settings.push((k, value));
+    }
+    TraceUpdate::parse(settings)
+}
+
+async fn trace_get(State(s): St) -> ApiResult {
+    trace_response(&s.server.trace_settings(None)?)
+}
+
+async fn trace_get_model(State(s): St, Path(name): Path<String>) -> ApiResult {
+    trace_response(&s.server.trace_settings(Some(&name))?)
+}
+
+async fn trace_post(State(s): St, headers: HeaderMap, body: Body) -> ApiResult {
+    let body = read_body(&s, &headers, body).await?;
+    trace_response(&s.server.update_trace_settings(None, &trace_update_from_json(&body)?)?)
+}
+
+async fn trace_post_model(State(s): St, Path(name): Path<String>, headers: HeaderMap, body: Body) -> ApiResult {
+    let body = read_body(&s, &headers, body).await?;
+    trace_response(&s.server.update_trace_settings(Some(&name), &trace_update_from_json(&body)?)?)
 }
 
 #[cfg(test)]

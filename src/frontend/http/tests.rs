@@ -22,6 +22,7 @@ async fn app(max_body: usize) -> Router {
         load_threads: 1,
         rate_limit: None,
         cache_bytes: None,
+        trace: Default::default(),
     });
     server.startup().await.unwrap();
     let log = LogControl::detached(LogSettings::default());
@@ -118,4 +119,42 @@ async fn logging_settings_round_trip() {
     assert_eq!(v["log_verbose_level"], 2);
     assert_eq!(v["log_info"], false);
     assert_eq!(call(&app, post("/v2/logging", r#"{"log_bogus": 1}"#)).await.0, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn trace_settings_shapes_and_errors() {
+    let app = app(1 << 20).await;
+    let (s, v) = call(&app, get("/v2/trace/setting")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        v,
+        serde_json::json!({"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1",
+                           "log_frequency": "0", "trace_file": "", "trace_mode": "triton"})
+    );
+    let (s, v) = call(&app, post("/v2/trace/setting", r#"{"trace_rate": "5", "trace_count": null}"#)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!((&v["trace_rate"], &v["trace_count"]), (&serde_json::json!("5"), &serde_json::json!("-1")));
+    // Keys come in tritonserver's order.
+    let resp = app.clone().oneshot(get("/v2/trace/setting")).await.unwrap();
+    let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+    assert!(body.starts_with(br#"{"trace_level":["OFF"],"trace_rate":"5","#), "{body:?}");
+    for bad in [
+        r#"{"trace_rate": 5}"#,
+        r#"{"trace_rate": "abc"}"#,
+        r#"{"trace_count": "-2"}"#,
+        r#"{"trace_level": ["OFF", "TIMESTAMPS"]}"#,
+        r#"{"trace_level": [1]}"#,
+        r#"{"trace_level": ["TIMESTAMPS"]}"#,
+        r#"{"bogus": "1"}"#,
+        "[]",
+        "{bad",
+    ] {
+        let (s, v) = call(&app, post("/v2/trace/setting", bad)).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {v}");
+        assert!(v["error"].is_string());
+    }
+    let (s, _) = call(&app, post("/v2/trace/setting", r#"{"trace_file": "/tmp/x"}"#)).await;
+    assert_eq!(s, StatusCode::NOT_IMPLEMENTED);
+    assert_eq!(call(&app, get("/v2/models/nope/trace/setting")).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(call(&app, post("/v2/models/nope/trace/setting", "{}")).await.0, StatusCode::NOT_FOUND);
 }

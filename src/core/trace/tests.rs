@@ -1,0 +1,288 @@
+//! Settings, sampling and the file layout, without a server.
+
+use super::*;
+use serde_json::Value;
+use std::time::Duration;
+
+fn on(file: &str) -> TraceSettings {
+    TraceSettings { level: TraceLevel::TIMESTAMPS, rate: 1, file: file.to_string(), ..Default::default() }
+}
+
+fn set(key: &str, v: &str) -> (String, SettingValue) {
+    (key.to_string(), SettingValue::Set(vec![v.to_string()]))
+}
+
+fn clear(key: &str) -> (String, SettingValue) {
+    (key.to_string(), SettingValue::Clear)
+}
+
+fn upd(pairs: Vec<(String, SettingValue)>) -> TraceUpdate {
+    TraceUpdate::parse(pairs).unwrap()
+}
+
+fn read_json(path: &std::path::Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_json::from_str::<Vec<Value>>(&text).unwrap_or_else(|e| panic!("{} is not JSON ({e}): {text}", path.display()))
+}
+
+#[test]
+fn levels_are_named_and_parsed_as_triton_does() {
+    assert_eq!(TraceLevel::OFF.names(), vec!["OFF"]);
+    assert_eq!(TraceLevel::TENSORS.union(TraceLevel::TIMESTAMPS).names(), vec!["TIMESTAMPS", "TENSORS"]);
+    assert_eq!(TraceLevel::parse_flag("timestamps").unwrap(), TraceLevel::TIMESTAMPS);
+    assert_eq!(TraceLevel::parse_flag("MAX").unwrap(), TraceLevel::TIMESTAMPS);
+    assert_eq!(TraceLevel::parse_flag("false").unwrap(), TraceLevel::OFF);
+    assert!(TraceLevel::parse_flag("loud").is_err());
+    assert!(!TraceLevel::TENSORS.contains(TraceLevel::TIMESTAMPS));
+    assert!(!TraceLevel::TIMESTAMPS.contains(TraceLevel::OFF));
+}
+
+#[test]
+fn updates_parse_strings_and_clears() {
+    let u = upd(vec![
+        ("trace_level".into(), SettingValue::Set(vec!["TIMESTAMPS".into(), "TENSORS".into(), "TENSORS".into()])),
+        set("trace_rate", "5"),
+        set("trace_count", "-1"),
+        clear("log_frequency"),
+        set("trace_mode", "triton"),
+    ]);
+    assert_eq!(u.level, Some(Some(TraceLevel::TIMESTAMPS.union(TraceLevel::TENSORS))));
+    assert_eq!(u.rate, Some(Some(5)));
+    assert_eq!(u.count, Some(Some(-1)));
+    assert_eq!(u.log_frequency, Some(None));
+    // An empty list of levels changes nothing.
+    assert_eq!(upd(vec![("trace_level".into(), SettingValue::Set(vec![]))]).level, None);
+}
+
+#[test]
+fn bad_updates_are_client_errors() {
+    use crate::error::ErrorKind;
+    let err = |pairs| TraceUpdate::parse(pairs).unwrap_err();
+    for bad in [
+        vec![set("trace_rate", "abc")],
+        vec![set("trace_rate", "-1")],
+        vec![set("trace_rate", "5abc")],
+        vec![set("trace_rate", "99999999999")],
+        vec![set("trace_count", "-2")],
+        vec![set("trace_count", "1.5")],
+        vec![set("log_frequency", "-3")],
+        vec![set("trace_level", "LOUD")],
+        vec![("trace_level".into(), SettingValue::Set(vec!["OFF".into(), "TIMESTAMPS".into()]))],
+        vec![("trace_rate".into(), SettingValue::Set(vec!["1".into(), "2".into()]))],
+        vec![set("trace_mode", "opentelemetry")],
+        vec![set("trace_rat", "1")],
+    ] {
+        let what = format!("{bad:?}");
+        assert_eq!(err(bad).kind, ErrorKind::InvalidArgument, "{what}");
+    }
+    // Moving the file is refused as unsupported, before anything else is looked at.
+    assert_eq!(err(vec![set("trace_rate", "abc"), set("trace_file", "/x")]).kind, ErrorKind::Unsupported);
+}
+
+#[test]
+fn off_costs_one_flag_and_samples_nothing() {
+    let t = Tracer::new(TraceSettings::default());
+    assert!(!t.enabled());
+    assert!(t.sample("simple", "").is_none());
+    // Asking for tracing without a file traces nothing either, as in tritonserver.
+    let t = Tracer::new(TraceSettings { level: TraceLevel::TIMESTAMPS, rate: 1, ..Default::default() });
+    assert!(!t.enabled());
+    assert!(t.update(None, &upd(vec![set("trace_rate", "1")])).is_err());
+}
+
+#[test]
+fn rate_traces_every_nth_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tracer::new(TraceSettings { rate: 3, ..on(&dir.path().join("t.json").display().to_string()) });
+    assert!(t.enabled());
+    let traced: Vec<usize> = (1..=9).filter(|_| t.sample("m", "").is_some()).collect();
+    assert_eq!(traced, vec![3, 6, 9]);
+}
+
+#[test]
+fn count_limits_traces_and_counts_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tracer::new(TraceSettings { rate: 2, count: 2, ..on(&dir.path().join("t.json").display().to_string()) });
+    let mut counts = Vec::new();
+    let mut traced = Vec::new();
+    for i in 1..=6 {
+        if let Some(tr) = t.sample("m", "") {
+            traced.push((i, tr.id()));
+        }
+        counts.push(t.settings(None).count);
+    }
+    assert_eq!(traced, vec![(2, 1), (4, 2)]);
+    assert_eq!(counts, vec![2, 1, 1, 0, 0, 0]);
+    // Used up: the hot path's flag is off again.
+    assert!(!t.enabled());
+    // Clearing the count returns to the start-up value and traces again.
+    assert_eq!(t.update(None, &upd(vec![clear("trace_count")])).unwrap().count, 2);
+    assert!(t.enabled());
+}
+
+#[test]
+fn model_settings_override_mirror_and_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.json").display().to_string();
+    let t = Tracer::new(TraceSettings { count: 7, ..on(&file) });
+    let m = t.update(Some("simple"), &upd(vec![set("trace_rate", "5")])).unwrap();
+    assert_eq!((m.rate, m.count, m.level), (5, 7, TraceLevel::TIMESTAMPS));
+    assert_eq!(t.settings(None).rate, 1);
+    assert_eq!(t.settings(Some("other")).rate, 1);
+    // The model's unspecified fields follow the global setting.
+    t.update(None, &upd(vec![set("trace_count", "10"), set("log_frequency", "3")])).unwrap();
+    let m = t.settings(Some("simple"));
+    assert_eq!((m.rate, m.count, m.log_frequency), (5, 10, 3));
+    // Its own OFF does not touch the global setting.
+    assert_eq!(t.update(Some("simple"), &upd(vec![set("trace_level", "OFF")])).unwrap().level, TraceLevel::OFF);
+    assert_eq!(t.settings(None).level, TraceLevel::TIMESTAMPS);
+    assert!(t.sample("simple", "").is_none());
+    assert!(t.sample("other", "").is_some());
+    // Clearing its fields one by one brings back the global values, then the global setting itself.
+    assert_eq!(t.update(Some("simple"), &upd(vec![clear("trace_rate")])).unwrap().rate, 1);
+    let m = t.update(Some("simple"), &upd(vec![clear("trace_level")])).unwrap();
+    assert_eq!(m, t.settings(None));
+    // Clearing a global field returns it to the start-up value.
+    assert_eq!(t.update(None, &upd(vec![clear("trace_count")])).unwrap().count, 7);
+}
+
+#[test]
+fn invalid_settings_are_refused_unless_they_turn_tracing_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tracer::new(on(&dir.path().join("t.json").display().to_string()));
+    assert!(t.update(None, &upd(vec![set("trace_rate", "0")])).is_err());
+    assert!(t.update(None, &upd(vec![set("trace_count", "0")])).is_err());
+    assert_eq!(t.settings(None).rate, 1, "a refused update changes nothing");
+    let s = t.update(None, &upd(vec![set("trace_level", "OFF"), set("trace_rate", "0")])).unwrap();
+    assert_eq!((s.level, s.rate), (TraceLevel::OFF, 0));
+    assert!(!t.enabled());
+    // A model override inherits the global rate 0 and so cannot turn tracing on.
+    assert!(t.update(Some("m"), &upd(vec![set("trace_level", "TIMESTAMPS")])).is_err());
+}
+
+#[test]
+fn file_is_one_json_array_closed_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.json");
+    let t = Tracer::new(on(&path.display().to_string()));
+    let start = Instant::now();
+    for (i, rid) in ["a\"1", ""].iter().enumerate() {
+        let mut tr = t.sample("simple", rid).unwrap();
+        tr.stamp(Activity::HttpRecvStart, start);
+        tr.set_model("simple", 1);
+        tr.stamp(Activity::RequestStart, start + Duration::from_micros(10 * i as u64 + 1));
+        tr.stamp_now(Activity::RequestEnd);
+    }
+    assert!(!path.exists(), "with log frequency 0 nothing is written before shutdown");
+    t.shutdown();
+    let records = read_json(&path);
+    let names: Vec<String> = records
+        .iter()
+        .map(|r| r.get("timestamps").map(|ts| ts[0]["name"].as_str().unwrap().to_string()).unwrap_or("MODEL".into()))
+        .collect();
+    let one = ["HTTP_RECV_START", "MODEL", "REQUEST_START", "REQUEST_END"];
+    assert_eq!(names, [one, one].concat());
+    assert_eq!(
+        records[1],
+        serde_json::json!({"id": 1, "model_name": "simple", "model_version": 1, "request_id": "a\"1"})
+    );
+    // No request id, no key; no parent, no parent_id (as tritonserver writes them).
+    assert_eq!(records[5], serde_json::json!({"id": 2, "model_name": "simple", "model_version": 1}));
+    let ns: Vec<u64> =
+        records.iter().filter_map(|r| r.get("timestamps")).map(|ts| ts[0]["ns"].as_u64().unwrap()).collect();
+    assert!(ns[0] <= ns[1] && ns[1] <= ns[2], "{ns:?}");
+    // Traces finishing after shutdown are dropped, not appended past the closing bracket.
+    assert!(t.sample("simple", "").is_none());
+    read_json(&path);
+}
+
+#[test]
+fn log_frequency_writes_numbered_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.json");
+    let t = Tracer::new(TraceSettings { log_frequency: 2, ..on(&path.display().to_string()) });
+    for _ in 0..5 {
+        let mut tr = t.sample("m", "").unwrap();
+        tr.stamp_now(Activity::RequestStart);
+    }
+    let chunk = |n: usize| dir.path().join(format!("t.json.{n}"));
+    assert_eq!(read_json(&chunk(0)).len(), 2);
+    assert_eq!(read_json(&chunk(1)).len(), 2);
+    assert!(!chunk(2).exists());
+    t.shutdown();
+    // The rest goes to the next chunk at shutdown; the main file is never created.
+    assert_eq!(read_json(&chunk(2))[0]["id"], 5);
+    assert!(!path.exists());
+}
+
+#[test]
+fn a_used_up_count_writes_a_chunk_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.json");
+    let t = Tracer::new(TraceSettings { count: 2, ..on(&path.display().to_string()) });
+    let first = t.sample("m", "").unwrap();
+    let mut second = t.sample("m", "").unwrap();
+    second.stamp_now(Activity::RequestStart);
+    drop(second);
+    assert!(!dir.path().join("t.json.0").exists(), "waits for the trace still in flight");
+    drop(first);
+    assert_eq!(read_json(&dir.path().join("t.json.0")).len(), 1, "only the trace with a timestamp has records");
+}
+
+#[test]
+fn an_update_writes_the_replaced_settings_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.json");
+    let t = Tracer::new(on(&path.display().to_string()));
+    t.sample("m", "").unwrap().stamp_now(Activity::RequestStart);
+    t.update(None, &upd(vec![set("trace_rate", "2")])).unwrap();
+    assert!(path.exists(), "the replaced setting wrote its trace");
+    for _ in 0..2 {
+        if let Some(mut tr) = t.sample("m", "") {
+            tr.stamp_now(Activity::RequestStart);
+        }
+    }
+    t.shutdown();
+    let ids: Vec<i64> = read_json(&path).iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, vec![1, 2]);
+}
+
+#[test]
+fn tensors_only_traces_count_but_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.json");
+    let t = Tracer::new(TraceSettings { level: TraceLevel::TENSORS, count: 1, ..on(&path.display().to_string()) });
+    t.sample("m", "").unwrap().stamp_now(Activity::RequestStart);
+    assert_eq!(t.settings(None).count, 0);
+    t.shutdown();
+    assert!(!path.exists());
+}
+
+#[test]
+fn timestamps_are_monotonic_clock_nanoseconds() {
+    let c = Clock::new();
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let now_ns = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
+    let ours = c.ns(Instant::now());
+    assert!(ours.abs_diff(now_ns) < 50_000_000, "{ours} vs {now_ns}");
+    let earlier = c.base - Duration::from_millis(5);
+    assert_eq!(c.ns(c.base) - c.ns(earlier), 5_000_000);
+}
+
+#[test]
+fn startup_checks() {
+    assert!(check_startup(&TraceSettings { count: -2, ..Default::default() }).is_err());
+    assert!(check_startup(&TraceSettings { rate: 0, ..on("/x") }).is_err());
+    assert!(check_startup(&TraceSettings { rate: 0, ..Default::default() }).unwrap().is_none());
+    assert!(check_startup(&on("")).unwrap().is_some());
+    assert!(check_startup(&on("/x")).unwrap().is_none());
+}
+
+#[test]
+fn wire_form_lists_every_setting_in_tritons_order() {
+    let w = on("/t.json").to_wire();
+    let keys: Vec<&str> = w.iter().map(|(k, _)| *k).collect();
+    assert_eq!(keys, ["trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file", "trace_mode"]);
+    assert_eq!(w[0].1, vec!["TIMESTAMPS"]);
+    assert_eq!(w[5].1, vec!["triton"]);
+}
