@@ -547,7 +547,7 @@ fn load_version(
         instances.push((spec.name, inst));
     }
     let stats = Arc::new(ModelStats::new(cfg.max_batch_size));
-    let scheduler = scheduler::start(name, &cfg, instances, stats.clone())?;
+    let scheduler = scheduler::start(name, &cfg, dir, instances, stats.clone())?;
     Ok(Arc::new(LoadedModel {
         name: name.to_string(),
         version,
