@@ -326,6 +326,14 @@ impl<J> SlotTable<J> {
             .filter(|(_, a)| now.saturating_duration_since(a.last_seen) >= idle)
             .map(|(id, _)| id.clone())
             .collect();
+        if gone.is_empty() {
+            return;
+        }
+        // Pruned only when something expires: this runs on every dispatch.
+        self.expired.retain(|_, t| now.saturating_duration_since(*t) < EXPIRED_MEMORY);
+        if self.expired.len() + gone.len() > EXPIRED_MAX {
+            self.expired.clear();
+        }
         for id in gone {
             let Some(a) = self.active.remove(&id) else { continue };
             tracing::debug!(
@@ -339,10 +347,6 @@ impl<J> SlotTable<J> {
                 self.release(a.at, now);
             }
             self.expired.insert(id, now);
-        }
-        self.expired.retain(|_, t| now.saturating_duration_since(*t) < EXPIRED_MEMORY);
-        if self.expired.len() > EXPIRED_MAX {
-            self.expired.clear();
         }
     }
 
