@@ -37,12 +37,15 @@ enum Work {
 
 /// State shared by submitters, instance threads and the timer thread.
 struct Shared {
+    /// Model name, for messages.
     model: String,
+    /// The slot table and timer bookkeeping, under one short lock.
     state: Mutex<State>,
     /// Wakes the timer thread when the next deadline moves earlier or the batcher stops.
     timer: Condvar,
     /// One queue per instance: a batch holds slots of exactly one instance.
     work: Vec<crossbeam_channel::Sender<Work>>,
+    /// The model version's statistics.
     stats: Arc<ModelStats>,
     /// Inputs that may differ in shape within a batch.
     ragged: HashSet<String>,
@@ -51,6 +54,7 @@ struct Shared {
 }
 
 struct State {
+    /// Slots, sequences, backlog and batch formation.
     table: SlotTable<Job>,
     /// When the timer thread should next look at the table.
     wake_at: Option<Instant>,
@@ -60,7 +64,9 @@ struct State {
 
 /// The sequence batcher of one model version.
 pub struct SequenceBatcher {
+    /// What the submitters, instance threads and timer thread share.
     shared: Arc<Shared>,
+    /// Threads still running (instances and the timer); 0 once the batcher is gone.
     running: Arc<AtomicUsize>,
 }
 

@@ -108,6 +108,7 @@ pub struct StateSpec {
     pub input_name: String,
     /// The model output that writes the next state.
     pub output_name: String,
+    /// The state's datatype (input and output).
     pub datatype: DataType,
     /// Dimensions without the batch dimension; `-1` for variable ones.
     pub dims: Vec<i64>,
@@ -144,8 +145,11 @@ pub struct SequencePolicy {
     pub slots_per_instance: usize,
     /// A sequence without requests for this long loses its slot.
     pub max_idle: Duration,
+    /// Direct or oldest, with its delay settings.
     pub strategy: Strategy,
+    /// Control inputs, in configuration order.
     pub controls: Vec<ControlSpec>,
+    /// Implicit state tensors, in configuration order.
     pub states: Vec<StateSpec>,
 }
 
@@ -154,7 +158,9 @@ pub struct SequencePolicy {
 pub struct RowSignals<'a> {
     /// The row holds a request.
     pub ready: bool,
+    /// The request starts its sequence.
     pub start: bool,
+    /// The request ends its sequence.
     pub end: bool,
     /// The row's sequence; `None` on padding rows (CORRID then reads 0 or "").
     pub corrid: Option<&'a SequenceId>,

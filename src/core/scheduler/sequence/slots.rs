@@ -19,17 +19,24 @@ const EXPIRED_MAX: usize = 4096;
 /// An instance and one of its slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SlotRef {
+    /// Index of the instance (its thread and its batches).
     pub instance: usize,
+    /// Index of the slot within the instance: the batch row (direct) or candidate place (oldest).
     pub slot: usize,
 }
 
 /// A request as the slot table keeps it.
 #[derive(Debug)]
 struct Entry<J> {
+    /// The queued payload.
     job: J,
+    /// Its sequence, for CORRID.
     id: SequenceId,
+    /// The request starts its sequence.
     start: bool,
+    /// The request ends its sequence.
     end: bool,
+    /// When it was accepted, for the queue delay and for oldest-first order.
     enqueued: Instant,
 }
 
@@ -38,16 +45,23 @@ struct Entry<J> {
 pub enum Row<J> {
     /// A request of the sequence that owns `slot`.
     Request {
+        /// The queued payload.
         job: J,
         /// The slot whose implicit state the request reads and writes.
         slot: usize,
+        /// Its sequence, for CORRID.
         id: SequenceId,
+        /// START control value.
         start: bool,
+        /// END control value.
         end: bool,
     },
     /// Padding for a direct-strategy slot with nothing ready, so later rows stay in their slots. The
     /// model sees READY false; the outputs are dropped.
-    Empty { slot: usize },
+    Empty {
+        /// The idle slot the row stands for.
+        slot: usize,
+    },
 }
 
 impl<J> Row<J> {
@@ -80,6 +94,7 @@ impl<J> Default for Slot<J> {
 
 /// One instance's slots and what it is doing.
 struct Instance<J> {
+    /// Its slots, by index.
     slots: Vec<Slot<J>>,
     /// A batch was handed out and has not completed.
     busy: bool,
@@ -92,6 +107,7 @@ struct Instance<J> {
 /// A sequence that owns a slot.
 #[derive(Debug, Clone, Copy)]
 struct Active {
+    /// The slot it owns.
     at: SlotRef,
     /// Its last request's arrival, for idle expiry.
     last_seen: Instant,
@@ -99,7 +115,9 @@ struct Active {
 
 /// A sequence waiting for a free slot, with its requests so far.
 struct Backlog<J> {
+    /// The waiting sequence.
     id: SequenceId,
+    /// Its requests so far, oldest first.
     entries: VecDeque<Entry<J>>,
     /// Its END has not arrived: later requests of the sequence join this backlog.
     open: bool,
@@ -110,9 +128,13 @@ struct Backlog<J> {
 pub struct SlotPolicy {
     /// Model name, for messages.
     pub model: String,
+    /// Number of instances, each with its own slots.
     pub instances: usize,
+    /// Batch slots (direct) or candidate sequences (oldest) per instance.
     pub slots_per_instance: usize,
+    /// A sequence without requests for this long loses its slot.
     pub max_idle: Duration,
+    /// Direct or oldest, with its delay settings.
     pub strategy: Strategy,
     /// `max_batch_size` (0: no batch dimension; batches hold one request).
     pub max_batch_size: u32,
@@ -136,7 +158,9 @@ impl SlotPolicy {
 
 /// The sequence batcher's state: slots, sequences, backlog. `J` is the queued payload.
 pub struct SlotTable<J> {
+    /// What the configuration asks for.
     policy: SlotPolicy,
+    /// Every instance's slots and batch state.
     instances: Vec<Instance<J>>,
     /// Sequences that own a slot and may send more requests.
     active: HashMap<SequenceId, Active>,
