@@ -195,6 +195,118 @@ def model_batched_scale() -> onnx.ModelProto:
     return _model(graph)
 
 
+def model_sequence_accumulate() -> onnx.ModelProto:
+    """Stateful accumulator for the sequence batcher (direct strategy, batching).
+
+    The server feeds START/END (INT32), READY (FP32) and CORRID (UINT64) control inputs and the
+    implicit state ACC_IN; the model cannot keep anything between runs itself. Per batch row:
+    ACC_OUT = INPUT + (1 - START) * ACC_IN (so START resets the sum), OUTPUT = ACC_OUT,
+    SIGNALS = [START, END, READY] as INT32 and CORRID_OUT = CORRID, so a client sees exactly which
+    control values its request was given.
+    """
+    i32, f32, u64 = TensorProto.INT32, TensorProto.FLOAT, TensorProto.UINT64
+    graph = helper.make_graph(
+        nodes=[
+            helper.make_node("Sub", ["one", "START"], ["keep"], name="keep"),
+            helper.make_node("Mul", ["keep", "ACC_IN"], ["carried"], name="carried"),
+            helper.make_node("Add", ["INPUT", "carried"], ["ACC_OUT"], name="accumulate"),
+            helper.make_node("Identity", ["ACC_OUT"], ["OUTPUT"], name="output"),
+            helper.make_node("Cast", ["READY"], ["ready_i32"], name="ready_i32", to=i32),
+            helper.make_node("Concat", ["START", "END", "ready_i32"], ["SIGNALS"], name="signals", axis=1),
+            helper.make_node("Identity", ["CORRID"], ["CORRID_OUT"], name="corrid"),
+        ],
+        name="sequence_accumulate",
+        inputs=[
+            _vi("INPUT", i32, ["N", 1]),
+            _vi("START", i32, ["N", 1]),
+            _vi("END", i32, ["N", 1]),
+            _vi("READY", f32, ["N", 1]),
+            _vi("CORRID", u64, ["N", 1]),
+            _vi("ACC_IN", i32, ["N", 1]),
+        ],
+        outputs=[
+            _vi("OUTPUT", i32, ["N", 1]),
+            _vi("ACC_OUT", i32, ["N", 1]),
+            _vi("SIGNALS", i32, ["N", 3]),
+            _vi("CORRID_OUT", u64, ["N", 1]),
+        ],
+        initializer=[helper.make_tensor("one", i32, [], [1])],
+        doc_string="ACC_OUT = OUTPUT = INPUT + (1 - START) * ACC_IN; SIGNALS = [START, END, READY]; "
+        "CORRID_OUT = CORRID (sequence batcher with control inputs and implicit state)",
+    )
+    return _model(graph)
+
+
+def model_sequence_state() -> onnx.ModelProto:
+    """Implicit state only: OUTPUT = STATE_OUT = STATE_IN + INPUT (INT32, [1], no batch dimension)."""
+    i32 = TensorProto.INT32
+    graph = helper.make_graph(
+        nodes=[
+            helper.make_node("Add", ["STATE_IN", "INPUT"], ["OUTPUT"], name="add"),
+            helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"], name="state"),
+        ],
+        name="sequence_state",
+        inputs=[_vi("INPUT", i32, [1]), _vi("STATE_IN", i32, [1])],
+        outputs=[_vi("OUTPUT", i32, [1]), _vi("STATE_OUT", i32, [1])],
+        doc_string="OUTPUT = STATE_OUT = STATE_IN + INPUT (INT32, [1]); the server keeps the state",
+    )
+    return _model(graph)
+
+
+SEQUENCE_ACCUMULATE_BATCHING = """sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  direct { }
+  control_input [
+    {
+      name: "START"
+      control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ]
+    },
+    {
+      name: "END"
+      control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ]
+    },
+    {
+      name: "READY"
+      control [ { kind: CONTROL_SEQUENCE_READY fp32_false_true: [ 0, 1 ] } ]
+    },
+    {
+      name: "CORRID"
+      control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ]
+    }
+  ]
+  state [
+    {
+      input_name: "ACC_IN"
+      output_name: "ACC_OUT"
+      data_type: TYPE_INT32
+      dims: [ 1 ]
+    }
+  ]
+}
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+SEQUENCE_STATE_BATCHING = """sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  state [
+    {
+      input_name: "STATE_IN"
+      output_name: "STATE_OUT"
+      data_type: TYPE_INT32
+      dims: [ 1 ]
+      initial_state {
+        data_type: TYPE_INT32
+        dims: [ 1 ]
+        zero_data: true
+        name: "zero"
+      }
+    }
+  ]
+}
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+
+
 # ---------------------------------------------------------------------------------------------
 # config.pbtxt (Triton text format, colon-less list style)
 # ---------------------------------------------------------------------------------------------
@@ -325,6 +437,36 @@ def repository() -> dict[str, bytes]:
         ),
     )
 
+    # 8. sequence_accumulate: sequence batcher (direct, 4 slots) with control inputs and implicit state.
+    put_model("sequence_accumulate", 1, model_sequence_accumulate())
+    put_text(
+        "sequence_accumulate/config.pbtxt",
+        config(
+            "sequence_accumulate",
+            4,
+            [("INPUT", "TYPE_INT32", [1], [])],
+            [
+                ("OUTPUT", "TYPE_INT32", [1], []),
+                ("SIGNALS", "TYPE_INT32", [3], []),
+                ("CORRID_OUT", "TYPE_UINT64", [1], []),
+            ],
+            extra=SEQUENCE_ACCUMULATE_BATCHING,
+        ),
+    )
+
+    # 9. sequence_state: implicit state with a zero initial state, no batch dimension, 2 instances.
+    put_model("sequence_state", 1, model_sequence_state())
+    put_text(
+        "sequence_state/config.pbtxt",
+        config(
+            "sequence_state",
+            0,
+            [("INPUT", "TYPE_INT32", [1], [])],
+            [("OUTPUT", "TYPE_INT32", [1], [])],
+            extra=SEQUENCE_STATE_BATCHING,
+        ),
+    )
+
     return files
 
 
@@ -337,6 +479,8 @@ MODEL_DIRS = [
     "multi_version",
     "autocomplete_add",
     "batched_scale",
+    "sequence_accumulate",
+    "sequence_state",
 ]
 
 
@@ -462,6 +606,27 @@ def run_checks(out: str) -> None:
     (y,) = sess.run(None, {"INPUT0": x0, "INPUT1": x1})
     np.testing.assert_array_equal(y, x0 + x1)
     assert not os.path.exists(os.path.join(out, "autocomplete_add", "config.pbtxt"))
+
+    # sequence_accumulate: two rows, one starting (the state is ignored) and one continuing
+    sess = session("sequence_accumulate")
+    feeds = {
+        "INPUT": np.array([[5], [7]], np.int32),
+        "START": np.array([[1], [0]], np.int32),
+        "END": np.array([[0], [1]], np.int32),
+        "READY": np.array([[1.0], [1.0]], np.float32),
+        "CORRID": np.array([[11], [2**63 + 5]], np.uint64),
+        "ACC_IN": np.array([[100], [30]], np.int32),
+    }
+    total, acc, signals, corrid = sess.run(["OUTPUT", "ACC_OUT", "SIGNALS", "CORRID_OUT"], feeds)
+    assert total.tolist() == [[5], [37]] and acc.tolist() == total.tolist(), total
+    assert signals.tolist() == [[1, 0, 1], [0, 1, 1]], signals
+    assert corrid.dtype == np.uint64 and corrid.tolist() == [[11], [2**63 + 5]]
+
+    # sequence_state: OUTPUT = STATE_OUT = STATE_IN + INPUT
+    total, state = session("sequence_state").run(
+        ["OUTPUT", "STATE_OUT"], {"INPUT": np.array([4], np.int32), "STATE_IN": np.array([10], np.int32)}
+    )
+    assert total.tolist() == [14] and state.tolist() == [14]
 
     # Every config.pbtxt parses as Triton's ModelConfig (the proto ships in tritonclient[grpc]).
     try:

@@ -194,8 +194,17 @@ fn check_io(ctx: &ModelContext, session: &Session) -> Result<()> {
     for o in &ctx.config.output {
         check("output", &o.name, o.data_type, session.outputs())?;
     }
+    // A sequence model's control and implicit-state tensors are fed and read by the server, not listed
+    // as inputs and outputs; they must still exist with the configured datatypes.
+    let hidden = crate::core::scheduler::sequence::policy::hidden_tensors(&ctx.config);
+    for (name, dt) in &hidden.inputs {
+        check("input", name, dt.to_config(), session.inputs())?;
+    }
+    for (name, dt) in &hidden.outputs {
+        check("output", name, dt.to_config(), session.outputs())?;
+    }
     for o in session.inputs() {
-        if !ctx.config.input.iter().any(|i| i.name == o.name()) {
+        if !hidden.is_input(o.name()) && !ctx.config.input.iter().any(|i| i.name == o.name()) {
             return Err(Error::invalid(format!(
                 "model '{}': the ONNX model has input '{}' which the configuration does not declare",
                 ctx.name,

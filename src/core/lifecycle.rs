@@ -586,7 +586,7 @@ fn load_version(
         tracing::info!("Model '{name}' version {version} ran {} warmup sample(s) on each instance.", samples.len());
     }
     let stats = Arc::new(ModelStats::new(cfg.max_batch_size));
-    let scheduler = scheduler::start(name, &cfg, instances, stats.clone())?;
+    let scheduler = scheduler::start(name, &cfg, dir, instances, stats.clone())?;
     Ok(Arc::new(LoadedModel {
         name: name.to_string(),
         version,

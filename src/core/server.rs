@@ -55,6 +55,7 @@ pub struct ServerOptions {
 /// The protocol extensions this server implements, as listed in server metadata.
 pub const EXTENSIONS: &[&str] = &[
     "classification",
+    "sequence",
     "model_repository",
     "model_configuration",
     "binary_tensor_data",

@@ -112,9 +112,16 @@ impl ModelStats {
 
     /// Records one execution of `batch_size` inferences.
     pub fn record_execution(&self, batch_size: u32, input_ns: u64, infer_ns: u64, output_ns: u64) {
+        self.record_padded_execution(batch_size, batch_size, input_ns, infer_ns, output_ns);
+    }
+
+    /// Records one execution of `rows` batch rows of which `inferences` were requests: the sequence
+    /// batcher pads idle slots, and Triton counts the padded size in the batch statistics but only the
+    /// requests as inferences.
+    pub fn record_padded_execution(&self, inferences: u32, rows: u32, input_ns: u64, infer_ns: u64, output_ns: u64) {
         self.execution_count.fetch_add(1, Relaxed);
-        self.inference_count.fetch_add(u64::from(batch_size), Relaxed);
-        if let Some(b) = self.batches.get((batch_size as usize).wrapping_sub(1)) {
+        self.inference_count.fetch_add(u64::from(inferences), Relaxed);
+        if let Some(b) = self.batches.get((rows as usize).wrapping_sub(1)) {
             b.compute_input.add(input_ns);
             b.compute_infer.add(infer_ns);
             b.compute_output.add(output_ns);

@@ -95,6 +95,12 @@ pub fn onnx_io_from_bytes(bytes: &[u8]) -> Result<ModelIoInfo> {
 /// nothing to the contrary; then `max_batch_size` becomes `default_max_batch_size` and dynamic batching
 /// is enabled.
 pub fn complete_onnx(cfg: &mut ModelConfig, io: &ModelIoInfo, default_max_batch_size: i32) {
+    // A sequence model's control and state tensors are the server's business: they are never filled in
+    // as inputs or outputs (a state output may still be listed on purpose, to return it to clients).
+    let hidden = crate::core::scheduler::sequence::policy::hidden_tensors(cfg);
+    let visible_in: Vec<IoInfo> = io.inputs.iter().filter(|t| !hidden.is_input(&t.name)).cloned().collect();
+    let visible_out: Vec<IoInfo> = io.outputs.iter().filter(|t| !hidden.is_output(&t.name)).cloned().collect();
+    let io = &ModelIoInfo { inputs: visible_in, outputs: visible_out };
     let all = io.inputs.iter().chain(io.outputs.iter());
     let can_batch = !io.inputs.is_empty() && all.clone().all(|t| t.dims.first() == Some(&-1));
     if cfg.max_batch_size == 0 && can_batch && default_max_batch_size > 0 {
@@ -235,6 +241,41 @@ mod tests {
         complete_onnx(&mut cfg, &info, 4);
         assert_eq!(cfg.max_batch_size, 0);
         assert_eq!(cfg.output[0].dims, vec![-1, 4]);
+    }
+
+    #[test]
+    fn sequence_control_and_state_tensors_are_not_filled_in() {
+        use crate::proto::inference::model_sequence_batching::{control::Kind, Control, ControlInput, State};
+        use crate::proto::inference::ModelSequenceBatching;
+        let info = ModelIoInfo {
+            inputs: vec![io("INPUT", 8, &[-1, 1]), io("START", 8, &[-1, 1]), io("STATE_IN", 8, &[-1, 1])],
+            outputs: vec![io("OUTPUT", 8, &[-1, 1]), io("STATE_OUT", 8, &[-1, 1])],
+        };
+        let seq = ModelSequenceBatching {
+            control_input: vec![ControlInput {
+                name: "START".into(),
+                control: vec![Control {
+                    kind: Kind::ControlSequenceStart as i32,
+                    int32_false_true: vec![0, 1],
+                    ..Default::default()
+                }],
+            }],
+            state: vec![State {
+                input_name: "STATE_IN".into(),
+                output_name: "STATE_OUT".into(),
+                data_type: 8,
+                dims: vec![1],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut cfg =
+            ModelConfig { scheduling_choice: Some(SchedulingChoice::SequenceBatching(seq)), ..Default::default() };
+        complete_onnx(&mut cfg, &info, 4);
+        assert_eq!(cfg.input.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["INPUT"]);
+        assert_eq!(cfg.output.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["OUTPUT"]);
+        assert_eq!(cfg.max_batch_size, 4);
+        assert!(matches!(cfg.scheduling_choice, Some(SchedulingChoice::SequenceBatching(_))));
     }
 
     #[test]

@@ -6,6 +6,8 @@ pub mod pbtxt;
 pub mod version_policy;
 
 use crate::error::{Error, Result};
+use crate::proto::inference::model_config::SchedulingChoice;
+use crate::proto::inference::model_sequence_batching::StrategyChoice;
 use crate::proto::inference::{
     model_instance_group::Kind, model_optimization_policy, model_version_policy, ModelConfig, ModelInstanceGroup,
     ModelVersionPolicy,
@@ -233,6 +235,19 @@ fn normalize(cfg: &mut ModelConfig) {
     if cfg.default_model_filename.is_empty() && cfg.backend == "onnxruntime" {
         cfg.default_model_filename = "model.onnx".into();
     }
+    // Triton reports the sequence batcher's defaults in the configuration: one second of idle time, and
+    // the oldest strategy preferring full batches.
+    if let Some(SchedulingChoice::SequenceBatching(s)) = cfg.scheduling_choice.as_mut() {
+        if s.max_sequence_idle_microseconds == 0 {
+            s.max_sequence_idle_microseconds =
+                crate::core::scheduler::sequence::policy::DEFAULT_MAX_SEQUENCE_IDLE.as_micros() as u64;
+        }
+        if let Some(StrategyChoice::Oldest(o)) = s.strategy_choice.as_mut() {
+            if o.preferred_batch_size.is_empty() && cfg.max_batch_size > 0 {
+                o.preferred_batch_size.push(cfg.max_batch_size);
+            }
+        }
+    }
 }
 
 /// Checks a completed configuration for the mistakes Triton rejects at load time.
@@ -307,6 +322,9 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
             }
         }
     }
+    // Control inputs, implicit state and initial state files are checked here too, so `tritonrs validate`
+    // reports them.
+    crate::core::scheduler::sequence::policy::SequencePolicy::from_model(cfg, dir)?;
     for o in &cfg.output {
         if !o.label_filename.is_empty() && !dir.join(&o.label_filename).is_file() {
             return Err(ctx(

@@ -3,10 +3,12 @@
 //!
 //! - [`DefaultScheduler`]: one bounded FIFO, each request executed alone.
 //! - [`dynamic::DynamicBatcher`]: `dynamic_batching`, merging queued requests into batches.
+//! - [`sequence::SequenceBatcher`]: `sequence_batching`, for stateful models.
 
 pub mod batch;
 mod default;
 pub mod dynamic;
+pub mod sequence;
 
 pub use default::DefaultScheduler;
 
@@ -15,6 +17,7 @@ use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::ModelConfig;
+use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,9 +72,11 @@ pub struct Job {
 }
 
 /// Starts the scheduler that a model's configuration asks for, over already created instances.
+/// `model_dir` is the model's folder (the sequence batcher reads `initial_state/` files from it).
 pub fn start(
     name: &str,
     cfg: &ModelConfig,
+    model_dir: &Path,
     instances: Vec<(String, Box<dyn ModelInstance>)>,
     stats: Arc<ModelStats>,
 ) -> Result<Box<dyn Scheduler>> {
@@ -90,8 +95,9 @@ pub fn start(
                 .unwrap_or(DEFAULT_MAX_QUEUE_SIZE);
             Ok(Box::new(DefaultScheduler::start(name, instances, queue, stats)?))
         }
-        Some(SchedulingChoice::SequenceBatching(_)) => {
-            Err(Error::unsupported(format!("model '{name}': sequence_batching is not supported by this server yet")))
+        Some(SchedulingChoice::SequenceBatching(s)) => {
+            let policy = sequence::policy::SequencePolicy::from_config(cfg, s, model_dir)?;
+            Ok(Box::new(sequence::SequenceBatcher::start(name, cfg, policy, instances, stats)?))
         }
         Some(SchedulingChoice::EnsembleScheduling(_)) => {
             Err(Error::unsupported(format!("model '{name}': ensemble_scheduling is not supported by this server yet")))

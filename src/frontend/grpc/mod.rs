@@ -280,6 +280,7 @@ impl GrpcInferenceService for InferenceService {
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let server = self.server().clone();
         tokio::spawn(async move {
+            let mut order = SequenceOrder::default();
             loop {
                 // A traced message's GRPC_WAITREAD_START is when the stream began waiting for it.
                 let wait_start = server.tracer().enabled().then(Instant::now);
@@ -299,7 +300,12 @@ impl GrpcInferenceService for InferenceService {
                 };
                 let server = server.clone();
                 let tx = tx.clone();
+                let (previous, done) = order.enter(&msg);
                 tokio::spawn(async move {
+                    // Completes when the previous request of this sequence has finished (or is gone).
+                    if let Some(previous) = previous {
+                        let _ = previous.await;
+                    }
                     let id = msg.id.clone();
                     let result = match convert::request_from_proto(msg) {
                         Ok(r) => {
@@ -308,6 +314,8 @@ impl GrpcInferenceService for InferenceService {
                         }
                         Err(e) => Err(e),
                     };
+                    // The next request of the sequence may go now.
+                    drop(done);
                     let answer = match result {
                         Ok(resp) => {
                             pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(resp) }
@@ -515,6 +523,41 @@ impl Health for HealthService {
 
     async fn watch(&self, _: Request<HealthCheckRequest>) -> GrpcResult<Self::WatchStream> {
         Err(Status::unimplemented("health Watch is not supported; poll Check instead"))
+    }
+}
+
+/// Keeps a stream's requests of one sequence in the order they were sent, as Triton's stream hands them
+/// to the scheduler in order and a sequence's state depends on it. Each request of a sequence waits until
+/// the previous request of the same sequence on the stream has finished; other requests run concurrently.
+#[derive(Default)]
+struct SequenceOrder {
+    /// Per (model, sequence id): resolves when the latest request of that sequence has finished.
+    last: HashMap<(String, String), tokio::sync::oneshot::Receiver<()>>,
+}
+
+impl SequenceOrder {
+    /// Streams with more sequences than this drop the entries of sequences with nothing running.
+    const PRUNE_AT: usize = 256;
+
+    /// For a request of a sequence: what to wait for before running it, and a guard to drop once it has
+    /// finished. Requests without a sequence id wait for nothing.
+    fn enter(
+        &mut self,
+        msg: &pb::ModelInferRequest,
+    ) -> (Option<tokio::sync::oneshot::Receiver<()>>, Option<tokio::sync::oneshot::Sender<()>>) {
+        use pb::infer_parameter::ParameterChoice;
+        let id = match msg.parameters.get("sequence_id").and_then(|p| p.parameter_choice.as_ref()) {
+            Some(ParameterChoice::Int64Param(v)) if *v != 0 => format!("u{v}"),
+            Some(ParameterChoice::Uint64Param(v)) if *v != 0 => format!("u{v}"),
+            Some(ParameterChoice::StringParam(v)) if !v.is_empty() => format!("s{v}"),
+            _ => return (None, None),
+        };
+        if self.last.len() >= Self::PRUNE_AT {
+            self.last.retain(|_, rx| matches!(rx.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Empty)));
+        }
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let previous = self.last.insert((msg.model_name.clone(), id), rx);
+        (previous, Some(done))
     }
 }
 

@@ -1,0 +1,403 @@
+//! The sequence batcher (`sequence_batching`) for stateful models: every request of a sequence goes to
+//! the same slot of the same instance, the model receives the configured control inputs (START, END,
+//! READY, CORRID), and implicit state (`state`) is kept by the server between a sequence's requests.
+//!
+//! The policy is [`slots::SlotTable`], a pure state struct with explicit time (slot assignment, backlog,
+//! idle expiry, batch formation for the direct and oldest strategies); [`policy::SequencePolicy`] reads
+//! the configuration and builds the control and state tensors. [`SequenceBatcher`] is the thin driver:
+//! submitters and finishing instances call `dispatch` under one short lock, each instance thread gets
+//! its own batches (a slot belongs to one instance) and keeps its slots' implicit state, and one timer
+//! thread wakes for queue delays and idle expiry.
+
+pub mod policy;
+pub mod slots;
+
+use super::dynamic::Next;
+use super::{batch, execute, Job, Scheduler, DEFAULT_MAX_QUEUE_SIZE};
+use crate::backend::{ExecRequest, ExecResult, ModelInstance};
+use crate::core::stats::ModelStats;
+use crate::core::types::Tensor;
+use crate::error::{Error, Result};
+use crate::proto::inference::ModelConfig;
+use parking_lot::{Condvar, Mutex};
+use policy::{RowSignals, SequencePolicy};
+use slots::{Row, SlotPolicy, SlotTable};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What an instance thread receives.
+enum Work {
+    /// Rows in slot order (direct) or arrival order (oldest).
+    Batch(Vec<Row<Job>>),
+    /// The batcher is gone: exit after dropping the instance.
+    Stop,
+}
+
+/// State shared by submitters, instance threads and the timer thread.
+struct Shared {
+    /// Model name, for messages.
+    model: String,
+    /// The slot table and timer bookkeeping, under one short lock.
+    state: Mutex<State>,
+    /// Wakes the timer thread when the next deadline moves earlier or the batcher stops.
+    timer: Condvar,
+    /// One queue per instance: a batch holds slots of exactly one instance.
+    work: Vec<crossbeam_channel::Sender<Work>>,
+    /// The model version's statistics.
+    stats: Arc<ModelStats>,
+    /// Inputs that may differ in shape within a batch.
+    ragged: HashSet<String>,
+    /// Control inputs and implicit state.
+    policy: SequencePolicy,
+}
+
+struct State {
+    /// Slots, sequences, backlog and batch formation.
+    table: SlotTable<Job>,
+    /// When the timer thread should next look at the table.
+    wake_at: Option<Instant>,
+    /// Cleared when the batcher is dropped: the queues are answered, then every thread exits.
+    open: bool,
+}
+
+/// The sequence batcher of one model version.
+pub struct SequenceBatcher {
+    /// What the submitters, instance threads and timer thread share.
+    shared: Arc<Shared>,
+    /// Threads still running (instances and the timer); 0 once the batcher is gone.
+    running: Arc<AtomicUsize>,
+}
+
+impl SequenceBatcher {
+    /// Starts one thread per instance and the timer thread. `policy` is the model's checked
+    /// `sequence_batching`.
+    pub fn start(
+        name: &str,
+        cfg: &ModelConfig,
+        policy: SequencePolicy,
+        instances: Vec<(String, Box<dyn ModelInstance>)>,
+        stats: Arc<ModelStats>,
+    ) -> Result<Self> {
+        if instances.is_empty() {
+            return Err(Error::internal(format!("model '{name}' has no instances for the sequence batcher")));
+        }
+        let table = SlotTable::new(SlotPolicy::new(name, instances.len(), &policy, DEFAULT_MAX_QUEUE_SIZE));
+        let mut senders = Vec::with_capacity(instances.len());
+        let mut receivers = Vec::with_capacity(instances.len());
+        for _ in &instances {
+            let (tx, rx) = crossbeam_channel::unbounded::<Work>();
+            senders.push(tx);
+            receivers.push(rx);
+        }
+        let shared = Arc::new(Shared {
+            model: name.to_string(),
+            state: Mutex::new(State { table, wake_at: None, open: true }),
+            timer: Condvar::new(),
+            work: senders,
+            stats,
+            ragged: cfg.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect(),
+            policy,
+        });
+        let running = Arc::new(AtomicUsize::new(0));
+        for (index, ((inst_name, mut instance), rx)) in instances.into_iter().zip(receivers).enumerate() {
+            let (thread_shared, running_thread) = (shared.clone(), running.clone());
+            running.fetch_add(1, Ordering::SeqCst);
+            let spawned = std::thread::Builder::new().name(format!("inst-{inst_name}")).spawn(move || {
+                let shared = thread_shared;
+                // This instance's slots' implicit state: one tensor per configured state, or none before
+                // the slot's first request.
+                let mut states: Vec<Option<Vec<Tensor>>> = vec![None; shared.policy.slots_per_instance.max(1)];
+                while let Ok(Work::Batch(rows)) = rx.recv() {
+                    run_batch(&shared, &mut *instance, &mut states, rows);
+                    shared.instance_free(index);
+                }
+                drop(instance);
+                running_thread.fetch_sub(1, Ordering::SeqCst);
+            });
+            if let Err(e) = spawned {
+                running.fetch_sub(1, Ordering::SeqCst);
+                shared.state.lock().open = false;
+                shared.stop_instances();
+                return Err(Error::internal(format!("cannot start a thread for an instance of model '{name}': {e}")));
+            }
+        }
+        let timer_shared = shared.clone();
+        let timer_running = running.clone();
+        running.fetch_add(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new().name(format!("seq-{name}")).spawn(move || {
+            timer_shared.timer_loop();
+            timer_running.fetch_sub(1, Ordering::SeqCst);
+        });
+        if let Err(e) = spawned {
+            running.fetch_sub(1, Ordering::SeqCst);
+            shared.state.lock().open = false;
+            shared.stop_instances();
+            return Err(Error::internal(format!("cannot start the sequence batcher thread of model '{name}': {e}")));
+        }
+        Ok(SequenceBatcher { shared, running })
+    }
+}
+
+impl Drop for SequenceBatcher {
+    fn drop(&mut self) {
+        self.shared.state.lock().open = false;
+        self.shared.timer.notify_all();
+    }
+}
+
+impl Scheduler for SequenceBatcher {
+    /// Routes the request to its sequence's slot (or the backlog), or refuses it with Triton's message:
+    /// no sequence id, a batch of more than one, or no START on an unknown (ended, expired) sequence.
+    fn submit(&self, job: Job) -> Result<()> {
+        let s = &self.shared;
+        let now = Instant::now();
+        if let Some(id) = &job.control.sequence_id {
+            s.policy.check_corrid(&s.model, id)?;
+        }
+        let mut st = s.state.lock();
+        if !st.open {
+            return Err(Error::unavailable(format!("model '{}' is unloading", s.model)));
+        }
+        let (id, start, end, size) =
+            (job.control.sequence_id.clone(), job.control.sequence_start, job.control.sequence_end, job.batch_size);
+        if let Err((_, e)) = st.table.submit(job, id, start, end, size, now) {
+            return Err(e);
+        }
+        s.stats.pending.fetch_add(1, Ordering::Relaxed);
+        s.dispatch(st, now);
+        Ok(())
+    }
+
+    fn running(&self) -> Arc<AtomicUsize> {
+        self.running.clone()
+    }
+}
+
+impl Shared {
+    /// Releases idle sequences, forms a batch for every idle instance that has work, and re-arms the
+    /// timer. Takes the state lock guard so batches are handed over after the lock is released.
+    fn dispatch(&self, mut st: parking_lot::MutexGuard<'_, State>, now: Instant) {
+        st.table.expire_idle(now);
+        let mut batches = Vec::new();
+        let mut wait: Option<Instant> = None;
+        let ragged = &self.ragged;
+        for i in 0..self.work.len() {
+            if !st.table.is_idle(i) {
+                continue;
+            }
+            match st.table.next_batch(i, now, |a, b| batch::compatible(&a.exec, &b.exec, ragged)) {
+                Next::Batch(rows) => batches.push((i, rows)),
+                Next::WaitUntil(t) => wait = Some(wait.map_or(t, |w| w.min(t))),
+                Next::Idle => {}
+            }
+        }
+        let wake = [wait, st.table.next_deadline()].into_iter().flatten().min();
+        let rearm = wake.is_some_and(|w| st.wake_at.is_none_or(|cur| w < cur));
+        if rearm {
+            st.wake_at = wake;
+        }
+        drop(st);
+        if rearm {
+            self.timer.notify_one();
+        }
+        let taken: usize = batches.iter().map(|(_, rows)| rows.iter().filter(|r| r.is_request()).count()).sum();
+        self.stats.pending.fetch_sub(taken as i64, Ordering::Relaxed);
+        for (i, rows) in batches {
+            // Cannot fail: each instance thread holds its receiver until the batcher is gone.
+            let _ = self.work[i].send(Work::Batch(rows));
+        }
+    }
+
+    /// An instance finished its batch: it is idle again and its sequences may continue.
+    fn instance_free(&self, instance: usize) {
+        let now = Instant::now();
+        let mut st = self.state.lock();
+        st.table.complete(instance, now);
+        self.dispatch(st, now);
+    }
+
+    /// Wakes when a queue delay ends or a sequence may have gone idle. When the batcher is dropped,
+    /// answers whatever is still queued (only requests whose clients went away: a request in flight
+    /// keeps its model alive) and stops the instance threads after their current batch.
+    fn timer_loop(&self) {
+        let mut st = self.state.lock();
+        while st.open {
+            match st.wake_at {
+                Some(t) if t > Instant::now() => {
+                    self.timer.wait_until(&mut st, t);
+                }
+                Some(_) => {
+                    st.wake_at = None;
+                    self.dispatch(st, Instant::now());
+                    st = self.state.lock();
+                }
+                None => self.timer.wait(&mut st),
+            }
+        }
+        let leftovers = st.table.drain_all();
+        drop(st);
+        self.stats.pending.fetch_sub(leftovers.len() as i64, Ordering::Relaxed);
+        for job in leftovers {
+            let err = Error::unavailable(format!("model '{}' was unloaded before the request ran", self.model));
+            let _ = job.reply.send(Err(err));
+        }
+        self.stop_instances();
+    }
+
+    fn stop_instances(&self) {
+        for tx in &self.work {
+            let _ = tx.send(Work::Stop);
+        }
+    }
+}
+
+/// Builds the execution request of every row (the client's inputs plus control and state inputs, and the
+/// state outputs), runs them as one batch, keeps each sequence's new state and answers every request.
+fn run_batch(
+    shared: &Shared,
+    instance: &mut dyn ModelInstance,
+    states: &mut [Option<Vec<Tensor>>],
+    rows: Vec<Row<Job>>,
+) {
+    let start = Instant::now();
+    let policy = &shared.policy;
+    let batching = policy.batching();
+    let mut execs: Vec<ExecRequest> = Vec::with_capacity(rows.len());
+    // The request that padding rows copy their inputs and state shapes from.
+    let mut template: Option<ExecRequest> = None;
+    for row in &rows {
+        let Row::Request { job, slot, id, start, end } = row else { continue };
+        let mut exec = job.exec.clone();
+        exec.inputs.extend(policy.row_controls(RowSignals { ready: true, start: *start, end: *end, corrid: Some(id) }));
+        let stored = if *start { None } else { states.get(*slot).and_then(|s| s.as_ref()) };
+        match stored {
+            Some(tensors) => exec.inputs.extend(tensors.iter().cloned()),
+            None => exec.inputs.extend(policy.states.iter().map(|s| s.initial_tensor(batching))),
+        }
+        for s in &policy.states {
+            if !exec.outputs.contains(&s.output_name) {
+                exec.outputs.push(s.output_name.clone());
+            }
+        }
+        if template.is_none() {
+            template = Some(exec.clone());
+        }
+        execs.push(exec);
+    }
+    let Some(template) = template else {
+        // Only padding rows: a bug in the table, but nothing to answer either.
+        tracing::error!("model '{}': a sequence batch without requests was formed; this is a bug", shared.model);
+        return;
+    };
+    // Rebuild in row order, padding rows as copies of the template with READY false and zero state.
+    let mut real = execs.into_iter();
+    let mut ordered: Vec<ExecRequest> = Vec::with_capacity(rows.len());
+    for row in &rows {
+        match row {
+            Row::Request { .. } => {
+                if let Some(e) = real.next() {
+                    ordered.push(e);
+                }
+            }
+            Row::Empty { .. } => ordered.push(padding(policy, &template)),
+        }
+    }
+    let refs: Vec<&ExecRequest> = ordered.iter().collect();
+    let requests = rows.iter().filter(|r| r.is_request()).count() as u32;
+    let result = if refs.iter().all(|r| batch::compatible(refs[0], r, &shared.ragged)) {
+        batch::merge(&refs, &shared.ragged)
+    } else {
+        Err(Error::invalid(format!(
+            "model '{}': the implicit states of the sequences in one batch have different shapes",
+            shared.model
+        )))
+    }
+    .and_then(|merged| execute(instance, &merged))
+    .and_then(|r| {
+        let t = r.timings;
+        shared.stats.record_padded_execution(
+            requests,
+            rows.len() as u32,
+            t.compute_input_ns,
+            t.compute_infer_ns,
+            t.compute_output_ns,
+        );
+        batch::split(r, &refs, &vec![1; refs.len()])
+    });
+    match result {
+        Ok(parts) => {
+            for (row, part) in rows.into_iter().zip(parts) {
+                let Row::Request { job, slot, end, .. } = row else { continue };
+                let (mut client, state) = split_state(policy, &job.exec.outputs, part);
+                // A trace's COMPUTE_START: when this instance took the batch.
+                client.timings.started = Some(start);
+                if let Some(s) = states.get_mut(slot) {
+                    // An ended sequence's state is dropped; its slot's next owner starts afresh.
+                    *s = if end || state.is_empty() { None } else { Some(state) };
+                }
+                let t = client.timings;
+                let queue_ns = start.duration_since(job.enqueued).as_nanos() as u64;
+                shared.stats.record_request_compute(
+                    queue_ns,
+                    t.compute_input_ns,
+                    t.compute_infer_ns,
+                    t.compute_output_ns,
+                );
+                let _ = job.reply.send(Ok(client));
+            }
+        }
+        Err(e) => {
+            for row in rows {
+                if let Row::Request { job, slot, start, .. } = row {
+                    // A sequence that failed to start must not continue from its slot's previous owner.
+                    if let (true, Some(s)) = (start, states.get_mut(slot)) {
+                        *s = None;
+                    }
+                    let _ = job.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// A padding row: the template's inputs with READY false (START, END false, CORRID 0) and zero state.
+fn padding(policy: &SequencePolicy, template: &ExecRequest) -> ExecRequest {
+    let controls = policy.row_controls(RowSignals { ready: false, start: false, end: false, corrid: None });
+    let inputs = template
+        .inputs
+        .iter()
+        .map(|t| {
+            if let Some(c) = controls.iter().find(|c| c.name == t.name) {
+                c.clone()
+            } else if policy.states.iter().any(|s| s.input_name == t.name) {
+                policy::zeros_like(t)
+            } else {
+                t.clone()
+            }
+        })
+        .collect();
+    ExecRequest { inputs, outputs: template.outputs.clone() }
+}
+
+/// Separates a row's outputs into what the client asked for (in its order) and the next implicit state
+/// (renamed to the state inputs, ready to feed back).
+fn split_state(policy: &SequencePolicy, asked: &[String], mut part: ExecResult) -> (ExecResult, Vec<Tensor>) {
+    let mut state = Vec::with_capacity(policy.states.len());
+    for s in &policy.states {
+        if let Some(t) = part.outputs.iter().find(|t| t.name == s.output_name) {
+            let mut t = t.clone();
+            t.name = s.input_name.clone();
+            state.push(t);
+        }
+    }
+    if state.len() != policy.states.len() {
+        state.clear();
+    }
+    part.outputs.retain(|t| asked.contains(&t.name));
+    (part, state)
+}
+
+#[cfg(test)]
+mod tests;
