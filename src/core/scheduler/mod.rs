@@ -3,10 +3,13 @@
 //!
 //! - [`DefaultScheduler`]: one bounded FIFO, each request executed alone.
 //! - [`dynamic::DynamicBatcher`]: `dynamic_batching`, merging queued requests into batches.
+//! - [`ensemble::EnsembleScheduler`]: `ensemble_scheduling`, a pipeline of other models (no instances;
+//!   the model lifecycle starts it once the composing models serve).
 
 pub mod batch;
 mod default;
 pub mod dynamic;
+pub mod ensemble;
 
 pub use default::DefaultScheduler;
 
@@ -93,9 +96,10 @@ pub fn start(
         Some(SchedulingChoice::SequenceBatching(_)) => {
             Err(Error::unsupported(format!("model '{name}': sequence_batching is not supported by this server yet")))
         }
-        Some(SchedulingChoice::EnsembleScheduling(_)) => {
-            Err(Error::unsupported(format!("model '{name}': ensemble_scheduling is not supported by this server yet")))
-        }
+        Some(SchedulingChoice::EnsembleScheduling(_)) => Err(Error::internal(format!(
+            "model '{name}': an ensemble has no instances to schedule; the model lifecycle starts its \
+             EnsembleScheduler instead; this is a bug"
+        ))),
         None => Ok(Box::new(DefaultScheduler::start(name, instances, DEFAULT_MAX_QUEUE_SIZE, stats)?)),
     }
 }
