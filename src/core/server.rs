@@ -1,9 +1,10 @@
 //! `Server`: health, metadata, inference, repository control and statistics, independent of transport.
 
-use crate::backend::{BackendConfig, BackendRegistry};
+use crate::backend::{BackendConfig, BackendRegistry, ExecResult, ExecTimings};
 use crate::core::classification::classify;
 use crate::core::lifecycle::{IndexEntry, LoadOptions, LoadedModel, ModelManager};
 use crate::core::repository::RepoOptions;
+use crate::core::scheduler::ensemble::StepRunner;
 use crate::core::scheduler::Job;
 use crate::core::stats::{FailureReason, StatsSnapshot};
 use crate::core::types::{InferRequest, InferResponse, Parameters, Tensor};
@@ -12,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::proto::inference::ModelConfig;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Triton's `--model-control-mode`.
@@ -117,11 +118,14 @@ pub fn parse_version(v: &str) -> Result<Option<i64>> {
 impl Server {
     pub fn new(opts: ServerOptions) -> Server {
         let backends = BackendRegistry::new(&opts.backend_config);
-        let models =
-            Arc::new(ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads));
-        Server {
-            inner: Arc::new(Inner { opts, models, started: AtomicBool::new(false), accepting: AtomicBool::new(true) }),
-        }
+        // Ensembles run their steps through this server; a weak handle keeps the models from owning it.
+        let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
+            let steps = Arc::new(StepsThroughServer(me.clone()));
+            let models = ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads)
+                .with_ensembles(steps, opts.control_mode == ControlMode::Explicit);
+            Inner { opts, models: Arc::new(models), started: AtomicBool::new(false), accepting: AtomicBool::new(true) }
+        });
+        Server { inner }
     }
 
     /// Loads the start-up models as the control mode says. Failures leave those models UNAVAILABLE;
@@ -215,8 +219,7 @@ impl Server {
     /// Unloads every model, waiting for queued and running requests to finish and for the backends'
     /// finalizers to run.
     pub async fn unload_all(&self) {
-        let names = self.inner.models.known_models();
-        futures_util::future::join_all(names.iter().map(|n| self.inner.models.unload(n))).await;
+        self.inner.models.unload_all().await;
     }
 
     pub fn metadata(&self) -> ServerMetadata {
@@ -264,6 +267,11 @@ impl Server {
 
     /// Runs one inference: validate, queue to an instance, wait, post-process (reshape, classification).
     pub async fn infer(&self, req: InferRequest) -> Result<InferResponse> {
+        self.infer_timed(req).await.map(|(r, _)| r)
+    }
+
+    /// [`Self::infer`], also returning the execution's compute times (an ensemble adds up its steps').
+    async fn infer_timed(&self, req: InferRequest) -> Result<(InferResponse, ExecTimings)> {
         let start = Instant::now();
         let model = self.inner.models.get(&req.model_name, req.model_version)?;
         let result = self.infer_on(&model, req).await;
@@ -284,7 +292,7 @@ impl Server {
         &self,
         model: &Arc<LoadedModel>,
         req: InferRequest,
-    ) -> std::result::Result<InferResponse, (Error, FailureReason)> {
+    ) -> std::result::Result<(InferResponse, ExecTimings), (Error, FailureReason)> {
         let other = |e: Error| (e, FailureReason::Other);
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
@@ -323,13 +331,14 @@ impl Server {
             }
             outputs.push(t);
         }
-        Ok(InferResponse {
+        let response = InferResponse {
             model_name: model.name.clone(),
             model_version: model.version,
             id,
             outputs,
             parameters: Parameters::new(),
-        })
+        };
+        Ok((response, result.timings))
     }
 
     pub fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
@@ -381,6 +390,21 @@ impl Server {
                 Ok(loaded.iter().filter(|m| m.name == n && version.is_none_or(|v| v == m.version)).map(snap).collect())
             }
         }
+    }
+}
+
+/// Runs ensemble steps through [`Server::infer`], so a composing model's validation, scheduler and
+/// statistics apply to them as to any request.
+struct StepsThroughServer(Weak<Inner>);
+
+impl StepRunner for StepsThroughServer {
+    fn run(&self, req: InferRequest) -> futures_util::future::BoxFuture<'static, Result<ExecResult>> {
+        let inner = self.0.upgrade();
+        Box::pin(async move {
+            let inner = inner.ok_or_else(|| Error::unavailable("the server is shutting down"))?;
+            let (response, timings) = Server { inner }.infer_timed(req).await?;
+            Ok(ExecResult { outputs: response.outputs, timings })
+        })
     }
 }
 
