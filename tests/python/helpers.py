@@ -24,7 +24,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "model-repos" / "examples"
 BIN = Path(os.environ.get("TRITONRS_BIN", REPO_ROOT / "target" / "debug" / "tritonrs"))
-EXAMPLE_MODELS = ["autocomplete_add", "bytes_identity", "classifier", "multi_version", "simple", "vlen_scale"]
+EXAMPLE_MODELS = ["autocomplete_add", "bytes_identity", "classifier", "classify_logits", "ensemble_classify",
+                  "multi_version", "preprocess", "simple", "vlen_scale"]
 
 _STARTED_RE = re.compile(r"Started HTTPService at (\S+):(\d+)")
 _GRPC_STARTED_RE = re.compile(r"Started GRPCInferenceService at (\S+):(\d+)")

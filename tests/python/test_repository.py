@@ -64,11 +64,13 @@ def test_index_lists_every_model_version(examples_server, client):
 def test_index_ready_filter(examples_server):
     r = examples_server.post("/v2/repository/index", {"ready": True})
     assert r.status == 200
-    assert len(r.json()) == 8 and all(row["state"] == "READY" for row in r.json())
+    # One row per model version: multi_version has three.
+    rows = len(EXAMPLE_MODELS) + 2
+    assert len(r.json()) == rows and all(row["state"] == "READY" for row in r.json())
     r = examples_server.post("/v2/repository/index", {"ready": "yes"})
     assert r.status == 400 and "ready" in r.json()["error"]
     r = examples_server.post("/v2/repository/index", b"")
-    assert r.status == 200 and len(r.json()) == 8
+    assert r.status == 200 and len(r.json()) == rows
 
 
 def test_load_in_mode_none_is_refused(examples_server, client):
@@ -380,7 +382,8 @@ def test_concurrent_loads_of_same_model_all_succeed(start_server, repo):
 def test_load_model_star_loads_everything(start_server):
     s = start_server("--model-repository", EXAMPLES, "--model-control-mode=explicit", "--load-model=*")
     idx = s.client().get_model_repository_index()
-    assert len(idx) == 8 and all(r["state"] == "READY" for r in idx)
+    # One row per model version: multi_version has three.
+    assert len(idx) == len(EXAMPLE_MODELS) + 2 and all(r["state"] == "READY" for r in idx)
 
 
 # ---- version policies -----------------------------------------------------------------------
