@@ -430,3 +430,35 @@ def test_ensembles_of_ensembles_and_circular_ones(start_server, repo):
     assert c.is_model_ready("loop_a") is False and c.is_model_ready("loop_b") is False
     # The server stays responsive after refusing the circle.
     assert c.is_model_ready("outer")
+
+
+def test_validate_checks_ensembles_against_their_composing_models(repo):
+    from helpers import run_cli
+
+    broken_repo(repo)
+    r = run_cli("validate", "--model-repository", str(repo))
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = dict(line[6:].split(": ", 1) if line.startswith("FAIL") else (line[6:], "") for line in r.stdout.splitlines())
+    assert set(lines) == {*BROKEN, *COMPOSING, ENSEMBLE}, r.stdout
+    for name in (*COMPOSING, ENSEMBLE):
+        assert f"OK    {name}" in r.stdout.splitlines()
+    for name, (_, words) in BROKEN.items():
+        if name == "ens_unknown":
+            words = ["no_such_model", "not in the model repositories"]
+        for w in words:
+            assert w in lines[name], (name, lines[name])
+
+
+def test_non_batching_ensemble_over_batching_models(start_server, repo):
+    copy_models(repo, "preprocess")
+    # The ensemble takes a single [4] vector; preprocess batches: the step gets a batch of 1 and the
+    # ensemble answers without the batch dimension, as Triton converts between the two.
+    text = ensemble_config("single", [("preprocess", {"RAW": "INPUT"}, {"NORMALIZED": "OUT"})],
+                           outputs='{ name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] }')
+    write_ensemble(repo, "single", text.replace("max_batch_size: 4", "max_batch_size: 0"))
+    s = start_server("--model-repository", repo)
+    c = s.client()
+    r = c.infer("single", [infer_input(httpclient, "INPUT", RAW[0])])
+    assert r.as_numpy("OUT").tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert c.get_model_metadata("single")["inputs"][0]["shape"] == [4]
+    assert stats_of(c, "preprocess")["inference_count"] == 1

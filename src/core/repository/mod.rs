@@ -349,6 +349,23 @@ fn validate_ensemble(cfg: &ModelConfig) -> Result<()> {
     Ok(())
 }
 
+/// For `tritonrs validate`: checks an ensemble against its composing models' configurations as read
+/// from the repositories (`configs`: every model's configuration, or why it is invalid). The server
+/// makes the same check at load time against the models it serves.
+pub fn check_ensemble_in_repository(cfg: &ModelConfig, configs: &BTreeMap<String, Result<ModelConfig>>) -> Result<()> {
+    let graph = EnsembleGraph::from_config(cfg)?;
+    let mut composing = Vec::with_capacity(graph.steps().len());
+    for (i, step) in graph.steps().iter().enumerate() {
+        let prefix = format!("ensemble '{}': step {i}: composing model '{}'", cfg.name, step.model);
+        match configs.get(&step.model) {
+            Some(Ok(c)) => composing.push(c),
+            Some(Err(e)) => return Err(Error::invalid(format!("{prefix} is invalid: {}", e.message))),
+            None => return Err(Error::invalid(format!("{prefix} is not in the model repositories"))),
+        }
+    }
+    graph.check_composing(cfg, &composing)
+}
+
 /// Reads every output's label file (one label per line).
 pub fn read_labels(cfg: &ModelConfig, dir: &Path) -> Result<HashMap<String, Arc<Vec<String>>>> {
     let mut out = HashMap::new();

@@ -190,3 +190,27 @@ fn an_ensemble_config_is_checked_as_triton_does() {
     let msg = read(&ENSEMBLE.replace(r#"platform: "ensemble""#, r#"backend: "onnxruntime""#));
     assert!(msg.contains("field 'ensemble_scheduling'") && msg.contains("only an ensemble"), "{msg}");
 }
+
+#[test]
+fn validate_checks_an_ensemble_against_the_repository() {
+    let ens = pbtxt::parse_config(ENSEMBLE, "config.pbtxt").unwrap();
+    let m = pbtxt::parse_config(
+        r#"name: "m" backend: "onnxruntime" max_batch_size: 8
+           input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] } ]
+           output [ { name: "O" data_type: TYPE_FP32 dims: [ 4 ] } ]"#,
+        "config.pbtxt",
+    )
+    .unwrap();
+    let mut configs = BTreeMap::new();
+    let msg = check_ensemble_in_repository(&ens, &configs).unwrap_err().message;
+    assert!(msg.contains("composing model 'm' is not in the model repositories"), "{msg}");
+    configs.insert("m".to_string(), Err(Error::invalid("bad config")));
+    let msg = check_ensemble_in_repository(&ens, &configs).unwrap_err().message;
+    assert!(msg.contains("composing model 'm' is invalid: bad config"), "{msg}");
+    configs.insert("m".to_string(), Ok(m.clone()));
+    check_ensemble_in_repository(&ens, &configs).unwrap();
+    let mut renamed = m;
+    renamed.output[0].name = "P".into();
+    configs.insert("m".to_string(), Ok(renamed));
+    assert!(check_ensemble_in_repository(&ens, &configs).unwrap_err().message.contains("no such output"));
+}
