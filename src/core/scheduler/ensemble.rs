@@ -114,8 +114,10 @@ impl Scheduler for EnsembleScheduler {
         self.shared.stats.pending.fetch_add(1, Ordering::Relaxed);
         self.running.fetch_add(1, Ordering::SeqCst);
         let shared = self.shared.clone();
-        let running = self.running.clone();
+        let running = InFlight(self.running.clone());
         self.runtime.spawn(async move {
+            // Counted out even if the task dies, or the lifecycle would wait for it forever.
+            let _running = running;
             shared.stats.pending.fetch_sub(1, Ordering::Relaxed);
             let started = Instant::now();
             let queue_ns = (started - job.enqueued).as_nanos() as u64;
@@ -129,9 +131,17 @@ impl Scheduler for EnsembleScheduler {
                 stats.record_request_compute(queue_ns, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
             }
             let _ = job.reply.send(result);
-            running.fetch_sub(1, Ordering::SeqCst);
         });
         Ok(())
+    }
+}
+
+/// One accepted request in the scheduler's `running` count, for as long as this lives.
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
