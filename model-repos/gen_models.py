@@ -45,6 +45,11 @@ CLASSIFIER_WEIGHTS = [
 
 MULTI_VERSIONS = (1, 2, 3)
 
+# preprocess: NORMALIZED = (RAW - PREPROCESS_OFFSET) * PREPROCESS_SCALE, so raw readings of 1 and 3
+# become the 0 and 1 the classify weights expect (e.g. [3,1,1,1] -> [1,0,0,0] -> cat). Exact in FP32.
+PREPROCESS_OFFSET = 1.0
+PREPROCESS_SCALE = 0.5
+
 
 # ---------------------------------------------------------------------------------------------
 # ONNX graphs
@@ -134,6 +139,40 @@ def model_multi_version(version: int) -> onnx.ModelProto:
         doc_string=f"OUTPUT = INPUT + {version} (INT32, [N, 4]); version {version}",
     )
     return _model(graph, model_version=version)
+
+
+def model_preprocess() -> onnx.ModelProto:
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes=[
+            helper.make_node("Sub", ["RAW", "offset"], ["centered"], name="sub"),
+            helper.make_node("Mul", ["centered", "scale"], ["NORMALIZED"], name="mul"),
+        ],
+        name="preprocess",
+        inputs=[_vi("RAW", f32, ["N", 4])],
+        outputs=[_vi("NORMALIZED", f32, ["N", 4])],
+        initializer=[
+            helper.make_tensor("offset", f32, [], [PREPROCESS_OFFSET]),
+            helper.make_tensor("scale", f32, [], [PREPROCESS_SCALE]),
+        ],
+        doc_string=f"NORMALIZED = (RAW - {PREPROCESS_OFFSET}) * {PREPROCESS_SCALE} (FP32, [N, 4]); first step of ensemble_classify",
+    )
+    return _model(graph)
+
+
+def model_classify_logits() -> onnx.ModelProto:
+    f32 = TensorProto.FLOAT
+    flat = [w for row in CLASSIFIER_WEIGHTS for w in row]
+    graph = helper.make_graph(
+        nodes=[helper.make_node("MatMul", ["FEATURES", "weights"], ["LOGITS"], name="matmul")],
+        name="classify_logits",
+        inputs=[_vi("FEATURES", f32, ["N", 4])],
+        outputs=[_vi("LOGITS", f32, ["N", 5])],
+        initializer=[helper.make_tensor("weights", f32, [4, 5], flat)],
+        doc_string="LOGITS = FEATURES @ weights (FP32, [N, 4] x [4, 5], the classifier's weights); second step of "
+        "ensemble_classify",
+    )
+    return _model(graph)
 
 
 def model_autocomplete_add() -> onnx.ModelProto:
@@ -336,6 +375,23 @@ def config(name: str, max_batch_size: int, inputs, outputs, extra: str = "") -> 
     return text
 
 
+def ensemble_config(name: str, max_batch_size: int, inputs, outputs, steps) -> str:
+    """steps: (model_name, input_map, output_map) tuples; maps are (model tensor, ensemble tensor)."""
+    text = f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: {max_batch_size}\n'
+    text += _tensor_list("input", inputs)
+    text += _tensor_list("output", outputs)
+    blocks = []
+    for model_name, input_map, output_map in steps:
+        lines = ["    {", f'      model_name: "{model_name}"', "      model_version: -1"]
+        for kind, pairs in (("input_map", input_map), ("output_map", output_map)):
+            for key, value in pairs:
+                lines.append(f'      {kind} {{ key: "{key}" value: "{value}" }}')
+        lines.append("    }")
+        blocks.append("\n".join(lines))
+    text += "ensemble_scheduling {\n  step [\n" + ",\n".join(blocks) + "\n  ]\n}\n"
+    return text
+
+
 # ---------------------------------------------------------------------------------------------
 # Repository layout
 # ---------------------------------------------------------------------------------------------
@@ -467,6 +523,48 @@ def repository() -> dict[str, bytes]:
         ),
     )
 
+    # 10-12. ensemble_classify = preprocess -> classify_logits, with the ensemble's own labels.
+    put_model("preprocess", 1, model_preprocess())
+    put_text(
+        "preprocess/config.pbtxt",
+        config(
+            "preprocess",
+            8,
+            [("RAW", "TYPE_FP32", [4], [])],
+            [("NORMALIZED", "TYPE_FP32", [4], [])],
+            extra="dynamic_batching { }\n",
+        ),
+    )
+    put_model("classify_logits", 1, model_classify_logits())
+    put_text(
+        "classify_logits/config.pbtxt",
+        config(
+            "classify_logits",
+            4,
+            [("FEATURES", "TYPE_FP32", [4], [])],
+            [("LOGITS", "TYPE_FP32", [5], [])],
+        ),
+    )
+    put_text(
+        "ensemble_classify/config.pbtxt",
+        ensemble_config(
+            "ensemble_classify",
+            4,
+            [("INPUT", "TYPE_FP32", [4], [])],
+            [
+                ("SCORES", "TYPE_FP32", [5], ['label_filename: "labels.txt"']),
+                ("NORMALIZED", "TYPE_FP32", [4], []),
+            ],
+            [
+                ("preprocess", [("RAW", "INPUT")], [("NORMALIZED", "NORMALIZED")]),
+                ("classify_logits", [("FEATURES", "NORMALIZED")], [("LOGITS", "SCORES")]),
+            ],
+        ),
+    )
+    put_text("ensemble_classify/labels.txt", "".join(label + "\n" for label in CLASSIFIER_LABELS))
+    # An ensemble's version folder holds no files; git keeps the folder only with something in it.
+    put_text("ensemble_classify/1/.gitkeep", "")
+
     return files
 
 
@@ -481,6 +579,9 @@ MODEL_DIRS = [
     "batched_scale",
     "sequence_accumulate",
     "sequence_state",
+    "preprocess",
+    "classify_logits",
+    "ensemble_classify",
 ]
 
 
@@ -628,6 +729,17 @@ def run_checks(out: str) -> None:
     )
     assert total.tolist() == [14] and state.tolist() == [14]
 
+    # preprocess, classify_logits, and ensemble_classify as their composition
+    raw = np.array([[3, 1, 1, 1], [1, 3, 1, 1], [1, 1, 3, 1], [1, 1, 1, 3]], dtype=np.float32)
+    (norm,) = session("preprocess").run(None, {"RAW": raw})
+    np.testing.assert_array_equal(norm, (raw - np.float32(PREPROCESS_OFFSET)) * np.float32(PREPROCESS_SCALE))
+    np.testing.assert_array_equal(norm, np.eye(4, dtype=np.float32))
+    (logits,) = session("classify_logits").run(None, {"FEATURES": norm})
+    np.testing.assert_array_equal(logits, norm @ w)
+    assert [CLASSIFIER_LABELS[i] for i in np.argmax(logits, axis=1)] == ["cat", "dog", "bird", "fish"]
+    with open(os.path.join(out, "ensemble_classify", "labels.txt")) as f:
+        assert f.read().splitlines() == CLASSIFIER_LABELS
+
     # Every config.pbtxt parses as Triton's ModelConfig (the proto ships in tritonclient[grpc]).
     try:
         from google.protobuf import text_format
@@ -638,7 +750,12 @@ def run_checks(out: str) -> None:
         for rel in sorted(expected):
             if rel.endswith("config.pbtxt"):
                 cfg = text_format.Parse(expected[rel].decode(), mc.ModelConfig())
-                assert cfg.name == rel.split("/")[0] and cfg.backend == "onnxruntime", rel
+                assert cfg.name == rel.split("/")[0], rel
+                if cfg.platform == "ensemble":
+                    steps = cfg.ensemble_scheduling.step
+                    assert steps and all(s.model_name in MODEL_DIRS for s in steps), rel
+                else:
+                    assert cfg.backend == "onnxruntime", rel
                 assert cfg.input and cfg.output, rel
 
     for rel in sorted(expected):

@@ -46,18 +46,38 @@ fn validate(args: ValidateArgs) -> ExitCode {
     for e in &errors {
         println!("ERROR {}", e.message);
     }
-    for (name, dir) in &models {
-        let result = dir.as_ref().map_err(Clone::clone).and_then(|d| {
-            let cfg = repository::read_model_config(d, name, &opts, None)?;
-            let versions = repository::list_versions(d);
-            if repository::VersionPolicy::from_config(&cfg).select(&versions).is_empty() {
-                return Err(tritonrs::error::Error::invalid(format!(
-                    "model '{name}' has no version folders to serve in '{}'",
-                    d.display()
-                )));
+    let mut results: std::collections::BTreeMap<String, tritonrs::error::Result<_>> = models
+        .iter()
+        .map(|(name, dir)| {
+            let result = dir.as_ref().map_err(Clone::clone).and_then(|d| {
+                let cfg = repository::read_model_config(d, name, &opts, None)?;
+                let versions = repository::list_versions(d);
+                if repository::VersionPolicy::from_config(&cfg).select(&versions).is_empty() {
+                    return Err(tritonrs::error::Error::invalid(format!(
+                        "model '{name}' has no version folders to serve in '{}'",
+                        d.display()
+                    )));
+                }
+                Ok(cfg)
+            });
+            (name.clone(), result)
+        })
+        .collect();
+    // Ensembles are checked against their composing models' configurations, as the server does when
+    // it loads them.
+    let ensemble_errors: Vec<(String, tritonrs::error::Error)> = results
+        .iter()
+        .filter_map(|(name, r)| match r {
+            Ok(cfg) if cfg.platform == "ensemble" => {
+                repository::check_ensemble_in_repository(cfg, &results).err().map(|e| (name.clone(), e))
             }
-            Ok(cfg)
-        });
+            _ => None,
+        })
+        .collect();
+    for (name, e) in ensemble_errors {
+        results.insert(name, Err(e));
+    }
+    for (name, result) in results {
         match result {
             Ok(cfg) => {
                 println!("OK    {name}");

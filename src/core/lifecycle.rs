@@ -1,9 +1,13 @@
 //! Model lifecycle: every model version's state (LOADING → READY → UNLOADING / UNAVAILABLE, with a
 //! reason), background loads on a bounded pool, and swapping a new version in only once it is READY.
+//! Ensembles depend on their composing models; `ensemble` keeps the two in step.
+
+mod ensemble;
 
 use crate::backend::{BackendRegistry, InstanceKind, InstanceSpec, ModelContext};
 use crate::core::rate_limiter::{Limited, Needs, RateLimiter, ResourceKey};
 use crate::core::repository::{self, RepoOptions, VersionPolicy};
+use crate::core::scheduler::ensemble::StepRunner;
 use crate::core::scheduler::{self, Scheduler};
 use crate::core::stats::ModelStats;
 use crate::core::validate::ModelIo;
@@ -11,7 +15,7 @@ use crate::core::warmup;
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::inference::{model_instance_group::Kind, ModelConfig, ModelRateLimiter};
 use parking_lot::RwLock;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,6 +86,14 @@ struct ModelEntry {
     unloaded: bool,
     /// Holds model files given through the load API until the model is replaced or unloaded.
     _files: Option<Arc<tempfile::TempDir>>,
+    /// For an ensemble, its composing models (from the last configuration read); empty otherwise.
+    composing: BTreeSet<String>,
+    /// The composing models an ensemble is down for: it loads again as soon as one of them serves
+    /// (Triton reloads dependents the same way).
+    awaiting_composing: BTreeSet<String>,
+    /// Increases with every version swapped in, across all models: an ensemble older than its
+    /// composing model was checked against that model's previous configuration.
+    generation: u64,
 }
 
 /// One row of the repository index.
@@ -114,6 +126,16 @@ pub struct ModelManager {
     locks: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Set with `--rate-limit execution_count`.
     limiter: Option<Arc<RateLimiter>>,
+    /// Runs ensemble steps through the server's inference path.
+    steps: Arc<dyn StepRunner>,
+    /// Explicit model control: loading an ensemble also (re)loads its composing models that do not
+    /// serve, as Triton does. In the other modes the repository decides what loads, so an ensemble only
+    /// loads a composing model nobody has tried to load yet.
+    load_composing: bool,
+    /// Ensemble load → the model it waits for, so that circular dependencies fail instead of deadlocking.
+    waits: parking_lot::Mutex<HashMap<String, String>>,
+    /// The last generation handed out (see `ModelEntry::generation`).
+    generations: std::sync::atomic::AtomicU64,
 }
 
 impl ModelManager {
@@ -126,12 +148,24 @@ impl ModelManager {
             load_slots: tokio::sync::Semaphore::new(load_threads.max(1)),
             locks: parking_lot::Mutex::new(HashMap::new()),
             limiter: None,
+            steps: Arc::new(ensemble::NoSteps),
+            load_composing: false,
+            waits: parking_lot::Mutex::new(HashMap::new()),
+            generations: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
     /// Makes every instance whose group has a `rate_limiter` hold its resources while it executes.
     pub fn with_rate_limiter(mut self, limiter: Option<Arc<RateLimiter>>) -> Self {
         self.limiter = limiter;
+        self
+    }
+
+    /// Lets ensembles run: `steps` runs their steps, and `load_composing` says whether loading an
+    /// ensemble may (re)load composing models that do not serve (explicit model control).
+    pub fn with_ensembles(mut self, steps: Arc<dyn StepRunner>, load_composing: bool) -> Self {
+        self.steps = steps;
+        self.load_composing = load_composing;
         self
     }
 
@@ -155,7 +189,15 @@ impl ModelManager {
                 }
             }
             None => entry.versions.values().rev().find_map(|s| s.model.clone()).ok_or_else(|| {
-                Error::unavailable(format!("Request for unknown model: '{name}' has no available versions"))
+                // Say why when the index knows (e.g. an ensemble whose composing model went away).
+                let why = entry
+                    .error
+                    .as_deref()
+                    .or_else(|| entry.versions.values().next_back().map(|s| s.reason.as_str()))
+                    .filter(|r| !r.is_empty())
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default();
+                Error::unavailable(format!("Request for unknown model: '{name}' has no available versions{why}"))
             }),
         }
     }
@@ -266,14 +308,22 @@ impl ModelManager {
     /// each in once READY, and unloads versions the policy no longer selects. Serving continues from the
     /// old versions until then.
     pub async fn load(self: &Arc<Self>, name: &str, opts: LoadOptions) -> Result<()> {
-        self.load_with(name, opts, false).await
+        let result = self.load_with(name, opts, false).await;
+        self.composing_changed(name, None).await;
+        result
     }
 
     /// Loads a model the server was told to serve at start-up (`--load-model`, or every model in the
     /// repositories). Unlike an API load, a name that matches no model folder is remembered as
     /// UNAVAILABLE, so the index and strict readiness show the missing model.
     pub async fn load_requested(self: &Arc<Self>, name: &str) -> Result<()> {
-        self.load_with(name, LoadOptions::default(), true).await
+        // An ensemble that loaded first may have loaded this model already, as its composing model.
+        if self.serving_unchanged(name) {
+            return Ok(());
+        }
+        let result = self.load_with(name, LoadOptions::default(), true).await;
+        self.composing_changed(name, None).await;
+        result
     }
 
     async fn load_with(self: &Arc<Self>, name: &str, opts: LoadOptions, remember_missing: bool) -> Result<()> {
@@ -281,11 +331,17 @@ impl ModelManager {
             return Err(Error::invalid(format!("'{name}' is not a valid model name")));
         }
         let _turn = self.lock_model(name).await;
+        self.load_holding_lock(name, opts, remember_missing).await
+    }
+
+    /// [`Self::load_with`] for a caller that already holds the model's lock.
+    async fn load_holding_lock(self: &Arc<Self>, name: &str, opts: LoadOptions, remember_missing: bool) -> Result<()> {
         {
             let mut table = self.table.write();
             let entry = table.entry(name.to_string()).or_default();
             entry.loading = true;
             entry.unloaded = false;
+            entry.awaiting_composing.clear();
         }
         let result = self.load_inner(name, opts).await;
         let mut table = self.table.write();
@@ -361,6 +417,15 @@ impl ModelManager {
             let e = Error::invalid(format!("model '{name}' has no version folders to serve in '{}'", dir.display()));
             return Err(self.model_failed(name, fingerprint, e));
         }
+        // An ensemble's versions load once its composing models serve and it fits their configurations.
+        let ensemble = if cfg.platform == "ensemble" {
+            match self.prepare_ensemble(name, &cfg).await {
+                Ok(plan) => Some(plan),
+                Err(e) => return Err(self.model_failed(name, fingerprint, e)),
+            }
+        } else {
+            None
+        };
         {
             let mut table = self.table.write();
             let entry = table.entry(name.to_string()).or_default();
@@ -378,8 +443,12 @@ impl ModelManager {
         for &v in &wanted {
             let this = self.clone();
             let (cfg, dir, labels, name) = (cfg.clone(), dir.clone(), labels.clone(), name.to_string());
+            let ensemble = ensemble.clone();
             tasks.push(tokio::spawn(async move {
                 let _permit = this.load_slots.acquire().await;
+                if let Some(plan) = ensemble {
+                    return (v, ensemble::load_version(&name, v, cfg, &dir, labels, &plan, this.steps.clone()));
+                }
                 let worker = this.clone();
                 let res = tokio::task::spawn_blocking(move || {
                     load_version(&worker.backends, worker.limiter.as_ref(), &name, v, cfg, &dir, labels)
@@ -407,6 +476,7 @@ impl ModelManager {
                     }
                     slot.state = ModelState::Ready;
                     slot.reason.clear();
+                    entry.generation = self.generations.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                 }
                 Err(e) => {
                     tracing::error!("Model '{name}' version {v} failed to load: {}", e.message);
@@ -466,19 +536,64 @@ impl ModelManager {
     }
 
     /// Unloads every version of a model and waits until it is gone: the versions are UNLOADING while
-    /// requests already queued or running finish on the old instances, then UNAVAILABLE.
-    pub async fn unload(&self, name: &str) -> Result<()> {
+    /// requests already queued or running finish on the old instances, then UNAVAILABLE. Ensembles that
+    /// use the model stop serving too.
+    pub async fn unload(self: &Arc<Self>, name: &str) -> Result<()> {
+        let result = self.unload_with(name, None).await;
+        self.composing_changed(name, None).await;
+        result
+    }
+
+    /// Unloads every model (at shutdown), ensembles before the models they use, so that requests in
+    /// flight through an ensemble can still run their remaining steps.
+    pub async fn unload_all(&self) {
+        let mut remaining: BTreeSet<String> = self.known_models().into_iter().collect();
+        while !remaining.is_empty() {
+            let wave: Vec<String> = {
+                let table = self.table.read();
+                let used: BTreeSet<&str> = remaining
+                    .iter()
+                    .filter_map(|n| table.get(n))
+                    .flat_map(|e| e.composing.iter().map(String::as_str))
+                    .collect();
+                let free: Vec<String> = remaining.iter().filter(|n| !used.contains(n.as_str())).cloned().collect();
+                // Only a circle of ensembles (which never loads) leaves nothing free.
+                if free.is_empty() {
+                    remaining.iter().cloned().collect()
+                } else {
+                    free
+                }
+            };
+            futures_util::future::join_all(wave.iter().map(|n| self.unload_with(n, None))).await;
+            for n in &wave {
+                remaining.remove(n);
+            }
+        }
+    }
+
+    /// Unloads a model; `because` names the composing model whose loss takes an ensemble down (it then
+    /// loads again when that model serves), `None` for an unload on purpose.
+    async fn unload_with(&self, name: &str, because: Option<&str>) -> Result<()> {
         let _turn = self.lock_model(name).await;
         let mut retired = Vec::new();
+        let reason = match because {
+            Some(m) => format!("unloaded: composing model '{m}' is not available"),
+            None => "unloaded".to_string(),
+        };
         {
             let mut table = self.table.write();
             let Some(entry) = table.get_mut(name) else {
                 return Err(Error::not_found(format!("failed to unload '{name}': unknown model")));
             };
             entry.unloaded = true;
+            entry.awaiting_composing = because.map(|m| BTreeSet::from([m.to_string()])).unwrap_or_default();
             entry.error = None;
-            entry.fingerprint = None;
-            entry._files = None;
+            if because.is_none() {
+                // An ensemble taken down by a composing model keeps them: poll mode must not see it as
+                // changed, and it loads again from the same files.
+                entry.fingerprint = None;
+                entry._files = None;
+            }
             for slot in entry.versions.values_mut() {
                 slot.wanted = false;
                 slot.state = match slot.model.take() {
@@ -488,12 +603,15 @@ impl ModelManager {
                     }
                     None => ModelState::Unavailable,
                 };
-                slot.reason = "unloaded".into();
+                slot.reason = reason.clone();
             }
         }
         retire(retired).await;
         self.finish_unloading(name);
-        tracing::info!("Model '{name}' is unloaded.");
+        match because {
+            Some(m) => tracing::info!("Model '{name}' is unloaded because its composing model '{m}' is not available."),
+            None => tracing::info!("Model '{name}' is unloaded."),
+        }
         Ok(())
     }
 
@@ -507,9 +625,10 @@ impl ModelManager {
     }
 
     /// Forgets a model that vanished from the repositories (poll mode).
-    pub async fn remove(&self, name: &str) -> Result<()> {
-        let r = self.unload(name).await;
+    pub async fn remove(self: &Arc<Self>, name: &str) -> Result<()> {
+        let r = self.unload_with(name, None).await;
         self.table.write().remove(name);
+        self.composing_changed(name, None).await;
         match r {
             Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
             other => other,

@@ -1,11 +1,12 @@
 //! `Server`: health, metadata, inference, repository control and statistics, independent of transport.
 
-use crate::backend::{BackendConfig, BackendRegistry};
+use crate::backend::{BackendConfig, BackendRegistry, ExecResult, ExecTimings};
 use crate::core::cache::{self, ResponseCache};
 use crate::core::classification::classify;
 use crate::core::lifecycle::{IndexEntry, LoadOptions, LoadedModel, ModelManager};
 use crate::core::rate_limiter::RateLimiter;
 use crate::core::repository::RepoOptions;
+use crate::core::scheduler::ensemble::StepRunner;
 use crate::core::scheduler::Job;
 use crate::core::stats::{FailureReason, StatsSnapshot};
 use crate::core::trace::{Activity, Trace, TraceSettings, TraceUpdate, Tracer};
@@ -15,7 +16,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::proto::inference::ModelConfig;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Triton's `--model-control-mode`.
@@ -135,21 +136,23 @@ impl Server {
     pub fn new(opts: ServerOptions) -> Server {
         let backends = BackendRegistry::new(&opts.backend_config);
         let limiter = opts.rate_limit.as_ref().map(|fixed| Arc::new(RateLimiter::new(fixed)));
-        let models = Arc::new(
-            ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads)
-                .with_rate_limiter(limiter),
-        );
         let tracer = Tracer::new(opts.trace.clone());
-        Server {
-            inner: Arc::new(Inner {
+        // Ensembles run their steps through this server; a weak handle keeps the models from owning it.
+        let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
+            let steps = Arc::new(StepsThroughServer(me.clone()));
+            let models = ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads)
+                .with_rate_limiter(limiter)
+                .with_ensembles(steps, opts.control_mode == ControlMode::Explicit);
+            Inner {
                 cache: opts.cache_bytes.map(ResponseCache::new),
                 opts,
-                models,
+                models: Arc::new(models),
                 started: AtomicBool::new(false),
                 accepting: AtomicBool::new(true),
                 tracer,
-            }),
-        }
+            }
+        });
+        Server { inner }
     }
 
     /// Loads the start-up models as the control mode says. Failures leave those models UNAVAILABLE;
@@ -243,8 +246,7 @@ impl Server {
     /// Unloads every model, waiting for queued and running requests to finish and for the backends'
     /// finalizers to run.
     pub async fn unload_all(&self) {
-        let names = self.inner.models.known_models();
-        futures_util::future::join_all(names.iter().map(|n| self.inner.models.unload(n))).await;
+        self.inner.models.unload_all().await;
     }
 
     pub fn metadata(&self) -> ServerMetadata {
@@ -297,7 +299,17 @@ impl Server {
 
     /// [`Server::infer`] for a request the front-end sampled for tracing: the core adds the model and
     /// REQUEST_START, QUEUE_START, COMPUTE_* and REQUEST_END to `trace`.
-    pub async fn infer_traced(&self, req: InferRequest, mut trace: Option<&mut Trace>) -> Result<InferResponse> {
+    pub async fn infer_traced(&self, req: InferRequest, trace: Option<&mut Trace>) -> Result<InferResponse> {
+        self.infer_timed(req, trace).await.map(|(r, _)| r)
+    }
+
+    /// [`Self::infer_traced`], also returning the execution's compute times (an ensemble adds up its
+    /// steps').
+    async fn infer_timed(
+        &self,
+        req: InferRequest,
+        mut trace: Option<&mut Trace>,
+    ) -> Result<(InferResponse, ExecTimings)> {
         let start = Instant::now();
         let model = self.inner.models.get(&req.model_name, req.model_version)?;
         if let Some(t) = trace.as_deref_mut() {
@@ -326,7 +338,7 @@ impl Server {
         model: &Arc<LoadedModel>,
         req: InferRequest,
         trace: Option<&mut Trace>,
-    ) -> std::result::Result<InferResponse, (Error, FailureReason)> {
+    ) -> std::result::Result<(InferResponse, ExecTimings), (Error, FailureReason)> {
         let other = |e: Error| (e, FailureReason::Other);
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
@@ -338,7 +350,8 @@ impl Server {
                     .map_err(other)?;
                 if let Some(outputs) = c.lookup(&key) {
                     model.stats.cache_hit.add(t.elapsed().as_nanos() as u64);
-                    return self.respond(model, id, &prepared.outputs, outputs).map_err(other);
+                    let response = self.respond(model, id, &prepared.outputs, outputs).map_err(other)?;
+                    return Ok((response, ExecTimings::default()));
                 }
                 Some((c, key, t.elapsed()))
             }
@@ -374,7 +387,8 @@ impl Server {
             c.insert(key, result.outputs.clone());
             model.stats.cache_miss.add((lookup + t.elapsed()).as_nanos() as u64);
         }
-        self.respond(model, id, &prepared.outputs, result.outputs).map_err(other)
+        let response = self.respond(model, id, &prepared.outputs, result.outputs).map_err(other)?;
+        Ok((response, result.timings))
     }
 
     /// Whether a model version uses the response cache: enabled in its config and on the server.
@@ -499,6 +513,21 @@ fn stamp_execution(t: &mut Trace, enqueued: Instant, timings: &crate::backend::E
         t.stamp(Activity::ComputeInputEnd, input_end);
         t.stamp(Activity::ComputeOutputStart, output_start);
         t.stamp(Activity::ComputeEnd, output_start + Duration::from_nanos(timings.compute_output_ns));
+    }
+}
+
+/// Runs ensemble steps through [`Server::infer`], so a composing model's validation, scheduler and
+/// statistics apply to them as to any request.
+struct StepsThroughServer(Weak<Inner>);
+
+impl StepRunner for StepsThroughServer {
+    fn run(&self, req: InferRequest) -> futures_util::future::BoxFuture<'static, Result<ExecResult>> {
+        let inner = self.0.upgrade();
+        Box::pin(async move {
+            let inner = inner.ok_or_else(|| Error::unavailable("the server is shutting down"))?;
+            let (response, timings) = Server { inner }.infer_timed(req, None).await?;
+            Ok(ExecResult { outputs: response.outputs, timings })
+        })
     }
 }
 

@@ -5,6 +5,7 @@ pub mod autocomplete;
 pub mod pbtxt;
 pub mod version_policy;
 
+use crate::core::scheduler::ensemble::graph::EnsembleGraph;
 use crate::error::{Error, Result};
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::model_sequence_batching::StrategyChoice;
@@ -206,6 +207,12 @@ fn normalize(cfg: &mut ModelConfig) {
             })),
         });
     }
+    if cfg.platform == "ensemble" {
+        // An ensemble has no instances and no optimization settings (Triton refuses both); like
+        // Triton, it reports a non-decoupled transaction policy.
+        cfg.model_transaction_policy.get_or_insert_with(Default::default);
+        return;
+    }
     // Triton always reports pinned host buffers as enabled unless the config says otherwise.
     let opt = cfg.optimization.get_or_insert_with(Default::default);
     let pinned = || Some(model_optimization_policy::PinnedMemoryBuffer { enable: true });
@@ -253,10 +260,15 @@ fn normalize(cfg: &mut ModelConfig) {
 /// Checks a completed configuration for the mistakes Triton rejects at load time.
 pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
     let ctx = |field: &str, msg: String| Error::invalid(format!("model '{}': field '{field}': {msg}", cfg.name));
-    if cfg.platform == "ensemble" {
-        return Err(ctx("platform", "ensemble models are not supported by this build yet".into()));
-    }
-    if !SUPPORTED_BACKENDS.contains(&cfg.backend.as_str()) {
+    let ensemble = cfg.platform == "ensemble";
+    if ensemble {
+        validate_ensemble(cfg)?;
+    } else if matches!(cfg.scheduling_choice, Some(SchedulingChoice::EnsembleScheduling(_))) {
+        return Err(ctx(
+            "ensemble_scheduling",
+            format!("only an ensemble (platform \"ensemble\") may set it, not platform '{}'", cfg.platform),
+        ));
+    } else if !SUPPORTED_BACKENDS.contains(&cfg.backend.as_str()) {
         return Err(ctx(
             "backend",
             format!(
@@ -334,6 +346,41 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The checks Triton makes on an ensemble's configuration alone: what an ensemble may not set, and its
+/// data flow (see [`EnsembleGraph::from_config`]). The checks against the composing models' own
+/// configurations happen when it loads, once they serve.
+fn validate_ensemble(cfg: &ModelConfig) -> Result<()> {
+    let ctx = |field: &str, msg: &str| Error::invalid(format!("model '{}': field '{field}': {msg}", cfg.name));
+    if !cfg.instance_group.is_empty() {
+        return Err(ctx("instance_group", "an ensemble has no instances; remove 'instance_group'"));
+    }
+    if cfg.optimization.is_some() {
+        return Err(ctx("optimization", "an ensemble cannot set 'optimization'"));
+    }
+    if !cfg.model_warmup.is_empty() {
+        return Err(ctx("model_warmup", "an ensemble cannot set 'model_warmup'"));
+    }
+    EnsembleGraph::from_config(cfg).map_err(|e| ctx("ensemble_scheduling", &e.message))?;
+    Ok(())
+}
+
+/// For `tritonrs validate`: checks an ensemble against its composing models' configurations as read
+/// from the repositories (`configs`: every model's configuration, or why it is invalid). The server
+/// makes the same check at load time against the models it serves.
+pub fn check_ensemble_in_repository(cfg: &ModelConfig, configs: &BTreeMap<String, Result<ModelConfig>>) -> Result<()> {
+    let graph = EnsembleGraph::from_config(cfg)?;
+    let mut composing = Vec::with_capacity(graph.steps().len());
+    for (i, step) in graph.steps().iter().enumerate() {
+        let prefix = format!("ensemble '{}': step {i}: composing model '{}'", cfg.name, step.model);
+        match configs.get(&step.model) {
+            Some(Ok(c)) => composing.push(c),
+            Some(Err(e)) => return Err(Error::invalid(format!("{prefix} is invalid: {}", e.message))),
+            None => return Err(Error::invalid(format!("{prefix} is not in the model repositories"))),
+        }
+    }
+    graph.check_composing(cfg, &composing)
 }
 
 /// Reads every output's label file (one label per line).

@@ -151,3 +151,66 @@ fn labels_and_fingerprint() {
     fs::create_dir_all(tmp.path().join("2")).unwrap();
     assert_ne!(before, fingerprint(tmp.path()));
 }
+
+const ENSEMBLE: &str = r#"name: "ens" platform: "ensemble" max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ { model_name: "m" model_version: -1 input_map { key: "I" value: "IN" }
+  output_map { key: "O" value: "OUT" } } ] }
+"#;
+
+#[test]
+fn an_ensemble_config_gets_no_instances_or_optimization() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ens");
+    write(&dir.join("config.pbtxt"), ENSEMBLE);
+    let cfg = read_model_config(&dir, "ens", &RepoOptions::default(), None).unwrap();
+    assert_eq!(cfg.backend, "");
+    assert!(cfg.instance_group.is_empty());
+    assert!(cfg.optimization.is_none());
+    assert!(cfg.default_model_filename.is_empty());
+    assert_eq!(cfg.model_transaction_policy, Some(Default::default()));
+    assert_eq!(VersionPolicy::from_config(&cfg), VersionPolicy::Latest(1));
+}
+
+#[test]
+fn an_ensemble_config_is_checked_as_triton_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ens");
+    let read = |text: &str| {
+        write(&dir.join("config.pbtxt"), text);
+        read_model_config(&dir, "ens", &RepoOptions::default(), None).unwrap_err().message
+    };
+    let msg = read(&format!("{ENSEMBLE}instance_group [ {{ count: 2 }} ]"));
+    assert!(msg.contains("field 'instance_group'") && msg.contains("no instances"), "{msg}");
+    let msg = read(&format!("{ENSEMBLE}optimization {{ input_pinned_memory {{ enable: false }} }}"));
+    assert!(msg.contains("field 'optimization'"), "{msg}");
+    let msg = read(&ENSEMBLE.replace(r#"value: "IN" }"#, r#"value: "elsewhere" }"#));
+    assert!(msg.contains("field 'ensemble_scheduling'") && msg.contains("'elsewhere'"), "{msg}");
+    let msg = read(&ENSEMBLE.replace(r#"platform: "ensemble""#, r#"backend: "onnxruntime""#));
+    assert!(msg.contains("field 'ensemble_scheduling'") && msg.contains("only an ensemble"), "{msg}");
+}
+
+#[test]
+fn validate_checks_an_ensemble_against_the_repository() {
+    let ens = pbtxt::parse_config(ENSEMBLE, "config.pbtxt").unwrap();
+    let m = pbtxt::parse_config(
+        r#"name: "m" backend: "onnxruntime" max_batch_size: 8
+           input [ { name: "I" data_type: TYPE_FP32 dims: [ 4 ] } ]
+           output [ { name: "O" data_type: TYPE_FP32 dims: [ 4 ] } ]"#,
+        "config.pbtxt",
+    )
+    .unwrap();
+    let mut configs = BTreeMap::new();
+    let msg = check_ensemble_in_repository(&ens, &configs).unwrap_err().message;
+    assert!(msg.contains("composing model 'm' is not in the model repositories"), "{msg}");
+    configs.insert("m".to_string(), Err(Error::invalid("bad config")));
+    let msg = check_ensemble_in_repository(&ens, &configs).unwrap_err().message;
+    assert!(msg.contains("composing model 'm' is invalid: bad config"), "{msg}");
+    configs.insert("m".to_string(), Ok(m.clone()));
+    check_ensemble_in_repository(&ens, &configs).unwrap();
+    let mut renamed = m;
+    renamed.output[0].name = "P".into();
+    configs.insert("m".to_string(), Ok(renamed));
+    assert!(check_ensemble_in_repository(&ens, &configs).unwrap_err().message.contains("no such output"));
+}

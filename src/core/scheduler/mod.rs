@@ -4,10 +4,13 @@
 //! - [`DefaultScheduler`]: one bounded FIFO, each request executed alone.
 //! - [`dynamic::DynamicBatcher`]: `dynamic_batching`, merging queued requests into batches.
 //! - [`sequence::SequenceBatcher`]: `sequence_batching`, for stateful models.
+//! - [`ensemble::EnsembleScheduler`]: `ensemble_scheduling`, a pipeline of other models (no instances;
+//!   the model lifecycle starts it once the composing models serve).
 
 pub mod batch;
 mod default;
 pub mod dynamic;
+pub mod ensemble;
 pub mod sequence;
 
 pub use default::DefaultScheduler;
@@ -99,9 +102,10 @@ pub fn start(
             let policy = sequence::policy::SequencePolicy::from_config(cfg, s, model_dir)?;
             Ok(Box::new(sequence::SequenceBatcher::start(name, cfg, policy, instances, stats)?))
         }
-        Some(SchedulingChoice::EnsembleScheduling(_)) => {
-            Err(Error::unsupported(format!("model '{name}': ensemble_scheduling is not supported by this server yet")))
-        }
+        Some(SchedulingChoice::EnsembleScheduling(_)) => Err(Error::internal(format!(
+            "model '{name}': an ensemble has no instances to schedule; the model lifecycle starts its \
+             EnsembleScheduler instead; this is a bug"
+        ))),
         None => Ok(Box::new(DefaultScheduler::start(name, instances, DEFAULT_MAX_QUEUE_SIZE, stats)?)),
     }
 }
