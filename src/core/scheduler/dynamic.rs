@@ -6,6 +6,7 @@
 //! and finishing instances call `dispatch` under one short lock, handing formed batches straight to idle
 //! instance threads; one timer thread wakes only when a queue delay or a request timeout falls due.
 
+use super::timer::{self, Alarm};
 use super::{batch, execute, Job, Scheduler, DEFAULT_MAX_QUEUE_SIZE};
 use crate::backend::{ExecRequest, ExecResult, ModelInstance};
 use crate::core::stats::ModelStats;
@@ -326,10 +327,8 @@ struct State {
     idle: usize,
     /// The next submission number.
     seq: u64,
-    /// When the timer thread should next look at the queue.
-    wake_at: Option<Instant>,
-    /// Cleared when the batcher is dropped: the queue drains, then every thread exits.
-    open: bool,
+    /// When the timer thread looks next, and whether the batcher still accepts requests.
+    alarm: Alarm,
 }
 
 /// The dynamic batcher of one model version.
@@ -354,8 +353,7 @@ impl DynamicBatcher {
                 queue: BatchQueue::new(policy),
                 idle: instances.len(),
                 seq: 0,
-                wake_at: None,
-                open: true,
+                alarm: Alarm::new(),
             }),
             timer: Condvar::new(),
             work_tx,
@@ -400,7 +398,7 @@ impl DynamicBatcher {
 
 impl Drop for DynamicBatcher {
     fn drop(&mut self) {
-        self.shared.state.lock().open = false;
+        self.shared.state.lock().alarm.open = false;
         self.shared.timer.notify_all();
     }
 }
@@ -410,7 +408,7 @@ impl Scheduler for DynamicBatcher {
         let s = &self.shared;
         let now = Instant::now();
         let mut st = s.state.lock();
-        if !st.open {
+        if !st.alarm.open {
             return Err(Error::unavailable(format!("model '{}' is unloading", s.model)));
         }
         let seq = st.seq;
@@ -453,10 +451,7 @@ impl Shared {
             }
         }
         let wake = [wait, st.queue.next_deadline()].into_iter().flatten().min();
-        let rearm = wake.is_some_and(|w| st.wake_at.is_none_or(|cur| w < cur));
-        if rearm {
-            st.wake_at = wake;
-        }
+        let rearm = st.alarm.rearm(wake);
         drop(st);
         if rearm {
             self.timer.notify_one();
@@ -489,20 +484,7 @@ impl Shared {
     /// still queued (only requests whose clients went away: a request in flight keeps its model alive)
     /// and stops the instance threads, which finish their current batch first.
     fn timer_loop(&self) {
-        let mut st = self.state.lock();
-        while st.open {
-            match st.wake_at {
-                Some(t) if t > Instant::now() => {
-                    self.timer.wait_until(&mut st, t);
-                }
-                Some(_) => {
-                    st.wake_at = None;
-                    self.dispatch(st, Instant::now());
-                    st = self.state.lock();
-                }
-                None => self.timer.wait(&mut st),
-            }
-        }
+        let mut st = timer::run(&self.state, &self.timer, |st| &mut st.alarm, |st, now| self.dispatch(st, now));
         let leftovers = st.queue.drain_all();
         drop(st);
         self.stats.pending.fetch_sub(leftovers.len() as i64, Ordering::Relaxed);

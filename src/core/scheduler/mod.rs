@@ -12,6 +12,7 @@ mod default;
 pub mod dynamic;
 pub mod ensemble;
 pub mod sequence;
+mod timer;
 
 pub use default::DefaultScheduler;
 

@@ -13,6 +13,7 @@ pub mod policy;
 pub mod slots;
 
 use super::dynamic::Next;
+use super::timer::{self, Alarm};
 use super::{batch, execute, Job, Scheduler, DEFAULT_MAX_QUEUE_SIZE};
 use crate::backend::{ExecRequest, ExecResult, ModelInstance};
 use crate::core::stats::ModelStats;
@@ -56,10 +57,8 @@ struct Shared {
 struct State {
     /// Slots, sequences, backlog and batch formation.
     table: SlotTable<Job>,
-    /// When the timer thread should next look at the table.
-    wake_at: Option<Instant>,
-    /// Cleared when the batcher is dropped: the queues are answered, then every thread exits.
-    open: bool,
+    /// When the timer thread looks next, and whether the batcher still accepts requests.
+    alarm: Alarm,
 }
 
 /// The sequence batcher of one model version.
@@ -93,7 +92,7 @@ impl SequenceBatcher {
         }
         let shared = Arc::new(Shared {
             model: name.to_string(),
-            state: Mutex::new(State { table, wake_at: None, open: true }),
+            state: Mutex::new(State { table, alarm: Alarm::new() }),
             timer: Condvar::new(),
             work: senders,
             stats,
@@ -118,7 +117,7 @@ impl SequenceBatcher {
             });
             if let Err(e) = spawned {
                 running.fetch_sub(1, Ordering::SeqCst);
-                shared.state.lock().open = false;
+                shared.state.lock().alarm.open = false;
                 shared.stop_instances();
                 return Err(Error::internal(format!("cannot start a thread for an instance of model '{name}': {e}")));
             }
@@ -132,7 +131,7 @@ impl SequenceBatcher {
         });
         if let Err(e) = spawned {
             running.fetch_sub(1, Ordering::SeqCst);
-            shared.state.lock().open = false;
+            shared.state.lock().alarm.open = false;
             shared.stop_instances();
             return Err(Error::internal(format!("cannot start the sequence batcher thread of model '{name}': {e}")));
         }
@@ -142,7 +141,7 @@ impl SequenceBatcher {
 
 impl Drop for SequenceBatcher {
     fn drop(&mut self) {
-        self.shared.state.lock().open = false;
+        self.shared.state.lock().alarm.open = false;
         self.shared.timer.notify_all();
     }
 }
@@ -157,7 +156,7 @@ impl Scheduler for SequenceBatcher {
             s.policy.check_corrid(&s.model, id)?;
         }
         let mut st = s.state.lock();
-        if !st.open {
+        if !st.alarm.open {
             return Err(Error::unavailable(format!("model '{}' is unloading", s.model)));
         }
         let (id, start, end, size) =
@@ -194,10 +193,7 @@ impl Shared {
             }
         }
         let wake = [wait, st.table.next_deadline()].into_iter().flatten().min();
-        let rearm = wake.is_some_and(|w| st.wake_at.is_none_or(|cur| w < cur));
-        if rearm {
-            st.wake_at = wake;
-        }
+        let rearm = st.alarm.rearm(wake);
         drop(st);
         if rearm {
             self.timer.notify_one();
@@ -222,20 +218,7 @@ impl Shared {
     /// answers whatever is still queued (only requests whose clients went away: a request in flight
     /// keeps its model alive) and stops the instance threads after their current batch.
     fn timer_loop(&self) {
-        let mut st = self.state.lock();
-        while st.open {
-            match st.wake_at {
-                Some(t) if t > Instant::now() => {
-                    self.timer.wait_until(&mut st, t);
-                }
-                Some(_) => {
-                    st.wake_at = None;
-                    self.dispatch(st, Instant::now());
-                    st = self.state.lock();
-                }
-                None => self.timer.wait(&mut st),
-            }
-        }
+        let mut st = timer::run(&self.state, &self.timer, |st| &mut st.alarm, |st, now| self.dispatch(st, now));
         let leftovers = st.table.drain_all();
         drop(st);
         self.stats.pending.fetch_sub(leftovers.len() as i64, Ordering::Relaxed);

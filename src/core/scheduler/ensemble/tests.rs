@@ -106,7 +106,8 @@ impl StepRunner for Runner {
             assert_eq!(req.outputs.len(), 1);
             let t = tensor(&req.outputs[0].name, shape, &out);
             fake.seen.lock().outputs.push((req.model_name.clone(), t.data.as_host().unwrap().as_ptr() as usize));
-            let timings = ExecTimings { compute_input_ns: 1, compute_infer_ns: 10, compute_output_ns: 100, started: None };
+            let timings =
+                ExecTimings { compute_input_ns: 1, compute_infer_ns: 10, compute_output_ns: 100, started: None };
             Ok(ExecResult { outputs: vec![t], timings })
         })
     }
