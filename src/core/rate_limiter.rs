@@ -188,6 +188,17 @@ impl ModelInstance for Limited {
         self.limiter.release(&self.needs);
         result
     }
+
+    fn takes_request_lists(&self) -> bool {
+        self.inner.takes_request_lists()
+    }
+
+    fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
+        self.limiter.acquire(&self.needs);
+        let results = crate::core::scheduler::execute_list(&mut *self.inner, reqs);
+        self.limiter.release(&self.needs);
+        results
+    }
 }
 
 #[cfg(test)]

@@ -387,7 +387,8 @@ impl Server {
             c.insert(key, result.outputs.clone());
             model.stats.cache_miss.add((lookup + t.elapsed()).as_nanos() as u64);
         }
-        let response = self.respond(model, id, &prepared.outputs, result.outputs).map_err(other)?;
+        let mut response = self.respond(model, id, &prepared.outputs, result.outputs).map_err(other)?;
+        response.parameters = result.parameters;
         Ok((response, result.timings))
     }
 
@@ -406,15 +407,17 @@ impl Server {
     ) -> Result<InferResponse> {
         let batched = model.io.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(raw.len());
-        for (mut t, req_out) in raw.into_iter().zip(requested.iter()) {
+        for mut t in raw {
             if let Some(spec) = model.io.output(&t.name) {
                 if spec.reshape.is_some() {
                     t.shape = client_shape(&t, &spec.dims, batched);
                 }
             }
-            if req_out.class_count > 0 {
+            // By name: a backend may leave out an output it did not produce (Python models can).
+            let class_count = requested.iter().find(|r| r.name == t.name).map_or(0, |r| r.class_count);
+            if class_count > 0 {
                 let labels = model.labels.get(&t.name).map(|l| l.as_slice());
-                t = classify(&t, req_out.class_count, batched, labels)?;
+                t = classify(&t, class_count, batched, labels)?;
             }
             outputs.push(t);
         }
@@ -526,7 +529,7 @@ impl StepRunner for StepsThroughServer {
         Box::pin(async move {
             let inner = inner.ok_or_else(|| Error::unavailable("the server is shutting down"))?;
             let (response, timings) = Server { inner }.infer_timed(req, None).await?;
-            Ok(ExecResult { outputs: response.outputs, timings })
+            Ok(ExecResult { outputs: response.outputs, timings, parameters: response.parameters })
         })
     }
 }

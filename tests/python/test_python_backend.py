@@ -1,0 +1,244 @@
+"""The Python backend: Triton `model.py` models in stub processes (model-repos/python and
+model-repos/python_faults), driven with tritonclient over HTTP and gRPC."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from helpers import REPO_ROOT, TritonServer, copy_models
+
+PYTHON_REPO = REPO_ROOT / "model-repos" / "python"
+FAULTS_REPO = REPO_ROOT / "model-repos" / "python_faults"
+# The interpreter running these tests has numpy; the stubs use it whatever PATH says.
+PY = f"--backend-config=python,python-executable={sys.executable}"
+STUB_TIMEOUT = 2
+
+
+def python_server(repo, *args) -> TritonServer:
+    return TritonServer(["--model-repository", repo, PY, *args], name="python").start()
+
+
+@pytest.fixture(scope="module")
+def py_server():
+    s = python_server(PYTHON_REPO)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def faults_server():
+    s = TritonServer(["--model-repository", FAULTS_REPO, PY,
+                      f"--backend-config=python,stub-timeout-seconds={STUB_TIMEOUT}"], name="faults")
+    s.start(wait="live")
+    s.wait_until(lambda: s.index_rows("faulty") and s.index_rows("faulty")[0].get("state") == "READY",
+                 what="faulty READY")
+    yield s
+    s.stop()
+
+
+def http_inputs(**arrays):
+    out = []
+    for name, a in arrays.items():
+        dt = "BYTES" if a.dtype == np.object_ else {np.float32: "FP32", np.int32: "INT32"}[a.dtype.type]
+        i = httpclient.InferInput(name, list(a.shape), dt)
+        i.set_data_from_numpy(a)
+        out.append(i)
+    return out
+
+
+def grpc_inputs(**arrays):
+    out = []
+    for name, a in arrays.items():
+        dt = "BYTES" if a.dtype == np.object_ else {np.float32: "FP32", np.int32: "INT32"}[a.dtype.type]
+        i = grpcclient.InferInput(name, list(a.shape), dt)
+        i.set_data_from_numpy(a)
+        out.append(i)
+    return out
+
+
+A = np.array([1, 2, 3, 4], np.float32)
+B = np.array([10, 20, 30, 40], np.float32)
+
+
+# ---- basics --------------------------------------------------------------------------------------
+
+
+def test_add_sub_over_http(py_server):
+    r = py_server.client().infer("add_sub", http_inputs(INPUT0=A, INPUT1=B))
+    assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+    assert r.as_numpy("OUTPUT1").tolist() == [-9, -18, -27, -36]
+
+
+def test_add_sub_over_grpc(py_server):
+    c = py_server.grpc_client()
+    r = c.infer("add_sub", grpc_inputs(INPUT0=A, INPUT1=B), outputs=[grpcclient.InferRequestedOutput("OUTPUT1")])
+    assert r.as_numpy("OUTPUT1").tolist() == [-9, -18, -27, -36]
+    assert r.as_numpy("OUTPUT0") is None, "only the requested output comes back"
+
+
+def test_python_model_metadata_and_config(py_server):
+    c = py_server.client()
+    meta = c.get_model_metadata("add_sub")
+    assert meta["platform"] == "python" and [i["name"] for i in meta["inputs"]] == ["INPUT0", "INPUT1"]
+    cfg = c.get_model_config("add_sub")
+    assert cfg["backend"] == "python" and cfg["default_model_filename"] == "model.py"
+    assert cfg["instance_group"][0]["name"] == "add_sub_0"
+
+
+@pytest.mark.parametrize("n", [3, 1000, 3_000_000])
+def test_tensors_inline_in_shared_memory_and_too_large_for_it(py_server, n):
+    # 12 bytes travel in the frame, 4 kB in shared memory, 12 MB do not fit the default 8 MiB file.
+    x = np.arange(n, dtype=np.float32)
+    r = py_server.client().infer("identity", http_inputs(INPUT0=x))
+    assert np.array_equal(r.as_numpy("OUTPUT0"), x)
+
+
+def test_many_requests_reuse_shared_memory(py_server):
+    c = py_server.client()
+    for k in range(200):
+        x = np.full(50_000, k, np.float32)
+        assert np.array_equal(c.infer("identity", http_inputs(INPUT0=x)).as_numpy("OUTPUT0"), x)
+
+
+def test_no_shared_memory_files_are_left_behind(py_server):
+    # The files are unlinked once the stub has mapped them.
+    leftovers = [f for f in os.listdir("/dev/shm") if f.startswith("tritonrs-python-")] if os.path.isdir("/dev/shm") else []
+    assert leftovers == []
+
+
+def test_args_and_request_fields_reach_the_model(py_server):
+    r = py_server.client().infer("args_echo", http_inputs(X=np.array([1], np.int32)), request_id="rid-1",
+                                 parameters={"p1": "v", "p2": 3, "p3": True})
+    args = json.loads(r.as_numpy("ARGS")[0])
+    assert args["model_name"] == "args_echo" and args["model_version"] == "1"
+    assert args["model_instance_kind"] == "CPU" and args["model_instance_device_id"] == "0"
+    assert args["model_instance_name"] == "args_echo_0"
+    assert args["model_repository"].endswith("args_echo")
+    assert args["config_parameters"] == {"custom_key": {"string_value": "custom_value"}}
+    req = json.loads(r.as_numpy("REQUEST")[0])
+    assert req == {"request_id": "rid-1", "correlation_id": 0, "flags": 0,
+                   "parameters": {"p1": "v", "p2": 3, "p3": True},
+                   "requested_output_names": ["ARGS", "REQUEST"]}
+
+
+def test_response_parameters_come_back(py_server):
+    c = py_server.grpc_client()
+    r = c.infer("identity", grpc_inputs(INPUT0=A), parameters={"answer": 42, "tag": "x"})
+    params = r.get_response().parameters
+    assert params["answer"].int64_param == 42 and params["tag"].string_param == "x"
+
+
+# ---- BYTES ---------------------------------------------------------------------------------------
+
+
+def test_bytes_in_and_out_over_http_and_grpc(py_server):
+    text = np.array([[b"hello", b"", b"\x00bin\xff"]], dtype=np.object_)
+    r = py_server.client().infer("bytes_upper", http_inputs(TEXT=text))
+    assert r.as_numpy("UPPER").tolist() == [[b"HELLO", b"", b"\x00BIN\xff"]]
+    assert r.as_numpy("LENGTH").tolist() == [[5, 0, 5]]
+    g = py_server.grpc_client().infer("bytes_upper", grpc_inputs(TEXT=text))
+    assert g.as_numpy("UPPER").tolist() == [[b"HELLO", b"", b"\x00BIN\xff"]]
+
+
+def test_large_bytes_tensor(py_server):
+    text = np.array([[b"x" * 1000] * 2000], dtype=np.object_)
+    r = py_server.client().infer("bytes_upper", http_inputs(TEXT=text))
+    assert r.as_numpy("UPPER")[0][1999] == b"X" * 1000
+
+
+# ---- faults --------------------------------------------------------------------------------------
+
+
+def faulty(s: TritonServer, mode: int, proto: str = "http"):
+    if proto == "http":
+        return s.client().infer("faulty", http_inputs(MODE=np.array([mode], np.int32)))
+    return s.grpc_client().infer("faulty", grpc_inputs(MODE=np.array([mode], np.int32)))
+
+
+def faulty_error(s: TritonServer, mode: int, proto: str = "http") -> InferenceServerException:
+    with pytest.raises(InferenceServerException) as e:
+        faulty(s, mode, proto)
+    return e.value
+
+
+def test_exception_in_execute_is_an_error_response_and_the_model_keeps_serving(faults_server):
+    e = faulty_error(faults_server, 1)
+    assert e.status() == "500"
+    msg = e.message()
+    assert msg.startswith("Failed to process the request(s) for model 'faulty_0_0', message: "
+                          "TritonModelException: faulty: raised on purpose\n\nAt:\n"), msg
+    assert "faulty/1/model.py(" in msg and "): execute" in msg
+    assert faulty(faults_server, 0).as_numpy("OUT").tolist() == [0]
+
+
+def test_error_response_keeps_its_code(faults_server):
+    e = faulty_error(faults_server, 2)
+    assert (e.status(), e.message()) == ("400", "faulty: error response")
+    g = faulty_error(faults_server, 2, "grpc")
+    assert g.status() == "StatusCode.INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize("mode,text", [
+    (3, "Expected a list in the execute return, found type '<class 'NoneType'>'."),
+    (4, "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
+        "InferenceRequest(s) size is:1, and InferenceResponse(s) size is:0"),
+    (5, "Expected an 'InferenceResponse' object in the execute function return list, found type "
+        "'<class 'str'>'."),
+])
+def test_wrong_execute_return_is_a_clear_error(faults_server, mode, text):
+    e = faulty_error(faults_server, mode)
+    assert e.status() == "500" and text in e.message(), e.message()
+    assert faulty(faults_server, 0).as_numpy("OUT").tolist() == [0]
+
+
+@pytest.mark.parametrize("model,words", [
+    ("syntax_error", ["SyntaxError: ", "(model.py, line 5)"]),
+    ("import_error", ["ModuleNotFoundError: No module named 'no_such_module_tritonrs'", "import_error/1/model.py(2): <module>"]),
+    ("init_error", ["TritonModelException: init_error: cannot initialize\n\nAt:\n", "init_error/1/model.py(6): initialize"]),
+])
+def test_broken_model_is_unavailable_with_the_python_error(faults_server, model, words):
+    row = faults_server.wait_until(
+        lambda: next((r for r in faults_server.index_rows(model) if r.get("state") == "UNAVAILABLE"), None),
+        what=f"{model} UNAVAILABLE")
+    for w in words:
+        assert w in row["reason"], row
+    assert faulty(faults_server, 0).as_numpy("OUT").tolist() == [0]
+
+
+def test_crashed_stub_fails_its_request_and_is_restarted(faults_server):
+    e = faulty_error(faults_server, 6)
+    assert e.status() == "500"
+    assert e.message().startswith("Stub process 'faulty_0_0' is not healthy."), e.message()
+    assert "exited unexpectedly" in e.message() and "it will be restarted" in e.message()
+    assert faulty(faults_server, 0).as_numpy("OUT").tolist() == [0]
+    assert faults_server.is_running()
+
+
+def test_hung_stub_is_killed_after_the_timeout_and_restarted(faults_server):
+    t = time.monotonic()
+    e = faulty_error(faults_server, 7)
+    took = time.monotonic() - t
+    assert STUB_TIMEOUT <= took < STUB_TIMEOUT + 5, took
+    assert "is not healthy. It did not answer within 2 s while executing the request" in e.message(), e.message()
+    assert faulty(faults_server, 0, "grpc").as_numpy("OUT").tolist() == [0]
+
+
+def test_unload_runs_finalize_and_stops_the_stub(start_server, repo):
+    copy_models(repo, "add_sub", src=PYTHON_REPO)
+    s = start_server("--model-repository", repo, PY, "--model-control-mode=explicit", "--load-model=add_sub")
+    c = s.client()
+    assert c.infer("add_sub", http_inputs(INPUT0=A, INPUT1=B)).as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+    c.unload_model("add_sub")
+    s.wait_for_log(r"add_sub: finalize")
+    assert not c.is_model_ready("add_sub")
+    c.load_model("add_sub")
+    assert c.infer("add_sub", http_inputs(INPUT0=A, INPUT1=B)).as_numpy("OUTPUT1").tolist() == [-9, -18, -27, -36]
