@@ -139,6 +139,18 @@ pub trait ModelInstance: Send {
     fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
         reqs.iter().map(|r| self.execute(r)).collect()
     }
+
+    /// A probe the model's readiness endpoint asks, for backends whose instances can stop being ready
+    /// while loaded (a Python stub that died, or a model whose own readiness check fails). Taken once,
+    /// before the instance moves to its thread.
+    fn readiness(&self) -> Option<Arc<dyn Readiness>> {
+        None
+    }
+}
+
+/// Tells whether an instance can serve right now. May block briefly (it may ask a process).
+pub trait Readiness: Send + Sync {
+    fn ready(&self) -> bool;
 }
 
 /// A kind of backend (onnxruntime, ...), able to create instances.

@@ -193,6 +193,10 @@ impl ModelInstance for Limited {
         self.inner.takes_request_lists()
     }
 
+    fn readiness(&self) -> Option<Arc<dyn crate::backend::Readiness>> {
+        self.inner.readiness()
+    }
+
     fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
         self.limiter.acquire(&self.needs);
         let results = crate::core::scheduler::execute_list(&mut *self.inner, reqs);

@@ -257,8 +257,20 @@ impl Server {
         }
     }
 
-    pub fn model_ready(&self, name: &str, version: &str) -> Result<bool> {
-        self.inner.models.is_ready(name, parse_version(version)?)
+    /// Whether a model (version) is ready: loaded, and every instance that can tell (a Python stub, and
+    /// the model's own `is_model_ready`) says it can serve.
+    pub async fn model_ready(&self, name: &str, version: &str) -> Result<bool> {
+        let version = parse_version(version)?;
+        if !self.inner.models.is_ready(name, version)? {
+            return Ok(false);
+        }
+        let Ok(model) = self.inner.models.get(name, version) else { return Ok(false) };
+        if model.probes.is_empty() {
+            return Ok(true);
+        }
+        let probes = model.probes.clone();
+        // A probe may ask a process, so it runs off the runtime's workers.
+        Ok(tokio::task::spawn_blocking(move || probes.iter().all(|p| p.ready())).await.unwrap_or(false))
     }
 
     fn model(&self, name: &str, version: &str) -> Result<Arc<LoadedModel>> {

@@ -242,3 +242,93 @@ def test_unload_runs_finalize_and_stops_the_stub(start_server, repo):
     assert not c.is_model_ready("add_sub")
     c.load_model("add_sub")
     assert c.infer("add_sub", http_inputs(INPUT0=A, INPUT1=B)).as_numpy("OUTPUT1").tolist() == [-9, -18, -27, -36]
+
+
+# ---- auto-complete, readiness ----------------------------------------------------------------------
+
+
+def test_auto_complete_config_builds_the_configuration(py_server):
+    c = py_server.client()
+    cfg = c.get_model_config("add_sub_auto")
+    assert cfg["max_batch_size"] == 8 and "dynamic_batching" in cfg
+    assert [(i["name"], i["data_type"], i["dims"]) for i in cfg["input"]] == [
+        ("INPUT0", "TYPE_FP32", [4]), ("INPUT1", "TYPE_FP32", [4])]
+    r = c.infer("add_sub_auto", http_inputs(INPUT0=A.reshape(1, 4), INPUT1=B.reshape(1, 4)))
+    assert r.as_numpy("OUTPUT0").tolist() == [[11, 22, 33, 44]]
+
+
+def test_auto_complete_conflict_is_a_load_error(start_server, repo):
+    copy_models(repo, "add_sub_auto", src=PYTHON_REPO)
+    (repo / "add_sub_auto" / "config.pbtxt").write_text('backend: "python"\nmax_batch_size: 16\n')
+    s = start_server("--model-repository", repo, PY, wait="live")
+    row = s.wait_until(lambda: next((r for r in s.index_rows("add_sub_auto") if r.get("state") == "UNAVAILABLE"), None),
+                       what="UNAVAILABLE")
+    assert ("ValueError: configuration specified max_batch_size 16, but in auto-complete-config function for "
+            "model 'add_sub_auto' specified max_batch_size 8") in row["reason"], row
+
+
+def test_tritonrs_validate_runs_auto_complete(repo):
+    from helpers import run_cli
+
+    copy_models(repo, "add_sub_auto", src=PYTHON_REPO)
+    r = run_cli("validate", "--model-repository", str(repo), PY, "--print-config")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "INPUT1" in r.stdout
+
+
+def test_model_readiness_follows_is_model_ready(start_server, repo):
+    copy_models(repo, "readiness", src=PYTHON_REPO)
+    s = start_server("--model-repository", repo, PY)
+    c, g = s.client(), s.grpc_client()
+    assert c.is_model_ready("readiness") and g.is_model_ready("readiness")
+    (repo / "readiness" / "NOT_READY").write_text("")
+    assert not c.is_model_ready("readiness") and not g.is_model_ready("readiness")
+    (repo / "readiness" / "NOT_READY").unlink()
+    assert c.is_model_ready("readiness")
+
+
+def test_a_stub_that_dies_while_idle_is_restarted_without_a_request(start_server, repo):
+    import signal
+
+    copy_models(repo, "add_sub", src=PYTHON_REPO)
+    s = start_server("--model-repository", repo, PY)
+    stubs = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == s.proc.pid]
+    assert len(stubs) == 1, stubs
+    os.kill(stubs[0], signal.SIGKILL)
+    s.wait_for_log(r"The Python stub of model 'add_sub' instance 'add_sub_0_0' is running again")
+    assert s.client().is_model_ready("add_sub")
+    r = s.client().infer("add_sub", http_inputs(INPUT0=A, INPUT1=B))
+    assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+# ---- dynamic batching --------------------------------------------------------------------------------
+
+
+def test_dynamic_batching_hands_execute_a_list_of_requests(py_server):
+    c = py_server.client(concurrency=8)
+    before = c.get_inference_statistics("batched_double")["model_stats"][0]
+    xs, pending = [], []
+    for k in range(8):
+        x = np.full((1 + k % 2, 4), k, np.int32)
+        i = httpclient.InferInput("X", list(x.shape), "INT32")
+        i.set_data_from_numpy(x)
+        xs.append(x)
+        pending.append(c.async_infer("batched_double", [i]))
+    counts = []
+    for x, p in zip(xs, pending):
+        r = p.get_result()
+        assert r.as_numpy("Y").tolist() == (2 * x).tolist()
+        counts.append(int(r.as_numpy("REQUESTS")[0][0]))
+    assert max(counts) > 1, counts
+    after = c.get_inference_statistics("batched_double")["model_stats"][0]
+    executions = after["execution_count"] - before["execution_count"]
+    inferences = after["inference_count"] - before["inference_count"]
+    assert inferences == 12 and executions < 8, (executions, inferences)

@@ -107,8 +107,11 @@ pub struct WireResponse {
 pub enum FromStub {
     /// The interpreter is up and its reader thread answers pings.
     Hello {},
-    /// `initialize` succeeded; requests may come.
-    Ready {},
+    /// `initialize` succeeded; requests may come. `probe`: the model has `is_model_ready`.
+    Ready {
+        #[serde(default)]
+        probe: bool,
+    },
     /// Importing the model or `initialize` failed (the stub exits).
     InitError { error: String },
     /// The completed configuration (auto-complete mode).

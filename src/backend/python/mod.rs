@@ -255,31 +255,83 @@ impl Backend for PythonBackend {
         let settings = self.settings.clone()?;
         let launch = launch(&settings, ctx, spec)?;
         let calls = Arc::new(calls::Calls::new(tokio::runtime::Handle::try_current().ok()));
-        let mut instance = PythonInstance { launch, calls, stub: None, decoupled: decoupled(&ctx.config) };
-        instance.start()?;
-        Ok(Box::new(instance))
+        let (deaths, death_rx) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State { stub: None, generation: 0, closing: false }),
+            current: Mutex::new(None),
+            launch,
+            calls,
+            decoupled: decoupled(&ctx.config),
+            deaths,
+        });
+        shared.restart(&mut shared.state.lock())?;
+        let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let sup = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("py-watch-{}", spec.name))
+            .spawn(move || supervise(&sup, &death_rx, &stop_rx))
+            .map_err(|e| {
+                Error::internal(format!("cannot start the supervisor thread of {}: {e}", shared.launch.label))
+            })?;
+        Ok(Box::new(PythonInstance { shared, _stop: stop }))
     }
 }
 
 /// One instance: its stub process, restarted when it dies or hangs.
 struct PythonInstance {
+    /// What the instance thread, the supervisor and the readiness probe share.
+    shared: Arc<Shared>,
+    /// Dropping it stops the supervisor thread.
+    _stop: crossbeam_channel::Sender<()>,
+}
+
+/// The stub of one instance and how to restart it.
+struct Shared {
+    /// The stub; held by the instance thread while it executes and by the supervisor while it restarts.
+    state: Mutex<State>,
+    /// The running stub's connection, for the readiness probe (which must not wait for an execute).
+    current: Mutex<Option<Arc<stub::Conn>>>,
     /// How to (re)start the stub.
     launch: Launch,
     /// Answers the stub's BLS requests and calls.
     calls: Arc<calls::Calls>,
-    /// The running stub; `None` after a failed restart.
-    stub: Option<Stub>,
     /// Whether the model is decoupled (responses go through each request's responder).
     decoupled: bool,
+    /// Every stub's reader thread sends its generation here when its process goes away.
+    deaths: crossbeam_channel::Sender<u64>,
 }
 
-impl PythonInstance {
-    /// Starts the stub and waits until `initialize` has run.
-    fn start(&mut self) -> Result<()> {
-        let mut stub = Stub::spawn(&self.launch, Some(self.calls.clone()))?;
+/// The instance's stub, guarded by [`Shared::state`].
+struct State {
+    /// The running stub; `None` after a failed restart (the next request tries again).
+    stub: Option<Stub>,
+    /// Increases with every start, so the death of an old stub does not restart a newer one.
+    generation: u64,
+    /// Set when the model unloads: nothing restarts any more.
+    closing: bool,
+}
+
+impl Shared {
+    /// Starts a new stub (stopping the old one, if any) and waits until `initialize` has run.
+    fn restart(&self, st: &mut State) -> Result<()> {
+        st.stub = None;
+        *self.current.lock() = None;
+        st.generation += 1;
+        let result = self.start(st);
+        if result.is_err() {
+            // The failed stub's exit must not make the supervisor try again at once (and forever): the
+            // next request does.
+            st.generation += 1;
+        }
+        result
+    }
+
+    fn start(&self, st: &mut State) -> Result<()> {
+        let mut stub = Stub::spawn(&self.launch, Some(self.calls.clone()), Some((self.deaths.clone(), st.generation)))?;
         match stub.handshake()? {
             Control::Ready => {
-                self.stub = Some(stub);
+                *self.current.lock() = Some(stub.conn.clone());
+                st.stub = Some(stub);
                 Ok(())
             }
             // The Python error as the reason, as Triton reports it.
@@ -291,22 +343,21 @@ impl PythonInstance {
         }
     }
 
-    /// Restarts a stub that died or was killed.
-    fn ensure_running(&mut self) -> Result<&mut Stub> {
-        if !self.stub.as_ref().is_some_and(|s| s.conn.is_alive()) {
-            // Dropping a stub that still runs kills it.
-            self.stub = None;
+    /// The running stub, restarting one that died or was killed.
+    fn running<'a>(&self, st: &'a mut State) -> Result<&'a mut Stub> {
+        if !st.stub.as_ref().is_some_and(|s| s.conn.is_alive()) {
             tracing::warn!("Restarting the Python stub of {}.", self.launch.label);
-            self.start()?;
+            self.restart(st)?;
             tracing::info!("The Python stub of {} is running again.", self.launch.label);
         }
-        self.stub.as_mut().ok_or_else(|| Error::internal("the Python stub is missing after a start; this is a bug"))
+        st.stub.as_mut().ok_or_else(|| Error::internal("the Python stub is missing after a start; this is a bug"))
     }
 
     /// Runs `execute` for a list of requests in the stub.
-    fn run(&mut self, reqs: &[&ExecRequest]) -> Result<(Vec<stub::StubResponse>, ExecTimings)> {
+    fn run(&self, reqs: &[&ExecRequest]) -> Result<(Vec<stub::StubResponse>, ExecTimings)> {
         let t0 = Instant::now();
-        let stub = self.ensure_running()?;
+        let mut st = self.state.lock();
+        let stub = self.running(&mut st)?;
         let conn = stub.conn.clone();
         let id = conn.next_id();
         let mut payload = Vec::new();
@@ -364,6 +415,51 @@ impl PythonInstance {
     }
 }
 
+/// Restarts a stub as soon as it dies, also when no request is waiting, so the model is ready again
+/// without a request having to fail first.
+fn supervise(shared: &Shared, deaths: &crossbeam_channel::Receiver<u64>, stop: &crossbeam_channel::Receiver<()>) {
+    loop {
+        crossbeam_channel::select! {
+            recv(deaths) -> generation => {
+                let Ok(generation) = generation else { return };
+                let mut st = shared.state.lock();
+                if st.closing {
+                    return;
+                }
+                let dead = !st.stub.as_ref().is_some_and(|s| s.conn.is_alive());
+                if generation == st.generation && dead {
+                    tracing::warn!("The Python stub of {} exited; restarting it.", shared.launch.label);
+                    match shared.restart(&mut st) {
+                        Ok(()) => tracing::info!("The Python stub of {} is running again.", shared.launch.label),
+                        Err(e) => tracing::error!(
+                            "The Python stub of {} could not be restarted (the next request tries again): {}",
+                            shared.launch.label,
+                            e.message
+                        ),
+                    }
+                }
+            }
+            recv(stop) -> _ => return,
+        }
+    }
+}
+
+/// The readiness probe: the stub runs, and the model's `is_model_ready` (if it has one) says yes.
+struct Probe(Arc<Shared>);
+
+impl super::Readiness for Probe {
+    fn ready(&self) -> bool {
+        let Some(conn) = self.0.current.lock().clone() else { return false };
+        if !conn.is_alive() {
+            return false;
+        }
+        if !conn.has_probe() {
+            return true;
+        }
+        matches!(conn.ask("is_ready", Duration::from_secs(5)), Ok(serde_json::Value::Bool(true)))
+    }
+}
+
 impl ModelInstance for PythonInstance {
     fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult> {
         self.execute_list(&[req])
@@ -375,19 +471,23 @@ impl ModelInstance for PythonInstance {
         true
     }
 
+    fn readiness(&self) -> Option<Arc<dyn super::Readiness>> {
+        Some(Arc::new(Probe(self.shared.clone())))
+    }
+
     fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
-        let (responses, timings) = match self.run(reqs) {
+        let (responses, timings) = match self.shared.run(reqs) {
             Ok(r) => r,
             Err(e) => return reqs.iter().map(|_| Err(e.clone())).collect(),
         };
-        if self.decoupled {
+        if self.shared.decoupled {
             // The responses went to each request's responder; this only says execute returned.
             return reqs.iter().map(|_| Ok(ExecResult { timings, ..Default::default() })).collect();
         }
         if responses.len() != reqs.len() {
             let e = Error::internal(format!(
                 "the Python stub of {} returned {} responses for {} requests",
-                self.launch.label,
+                self.shared.launch.label,
                 responses.len(),
                 reqs.len()
             ));
@@ -412,9 +512,15 @@ impl ModelInstance for PythonInstance {
 
 impl Drop for PythonInstance {
     fn drop(&mut self) {
-        if let Some(stub) = self.stub.take() {
+        let stub = {
+            let mut st = self.shared.state.lock();
+            st.closing = true;
+            st.stub.take()
+        };
+        *self.shared.current.lock() = None;
+        if let Some(stub) = stub {
             if let Some(e) = stub.finalize() {
-                tracing::error!("finalize of {} failed: {e}", self.launch.label);
+                tracing::error!("finalize of {} failed: {e}", self.shared.launch.label);
             }
         }
     }
@@ -454,7 +560,7 @@ pub fn auto_complete(settings: &Settings, dir: &Path, name: &str, cfg: &ModelCon
         instance: name.to_string(),
         with_shm: false,
     };
-    let mut stub = Stub::spawn(&launch, None)?;
+    let mut stub = Stub::spawn(&launch, None, None)?;
     match stub.handshake()? {
         Control::Autocomplete(v) => pbtxt::config_from_json(&v.to_string()).map_err(|e| {
             Error::invalid(format!("auto_complete_config of model '{name}' returned an invalid configuration: {e}"))

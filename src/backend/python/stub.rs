@@ -87,6 +87,8 @@ pub struct Conn {
     alive: AtomicBool,
     /// Decoupled requests still open, by key.
     streams: Mutex<HashMap<u64, ResponseSender>>,
+    /// Whether the model has its own readiness check (`is_model_ready`).
+    has_probe: AtomicBool,
     /// Calls into the stub (readiness) waiting for their reply, by id.
     replies: Mutex<HashMap<u64, Sender<Result<Value>>>>,
     /// Ids for requests and calls.
@@ -106,6 +108,11 @@ impl Conn {
 
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Whether the model has its own readiness check.
+    pub fn has_probe(&self) -> bool {
+        self.has_probe.load(Ordering::SeqCst)
     }
 
     /// Sends a message whose tensors are already described; `payload` holds the inline ones.
@@ -227,7 +234,12 @@ pub struct Stub {
 
 impl Stub {
     /// Starts a stub and sends it the init message; does not wait for it to be ready.
-    pub fn spawn(launch: &Launch, calls: Option<Arc<super::calls::Calls>>) -> Result<Stub> {
+    /// `on_exit` gets `generation` when the process goes away (the instance's supervisor restarts it).
+    pub fn spawn(
+        launch: &Launch,
+        calls: Option<Arc<super::calls::Calls>>,
+        on_exit: Option<(Sender<u64>, u64)>,
+    ) -> Result<Stub> {
         let settings = &launch.settings;
         let files = settings.stub_files()?;
         let (ours, theirs) = UnixStream::pair()
@@ -282,6 +294,7 @@ impl Stub {
             shm,
             last_seen: Mutex::new(Instant::now()),
             alive: AtomicBool::new(true),
+            has_probe: AtomicBool::new(false),
             streams: Mutex::new(HashMap::new()),
             replies: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -293,7 +306,12 @@ impl Stub {
         let reader_conn = conn.clone();
         std::thread::Builder::new()
             .name("py-reader".into())
-            .spawn(move || read_loop(reader_conn, reader_sock, tx))
+            .spawn(move || {
+                read_loop(reader_conn, reader_sock, tx);
+                if let Some((deaths, generation)) = on_exit {
+                    let _ = deaths.send(generation);
+                }
+            })
             .map_err(|e| Error::internal(format!("cannot start the reader thread for {}: {e}", launch.label)))?;
         let mut init = launch.init.clone();
         if let Some(shm) = &conn.shm {
@@ -493,7 +511,8 @@ fn dispatch(conn: &Arc<Conn>, msg: FromStub, payload: &[u8], control: &Sender<Co
         FromStub::Hello {} => {
             let _ = control.send(Control::Hello);
         }
-        FromStub::Ready {} => {
+        FromStub::Ready { probe } => {
+            conn.has_probe.store(probe, Ordering::SeqCst);
             let _ = control.send(Control::Ready);
         }
         FromStub::InitError { error } => {

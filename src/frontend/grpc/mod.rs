@@ -225,7 +225,7 @@ impl GrpcInferenceService for InferenceService {
     async fn model_ready(&self, req: Request<pb::ModelReadyRequest>) -> GrpcResult<pb::ModelReadyResponse> {
         let r = req.into_inner();
         // As in tritonserver's gRPC API, an unknown model is simply not ready.
-        let ready = match self.server().model_ready(&r.name, &r.version) {
+        let ready = match self.server().model_ready(&r.name, &r.version).await {
             Ok(b) => b,
             Err(e) if e.kind == crate::error::ErrorKind::NotFound => false,
             Err(e) => return Err(status(e)),

@@ -84,7 +84,7 @@ class Connection:
         self.calls = {}
         self.bls_pending = {}
         self.main = queue.Queue()
-        self.cancelled = set()
+        self.ready_fn = None
 
     # ---- sending -----------------------------------------------------------------------------
 
@@ -298,14 +298,26 @@ class Connection:
                         fut.set_result((False, err) if err is not None else (True, msg.get("value")))
                 elif kind == "bls_resp":
                     self._bls_response(msg, payload)
-                elif kind == "cancel":
-                    self.cancelled.add(msg.get("key"))
+                elif kind == "is_ready":
+                    # Answered here, not after the executes queued for the main thread: a readiness probe
+                    # must not wait for a long request.
+                    self._answer_ready(msg)
                 else:
                     self.main.put((msg, payload))
         except OSError:
             pass
         # The server is gone (or closed the socket to stop this stub): nothing is left to serve.
         os._exit(0)
+
+    def _answer_ready(self, msg):
+        reply = {"type": "reply", "id": msg.get("id")}
+        try:
+            fn = self.ready_fn
+            reply["value"] = bool(fn()) if fn is not None else True
+        except Exception as e:
+            reply["value"] = False
+            reply["error"] = _error_text(e)
+        self.send(reply)
 
     def _bls_response(self, msg, payload):
         i = msg.get("id")
@@ -458,20 +470,13 @@ def _serve(conn, init):
     loop = asyncio.new_event_loop() if is_async else None
     if loop is not None:
         asyncio.set_event_loop(loop)
-    ready_fn = getattr(model, "is_model_ready", None) or getattr(model, "is_ready", None)
-    conn.send({"type": "ready"})
+    conn.ready_fn = getattr(model, "is_model_ready", None) or getattr(model, "is_ready", None)
+    conn.send({"type": "ready", "probe": conn.ready_fn is not None})
     while True:
         msg, payload = conn.main.get()
         kind = msg.get("type")
         if kind == "execute":
             _execute(conn, msg, payload, execute, loop)
-        elif kind == "is_ready":
-            try:
-                ok = bool(ready_fn()) if ready_fn is not None else True
-                err = None
-            except Exception as e:
-                ok, err = False, _error_text(e)
-            conn.send({"type": "reply", "id": msg["id"], "value": ok, "error": err})
         elif kind == "finalize":
             err = None
             fin = getattr(model, "finalize", None)
