@@ -6,10 +6,12 @@
 pub mod onnx;
 pub mod python;
 
+use crate::core::lifecycle::LoadOptions;
 use crate::core::scheduler::SequenceId;
-use crate::core::types::{Parameters, Tensor};
+use crate::core::types::{InferRequest, InferResponse, Parameters, Tensor};
 use crate::error::{Error, Result};
 use crate::proto::inference::ModelConfig;
+use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -161,6 +163,21 @@ pub trait Backend: Send + Sync {
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>>;
 }
 
+/// What a backend may ask of the server while it runs: inference on any loaded model (a Python model's
+/// BLS requests) and model control. The core implements it over a weak handle, so loaded models never
+/// keep the server alive; every call fails once the server is gone.
+pub trait ServerApi: Send + Sync {
+    /// Runs a request through the server's normal inference path (validation, the model's scheduler,
+    /// its statistics).
+    fn infer(&self, req: InferRequest) -> BoxFuture<'static, Result<InferResponse>>;
+    /// Loads or reloads a model (explicit model control only).
+    fn load_model(&self, name: String, opts: LoadOptions) -> BoxFuture<'static, Result<()>>;
+    /// Unloads a model (explicit model control only).
+    fn unload_model(&self, name: String) -> BoxFuture<'static, Result<()>>;
+    /// Whether a model (version; empty: any) is ready.
+    fn model_ready(&self, name: String, version: String) -> BoxFuture<'static, Result<bool>>;
+}
+
 /// `--backend-config` settings: per backend name, and global ones (given without a backend name).
 #[derive(Debug, Clone, Default)]
 pub struct BackendConfig {
@@ -205,11 +222,12 @@ pub struct BackendRegistry {
 }
 
 impl BackendRegistry {
-    pub fn new(config: &BackendConfig) -> Self {
+    /// The backends of this build; `api` lets them call back into the server (BLS), when there is one.
+    pub fn new(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>) -> Self {
         let mut backends: HashMap<&'static str, Arc<dyn Backend>> = HashMap::new();
         let ort: Arc<dyn Backend> = Arc::new(onnx::OnnxBackend::new(config));
         backends.insert(ort.name(), ort);
-        let python: Arc<dyn Backend> = Arc::new(python::PythonBackend::new(config));
+        let python: Arc<dyn Backend> = Arc::new(python::PythonBackend::new(config, api));
         backends.insert(python.name(), python);
         BackendRegistry { backends }
     }

@@ -1,6 +1,6 @@
 //! `Server`: health, metadata, inference, repository control and statistics, independent of transport.
 
-use crate::backend::{BackendConfig, BackendRegistry, ExecResult, ExecTimings};
+use crate::backend::{BackendConfig, BackendRegistry, ExecResult, ExecTimings, ServerApi};
 use crate::core::cache::{self, ResponseCache};
 use crate::core::classification::classify;
 use crate::core::lifecycle::{IndexEntry, LoadOptions, LoadedModel, ModelManager};
@@ -134,12 +134,12 @@ pub fn parse_version(v: &str) -> Result<Option<i64>> {
 
 impl Server {
     pub fn new(opts: ServerOptions) -> Server {
-        let backends = BackendRegistry::new(&opts.backend_config);
         let limiter = opts.rate_limit.as_ref().map(|fixed| Arc::new(RateLimiter::new(fixed)));
         let tracer = Tracer::new(opts.trace.clone());
         // Ensembles run their steps through this server; a weak handle keeps the models from owning it.
         let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
             let steps = Arc::new(StepsThroughServer(me.clone()));
+            let backends = BackendRegistry::new(&opts.backend_config, Some(Arc::new(ApiThroughServer(me.clone()))));
             let models = ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads)
                 .with_rate_limiter(limiter)
                 .with_ensembles(steps, opts.control_mode == ControlMode::Explicit);
@@ -543,6 +543,37 @@ impl StepRunner for StepsThroughServer {
             let (response, timings) = Server { inner }.infer_timed(req, None).await?;
             Ok(ExecResult { outputs: response.outputs, timings, parameters: response.parameters })
         })
+    }
+}
+
+/// What backends ask of the server (Python BLS, model control), through a weak handle.
+struct ApiThroughServer(Weak<Inner>);
+
+impl ApiThroughServer {
+    fn server(&self) -> Result<Server> {
+        self.0.upgrade().map(|inner| Server { inner }).ok_or_else(|| Error::unavailable("the server is shutting down"))
+    }
+}
+
+impl ServerApi for ApiThroughServer {
+    fn infer(&self, req: InferRequest) -> futures_util::future::BoxFuture<'static, Result<InferResponse>> {
+        let server = self.server();
+        Box::pin(async move { server?.infer(req).await })
+    }
+
+    fn load_model(&self, name: String, opts: LoadOptions) -> futures_util::future::BoxFuture<'static, Result<()>> {
+        let server = self.server();
+        Box::pin(async move { server?.load_model(&name, opts).await })
+    }
+
+    fn unload_model(&self, name: String) -> futures_util::future::BoxFuture<'static, Result<()>> {
+        let server = self.server();
+        Box::pin(async move { server?.unload_model(&name).await })
+    }
+
+    fn model_ready(&self, name: String, version: String) -> futures_util::future::BoxFuture<'static, Result<bool>> {
+        let server = self.server();
+        Box::pin(async move { server?.model_ready(&name, &version).await })
     }
 }
 

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import REPO_ROOT, TritonServer, copy_models
+from helpers import EXAMPLES, REPO_ROOT, TritonServer, copy_models
 
 PYTHON_REPO = REPO_ROOT / "model-repos" / "python"
 FAULTS_REPO = REPO_ROOT / "model-repos" / "python_faults"
@@ -29,7 +29,8 @@ def python_server(repo, *args) -> TritonServer:
 
 @pytest.fixture(scope="module")
 def py_server():
-    s = python_server(PYTHON_REPO)
+    # With the ONNX examples: BLS and the ensemble use `simple`.
+    s = python_server(EXAMPLES, "--model-repository", PYTHON_REPO)
     yield s
     s.stop()
 
@@ -332,3 +333,55 @@ def test_dynamic_batching_hands_execute_a_list_of_requests(py_server):
     executions = after["execution_count"] - before["execution_count"]
     inferences = after["inference_count"] - before["inference_count"]
     assert inferences == 12 and executions < 8, (executions, inferences)
+
+
+# ---- BLS and ensembles -----------------------------------------------------------------------------
+
+
+def test_bls_calls_another_python_model(py_server):
+    c = py_server.client()
+    before = c.get_inference_statistics("add_sub")["model_stats"][0]["inference_count"]
+    r = c.infer("bls_sync", http_inputs(INPUT0=A, INPUT1=B))
+    assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+    assert r.as_numpy("OUTPUT1").tolist() == [-9, -18, -27, -36]
+    # The BLS request went through add_sub's own scheduler and statistics.
+    assert c.get_inference_statistics("add_sub")["model_stats"][0]["inference_count"] == before + 1
+
+
+def test_bls_error_comes_back_as_a_response_error(py_server):
+    with pytest.raises(InferenceServerException) as e:
+        py_server.client().infer("bls_sync", http_inputs(INPUT0=A, INPUT1=B), parameters={"target": "missing"})
+    assert e.value.status() == "404" and "'missing'" in e.value.message()
+
+
+def test_async_bls_runs_requests_concurrently(py_server):
+    r = py_server.grpc_client().infer("bls_async", grpc_inputs(INPUT0=A, INPUT1=B))
+    assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+    assert r.as_numpy("OUTPUT1").tolist() == [9, 18, 27, 36]
+
+
+def test_bls_calls_an_onnx_model(py_server):
+    a = np.arange(16, dtype=np.int32)
+    b = np.full(16, 2, np.int32)
+    r = py_server.client().infer("bls_onnx", http_inputs(INPUT0=a, INPUT1=b))
+    assert r.as_numpy("OUTPUT0").tolist() == (a + b).tolist()
+    assert r.as_numpy("OUTPUT1").tolist() == (a - b).tolist()
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_ensemble_mixes_onnx_and_python_steps(py_server, proto):
+    a = np.arange(32, dtype=np.int32).reshape(2, 16)
+    b = np.ones((2, 16), np.int32)
+    if proto == "http":
+        r = py_server.client().infer("ensemble_mixed", http_inputs(INPUT0=a, INPUT1=b))
+    else:
+        r = py_server.grpc_client().infer("ensemble_mixed", grpc_inputs(INPUT0=a, INPUT1=b))
+    assert r.as_numpy("OUT").tolist() == (3 * (a + b)).tolist()
+    assert r.as_numpy("DIFF").tolist() == (a - b).tolist()
+
+
+def test_many_concurrent_bls_requests(py_server):
+    c = py_server.client(concurrency=16)
+    pending = [c.async_infer("bls_async", http_inputs(INPUT0=A * k, INPUT1=B)) for k in range(32)]
+    for k, p in enumerate(pending):
+        assert p.get_result().as_numpy("OUTPUT0").tolist() == (A * k + B).tolist()

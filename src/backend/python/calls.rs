@@ -1,40 +1,180 @@
 //! What a Python model asks of the server while it runs: BLS inference requests and calls (request
-//! cancellation, custom metrics, model control). The reader thread hands them here; anything that waits
-//! on the server runs as a task on the runtime, never on the reader thread or an instance thread.
+//! cancellation, model control). The reader thread hands them here; anything that waits on the server
+//! runs as a task on the runtime, never on the reader thread or an instance thread, so a model may
+//! have many BLS requests in flight (`async_exec`).
 
 use super::ipc::{self, BlsRequest};
 use super::stub::Conn;
+use crate::backend::ServerApi;
+use crate::core::lifecycle::LoadOptions;
+use crate::core::types::{InferRequest, ParamValue, Parameters, RequestedOutput, Tensor};
 use crate::error::{Error, Result};
+use base64::Engine as _;
+use futures_util::future::BoxFuture;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 /// The server side of a stub's calls.
 pub struct Calls {
-    /// Where tasks run.
+    /// Where tasks run; `None` outside a runtime (then every call that needs the server fails).
     runtime: Option<tokio::runtime::Handle>,
+    /// The server.
+    api: Option<Arc<dyn ServerApi>>,
 }
 
 impl Calls {
-    pub fn new(runtime: Option<tokio::runtime::Handle>) -> Self {
-        Calls { runtime }
+    pub fn new(runtime: Option<tokio::runtime::Handle>, api: Option<Arc<dyn ServerApi>>) -> Self {
+        Calls { runtime, api }
     }
 
-    /// Runs a BLS request and sends its response(s) back.
-    pub fn bls(&self, conn: &Arc<Conn>, req: BlsRequest, _payload: &[u8]) {
-        let _ = &self.runtime;
-        answer_bls_error(conn, req.id, &Error::unsupported("BLS is not supported yet"));
+    /// The runtime and the server, or why a call cannot run.
+    fn server(&self) -> Result<(&tokio::runtime::Handle, &Arc<dyn ServerApi>)> {
+        match (&self.runtime, &self.api) {
+            (Some(rt), Some(api)) => Ok((rt, api)),
+            _ => Err(Error::unavailable("this call needs a running server")),
+        }
+    }
+
+    /// Runs a BLS request and sends its response back. The inputs are copied out of the stub's ring
+    /// here, on the reader thread, before the stub may reuse it.
+    pub fn bls(&self, conn: &Arc<Conn>, req: BlsRequest, payload: &[u8]) {
+        let prepared = self.server().and_then(|(rt, api)| {
+            let inputs = req.inputs.iter().map(|t| conn.read_tensor(t, payload)).collect::<Result<Vec<_>>>()?;
+            Ok((rt, api, bls_request(&req, inputs)))
+        });
+        let (rt, api, request) = match prepared {
+            Ok(p) => p,
+            Err(e) => return answer_bls_error(conn, req.id, &e),
+        };
+        if req.decoupled {
+            return answer_bls_error(
+                conn,
+                req.id,
+                &Error::unsupported("BLS requests with decoupled=True are not supported yet"),
+            );
+        }
+        let (conn, api, id) = (conn.clone(), api.clone(), req.id);
+        rt.spawn(async move {
+            let result = api.infer(request).await.map(|r| (r.outputs, r.parameters));
+            send_bls_response(&conn, id, result, true);
+        });
     }
 
     /// Answers a call; `id` is `None` for calls that want no answer.
     pub fn call(&self, conn: &Arc<Conn>, id: Option<u64>, op: &str, args: Map<String, Value>) {
-        let result = match op {
+        let text = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        match op {
             "is_cancelled" => {
                 let key = args.get("key").and_then(Value::as_u64).unwrap_or(0);
-                Ok(Value::Bool(conn.stream_cancelled(key)))
+                reply(conn, id, Ok(Value::Bool(conn.stream_cancelled(key))));
             }
-            other => Err(Error::unsupported(format!("'{other}' is not supported by this server yet"))),
-        };
-        reply(conn, id, result);
+            "model_load" | "model_unload" | "model_ready" => {
+                let (rt, api) = match self.server() {
+                    Ok(s) => s,
+                    Err(e) => return reply(conn, id, Err(e)),
+                };
+                let work: BoxFuture<'static, Result<Value>> = match op {
+                    "model_load" => match load_options(&args) {
+                        Ok(opts) => {
+                            let f = api.load_model(text("name"), opts);
+                            Box::pin(async move {
+                                f.await.map(|()| Value::Null).map_err(|e| e.context("Failed to load model"))
+                            })
+                        }
+                        Err(e) => return reply(conn, id, Err(e)),
+                    },
+                    "model_unload" => {
+                        let f = api.unload_model(text("name"));
+                        Box::pin(async move {
+                            f.await.map(|()| Value::Null).map_err(|e| e.context("Failed to unload model"))
+                        })
+                    }
+                    _ => {
+                        let f = api.model_ready(text("name"), text("version"));
+                        // An unknown model is simply not ready, as in Triton's C API.
+                        Box::pin(async move { Ok(Value::Bool(f.await.unwrap_or(false))) })
+                    }
+                };
+                let conn = conn.clone();
+                rt.spawn(async move {
+                    let result = work.await;
+                    reply(&conn, id, result);
+                });
+            }
+            other => reply(conn, id, Err(Error::unsupported(format!("'{other}' is not supported by this server")))),
+        }
+    }
+}
+
+/// The load API's options from `pb_utils.load_model(name, config, files)`; file names keep Triton's
+/// `file:` prefix, contents arrive base64-encoded.
+fn load_options(args: &Map<String, Value>) -> Result<LoadOptions> {
+    let config = args.get("config").and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+    let mut files = Vec::new();
+    if let Some(Value::Object(m)) = args.get("files") {
+        for (k, v) in m {
+            let path = k.strip_prefix("file:").ok_or_else(|| {
+                Error::invalid(format!("file '{k}' must be named 'file:<version>/<name>', as Triton's load API wants"))
+            })?;
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(v.as_str().unwrap_or_default())
+                .map_err(|e| Error::invalid(format!("file '{k}' is not valid base64: {e}")))?;
+            files.push((path.to_string(), data));
+        }
+    }
+    if !files.is_empty() && config.is_none() {
+        return Err(Error::invalid("load_model: files need a config"));
+    }
+    Ok(LoadOptions { config_json: config, files })
+}
+
+/// A BLS request as the server takes it: the correlation id, sequence flags and timeout become the
+/// request parameters Triton reserves for them.
+fn bls_request(req: &BlsRequest, inputs: Vec<Tensor>) -> InferRequest {
+    let mut parameters: Parameters = ipc::params_from_json(&req.params);
+    match &req.corr {
+        Value::Number(n) => {
+            if let Some(v) = n.as_u64().filter(|&v| v != 0) {
+                parameters.insert("sequence_id".into(), ParamValue::Uint(v));
+            }
+        }
+        Value::String(s) if !s.is_empty() => {
+            parameters.insert("sequence_id".into(), ParamValue::String(s.clone()));
+        }
+        _ => {}
+    }
+    if req.flags & 1 != 0 {
+        parameters.insert("sequence_start".into(), ParamValue::Bool(true));
+    }
+    if req.flags & 2 != 0 {
+        parameters.insert("sequence_end".into(), ParamValue::Bool(true));
+    }
+    if req.timeout > 0 {
+        parameters.insert("timeout".into(), ParamValue::Uint(req.timeout));
+    }
+    InferRequest {
+        model_name: req.model.clone(),
+        model_version: (req.version >= 0).then_some(req.version),
+        id: req.request_id.clone(),
+        inputs,
+        outputs: req.outputs.iter().map(|n| RequestedOutput { name: n.clone(), ..Default::default() }).collect(),
+        parameters,
+    }
+}
+
+/// Sends one response to a BLS request; its tensors go into the server's shared-memory area.
+pub fn send_bls_response(conn: &Conn, id: u64, result: Result<(Vec<Tensor>, Parameters)>, is_final: bool) {
+    let mut payload = Vec::new();
+    let mut payload_len = 0;
+    let resp = result.and_then(|(outputs, params)| {
+        let out = conn.encode_tensors(&outputs, &mut payload, &mut payload_len)?;
+        Ok(json!({"out": out, "params": ipc::params_to_json(&params)}))
+    });
+    let resp = resp.unwrap_or_else(|e| json!({"err": {"m": e.message, "c": ipc::code_from_error(&e)}}));
+    let msg = json!({"type": "bls_resp", "id": id, "final": is_final, "resp": resp});
+    let parts: Vec<&[u8]> = payload.iter().map(|b| b.as_ref()).collect();
+    if let Err(e) = conn.send(&msg, &parts) {
+        tracing::debug!("{}", e.message);
     }
 }
 
@@ -57,11 +197,5 @@ pub fn reply(conn: &Conn, id: Option<u64>, result: Result<Value>) {
 
 /// Answers a BLS request with an error response.
 pub fn answer_bls_error(conn: &Conn, id: u64, e: &Error) {
-    let msg = json!({
-        "type": "bls_resp", "id": id, "final": true,
-        "resp": {"err": {"m": e.message, "c": ipc::code_from_error(e)}},
-    });
-    if let Err(e) = conn.send(&msg, &[]) {
-        tracing::debug!("{}", e.message);
-    }
+    send_bls_response(conn, id, Err(e.clone()), true);
 }

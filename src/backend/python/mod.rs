@@ -21,7 +21,7 @@ pub mod stub;
 
 use super::{
     Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
-    ModelInstance,
+    ModelInstance, ServerApi,
 };
 use crate::core::repository::pbtxt;
 use crate::core::scheduler::SequenceId;
@@ -197,11 +197,13 @@ fn unpack(settings: &Settings, archive: &Path) -> Result<Arc<tempfile::TempDir>>
 pub struct PythonBackend {
     /// The settings, or why they are invalid (every Python model then fails to load with that reason).
     settings: Result<Settings>,
+    /// The server, for BLS and model control; `None` without one.
+    api: Option<Arc<dyn ServerApi>>,
 }
 
 impl PythonBackend {
-    pub fn new(config: &BackendConfig) -> Self {
-        PythonBackend { settings: Settings::from_config(config) }
+    pub fn new(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>) -> Self {
+        PythonBackend { settings: Settings::from_config(config), api }
     }
 }
 
@@ -254,7 +256,7 @@ impl Backend for PythonBackend {
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let settings = self.settings.clone()?;
         let launch = launch(&settings, ctx, spec)?;
-        let calls = Arc::new(calls::Calls::new(tokio::runtime::Handle::try_current().ok()));
+        let calls = Arc::new(calls::Calls::new(tokio::runtime::Handle::try_current().ok(), self.api.clone()));
         let (deaths, death_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
             state: Mutex::new(State { stub: None, generation: 0, closing: false }),
