@@ -79,10 +79,13 @@ pub struct DecoupledResponse {
     pub is_final: bool,
     /// A final flag sent without a response (Triton's "empty final response").
     pub empty: bool,
+    /// An error response the model sent; the request goes on until its final flag.
+    pub error: Option<Error>,
 }
 
 /// Where a decoupled model sends the responses of one request; usable from any thread, also after
-/// `execute` has returned. An error ends the request.
+/// `execute` has returned. An `Err` ends the request (execute failed, the model's process died); error
+/// responses the model sends itself are [`DecoupledResponse::error`].
 #[derive(Debug, Clone)]
 pub struct ResponseSender(tokio::sync::mpsc::UnboundedSender<Result<DecoupledResponse>>);
 
@@ -170,6 +173,11 @@ pub trait ServerApi: Send + Sync {
     /// Runs a request through the server's normal inference path (validation, the model's scheduler,
     /// its statistics).
     fn infer(&self, req: InferRequest) -> BoxFuture<'static, Result<InferResponse>>;
+    /// Runs a request whose responses are streamed (a decoupled model's 0..n responses).
+    fn infer_stream(
+        &self,
+        req: InferRequest,
+    ) -> BoxFuture<'static, Result<futures_util::stream::BoxStream<'static, Result<crate::core::types::StreamResponse>>>>;
     /// Loads or reloads a model (explicit model control only).
     fn load_model(&self, name: String, opts: LoadOptions) -> BoxFuture<'static, Result<()>>;
     /// Unloads a model (explicit model control only).

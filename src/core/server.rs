@@ -1,6 +1,6 @@
 //! `Server`: health, metadata, inference, repository control and statistics, independent of transport.
 
-use crate::backend::{BackendConfig, BackendRegistry, ExecResult, ExecTimings, ServerApi};
+use crate::backend::{BackendConfig, BackendRegistry, ExecResult, ExecTimings, ResponseSender, ServerApi};
 use crate::core::cache::{self, ResponseCache};
 use crate::core::classification::classify;
 use crate::core::lifecycle::{IndexEntry, LoadOptions, LoadedModel, ModelManager};
@@ -10,10 +10,11 @@ use crate::core::scheduler::ensemble::StepRunner;
 use crate::core::scheduler::Job;
 use crate::core::stats::{FailureReason, StatsSnapshot};
 use crate::core::trace::{Activity, Trace, TraceSettings, TraceUpdate, Tracer};
-use crate::core::types::{InferRequest, InferResponse, Parameters, RequestedOutput, Tensor};
+use crate::core::types::{InferRequest, InferResponse, Parameters, RequestedOutput, StreamResponse, Tensor};
 use crate::core::validate::{self, resolve_wildcards};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::inference::ModelConfig;
+use futures_util::stream::{BoxStream, StreamExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -344,6 +345,58 @@ impl Server {
         }
     }
 
+    /// Whether the model (version) serving `name` is decoupled (`model_transaction_policy { decoupled: true }`):
+    /// its responses can only be streamed.
+    pub fn is_decoupled(&self, name: &str, version: Option<i64>) -> bool {
+        self.inner.models.get(name, version).is_ok_and(|m| is_decoupled(&m.config))
+    }
+
+    /// Runs one inference whose responses are streamed: a decoupled model's 0..n responses as it sends
+    /// them, or the single response of any other model. The stream ends after the final response or an
+    /// error.
+    pub async fn infer_stream(&self, req: InferRequest) -> Result<BoxStream<'static, Result<StreamResponse>>> {
+        let model = self.inner.models.get(&req.model_name, req.model_version)?;
+        if !is_decoupled(&model.config) {
+            let response = self.infer(req).await?;
+            let one = StreamResponse { response, is_final: true, empty: false, error: None };
+            return Ok(futures_util::stream::once(async move { Ok(one) }).boxed());
+        }
+        let start = Instant::now();
+        let id = req.id.clone();
+        let mut prepared = match validate::prepare(&model.io, &model.name, req) {
+            Ok(p) => p,
+            Err(e) => {
+                model.stats.record_failure(start.elapsed(), FailureReason::Other);
+                return Err(e);
+            }
+        };
+        let (responder, responses) = ResponseSender::channel();
+        prepared.exec.responder = Some(responder);
+        let (tx, executed) = tokio::sync::oneshot::channel();
+        let job = Job {
+            exec: prepared.exec,
+            batch_size: prepared.batch_size,
+            enqueued: Instant::now(),
+            control: prepared.control,
+            reply: tx,
+        };
+        if let Err(e) = model.scheduler.submit(job) {
+            model.stats.record_failure(start.elapsed(), FailureReason::Rejected);
+            return Err(e);
+        }
+        let state = DecoupledStream {
+            server: self.clone(),
+            model,
+            id,
+            requested: prepared.outputs,
+            responses,
+            executed: Some(executed),
+            start,
+            done: false,
+        };
+        Ok(futures_util::stream::unfold(state, DecoupledStream::next).boxed())
+    }
+
     /// Runs a request on one model version; a failure says which stage failed, for the metrics.
     async fn infer_on(
         &self,
@@ -352,6 +405,12 @@ impl Server {
         trace: Option<&mut Trace>,
     ) -> std::result::Result<(InferResponse, ExecTimings), (Error, FailureReason)> {
         let other = |e: Error| (e, FailureReason::Other);
+        if is_decoupled(&model.config) {
+            return Err(other(Error::unsupported(format!(
+                "model '{}' is decoupled: its responses can only be streamed (gRPC ModelStreamInfer)",
+                model.name
+            ))));
+        }
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
         // A cache hit answers without queueing; a miss remembers the key to store the result.
@@ -546,6 +605,73 @@ impl StepRunner for StepsThroughServer {
     }
 }
 
+fn is_decoupled(cfg: &ModelConfig) -> bool {
+    cfg.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
+}
+
+/// The responses of one request to a decoupled model, as [`Server::infer_stream`] hands them out.
+struct DecoupledStream {
+    server: Server,
+    model: Arc<LoadedModel>,
+    /// The request's id, carried by every response.
+    id: String,
+    /// The outputs the client asked for (reshape and classification apply per response).
+    requested: Vec<RequestedOutput>,
+    /// What the model sends.
+    responses: crate::backend::ResponseReceiver,
+    /// The scheduler's answer: only says that execution ended, or why it could not run.
+    executed: Option<tokio::sync::oneshot::Receiver<Result<ExecResult>>>,
+    /// For the request statistics.
+    start: Instant,
+    /// Set after the final response or an error.
+    done: bool,
+}
+
+impl DecoupledStream {
+    async fn next(mut self) -> Option<(Result<StreamResponse>, Self)> {
+        if self.done {
+            return None;
+        }
+        let item = match self.responses.recv().await {
+            Some(Ok(r)) => {
+                let response =
+                    self.server.respond(&self.model, self.id.clone(), &self.requested, r.outputs).map(|mut resp| {
+                        resp.parameters = r.parameters;
+                        StreamResponse { response: resp, is_final: r.is_final, empty: r.empty, error: r.error }
+                    });
+                if r.is_final || response.is_err() {
+                    self.done = true;
+                }
+                response
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                Err(e)
+            }
+            None => {
+                // Every sender is gone without a final response: the request never ran (the error says
+                // why), or the model dropped it.
+                self.done = true;
+                match self.executed.take()?.await {
+                    Ok(Err(e)) => Err(e),
+                    Ok(Ok(_)) => return None,
+                    Err(_) => Err(Error::internal(format!(
+                        "model '{}' stopped before answering the request",
+                        self.model.name
+                    ))),
+                }
+            }
+        };
+        if self.done {
+            match &item {
+                Ok(_) => self.model.stats.record_success(self.start.elapsed()),
+                Err(_) => self.model.stats.record_failure(self.start.elapsed(), FailureReason::Backend),
+            }
+        }
+        Some((item, self))
+    }
+}
+
 /// What backends ask of the server (Python BLS, model control), through a weak handle.
 struct ApiThroughServer(Weak<Inner>);
 
@@ -559,6 +685,14 @@ impl ServerApi for ApiThroughServer {
     fn infer(&self, req: InferRequest) -> futures_util::future::BoxFuture<'static, Result<InferResponse>> {
         let server = self.server();
         Box::pin(async move { server?.infer(req).await })
+    }
+
+    fn infer_stream(
+        &self,
+        req: InferRequest,
+    ) -> futures_util::future::BoxFuture<'static, Result<BoxStream<'static, Result<StreamResponse>>>> {
+        let server = self.server();
+        Box::pin(async move { server?.infer_stream(req).await })
     }
 
     fn load_model(&self, name: String, opts: LoadOptions) -> futures_util::future::BoxFuture<'static, Result<()>> {

@@ -385,3 +385,143 @@ def test_many_concurrent_bls_requests(py_server):
     pending = [c.async_infer("bls_async", http_inputs(INPUT0=A * k, INPUT1=B)) for k in range(32)]
     for k, p in enumerate(pending):
         assert p.get_result().as_numpy("OUTPUT0").tolist() == (A * k + B).tolist()
+
+
+# ---- decoupled -------------------------------------------------------------------------------------
+
+
+def stream(s: TritonServer, model: str, requests: list[tuple[str, str, np.ndarray]], empty_final: bool = False,
+           finals: int | None = None, timeout: float = 20.0, errors_end: bool = True) -> list:
+    """Sends (id, input name, array) requests on one gRPC stream; returns (result, error) pairs in
+    arrival order once `finals` requests (default: all) ended with a final response (or an error,
+    with `errors_end`)."""
+    import queue
+
+    q: queue.Queue = queue.Queue()
+    c = s.grpc_client()
+    c.start_stream(callback=lambda result, error: q.put((result, error)))
+    try:
+        for rid, name, arr in requests:
+            i = grpcclient.InferInput(name, list(arr.shape), "INT32")
+            i.set_data_from_numpy(arr)
+            c.async_stream_infer(model, [i], request_id=rid, enable_empty_final_response=empty_final)
+        want = len(requests) if finals is None else finals
+        out, ended = [], 0
+        deadline = time.monotonic() + timeout
+        while ended < want:
+            result, error = q.get(timeout=max(0.1, deadline - time.monotonic()))
+            out.append((result, error))
+            if (error is not None and errors_end) or (
+                    error is None and result.get_response().parameters["triton_final_response"].bool_param):
+                ended += 1
+        return out
+    finally:
+        c.stop_stream()
+
+
+def test_http_refuses_decoupled_models_as_triton_does(py_server):
+    with pytest.raises(InferenceServerException) as e:
+        py_server.client().infer("repeat", http_inputs(IN=np.array([1, 2], np.int32)))
+    assert e.value.status() == "501"
+    assert e.value.message() == "HTTP end point doesn't support models with decoupled transaction policy"
+
+
+def test_grpc_unary_refuses_decoupled_models_as_triton_does(py_server):
+    with pytest.raises(InferenceServerException) as e:
+        py_server.grpc_client().infer("repeat", grpc_inputs(IN=np.array([1, 2], np.int32)))
+    assert e.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert e.value.message() == "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+
+def test_decoupled_model_streams_n_responses(py_server):
+    got = stream(py_server, "repeat", [("a", "IN", np.array([5, 6, 7], np.int32))], empty_final=True)
+    assert all(e is None for _, e in got)
+    responses = [r.get_response() for r, _ in got]
+    assert [r.id for r in responses] == ["a"] * 4
+    assert [r.parameters["triton_final_response"].bool_param for r in responses] == [False, False, False, True]
+    assert [int(r.as_numpy("OUT")[0]) for r, _ in got[:3]] == [5, 6, 7]
+    assert [int(r.as_numpy("IDX")[0]) for r, _ in got[:3]] == [0, 1, 2]
+    assert responses[3].outputs == [], "the final flag alone is an empty response"
+
+
+def test_decoupled_zero_responses_and_interleaved_requests(py_server):
+    got = stream(py_server, "repeat", [("none", "IN", np.array([], np.int32)),
+                                       ("two", "IN", np.array([1, 2], np.int32)),
+                                       ("three", "IN", np.array([7, 8, 9], np.int32))], empty_final=True)
+    by_id: dict = {}
+    for r, e in got:
+        assert e is None, e
+        resp = r.get_response()
+        by_id.setdefault(resp.id, []).append(None if not resp.outputs else int(r.as_numpy("OUT")[0]))
+    assert by_id == {"none": [None], "two": [1, 2, None], "three": [7, 8, 9, None]}
+
+
+def test_decoupled_without_empty_final_sends_only_responses(py_server):
+    import queue
+
+    q: queue.Queue = queue.Queue()
+    c = py_server.grpc_client()
+    c.start_stream(callback=lambda result, error: q.put((result, error)))
+    i = grpcclient.InferInput("IN", [2], "INT32")
+    i.set_data_from_numpy(np.array([3, 4], np.int32))
+    c.async_stream_infer("repeat", [i], request_id="x")
+    first, second = q.get(timeout=20), q.get(timeout=20)
+    time.sleep(0.3)
+    c.stop_stream()
+    assert q.empty()
+    assert [int(r.as_numpy("OUT")[0]) for r, _ in (first, second)] == [3, 4]
+
+
+def test_non_decoupled_models_on_a_stream_say_final(py_server):
+    c = py_server.grpc_client()
+    import queue
+
+    q: queue.Queue = queue.Queue()
+    c.start_stream(callback=lambda result, error: q.put((result, error)))
+    c.async_stream_infer("add_sub", grpc_inputs(INPUT0=A, INPUT1=B), request_id="y")
+    r, e = q.get(timeout=20)
+    c.stop_stream()
+    assert e is None and r.get_response().parameters["triton_final_response"].bool_param is True
+    assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+
+
+def test_bls_to_a_decoupled_model_iterates_its_responses(py_server):
+    r = py_server.client().infer("bls_decoupled", http_inputs(IN=np.array([1, 2, 3, 4], np.int32)))
+    assert (int(r.as_numpy("SUM")[0]), int(r.as_numpy("COUNT")[0])) == (10, 4)
+    r = py_server.client().infer("bls_decoupled", http_inputs(IN=np.array([], np.int32)))
+    assert (int(r.as_numpy("SUM")[0]), int(r.as_numpy("COUNT")[0])) == (0, 0)
+
+
+def faulty_stream(s, mode, errors_end=True):
+    return stream(s, "faulty_decoupled", [(f"m{mode}", "MODE", np.array([mode], np.int32))], empty_final=True,
+                  errors_end=errors_end)
+
+
+def test_decoupled_exception_is_an_error_and_ends_the_request(faults_server):
+    got = faulty_stream(faults_server, 1)
+    assert len(got) == 1 and got[0][0] is None
+    assert got[0][1].message().startswith(
+        "Failed to process the request(s) for model 'faulty_decoupled_0', message: TritonModelException: "
+        "faulty_decoupled: raised on purpose"), got[0][1].message()
+
+
+def test_decoupled_error_response_then_final(faults_server):
+    got = faulty_stream(faults_server, 2, errors_end=False)
+    assert got[0][1].message() == "faulty_decoupled: error response"
+    last = got[1][0].get_response()
+    assert last.outputs == [] and last.parameters["triton_final_response"].bool_param
+
+
+def test_decoupled_stub_crash_ends_the_request_with_an_error(faults_server):
+    got = faulty_stream(faults_server, 3)
+    assert int(got[0][0].as_numpy("OUT")[0]) == 3
+    assert got[1][1].message().startswith("Stub process 'faulty_decoupled_0' is not healthy."), got[1][1].message()
+    # Restarted: the next request is answered.
+    got = faulty_stream(faults_server, 0)
+    assert int(got[0][0].as_numpy("OUT")[0]) == 0 and got[1][0].get_response().parameters["triton_final_response"].bool_param
+
+
+def test_decoupled_execute_must_return_none(faults_server):
+    got = faulty_stream(faults_server, 4)
+    assert int(got[0][0].as_numpy("OUT")[0]) == 4
+    assert "is using the decoupled mode and the execute function must return None." in got[1][1].message()

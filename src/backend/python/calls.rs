@@ -7,10 +7,11 @@ use super::ipc::{self, BlsRequest};
 use super::stub::Conn;
 use crate::backend::ServerApi;
 use crate::core::lifecycle::LoadOptions;
-use crate::core::types::{InferRequest, ParamValue, Parameters, RequestedOutput, Tensor};
+use crate::core::types::{InferRequest, ParamValue, Parameters, RequestedOutput, StreamResponse, Tensor};
 use crate::error::{Error, Result};
 use base64::Engine as _;
 use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
@@ -46,14 +47,37 @@ impl Calls {
             Ok(p) => p,
             Err(e) => return answer_bls_error(conn, req.id, &e),
         };
-        if req.decoupled {
-            return answer_bls_error(
-                conn,
-                req.id,
-                &Error::unsupported("BLS requests with decoupled=True are not supported yet"),
-            );
-        }
         let (conn, api, id) = (conn.clone(), api.clone(), req.id);
+        if req.decoupled {
+            // Every response as it comes, the last one final; a final flag without a response becomes an
+            // empty final response (the stub's iterator yields it as an empty response, as Triton does).
+            rt.spawn(async move {
+                let mut responses = match api.infer_stream(request).await {
+                    Ok(s) => s,
+                    Err(e) => return answer_bls_error(&conn, id, &e),
+                };
+                while let Some(item) = responses.next().await {
+                    match item {
+                        Ok(r) if r.empty => return send_bls_final(&conn, id),
+                        Ok(StreamResponse { error: Some(e), is_final, .. }) => {
+                            send_bls_response(&conn, id, Err(e), is_final);
+                            if is_final {
+                                return;
+                            }
+                        }
+                        Ok(r) => {
+                            send_bls_response(&conn, id, Ok((r.response.outputs, r.response.parameters)), r.is_final);
+                            if r.is_final {
+                                return;
+                            }
+                        }
+                        Err(e) => return answer_bls_error(&conn, id, &e),
+                    }
+                }
+                send_bls_final(&conn, id);
+            });
+            return;
+        }
         rt.spawn(async move {
             let result = api.infer(request).await.map(|r| (r.outputs, r.parameters));
             send_bls_response(&conn, id, result, true);
@@ -174,6 +198,13 @@ pub fn send_bls_response(conn: &Conn, id: u64, result: Result<(Vec<Tensor>, Para
     let msg = json!({"type": "bls_resp", "id": id, "final": is_final, "resp": resp});
     let parts: Vec<&[u8]> = payload.iter().map(|b| b.as_ref()).collect();
     if let Err(e) = conn.send(&msg, &parts) {
+        tracing::debug!("{}", e.message);
+    }
+}
+
+/// Ends a decoupled BLS request without a response.
+fn send_bls_final(conn: &Conn, id: u64) {
+    if let Err(e) = conn.send(&json!({"type": "bls_resp", "id": id, "final": true}), &[]) {
         tracing::debug!("{}", e.message);
     }
 }

@@ -546,22 +546,16 @@ fn dispatch(conn: &Arc<Conn>, msg: FromStub, payload: &[u8], control: &Sender<Co
                 return;
             };
             let item = match resp {
-                None => {
-                    Ok(DecoupledResponse { outputs: Vec::new(), parameters: Parameters::new(), is_final, empty: true })
-                }
-                Some(r) => conn.read_response(&r, payload).map(|(outputs, parameters)| DecoupledResponse {
-                    outputs,
-                    parameters,
-                    is_final,
-                    empty: false,
-                }),
+                None => DecoupledResponse { is_final, empty: true, ..Default::default() },
+                Some(r) => match conn.read_response(&r, payload) {
+                    Ok((outputs, parameters)) => {
+                        DecoupledResponse { outputs, parameters, is_final, ..Default::default() }
+                    }
+                    // An error response; the request goes on until the model sends the final flag.
+                    Err(e) => DecoupledResponse { is_final, error: Some(e), ..Default::default() },
+                },
             };
-            // An error response ends the request, as in Triton (the error carries no final flag there,
-            // but no client can tell the difference).
-            if item.is_err() && !is_final {
-                conn.streams.lock().remove(&key);
-            }
-            sender.send(item);
+            sender.send(Ok(item));
         }
         FromStub::Reply { id, value, error } => {
             if let Some(tx) = conn.replies.lock().remove(&id) {

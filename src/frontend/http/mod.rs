@@ -361,6 +361,10 @@ async fn do_infer(
     } else {
         codec::decode_request(body, header_len, name, version)?
     };
+    if s.server.is_decoupled(name, version) {
+        // Triton's status and words for it.
+        return Err(Error::unsupported("HTTP end point doesn't support models with decoupled transaction policy"));
+    }
     let binary_default = decoded.binary_default;
     let flags: Vec<(String, bool)> =
         decoded.request.outputs.iter().map(|o| (o.name.clone(), decoded.output_is_binary(&o.name))).collect();
