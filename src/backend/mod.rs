@@ -184,6 +184,8 @@ pub trait ServerApi: Send + Sync {
     fn unload_model(&self, name: String) -> BoxFuture<'static, Result<()>>;
     /// Whether a model (version; empty: any) is ready.
     fn model_ready(&self, name: String, version: String) -> BoxFuture<'static, Result<bool>>;
+    /// Where models' custom metrics live (`None` once the server is gone).
+    fn custom_metrics(&self) -> Option<Arc<crate::core::custom_metrics::CustomMetrics>>;
 }
 
 /// `--backend-config` settings: per backend name, and global ones (given without a backend name).

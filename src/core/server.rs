@@ -3,6 +3,7 @@
 use crate::backend::{BackendConfig, BackendRegistry, ExecResult, ExecTimings, ResponseSender, ServerApi};
 use crate::core::cache::{self, ResponseCache};
 use crate::core::classification::classify;
+use crate::core::custom_metrics::CustomMetrics;
 use crate::core::lifecycle::{IndexEntry, LoadOptions, LoadedModel, ModelManager};
 use crate::core::rate_limiter::RateLimiter;
 use crate::core::repository::RepoOptions;
@@ -113,6 +114,8 @@ struct Inner {
     cache: Option<ResponseCache>,
     /// The trace extension's settings and sampling.
     tracer: Tracer,
+    /// Metrics models create (Python's `pb_utils.MetricFamily`).
+    custom_metrics: Arc<CustomMetrics>,
 }
 
 /// The server core. Cheap to clone; every front-end holds one.
@@ -151,6 +154,7 @@ impl Server {
                 started: AtomicBool::new(false),
                 accepting: AtomicBool::new(true),
                 tracer,
+                custom_metrics: Arc::new(CustomMetrics::new()),
             }
         });
         Server { inner }
@@ -501,6 +505,11 @@ impl Server {
         })
     }
 
+    /// The metrics models created, for `/metrics`.
+    pub fn custom_metrics(&self) -> &CustomMetrics {
+        &self.inner.custom_metrics
+    }
+
     /// The trace extension's hot-path API: whether tracing is on, and sampling a request.
     pub fn tracer(&self) -> &Tracer {
         &self.inner.tracer
@@ -708,6 +717,10 @@ impl ServerApi for ApiThroughServer {
     fn model_ready(&self, name: String, version: String) -> futures_util::future::BoxFuture<'static, Result<bool>> {
         let server = self.server();
         Box::pin(async move { server?.model_ready(&name, &version).await })
+    }
+
+    fn custom_metrics(&self) -> Option<Arc<CustomMetrics>> {
+        self.0.upgrade().map(|inner| inner.custom_metrics.clone())
     }
 }
 

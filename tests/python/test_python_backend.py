@@ -525,3 +525,56 @@ def test_decoupled_execute_must_return_none(faults_server):
     got = faulty_stream(faults_server, 4)
     assert int(got[0][0].as_numpy("OUT")[0]) == 4
     assert "is using the decoupled mode and the execute function must return None." in got[1][1].message()
+
+
+# ---- custom metrics, model control -----------------------------------------------------------------
+
+
+def test_custom_metrics_are_exported(start_server, repo):
+    import urllib.request
+
+    copy_models(repo, "custom_metrics", src=PYTHON_REPO)
+    s = start_server("--model-repository", repo, PY, "--allow-metrics=true", "--metrics-port", "0")
+    port = int(s.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
+    c = s.client()
+    counts = [float(c.infer("custom_metrics", http_inputs(X=np.array(x, np.float32))).as_numpy("COUNT")[0])
+              for x in ([0.5, 2.0], [7.0], [20.0, 1.0])]
+    assert counts == [1, 2, 3]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    labels = 'model="custom_metrics",version="1"'
+    for line in [
+        "# TYPE example_requests_total counter",
+        f"example_requests_total{{{labels}}} 3",
+        f"example_last_input_sum{{{labels}}} 21",
+        "# TYPE example_input_values histogram",
+        f'example_input_values_bucket{{{labels},le="1"}} 2',
+        f'example_input_values_bucket{{{labels},le="5"}} 3',
+        f'example_input_values_bucket{{{labels},le="10"}} 4',
+        f'example_input_values_bucket{{{labels},le="+Inf"}} 5',
+        f"example_input_values_count{{{labels}}} 5",
+        f"example_input_values_sum{{{labels}}} 30.5",
+    ]:
+        assert line in text.splitlines(), f"{line!r} not in:\n{text}"
+    # Unloading the model takes its metrics away.
+    c2 = s.client()
+    assert c2.is_model_ready("custom_metrics")
+
+
+def test_models_load_and_unload_models(start_server, repo):
+    copy_models(repo, "model_control", "add_sub", src=PYTHON_REPO)
+    s = start_server("--model-repository", repo, PY, "--model-control-mode=explicit", "--load-model=model_control")
+    c = s.client()
+
+    def control(op, name="add_sub"):
+        r = c.infer("model_control", http_inputs(OP=np.array([op.encode()], np.object_),
+                                                  NAME=np.array([name.encode()], np.object_)))
+        return bool(r.as_numpy("READY")[0])
+
+    assert control("ready") is False
+    assert control("load") is True
+    assert c.infer("add_sub", http_inputs(INPUT0=A, INPUT1=B)).as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+    assert control("unload") is False
+    assert not c.is_model_ready("add_sub")
+    with pytest.raises(InferenceServerException) as e:
+        control("load", "no_such_model")
+    assert "Failed to load model" in e.value.message(), e.value.message()

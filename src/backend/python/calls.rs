@@ -6,6 +6,7 @@
 use super::ipc::{self, BlsRequest};
 use super::stub::Conn;
 use crate::backend::ServerApi;
+use crate::core::custom_metrics::{MetricKind, MetricOp};
 use crate::core::lifecycle::LoadOptions;
 use crate::core::types::{InferRequest, ParamValue, Parameters, RequestedOutput, StreamResponse, Tensor};
 use crate::error::{Error, Result};
@@ -125,7 +126,96 @@ impl Calls {
                     reply(&conn, id, result);
                 });
             }
+            op if op.starts_with("metric") => {
+                let result = self.metric_call(conn, op, &args);
+                reply(conn, id, result);
+            }
             other => reply(conn, id, Err(Error::unsupported(format!("'{other}' is not supported by this server")))),
+        }
+    }
+}
+
+impl Calls {
+    /// Custom metrics: families and metrics are handles the stub holds until it deletes them (or exits).
+    fn metric_call(&self, conn: &Conn, op: &str, args: &Map<String, Value>) -> Result<Value> {
+        let metrics = self
+            .api
+            .as_ref()
+            .and_then(|a| a.custom_metrics())
+            .ok_or_else(|| Error::unavailable("custom metrics need a running server"))?;
+        let num = |k: &str| args.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+        let handle = args.get("handle").and_then(Value::as_u64).unwrap_or(0);
+        // A stub may only use the handles it was given.
+        let owned = || {
+            if conn.metric_handles.lock().contains(&handle) {
+                Ok(handle)
+            } else {
+                Err(Error::invalid("the metric has been deleted"))
+            }
+        };
+        match op {
+            "metric_family" => {
+                let kind = match args.get("kind").and_then(Value::as_u64) {
+                    Some(0) => MetricKind::Counter,
+                    Some(1) => MetricKind::Gauge,
+                    Some(2) => MetricKind::Histogram,
+                    _ => return Err(Error::invalid("MetricFamily kind must be COUNTER, GAUGE or HISTOGRAM")),
+                };
+                let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
+                let help = args.get("description").and_then(Value::as_str).unwrap_or_default();
+                let id = metrics.family(name, help, kind)?;
+                conn.metric_handles.lock().insert(id);
+                Ok(Value::from(id))
+            }
+            "metric_new" => {
+                let family = args.get("family").and_then(Value::as_u64).unwrap_or(0);
+                if !conn.metric_handles.lock().contains(&family) {
+                    return Err(Error::invalid(
+                        "Invalid metric operation as the corresponding 'MetricFamily' has been deleted.",
+                    ));
+                }
+                let labels = match args.get("labels") {
+                    Some(Value::Object(m)) => {
+                        m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect()
+                    }
+                    _ => Default::default(),
+                };
+                let buckets = match args.get("buckets") {
+                    Some(Value::Array(b)) => Some(b.iter().filter_map(Value::as_f64).collect()),
+                    _ => None,
+                };
+                let id = metrics.metric(family, labels, buckets)?;
+                conn.metric_handles.lock().insert(id);
+                Ok(Value::from(id))
+            }
+            "metric_family_delete" | "metric_delete" => {
+                if conn.metric_handles.lock().remove(&handle) {
+                    metrics.release(handle);
+                }
+                Ok(Value::Null)
+            }
+            "metric_op" => {
+                let op = match args.get("action").and_then(Value::as_str) {
+                    Some("increment") => MetricOp::Increment(num("value")),
+                    Some("set") => MetricOp::Set(num("value")),
+                    Some("observe") => MetricOp::Observe(num("value")),
+                    _ => return Err(Error::invalid("unknown metric operation")),
+                };
+                metrics.update(owned()?, op).map(|()| Value::Null)
+            }
+            "metric_value" => metrics.value(owned()?).map(Value::from),
+            other => Err(Error::unsupported(format!("'{other}' is not supported by this server"))),
+        }
+    }
+
+    /// Releases what a stub held when its process goes away (its metrics disappear unless another
+    /// instance holds them too; a restarted stub creates them again in `initialize`).
+    pub fn stub_gone(&self, conn: &Conn) {
+        let handles: Vec<u64> = conn.metric_handles.lock().drain().collect();
+        if let Some(metrics) = self.api.as_ref().and_then(|a| a.custom_metrics()) {
+            for h in handles {
+                metrics.release(h);
+            }
         }
     }
 }

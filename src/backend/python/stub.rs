@@ -89,6 +89,8 @@ pub struct Conn {
     streams: Mutex<HashMap<u64, ResponseSender>>,
     /// Whether the model has its own readiness check (`is_model_ready`).
     has_probe: AtomicBool,
+    /// Custom-metric handles this stub holds; released when it goes away.
+    pub metric_handles: Mutex<std::collections::HashSet<u64>>,
     /// Calls into the stub (readiness) waiting for their reply, by id.
     replies: Mutex<HashMap<u64, Sender<Result<Value>>>>,
     /// Ids for requests and calls.
@@ -295,6 +297,7 @@ impl Stub {
             last_seen: Mutex::new(Instant::now()),
             alive: AtomicBool::new(true),
             has_probe: AtomicBool::new(false),
+            metric_handles: Mutex::new(Default::default()),
             streams: Mutex::new(HashMap::new()),
             replies: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -498,6 +501,9 @@ fn read_loop(conn: Arc<Conn>, mut sock: UnixStream, control: Sender<Control>) {
         }
     }
     conn.alive.store(false, Ordering::SeqCst);
+    if let Some(calls) = &conn.calls {
+        calls.stub_gone(&conn);
+    }
     let gone = Error::internal(format!("Stub process '{}' is not healthy. It exited.", conn.instance));
     conn.fail_streams(None, &gone);
     for (_, tx) in conn.replies.lock().drain() {

@@ -517,7 +517,7 @@ class MetricFamily:
     def __del__(self):
         conn = _conn
         if conn is not None and getattr(self, "_id", None) is not None:
-            conn.notify("metric_family_delete", id=self._id)
+            conn.notify("metric_family_delete", handle=self._id)
 
 
 class Metric:
@@ -544,25 +544,25 @@ class Metric:
             raise TritonModelException("Failed to increment metric value: only counters and gauges can be incremented")
         if self._kind == MetricFamily.COUNTER and value < 0:
             raise TritonModelException("Failed to increment metric value: a counter cannot be decremented")
-        _connection().notify("metric_op", id=self._id, op="increment", value=float(value))
+        _connection().notify("metric_op", handle=self._id, action="increment", value=float(value))
 
     def set(self, value):
         if self._kind != MetricFamily.GAUGE:
             raise TritonModelException("Failed to set metric value: only gauges can be set")
-        _connection().notify("metric_op", id=self._id, op="set", value=float(value))
+        _connection().notify("metric_op", handle=self._id, action="set", value=float(value))
 
     def observe(self, value):
         if self._kind != MetricFamily.HISTOGRAM:
             raise TritonModelException("Failed to observe metric value: only histograms can observe")
-        _connection().notify("metric_op", id=self._id, op="observe", value=float(value))
+        _connection().notify("metric_op", handle=self._id, action="observe", value=float(value))
 
     def value(self):
-        return _connection().call("metric_value", id=self._id)
+        return _connection().call("metric_value", handle=self._id)
 
     def __del__(self):
         conn = _conn
         if conn is not None and getattr(self, "_id", None) is not None:
-            conn.notify("metric_delete", id=self._id)
+            conn.notify("metric_delete", handle=self._id)
 
 
 # ---- model control -----------------------------------------------------------------------------
