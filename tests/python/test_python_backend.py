@@ -133,7 +133,7 @@ def test_args_and_request_fields_reach_the_model(py_server):
 
 def test_response_parameters_come_back(py_server):
     c = py_server.grpc_client()
-    r = c.infer("identity", grpc_inputs(INPUT0=A), parameters={"answer": 42, "tag": "x"})
+    r = c.infer("response_params", grpc_inputs(INPUT0=A), parameters={"answer": 42, "tag": "x"})
     params = r.get_response().parameters
     assert params["answer"].int64_param == 42 and params["tag"].string_param == "x"
 
