@@ -36,6 +36,7 @@ fn bench(c: &mut Criterion) {
     let req = ExecRequest {
         inputs: vec![input("INPUT0"), input("INPUT1")],
         outputs: vec!["OUTPUT0".into(), "OUTPUT1".into()],
+        ..Default::default()
     };
     c.bench_function("ort_run_simple", |b| b.iter(|| instance.execute(black_box(&req)).expect("simple runs")));
 }

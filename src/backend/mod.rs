@@ -4,10 +4,14 @@
 //! here is async, and inference never runs on tokio workers.
 
 pub mod onnx;
+pub mod python;
 
-use crate::core::types::Tensor;
+use crate::core::lifecycle::LoadOptions;
+use crate::core::scheduler::SequenceId;
+use crate::core::types::{InferRequest, InferResponse, Parameters, Tensor};
 use crate::error::{Error, Result};
 use crate::proto::inference::ModelConfig;
+use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,11 +44,69 @@ pub struct ModelContext {
 }
 
 /// One execution: tensors already validated and shaped as the model expects.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ExecRequest {
     pub inputs: Vec<Tensor>,
     /// Outputs to return, by name; never empty (the core fills in all outputs when the client names none).
     pub outputs: Vec<String>,
+    /// The client request's id, parameters and sequence fields, for backends that show requests to user
+    /// code (Python). Shared, so batching and cloning never copy them.
+    pub meta: Arc<RequestMeta>,
+    /// Set for decoupled models: where the model's responses to this request go (0..n of them, the last
+    /// one final). The scheduler's reply then only says that execution finished.
+    pub responder: Option<ResponseSender>,
+}
+
+/// What a request says about itself besides its tensors.
+#[derive(Debug, Clone, Default)]
+pub struct RequestMeta {
+    /// The client's request id.
+    pub id: String,
+    /// The request's parameters, minus the ones the server acts on (priority, timeout, sequence fields).
+    pub parameters: Parameters,
+    /// The sequence's correlation id, if any.
+    pub correlation_id: Option<SequenceId>,
+    /// `TRITONSERVER_REQUEST_FLAG_SEQUENCE_START` (1) and `_END` (2).
+    pub flags: u32,
+}
+
+/// One response of a decoupled model.
+#[derive(Debug, Clone, Default)]
+pub struct DecoupledResponse {
+    pub outputs: Vec<Tensor>,
+    pub parameters: Parameters,
+    /// The last response of its request.
+    pub is_final: bool,
+    /// A final flag sent without a response (Triton's "empty final response").
+    pub empty: bool,
+    /// An error response the model sent; the request goes on until its final flag.
+    pub error: Option<Error>,
+}
+
+/// Where a decoupled model sends the responses of one request; usable from any thread, also after
+/// `execute` has returned. An `Err` ends the request (execute failed, the model's process died); error
+/// responses the model sends itself are [`DecoupledResponse::error`].
+#[derive(Debug, Clone)]
+pub struct ResponseSender(tokio::sync::mpsc::UnboundedSender<Result<DecoupledResponse>>);
+
+/// The receiving end of a [`ResponseSender`].
+pub type ResponseReceiver = tokio::sync::mpsc::UnboundedReceiver<Result<DecoupledResponse>>;
+
+impl ResponseSender {
+    pub fn channel() -> (ResponseSender, ResponseReceiver) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (ResponseSender(tx), rx)
+    }
+
+    /// Sends a response; one whose client has gone away is dropped.
+    pub fn send(&self, item: Result<DecoupledResponse>) {
+        let _ = self.0.send(item);
+    }
+
+    /// Whether the client has gone away (Triton's request cancellation).
+    pub fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
 }
 
 /// Time spent in each phase of one execution, for statistics and traces.
@@ -59,15 +121,41 @@ pub struct ExecTimings {
 }
 
 /// The outputs of one execution.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ExecResult {
     pub outputs: Vec<Tensor>,
     pub timings: ExecTimings,
+    /// Response parameters the model set (Python models can).
+    pub parameters: Parameters,
 }
 
 /// A loaded copy of a model that executes requests, one at a time, on its own thread.
 pub trait ModelInstance: Send {
     fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult>;
+
+    /// Whether the dynamic batcher hands this instance a batch as a list of requests, each with its own
+    /// tensors and its own result (as Triton does for Python models), instead of merging them into one
+    /// execution along the batch dimension.
+    fn takes_request_lists(&self) -> bool {
+        false
+    }
+
+    /// Executes several requests in one call, one result per request; by default one after another.
+    fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
+        reqs.iter().map(|r| self.execute(r)).collect()
+    }
+
+    /// A probe the model's readiness endpoint asks, for backends whose instances can stop being ready
+    /// while loaded (a Python stub that died, or a model whose own readiness check fails). Taken once,
+    /// before the instance moves to its thread.
+    fn readiness(&self) -> Option<Arc<dyn Readiness>> {
+        None
+    }
+}
+
+/// Tells whether an instance can serve right now. May block briefly (it may ask a process).
+pub trait Readiness: Send + Sync {
+    fn ready(&self) -> bool;
 }
 
 /// A kind of backend (onnxruntime, ...), able to create instances.
@@ -76,6 +164,28 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
     /// Creates one instance; called on a blocking thread during model load.
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>>;
+}
+
+/// What a backend may ask of the server while it runs: inference on any loaded model (a Python model's
+/// BLS requests) and model control. The core implements it over a weak handle, so loaded models never
+/// keep the server alive; every call fails once the server is gone.
+pub trait ServerApi: Send + Sync {
+    /// Runs a request through the server's normal inference path (validation, the model's scheduler,
+    /// its statistics).
+    fn infer(&self, req: InferRequest) -> BoxFuture<'static, Result<InferResponse>>;
+    /// Runs a request whose responses are streamed (a decoupled model's 0..n responses).
+    fn infer_stream(
+        &self,
+        req: InferRequest,
+    ) -> BoxFuture<'static, Result<futures_util::stream::BoxStream<'static, Result<crate::core::types::StreamResponse>>>>;
+    /// Loads or reloads a model (explicit model control only).
+    fn load_model(&self, name: String, opts: LoadOptions) -> BoxFuture<'static, Result<()>>;
+    /// Unloads a model (explicit model control only).
+    fn unload_model(&self, name: String) -> BoxFuture<'static, Result<()>>;
+    /// Whether a model (version; empty: any) is ready.
+    fn model_ready(&self, name: String, version: String) -> BoxFuture<'static, Result<bool>>;
+    /// Where models' custom metrics live (`None` once the server is gone).
+    fn custom_metrics(&self) -> Option<Arc<crate::core::custom_metrics::CustomMetrics>>;
 }
 
 /// `--backend-config` settings: per backend name, and global ones (given without a backend name).
@@ -122,10 +232,13 @@ pub struct BackendRegistry {
 }
 
 impl BackendRegistry {
-    pub fn new(config: &BackendConfig) -> Self {
+    /// The backends of this build; `api` lets them call back into the server (BLS), when there is one.
+    pub fn new(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>) -> Self {
         let mut backends: HashMap<&'static str, Arc<dyn Backend>> = HashMap::new();
         let ort: Arc<dyn Backend> = Arc::new(onnx::OnnxBackend::new(config));
         backends.insert(ort.name(), ort);
+        let python: Arc<dyn Backend> = Arc::new(python::PythonBackend::new(config, api));
+        backends.insert(python.name(), python);
         BackendRegistry { backends }
     }
 

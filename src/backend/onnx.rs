@@ -268,6 +268,7 @@ impl ModelInstance for OnnxInstance {
                 compute_output_ns: (t3 - t2).as_nanos() as u64,
                 started: None,
             },
+            parameters: Default::default(),
         })
     }
 }

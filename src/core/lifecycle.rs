@@ -52,6 +52,8 @@ pub struct LoadedModel {
     pub stats: Arc<ModelStats>,
     /// How long the load took.
     pub load_duration: Duration,
+    /// Instances that can stop being ready while loaded (see [`crate::backend::Readiness`]).
+    pub probes: Vec<Arc<dyn crate::backend::Readiness>>,
 }
 
 /// One version's slot in the table.
@@ -676,8 +678,10 @@ fn load_version(
     let samples = warmup::samples(&cfg, dir)?;
     let limits = instance_limits(&cfg);
     let mut instances = Vec::new();
+    let mut probes = Vec::new();
     for (spec, limit) in instance_specs(&cfg).into_iter().zip(limits) {
         let mut inst = backend.create_instance(&ctx, &spec)?;
+        probes.extend(inst.readiness());
         // Warmup runs before the scheduler exists, so no request can reach a cold instance.
         warmup::run(&mut *inst, &samples, &spec.name)?;
         if let (Some(limiter), Some(rl)) = (limiter, limit) {
@@ -715,6 +719,7 @@ fn load_version(
         scheduler,
         stats,
         load_duration: started.elapsed(),
+        probes,
     }))
 }
 

@@ -188,6 +188,21 @@ impl ModelInstance for Limited {
         self.limiter.release(&self.needs);
         result
     }
+
+    fn takes_request_lists(&self) -> bool {
+        self.inner.takes_request_lists()
+    }
+
+    fn readiness(&self) -> Option<Arc<dyn crate::backend::Readiness>> {
+        self.inner.readiness()
+    }
+
+    fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
+        self.limiter.acquire(&self.needs);
+        let results = crate::core::scheduler::execute_list(&mut *self.inner, reqs);
+        self.limiter.release(&self.needs);
+        results
+    }
 }
 
 #[cfg(test)]

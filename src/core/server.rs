@@ -1,8 +1,9 @@
 //! `Server`: health, metadata, inference, repository control and statistics, independent of transport.
 
-use crate::backend::{BackendConfig, BackendRegistry, ExecResult, ExecTimings};
+use crate::backend::{BackendConfig, BackendRegistry, ExecResult, ExecTimings, ResponseSender, ServerApi};
 use crate::core::cache::{self, ResponseCache};
 use crate::core::classification::classify;
+use crate::core::custom_metrics::CustomMetrics;
 use crate::core::lifecycle::{IndexEntry, LoadOptions, LoadedModel, ModelManager};
 use crate::core::rate_limiter::RateLimiter;
 use crate::core::repository::RepoOptions;
@@ -10,10 +11,11 @@ use crate::core::scheduler::ensemble::StepRunner;
 use crate::core::scheduler::Job;
 use crate::core::stats::{FailureReason, StatsSnapshot};
 use crate::core::trace::{Activity, Trace, TraceSettings, TraceUpdate, Tracer};
-use crate::core::types::{InferRequest, InferResponse, Parameters, RequestedOutput, Tensor};
+use crate::core::types::{InferRequest, InferResponse, Parameters, RequestedOutput, StreamResponse, Tensor};
 use crate::core::validate::{self, resolve_wildcards};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::inference::ModelConfig;
+use futures_util::stream::{BoxStream, StreamExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -112,6 +114,8 @@ struct Inner {
     cache: Option<ResponseCache>,
     /// The trace extension's settings and sampling.
     tracer: Tracer,
+    /// Metrics models create (Python's `pb_utils.MetricFamily`).
+    custom_metrics: Arc<CustomMetrics>,
 }
 
 /// The server core. Cheap to clone; every front-end holds one.
@@ -134,12 +138,12 @@ pub fn parse_version(v: &str) -> Result<Option<i64>> {
 
 impl Server {
     pub fn new(opts: ServerOptions) -> Server {
-        let backends = BackendRegistry::new(&opts.backend_config);
         let limiter = opts.rate_limit.as_ref().map(|fixed| Arc::new(RateLimiter::new(fixed)));
         let tracer = Tracer::new(opts.trace.clone());
         // Ensembles run their steps through this server; a weak handle keeps the models from owning it.
         let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
             let steps = Arc::new(StepsThroughServer(me.clone()));
+            let backends = BackendRegistry::new(&opts.backend_config, Some(Arc::new(ApiThroughServer(me.clone()))));
             let models = ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads)
                 .with_rate_limiter(limiter)
                 .with_ensembles(steps, opts.control_mode == ControlMode::Explicit);
@@ -150,6 +154,7 @@ impl Server {
                 started: AtomicBool::new(false),
                 accepting: AtomicBool::new(true),
                 tracer,
+                custom_metrics: Arc::new(CustomMetrics::new()),
             }
         });
         Server { inner }
@@ -257,8 +262,20 @@ impl Server {
         }
     }
 
-    pub fn model_ready(&self, name: &str, version: &str) -> Result<bool> {
-        self.inner.models.is_ready(name, parse_version(version)?)
+    /// Whether a model (version) is ready: loaded, and every instance that can tell (a Python stub, and
+    /// the model's own `is_model_ready`) says it can serve.
+    pub async fn model_ready(&self, name: &str, version: &str) -> Result<bool> {
+        let version = parse_version(version)?;
+        if !self.inner.models.is_ready(name, version)? {
+            return Ok(false);
+        }
+        let Ok(model) = self.inner.models.get(name, version) else { return Ok(false) };
+        if model.probes.is_empty() {
+            return Ok(true);
+        }
+        let probes = model.probes.clone();
+        // A probe may ask a process, so it runs off the runtime's workers.
+        Ok(tokio::task::spawn_blocking(move || probes.iter().all(|p| p.ready())).await.unwrap_or(false))
     }
 
     fn model(&self, name: &str, version: &str) -> Result<Arc<LoadedModel>> {
@@ -332,6 +349,58 @@ impl Server {
         }
     }
 
+    /// Whether the model (version) serving `name` is decoupled (`model_transaction_policy { decoupled: true }`):
+    /// its responses can only be streamed.
+    pub fn is_decoupled(&self, name: &str, version: Option<i64>) -> bool {
+        self.inner.models.get(name, version).is_ok_and(|m| is_decoupled(&m.config))
+    }
+
+    /// Runs one inference whose responses are streamed: a decoupled model's 0..n responses as it sends
+    /// them, or the single response of any other model. The stream ends after the final response or an
+    /// error.
+    pub async fn infer_stream(&self, req: InferRequest) -> Result<BoxStream<'static, Result<StreamResponse>>> {
+        let model = self.inner.models.get(&req.model_name, req.model_version)?;
+        if !is_decoupled(&model.config) {
+            let response = self.infer(req).await?;
+            let one = StreamResponse { response, is_final: true, empty: false, error: None };
+            return Ok(futures_util::stream::once(async move { Ok(one) }).boxed());
+        }
+        let start = Instant::now();
+        let id = req.id.clone();
+        let mut prepared = match validate::prepare(&model.io, &model.name, req) {
+            Ok(p) => p,
+            Err(e) => {
+                model.stats.record_failure(start.elapsed(), FailureReason::Other);
+                return Err(e);
+            }
+        };
+        let (responder, responses) = ResponseSender::channel();
+        prepared.exec.responder = Some(responder);
+        let (tx, executed) = tokio::sync::oneshot::channel();
+        let job = Job {
+            exec: prepared.exec,
+            batch_size: prepared.batch_size,
+            enqueued: Instant::now(),
+            control: prepared.control,
+            reply: tx,
+        };
+        if let Err(e) = model.scheduler.submit(job) {
+            model.stats.record_failure(start.elapsed(), FailureReason::Rejected);
+            return Err(e);
+        }
+        let state = DecoupledStream {
+            server: self.clone(),
+            model,
+            id,
+            requested: prepared.outputs,
+            responses,
+            executed: Some(executed),
+            start,
+            done: false,
+        };
+        Ok(futures_util::stream::unfold(state, DecoupledStream::next).boxed())
+    }
+
     /// Runs a request on one model version; a failure says which stage failed, for the metrics.
     async fn infer_on(
         &self,
@@ -340,6 +409,12 @@ impl Server {
         trace: Option<&mut Trace>,
     ) -> std::result::Result<(InferResponse, ExecTimings), (Error, FailureReason)> {
         let other = |e: Error| (e, FailureReason::Other);
+        if is_decoupled(&model.config) {
+            return Err(other(Error::unsupported(format!(
+                "model '{}' is decoupled: its responses can only be streamed (gRPC ModelStreamInfer)",
+                model.name
+            ))));
+        }
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
         // A cache hit answers without queueing; a miss remembers the key to store the result.
@@ -387,7 +462,8 @@ impl Server {
             c.insert(key, result.outputs.clone());
             model.stats.cache_miss.add((lookup + t.elapsed()).as_nanos() as u64);
         }
-        let response = self.respond(model, id, &prepared.outputs, result.outputs).map_err(other)?;
+        let mut response = self.respond(model, id, &prepared.outputs, result.outputs).map_err(other)?;
+        response.parameters = result.parameters;
         Ok((response, result.timings))
     }
 
@@ -406,15 +482,17 @@ impl Server {
     ) -> Result<InferResponse> {
         let batched = model.io.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(raw.len());
-        for (mut t, req_out) in raw.into_iter().zip(requested.iter()) {
+        for mut t in raw {
             if let Some(spec) = model.io.output(&t.name) {
                 if spec.reshape.is_some() {
                     t.shape = client_shape(&t, &spec.dims, batched);
                 }
             }
-            if req_out.class_count > 0 {
+            // By name: a backend may leave out an output it did not produce (Python models can).
+            let class_count = requested.iter().find(|r| r.name == t.name).map_or(0, |r| r.class_count);
+            if class_count > 0 {
                 let labels = model.labels.get(&t.name).map(|l| l.as_slice());
-                t = classify(&t, req_out.class_count, batched, labels)?;
+                t = classify(&t, class_count, batched, labels)?;
             }
             outputs.push(t);
         }
@@ -425,6 +503,11 @@ impl Server {
             outputs,
             parameters: Parameters::new(),
         })
+    }
+
+    /// The metrics models created, for `/metrics`.
+    pub fn custom_metrics(&self) -> &CustomMetrics {
+        &self.inner.custom_metrics
     }
 
     /// The trace extension's hot-path API: whether tracing is on, and sampling a request.
@@ -526,8 +609,118 @@ impl StepRunner for StepsThroughServer {
         Box::pin(async move {
             let inner = inner.ok_or_else(|| Error::unavailable("the server is shutting down"))?;
             let (response, timings) = Server { inner }.infer_timed(req, None).await?;
-            Ok(ExecResult { outputs: response.outputs, timings })
+            Ok(ExecResult { outputs: response.outputs, timings, parameters: response.parameters })
         })
+    }
+}
+
+fn is_decoupled(cfg: &ModelConfig) -> bool {
+    cfg.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
+}
+
+/// The responses of one request to a decoupled model, as [`Server::infer_stream`] hands them out.
+struct DecoupledStream {
+    server: Server,
+    model: Arc<LoadedModel>,
+    /// The request's id, carried by every response.
+    id: String,
+    /// The outputs the client asked for (reshape and classification apply per response).
+    requested: Vec<RequestedOutput>,
+    /// What the model sends.
+    responses: crate::backend::ResponseReceiver,
+    /// The scheduler's answer: only says that execution ended, or why it could not run.
+    executed: Option<tokio::sync::oneshot::Receiver<Result<ExecResult>>>,
+    /// For the request statistics.
+    start: Instant,
+    /// Set after the final response or an error.
+    done: bool,
+}
+
+impl DecoupledStream {
+    async fn next(mut self) -> Option<(Result<StreamResponse>, Self)> {
+        if self.done {
+            return None;
+        }
+        let item = match self.responses.recv().await {
+            Some(Ok(r)) => {
+                let response =
+                    self.server.respond(&self.model, self.id.clone(), &self.requested, r.outputs).map(|mut resp| {
+                        resp.parameters = r.parameters;
+                        StreamResponse { response: resp, is_final: r.is_final, empty: r.empty, error: r.error }
+                    });
+                if r.is_final || response.is_err() {
+                    self.done = true;
+                }
+                response
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                Err(e)
+            }
+            None => {
+                // Every sender is gone without a final response: the request never ran (the error says
+                // why), or the model dropped it.
+                self.done = true;
+                match self.executed.take()?.await {
+                    Ok(Err(e)) => Err(e),
+                    Ok(Ok(_)) => return None,
+                    Err(_) => Err(Error::internal(format!(
+                        "model '{}' stopped before answering the request",
+                        self.model.name
+                    ))),
+                }
+            }
+        };
+        if self.done {
+            match &item {
+                Ok(_) => self.model.stats.record_success(self.start.elapsed()),
+                Err(_) => self.model.stats.record_failure(self.start.elapsed(), FailureReason::Backend),
+            }
+        }
+        Some((item, self))
+    }
+}
+
+/// What backends ask of the server (Python BLS, model control), through a weak handle.
+struct ApiThroughServer(Weak<Inner>);
+
+impl ApiThroughServer {
+    fn server(&self) -> Result<Server> {
+        self.0.upgrade().map(|inner| Server { inner }).ok_or_else(|| Error::unavailable("the server is shutting down"))
+    }
+}
+
+impl ServerApi for ApiThroughServer {
+    fn infer(&self, req: InferRequest) -> futures_util::future::BoxFuture<'static, Result<InferResponse>> {
+        let server = self.server();
+        Box::pin(async move { server?.infer(req).await })
+    }
+
+    fn infer_stream(
+        &self,
+        req: InferRequest,
+    ) -> futures_util::future::BoxFuture<'static, Result<BoxStream<'static, Result<StreamResponse>>>> {
+        let server = self.server();
+        Box::pin(async move { server?.infer_stream(req).await })
+    }
+
+    fn load_model(&self, name: String, opts: LoadOptions) -> futures_util::future::BoxFuture<'static, Result<()>> {
+        let server = self.server();
+        Box::pin(async move { server?.load_model(&name, opts).await })
+    }
+
+    fn unload_model(&self, name: String) -> futures_util::future::BoxFuture<'static, Result<()>> {
+        let server = self.server();
+        Box::pin(async move { server?.unload_model(&name).await })
+    }
+
+    fn model_ready(&self, name: String, version: String) -> futures_util::future::BoxFuture<'static, Result<bool>> {
+        let server = self.server();
+        Box::pin(async move { server?.model_ready(&name, &version).await })
+    }
+
+    fn custom_metrics(&self) -> Option<Arc<CustomMetrics>> {
+        self.0.upgrade().map(|inner| inner.custom_metrics.clone())
     }
 }
 

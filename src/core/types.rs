@@ -239,6 +239,22 @@ pub struct InferResponse {
     pub parameters: Parameters,
 }
 
+/// One response of a streamed inference (gRPC `ModelStreamInfer`, a decoupled BLS request): a decoupled
+/// model sends 0..n of them per request, the last one final.
+#[derive(Debug, Clone)]
+pub struct StreamResponse {
+    /// The response; without outputs when `empty`.
+    pub response: InferResponse,
+    /// The last response of its request (Triton's `triton_final_response`).
+    pub is_final: bool,
+    /// Only the final flag, with no response from the model (sent to clients that ask for it with
+    /// `triton_enable_empty_final_response`).
+    pub empty: bool,
+    /// An error response from the model (the request goes on until its final response); an `Err` in
+    /// the stream instead ends the request.
+    pub error: Option<crate::error::Error>,
+}
+
 /// Splits a serialized BYTES buffer into its elements, checking every length prefix.
 pub fn bytes_elements(data: &[u8]) -> Result<Vec<&[u8]>> {
     let mut out = Vec::new();

@@ -1,13 +1,14 @@
 //! Checks a request against its model's configuration before it is queued: names, datatypes, shapes
 //! (with `-1` wildcards), batch size, byte sizes, `reshape` and `optional`.
 
-use crate::backend::ExecRequest;
+use crate::backend::{ExecRequest, RequestMeta};
 use crate::core::scheduler::{RequestControl, SequenceId};
 use crate::core::types::{
     bytes_elements, element_count, DataType, InferRequest, ParamValue, Parameters, RequestedOutput, Tensor,
 };
 use crate::error::{Error, Result};
 use crate::proto::inference::ModelConfig;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One configured input or output.
@@ -187,13 +188,35 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
         }
         req.outputs
     };
+    let meta = RequestMeta {
+        id: req.id,
+        parameters: req.parameters.into_iter().filter(|(k, _)| !RESERVED_PARAMETERS.contains(&k.as_str())).collect(),
+        correlation_id: control.sequence_id.clone(),
+        flags: u32::from(control.sequence_start) | (u32::from(control.sequence_end) << 1),
+    };
     Ok(Prepared {
-        exec: ExecRequest { inputs, outputs: outputs.iter().map(|o| o.name.clone()).collect() },
+        exec: ExecRequest {
+            inputs,
+            outputs: outputs.iter().map(|o| o.name.clone()).collect(),
+            meta: Arc::new(meta),
+            responder: None,
+        },
         batch_size: batch.unwrap_or(1) as u32,
         outputs,
         control,
     })
 }
+
+/// Request parameters the server acts on itself; backends do not see them (as in Triton).
+pub const RESERVED_PARAMETERS: &[&str] = &[
+    "priority",
+    "timeout",
+    "sequence_id",
+    "sequence_start",
+    "sequence_end",
+    "binary_data_output",
+    "triton_enable_empty_final_response",
+];
 
 /// Reads the scheduling parameters Triton reserves: `priority`, `timeout` (microseconds), `sequence_id`
 /// (unsigned integer or string; 0 and "" mean none), `sequence_start` and `sequence_end`.

@@ -54,7 +54,11 @@ fn sample(cfg: &ModelConfig, w: &ModelWarmup, model_dir: &Path) -> Result<Sample
         inputs.push(Tensor::new(name.clone(), datatype, shape, data));
     }
     let outputs = cfg.output.iter().map(|o| o.name.clone()).collect();
-    Ok(Sample { name: w.name.clone(), exec: ExecRequest { inputs, outputs }, count: w.count.max(1) })
+    Ok(Sample {
+        name: w.name.clone(),
+        exec: ExecRequest { inputs, outputs, ..Default::default() },
+        count: w.count.max(1),
+    })
 }
 
 /// Zeros, or deterministic pseudo-random bytes (a warmup needs plausible data, not entropy). BYTES

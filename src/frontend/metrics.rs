@@ -47,7 +47,8 @@ pub fn router(state: MetricsState) -> Router {
 
 async fn scrape(axum::extract::State(s): axum::extract::State<MetricsState>) -> Response {
     let stats = s.server.statistics(None, "").unwrap_or_default();
-    let body = render(&stats, s.cpu.as_ref().map(|c| c.reading()));
+    let mut body = render(&stats, s.cpu.as_ref().map(|c| c.reading()));
+    s.server.custom_metrics().render(&mut body);
     let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     r

@@ -46,7 +46,7 @@ def test_instance_group_count_starts_one_thread_per_instance(start_server, repo)
     set_config_tail(repo, "simple", 'instance_group [ { count: 3 kind: KIND_CPU } ]')
     s = start_server("--model-repository", repo)
     names = thread_names(s.proc.pid)
-    assert sorted(n for n in names if n.startswith("inst-simple")) == ["inst-simple_0", "inst-simple_1", "inst-simple_2"]
+    assert sorted(n for n in names if n.startswith("inst-simple")) == ["inst-simple_0_0", "inst-simple_0_1", "inst-simple_0_2"]
     assert simple_infer(s.client()).tolist() == [list(range(1, 17))]
     cfg = s.client().get_model_config("simple")
     assert cfg["instance_group"][0]["count"] == 3 and cfg["instance_group"][0]["kind"] == "KIND_CPU"

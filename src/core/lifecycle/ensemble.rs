@@ -241,5 +241,6 @@ pub(super) fn load_version(
         scheduler: Box::new(scheduler),
         stats,
         load_duration: started.elapsed(),
+        probes: Vec::new(),
     }))
 }

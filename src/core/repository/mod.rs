@@ -27,16 +27,18 @@ pub struct RepoOptions {
     pub autocomplete: bool,
     /// The batch size auto-complete gives batchable models (Triton's `default-max-batch-size`, 4).
     pub default_max_batch_size: i32,
+    /// How Python models' `auto_complete_config` runs (the interpreter, the stub timeout).
+    pub python: crate::backend::python::Settings,
 }
 
 impl Default for RepoOptions {
     fn default() -> Self {
-        RepoOptions { autocomplete: true, default_max_batch_size: 4 }
+        RepoOptions { autocomplete: true, default_max_batch_size: 4, python: Default::default() }
     }
 }
 
 /// The backends this build can serve.
-pub const SUPPORTED_BACKENDS: &[&str] = &["onnxruntime"];
+pub const SUPPORTED_BACKENDS: &[&str] = &["onnxruntime", "python"];
 
 /// Finds the model folders in every repository. A model name found in more than one repository is an
 /// error for that model only.
@@ -148,6 +150,9 @@ pub fn read_model_config(
             }
         }
     }
+    if opts.autocomplete && cfg.backend == "python" {
+        cfg = crate::backend::python::auto_complete(&opts.python, dir, name, &cfg)?;
+    }
     normalize(&mut cfg);
     validate(&cfg, dir)?;
     Ok(cfg)
@@ -222,13 +227,14 @@ fn normalize(cfg: &mut ModelConfig) {
     if opt.output_pinned_memory.is_none() {
         opt.output_pinned_memory = pinned();
     }
+    // As Triton names groups: the default group after the model, a configured group without a name
+    // after the model and its index (so instances are `<model>_0_0`, `<model>_0_1`, ...).
     if cfg.instance_group.is_empty() {
-        cfg.instance_group.push(ModelInstanceGroup::default());
+        cfg.instance_group.push(ModelInstanceGroup { name: cfg.name.clone(), ..Default::default() });
     }
-    let n = cfg.instance_group.len();
     for (i, g) in cfg.instance_group.iter_mut().enumerate() {
         if g.name.is_empty() {
-            g.name = if n == 1 { cfg.name.clone() } else { format!("{}_{i}", cfg.name) };
+            g.name = format!("{}_{i}", cfg.name);
         }
         if g.count < 1 {
             g.count = 1;
@@ -239,8 +245,8 @@ fn normalize(cfg: &mut ModelConfig) {
             g.kind = Kind::Cpu as i32;
         }
     }
-    if cfg.default_model_filename.is_empty() && cfg.backend == "onnxruntime" {
-        cfg.default_model_filename = "model.onnx".into();
+    if cfg.default_model_filename.is_empty() && matches!(cfg.backend.as_str(), "onnxruntime" | "python") {
+        cfg.default_model_filename = model_filename(cfg);
     }
     // Triton reports the sequence batcher's defaults in the configuration: one second of idle time, and
     // the oldest strategy preferring full batches.

@@ -69,7 +69,7 @@ fn missing_config_is_autocompleted_from_the_onnx_file() {
 #[test]
 fn custom_default_max_batch_size_applies() {
     let dir = examples().join("autocomplete_add");
-    let opts = RepoOptions { autocomplete: true, default_max_batch_size: 16 };
+    let opts = RepoOptions { autocomplete: true, default_max_batch_size: 16, ..Default::default() };
     assert_eq!(read_model_config(&dir, "autocomplete_add", &opts, None).unwrap().max_batch_size, 16);
 }
 

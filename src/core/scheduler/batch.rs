@@ -62,7 +62,7 @@ pub fn merge(requests: &[&ExecRequest], ragged: &HashSet<String>) -> Result<Exec
             }
         }
     }
-    Ok(ExecRequest { inputs, outputs })
+    Ok(ExecRequest { inputs, outputs, meta: first.meta.clone(), responder: None })
 }
 
 /// Splits a batch's outputs along the first dimension: request `i` gets `sizes[i]` rows of every output
@@ -92,7 +92,7 @@ pub fn split(result: ExecResult, requests: &[&ExecRequest], sizes: &[u32]) -> Re
             .iter()
             .filter_map(|name| pieces.iter().find(|(n, _)| n == name).and_then(|(_, parts)| parts.get(i)).cloned())
             .collect();
-        out.push(ExecResult { outputs, timings: result.timings });
+        out.push(ExecResult { outputs, timings: result.timings, parameters: result.parameters.clone() });
     }
     Ok(out)
 }

@@ -7,7 +7,7 @@
 //! instance threads; one timer thread wakes only when a queue delay or a request timeout falls due.
 
 use super::timer::{self, Alarm};
-use super::{batch, execute, Job, Scheduler, DEFAULT_MAX_QUEUE_SIZE};
+use super::{batch, execute, execute_list, Job, Scheduler, DEFAULT_MAX_QUEUE_SIZE};
 use crate::backend::{ExecRequest, ExecResult, ModelInstance};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
@@ -319,6 +319,9 @@ struct Shared {
     ragged: HashSet<String>,
     /// Set when replies must leave in submission order.
     reorder: Option<Mutex<Reorder>>,
+    /// Set when the instances take a batch as a list of requests (Python models): requests of any shape
+    /// may then share a batch, and each gets its own result.
+    lists: bool,
 }
 
 struct State {
@@ -361,6 +364,7 @@ impl DynamicBatcher {
             stats,
             ragged: cfg.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect(),
             reorder: d.preserve_ordering.then(|| Mutex::new(Reorder { next: 0, done: BTreeMap::new() })),
+            lists: !instances.is_empty() && instances.iter().all(|(_, i)| i.takes_request_lists()),
         });
         let running = Arc::new(AtomicUsize::new(0));
         for (inst_name, mut instance) in instances {
@@ -437,8 +441,8 @@ impl Shared {
         let mut batches = Vec::new();
         let mut wait = None;
         while st.idle > 0 {
-            let ragged = &self.ragged;
-            match st.queue.next_batch(now, |a, b| batch::compatible(&a.job.exec, &b.job.exec, ragged)) {
+            let (ragged, lists) = (&self.ragged, self.lists);
+            match st.queue.next_batch(now, |a, b| lists || batch::compatible(&a.job.exec, &b.job.exec, ragged)) {
                 Next::Batch(b) => {
                     st.idle -= 1;
                     batches.push(b);
@@ -519,6 +523,30 @@ fn run_batch(shared: &Shared, instance: &mut dyn ModelInstance, batch: Vec<Queue
     let start = Instant::now();
     let execs: Vec<&ExecRequest> = batch.iter().map(|q| &q.job.exec).collect();
     let sizes: Vec<u32> = batch.iter().map(|q| q.job.batch_size).collect();
+    if shared.lists {
+        let mut results = execute_list(instance, &execs);
+        results
+            .resize_with(batch.len(), || Err(Error::internal("the backend returned too few results; this is a bug")));
+        if let Some(t) = results.iter().find_map(|r| r.as_ref().ok()).map(|r| r.timings) {
+            let total: u32 = sizes.iter().sum();
+            shared.stats.record_execution(total, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
+        }
+        for (q, mut result) in batch.into_iter().zip(results) {
+            if let Ok(part) = &mut result {
+                part.timings.started = Some(start);
+                let t = part.timings;
+                let queue_ns = start.duration_since(q.job.enqueued).as_nanos() as u64;
+                shared.stats.record_request_compute(
+                    queue_ns,
+                    t.compute_input_ns,
+                    t.compute_infer_ns,
+                    t.compute_output_ns,
+                );
+            }
+            shared.reply(q.seq, q.job.reply, result);
+        }
+        return;
+    }
     let result = batch::merge(&execs, &shared.ragged).and_then(|merged| execute(instance, &merged)).and_then(|r| {
         let t = r.timings;
         let total: u32 = sizes.iter().sum();

@@ -285,7 +285,7 @@ impl Shared {
             }
             outputs.push(t);
         }
-        Ok(ExecResult { outputs, timings })
+        Ok(ExecResult { outputs, timings, parameters: Default::default() })
     }
 }
 

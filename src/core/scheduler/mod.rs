@@ -116,3 +116,12 @@ pub(crate) fn execute(instance: &mut dyn ModelInstance, exec: &ExecRequest) -> R
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.execute(exec)))
         .unwrap_or_else(|_| Err(Error::internal("the backend panicked while executing the request; this is a bug")))
 }
+
+/// Runs a list of requests on an instance that takes lists, turning a backend panic into an error for
+/// each of them.
+pub(crate) fn execute_list(instance: &mut dyn ModelInstance, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.execute_list(reqs))).unwrap_or_else(|_| {
+        let e = Error::internal("the backend panicked while executing the requests; this is a bug");
+        reqs.iter().map(|_| Err(e.clone())).collect()
+    })
+}

@@ -361,7 +361,7 @@ fn padding(policy: &SequencePolicy, template: &ExecRequest) -> ExecRequest {
             }
         })
         .collect();
-    ExecRequest { inputs, outputs: template.outputs.clone() }
+    ExecRequest { inputs, outputs: template.outputs.clone(), ..Default::default() }
 }
 
 /// Separates a row's outputs into what the client asked for (in its order) and the next implicit state

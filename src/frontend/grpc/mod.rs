@@ -8,6 +8,7 @@ pub mod convert;
 use crate::core::lifecycle::LoadOptions;
 use crate::core::stats::DurationSnapshot;
 use crate::core::trace::{Activity, SettingValue, Trace, TraceSettings, TraceUpdate};
+use crate::core::types::StreamResponse;
 use crate::core::Server;
 use crate::error::Error;
 use crate::logging::{LogControl, LogSettings, LogUpdate};
@@ -225,7 +226,7 @@ impl GrpcInferenceService for InferenceService {
     async fn model_ready(&self, req: Request<pb::ModelReadyRequest>) -> GrpcResult<pb::ModelReadyResponse> {
         let r = req.into_inner();
         // As in tritonserver's gRPC API, an unknown model is simply not ready.
-        let ready = match self.server().model_ready(&r.name, &r.version) {
+        let ready = match self.server().model_ready(&r.name, &r.version).await {
             Ok(b) => b,
             Err(e) if e.kind == crate::error::ErrorKind::NotFound => false,
             Err(e) => return Err(status(e)),
@@ -263,6 +264,11 @@ impl GrpcInferenceService for InferenceService {
         // The interceptor's mark is there only while tracing is on; otherwise this is all tracing costs.
         let read = req.extensions().get::<ReadStart>().map(|r| (r.0, Instant::now()));
         let req = convert::request_from_proto(req.into_inner()).map_err(status)?;
+        if self.server().is_decoupled(&req.model_name, req.model_version) {
+            return Err(status(Error::unsupported(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy",
+            )));
+        }
         let trace = read.and_then(|read| start_trace(self.server(), &req, read));
         ok(infer_to_proto(self.server(), req, trace).await.map_err(status)?)
     }
@@ -307,7 +313,12 @@ impl GrpcInferenceService for InferenceService {
                         let _ = previous.await;
                     }
                     let id = msg.id.clone();
+                    let empty_final = wants_empty_final(&msg);
                     let result = match convert::request_from_proto(msg) {
+                        Ok(r) if server.is_decoupled(&r.model_name, r.model_version) => {
+                            stream_decoupled(&server, r, &id, empty_final, &tx).await;
+                            return;
+                        }
                         Ok(r) => {
                             let trace = read.and_then(|read| start_trace(&server, &r, read));
                             infer_to_proto(&server, r, trace).await
@@ -317,14 +328,8 @@ impl GrpcInferenceService for InferenceService {
                     // The next request of the sequence may go now.
                     drop(done);
                     let answer = match result {
-                        Ok(resp) => {
-                            pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(resp) }
-                        }
-                        Err(e) => pb::ModelStreamInferResponse {
-                            error_message: e.message,
-                            // The id still tells the client which request failed.
-                            infer_response: Some(pb::ModelInferResponse { id, ..Default::default() }),
-                        },
+                        Ok(resp) => stream_answer(resp, true),
+                        Err(e) => stream_error(e, &id),
                     };
                     let _ = tx.send(Ok(answer)).await;
                 });
@@ -523,6 +528,68 @@ impl Health for HealthService {
 
     async fn watch(&self, _: Request<HealthCheckRequest>) -> GrpcResult<Self::WatchStream> {
         Err(Status::unimplemented("health Watch is not supported; poll Check instead"))
+    }
+}
+
+/// Whether a streamed request asks for an empty response carrying only the final flag
+/// (`triton_enable_empty_final_response`), as decoupled clients do to learn that a request is complete.
+fn wants_empty_final(msg: &pb::ModelInferRequest) -> bool {
+    use pb::infer_parameter::ParameterChoice;
+    matches!(
+        msg.parameters.get("triton_enable_empty_final_response").and_then(|p| p.parameter_choice.as_ref()),
+        Some(ParameterChoice::BoolParam(true))
+    )
+}
+
+/// A stream response; like Triton, every one says whether it is its request's last
+/// (`triton_final_response`).
+fn stream_answer(mut resp: pb::ModelInferResponse, is_final: bool) -> pb::ModelStreamInferResponse {
+    resp.parameters.insert(
+        "triton_final_response".into(),
+        pb::InferParameter { parameter_choice: Some(pb::infer_parameter::ParameterChoice::BoolParam(is_final)) },
+    );
+    pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(resp) }
+}
+
+/// A failed request's answer on a stream; the id still tells the client which request failed.
+fn stream_error(e: Error, id: &str) -> pb::ModelStreamInferResponse {
+    pb::ModelStreamInferResponse {
+        error_message: e.message,
+        infer_response: Some(pb::ModelInferResponse { id: id.to_string(), ..Default::default() }),
+    }
+}
+
+/// Streams a decoupled model's responses to one request as the model sends them. An empty final
+/// response goes out only to clients that asked for it. A client that went away stops the request's
+/// stream, which the model sees as cancellation.
+async fn stream_decoupled(
+    server: &Server,
+    req: crate::core::types::InferRequest,
+    id: &str,
+    empty_final: bool,
+    tx: &tokio::sync::mpsc::Sender<std::result::Result<pb::ModelStreamInferResponse, Status>>,
+) {
+    let mut responses = match server.infer_stream(req).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = tx.send(Ok(stream_error(e, id))).await;
+            return;
+        }
+    };
+    while let Some(item) = responses.next().await {
+        let answer = match item {
+            Ok(r) if r.empty && !empty_final => continue,
+            Ok(StreamResponse { error: Some(e), .. }) => stream_error(e, id),
+            Ok(r) => match convert::response_to_proto(r.response) {
+                Ok(resp) => stream_answer(resp, r.is_final),
+                Err(e) => stream_error(e, id),
+            },
+            // The request is over (execute failed, the stub died): as in Triton, no final response follows.
+            Err(e) => stream_error(e, id),
+        };
+        if tx.send(Ok(answer)).await.is_err() {
+            return;
+        }
     }
 }
 

@@ -161,8 +161,8 @@ async fn model_metadata_v(State(s): St, Path((name, version)): Path<(String, Str
     metadata_json(&s, &name, &version)
 }
 
-fn ready_status(s: &HttpState, name: &str, version: &str) -> Response {
-    match s.server.model_ready(name, version) {
+async fn ready_status(s: &HttpState, name: &str, version: &str) -> Response {
+    match s.server.model_ready(name, version).await {
         Ok(true) => StatusCode::OK.into_response(),
         Ok(false) => error_response(&Error::unavailable(format!("model '{name}' is not ready"))),
         Err(e) => error_response(&e),
@@ -170,11 +170,11 @@ fn ready_status(s: &HttpState, name: &str, version: &str) -> Response {
 }
 
 async fn model_ready(State(s): St, Path(name): Path<String>) -> Response {
-    ready_status(&s, &name, "")
+    ready_status(&s, &name, "").await
 }
 
 async fn model_ready_v(State(s): St, Path((name, version)): Path<(String, String)>) -> Response {
-    ready_status(&s, &name, &version)
+    ready_status(&s, &name, &version).await
 }
 
 async fn model_config(State(s): St, Path(name): Path<String>) -> ApiResult {
@@ -361,6 +361,10 @@ async fn do_infer(
     } else {
         codec::decode_request(body, header_len, name, version)?
     };
+    if s.server.is_decoupled(name, version) {
+        // Triton's status and words for it.
+        return Err(Error::unsupported("HTTP end point doesn't support models with decoupled transaction policy"));
+    }
     let binary_default = decoded.binary_default;
     let flags: Vec<(String, bool)> =
         decoded.request.outputs.iter().map(|o| (o.name.clone(), decoded.output_is_binary(&o.name))).collect();

@@ -7,6 +7,7 @@ fn int_req(rows: &[[i32; 2]], outputs: &[&str]) -> ExecRequest {
     ExecRequest {
         inputs: vec![Tensor::new("IN", DataType::Int32, vec![rows.len() as i64, 2], data)],
         outputs: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
     }
 }
 
@@ -53,7 +54,7 @@ fn split_gives_each_request_its_rows_and_outputs() {
     let b = int_req(&[[0, 0], [0, 0]], &["B", "A"]);
     let out_a = Tensor::new("A", DataType::Int32, vec![3, 1], [10i32, 20, 30].map(i32::to_le_bytes).concat());
     let out_b = Tensor::new("B", DataType::Bytes, vec![3], serialize_bytes([&b"x"[..], b"yy", b"zzz"]));
-    let r = ExecResult { outputs: vec![out_a, out_b], timings: ExecTimings::default() };
+    let r = ExecResult { outputs: vec![out_a, out_b], timings: ExecTimings::default(), parameters: Default::default() };
     let parts = split(r, &[&a, &b], &[1, 2]).unwrap();
     assert_eq!(parts[0].outputs.len(), 1);
     assert_eq!(ints(&parts[0].outputs[0]), vec![10]);
@@ -69,6 +70,6 @@ fn split_refuses_outputs_without_the_batch_rows() {
     let a = int_req(&[[0, 0]], &["A"]);
     let b = int_req(&[[0, 0]], &["A"]);
     let out = Tensor::new("A", DataType::Int32, vec![1], 5i32.to_le_bytes().to_vec());
-    let r = ExecResult { outputs: vec![out], timings: ExecTimings::default() };
+    let r = ExecResult { outputs: vec![out], timings: ExecTimings::default(), parameters: Default::default() };
     assert!(split(r, &[&a, &b], &[1, 1]).is_err());
 }

@@ -108,7 +108,7 @@ impl StepRunner for Runner {
             fake.seen.lock().outputs.push((req.model_name.clone(), t.data.as_host().unwrap().as_ptr() as usize));
             let timings =
                 ExecTimings { compute_input_ns: 1, compute_infer_ns: 10, compute_output_ns: 100, started: None };
-            Ok(ExecResult { outputs: vec![t], timings })
+            Ok(ExecResult { outputs: vec![t], timings, parameters: Default::default() })
         })
     }
 }
@@ -131,6 +131,7 @@ async fn infer(s: &EnsembleScheduler, outputs: &[&str], control: RequestControl)
         exec: ExecRequest {
             inputs: vec![tensor("IN", vec![2, 2], &[1.0, 2.0, 3.0, 4.0])],
             outputs: outputs.iter().map(|o| o.to_string()).collect(),
+            ..Default::default()
         },
         batch_size: 2,
         enqueued: Instant::now(),

@@ -678,7 +678,7 @@ fn padding_rows_copy_the_template_with_ready_false_and_zero_state() {
     let mut inputs = vec![Tensor::new("X", DataType::Int32, vec![1, 1], 5i32.to_le_bytes().to_vec())];
     inputs.extend(p.row_controls(RowSignals { ready: true, start: true, end: false, corrid: Some(&id) }));
     inputs.push(Tensor::new("IN", DataType::Int32, vec![1, 1, 2], [7i32, 8].map(i32::to_le_bytes).concat()));
-    let template = ExecRequest { inputs, outputs: vec!["Y".into(), "OUT".into()] };
+    let template = ExecRequest { inputs, outputs: vec!["Y".into(), "OUT".into()], ..Default::default() };
     let pad = padding(&p, &template);
     let get = |n: &str| pad.inputs.iter().find(|t| t.name == n).unwrap();
     assert_eq!(values(get("X")), 5i32.to_le_bytes().to_vec());
@@ -698,6 +698,7 @@ fn state_outputs_are_kept_and_hidden_unless_asked_for() {
             Tensor::new("OUT", DataType::Int32, vec![1, 1, 2], [3i32, 4].map(i32::to_le_bytes).concat()),
         ],
         timings: Default::default(),
+        parameters: Default::default(),
     };
     let (client, kept) = split_state(&p, &["Y".to_string()], part.clone());
     assert_eq!(client.outputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["Y"]);

@@ -1,0 +1,9 @@
+"""Y = 3 * X."""
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "Y", (3 * pb_utils.get_input_tensor_by_name(r, "X").as_numpy()).astype(np.int32))]) for r in requests]

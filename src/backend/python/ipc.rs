@@ -1,0 +1,362 @@
+//! The control protocol between the server and a Python stub: length-prefixed frames
+//! (`<u32 json length><u32 payload length><json><payload>`, little-endian) over a Unix socket. The JSON
+//! says what to do; tensor bytes live in shared memory ([`super::shm`]) or, when they do not fit there,
+//! in the frame's payload.
+
+use crate::core::types::{DataType, ParamValue, Parameters, Tensor};
+use crate::error::{Error, ErrorKind, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::io::{Read, Write};
+
+/// Largest frame accepted from a stub (JSON plus payload); larger ones mean a broken stub.
+pub const MAX_FRAME: usize = 1 << 31;
+
+/// Writes one frame: the JSON, then the payload parts back to back.
+pub fn write_frame(w: &mut impl Write, json: &[u8], payload: &[&[u8]]) -> std::io::Result<()> {
+    let plen: usize = payload.iter().map(|p| p.len()).sum();
+    let too_big = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "frame larger than 4 GiB");
+    let mut head = [0u8; 8];
+    head[..4].copy_from_slice(&u32::try_from(json.len()).map_err(|_| too_big())?.to_le_bytes());
+    head[4..].copy_from_slice(&u32::try_from(plen).map_err(|_| too_big())?.to_le_bytes());
+    if plen + json.len() <= 1 << 16 {
+        // One write for small frames: fewer system calls on the hot path.
+        let mut buf = Vec::with_capacity(8 + json.len() + plen);
+        buf.extend_from_slice(&head);
+        buf.extend_from_slice(json);
+        for p in payload {
+            buf.extend_from_slice(p);
+        }
+        return w.write_all(&buf);
+    }
+    w.write_all(&head)?;
+    w.write_all(json)?;
+    for p in payload {
+        w.write_all(p)?;
+    }
+    Ok(())
+}
+
+/// Reads one frame: `(json, payload)`, or `None` at a clean end of stream.
+pub fn read_frame(r: &mut impl Read) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let mut head = [0u8; 8];
+    let mut got = 0;
+    while got < head.len() {
+        match r.read(&mut head[got..]) {
+            // End of stream between frames is clean; inside a header it is not.
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let jlen = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let plen = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
+    if jlen + plen > MAX_FRAME {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "frame too large"));
+    }
+    let mut json = vec![0u8; jlen];
+    r.read_exact(&mut json)?;
+    let mut payload = vec![0u8; plen];
+    r.read_exact(&mut payload)?;
+    Ok(Some((json, payload)))
+}
+
+/// A tensor as described in a frame: name, datatype, shape and where its `l` bytes are: at offset `o`
+/// of the shared-memory file, or at offset `i` of the frame's payload.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WireTensor {
+    pub n: String,
+    pub t: String,
+    pub s: Vec<i64>,
+    pub l: u64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub o: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub i: Option<u64>,
+}
+
+/// An error in a response: message and `pb_utils.TritonError` code.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WireError {
+    pub m: String,
+    #[serde(default = "internal_code")]
+    pub c: i64,
+}
+
+fn internal_code() -> i64 {
+    1
+}
+
+/// A response: outputs or an error, and parameters.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct WireResponse {
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub err: Option<WireError>,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub out: Vec<WireTensor>,
+    #[serde(skip_serializing_if = "Map::is_empty", default)]
+    pub params: Map<String, Value>,
+}
+
+/// What a stub sends. Every message may also carry `ring` (the stub ring's position after this
+/// message's tensors) and `rel` (server blocks it released); see [`ShmNotes`].
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromStub {
+    /// The interpreter is up and its reader thread answers pings.
+    Hello {},
+    /// `initialize` succeeded; requests may come. `probe`: the model has `is_model_ready`.
+    Ready {
+        #[serde(default)]
+        probe: bool,
+    },
+    /// Importing the model or `initialize` failed (the stub exits).
+    InitError { error: String },
+    /// The completed configuration (auto-complete mode).
+    Autocomplete { config: Value },
+    /// `execute` returned: one response per request, or an error for all of them.
+    Done {
+        id: u64,
+        #[serde(default)]
+        err: Option<String>,
+        #[serde(default)]
+        resps: Vec<WireResponse>,
+    },
+    /// A decoupled model's response for request `key`; `flags & 1` is the final flag.
+    Response {
+        key: u64,
+        flags: u32,
+        #[serde(default)]
+        resp: Option<WireResponse>,
+    },
+    /// A BLS inference request.
+    Bls(Box<BlsRequest>),
+    /// A call into the server (metrics, model control, cancellation); answered with a `reply` frame when
+    /// it has an id.
+    Call {
+        #[serde(default)]
+        id: Option<u64>,
+        op: String,
+        #[serde(flatten)]
+        args: Map<String, Value>,
+    },
+    /// A reply to a call the server made (readiness).
+    Reply {
+        id: u64,
+        #[serde(default)]
+        value: Value,
+        #[serde(default)]
+        error: Option<String>,
+    },
+    /// A log line from `pb_utils.Logger`.
+    Log { level: u8, msg: String, file: String, line: u32 },
+    /// The answer to a ping.
+    Pong {},
+    /// `finalize` ran (the stub exits).
+    Finalized {
+        #[serde(default)]
+        error: Option<String>,
+    },
+}
+
+/// A BLS request from a model.
+#[derive(Debug, Deserialize)]
+pub struct BlsRequest {
+    pub id: u64,
+    pub model: String,
+    #[serde(default = "minus_one")]
+    pub version: i64,
+    #[serde(default)]
+    pub inputs: Vec<WireTensor>,
+    #[serde(default)]
+    pub outputs: Vec<String>,
+    #[serde(default)]
+    pub request_id: String,
+    #[serde(default)]
+    pub corr: Value,
+    #[serde(default)]
+    pub flags: u32,
+    #[serde(default)]
+    pub timeout: u64,
+    #[serde(default)]
+    pub params: Map<String, Value>,
+    #[serde(default)]
+    pub decoupled: bool,
+}
+
+fn minus_one() -> i64 {
+    -1
+}
+
+/// The shared-memory bookkeeping any stub message may carry.
+#[derive(Debug, Default, Deserialize)]
+pub struct ShmNotes {
+    /// The stub ring's position after this message's tensors.
+    #[serde(default)]
+    pub ring: Option<u64>,
+    /// Server blocks the stub released.
+    #[serde(default)]
+    pub rel: Vec<u64>,
+}
+
+/// Parses a stub message and its shared-memory notes.
+pub fn parse(json: &[u8]) -> Result<(FromStub, ShmNotes)> {
+    let bad = |e: serde_json::Error| Error::internal(format!("the Python stub sent a malformed message: {e}"));
+    let v: Value = serde_json::from_slice(json).map_err(bad)?;
+    let notes = ShmNotes::deserialize(&v).map_err(bad)?;
+    let msg = FromStub::deserialize(v).map_err(bad)?;
+    Ok((msg, notes))
+}
+
+/// Maps a `pb_utils.TritonError` code to the server's error kinds.
+pub fn error_from_code(code: i64, message: String) -> Error {
+    let kind = match code {
+        2 => ErrorKind::NotFound,
+        3 => ErrorKind::InvalidArgument,
+        4 => ErrorKind::Unavailable,
+        5 => ErrorKind::Unsupported,
+        6 => ErrorKind::AlreadyExists,
+        _ => ErrorKind::Internal,
+    };
+    Error::new(kind, message)
+}
+
+/// The `pb_utils.TritonError` code for a server error (for BLS responses).
+pub fn code_from_error(e: &Error) -> i64 {
+    match e.kind {
+        ErrorKind::NotFound => 2,
+        ErrorKind::InvalidArgument | ErrorKind::PayloadTooLarge => 3,
+        ErrorKind::Unavailable => 4,
+        ErrorKind::Unsupported => 5,
+        ErrorKind::AlreadyExists => 6,
+        ErrorKind::Internal => 1,
+    }
+}
+
+/// Request or response parameters as JSON values for the stub.
+pub fn params_to_json(p: &Parameters) -> Map<String, Value> {
+    p.iter()
+        .map(|(k, v)| {
+            let v = match v {
+                ParamValue::Bool(b) => Value::from(*b),
+                ParamValue::Int(i) => Value::from(*i),
+                ParamValue::Uint(u) => Value::from(*u),
+                ParamValue::Double(d) => Value::from(*d),
+                ParamValue::String(s) => Value::from(s.clone()),
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+/// Parameters from the stub's JSON (bool, int, float and string values; anything else is dropped).
+pub fn params_from_json(m: &Map<String, Value>) -> Parameters {
+    m.iter()
+        .filter_map(|(k, v)| {
+            let p = match v {
+                Value::Bool(b) => ParamValue::Bool(*b),
+                Value::String(s) => ParamValue::String(s.clone()),
+                Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+                    (Some(i), _, _) => ParamValue::Int(i),
+                    (None, Some(u), _) => ParamValue::Uint(u),
+                    (None, None, Some(f)) => ParamValue::Double(f),
+                    _ => return None,
+                },
+                _ => return None,
+            };
+            Some((k.clone(), p))
+        })
+        .collect()
+}
+
+/// Resolves a tensor a stub described into a server tensor, reading its bytes from the ring (through
+/// `ring`) or the payload; sizes are checked against the datatype and shape.
+pub fn read_tensor(t: &WireTensor, payload: &[u8], ring: impl FnOnce(u64, u64) -> Result<Vec<u8>>) -> Result<Tensor> {
+    let dt = DataType::parse(&t.t).ok_or_else(|| {
+        Error::internal(format!("tensor '{}' has datatype '{}', which is not a Triton type", t.n, t.t))
+    })?;
+    let data = match (t.o, t.i) {
+        (Some(off), _) => ring(off, t.l)?,
+        (None, Some(start)) => {
+            let range = usize::try_from(start)
+                .ok()
+                .and_then(|s| Some(s..s.checked_add(usize::try_from(t.l).ok()?)?))
+                .filter(|r| r.end <= payload.len())
+                .ok_or_else(|| Error::internal(format!("tensor '{}' lies outside the frame", t.n)))?;
+            payload[range].to_vec()
+        }
+        (None, None) if t.l == 0 => Vec::new(),
+        (None, None) => return Err(Error::internal(format!("tensor '{}' says neither where its bytes are", t.n))),
+    };
+    if let Some(size) = dt.byte_size() {
+        let count = crate::core::types::element_count(&t.s)
+            .ok_or_else(|| Error::internal(format!("tensor '{}' has an invalid shape {:?}", t.n, t.s)))?;
+        if count.checked_mul(size) != Some(data.len()) {
+            return Err(Error::internal(format!(
+                "tensor '{}' holds {} bytes, but {:?} elements of {} need {}",
+                t.n,
+                data.len(),
+                t.s,
+                dt,
+                count * size
+            )));
+        }
+    }
+    Ok(Tensor::new(t.n.clone(), dt, t.s.clone(), data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, br#"{"type":"pong"}"#, &[b"ab", b"c"]).unwrap();
+        write_frame(&mut buf, b"{}", &[]).unwrap();
+        let mut r = &buf[..];
+        let (j, p) = read_frame(&mut r).unwrap().unwrap();
+        assert_eq!((&j[..], &p[..]), (&br#"{"type":"pong"}"#[..], &b"abc"[..]));
+        let (j, p) = read_frame(&mut r).unwrap().unwrap();
+        assert_eq!((&j[..], p.len()), (&b"{}"[..], 0));
+        assert!(read_frame(&mut r).unwrap().is_none());
+        // A truncated frame is an error, not a clean end.
+        let mut short = &buf[..5];
+        assert!(read_frame(&mut short).is_err());
+    }
+
+    #[test]
+    fn messages_parse_with_their_notes() {
+        let (m, n) = parse(br#"{"type":"done","id":3,"resps":[{"out":[{"n":"Y","t":"FP32","s":[2],"l":8,"o":4096}]}],"ring":128,"rel":[64]}"#).unwrap();
+        match m {
+            FromStub::Done { id, err, resps } => {
+                assert_eq!((id, err, resps.len()), (3, None, 1));
+                assert_eq!(resps[0].out[0].o, Some(4096));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!((n.ring, n.rel), (Some(128), vec![64]));
+        let (m, _) = parse(br#"{"type":"call","op":"metric_value","id":7,"x":1}"#).unwrap();
+        assert!(
+            matches!(m, FromStub::Call { id: Some(7), ref op, ref args } if op == "metric_value" && args["x"] == 1)
+        );
+        assert!(parse(br#"{"type":"nope"}"#).is_err());
+        assert!(parse(b"not json").is_err());
+    }
+
+    #[test]
+    fn tensors_are_checked_against_their_shape() {
+        let t = WireTensor { n: "X".into(), t: "INT32".into(), s: vec![2], l: 8, o: None, i: Some(1) };
+        let payload = [0u8, 1, 0, 0, 0, 2, 0, 0, 0];
+        let x = read_tensor(&t, &payload, |_, _| unreachable!()).unwrap();
+        assert_eq!(x.data.as_host().unwrap().as_ref(), &payload[1..]);
+        let short = WireTensor { l: 4, ..t.clone() };
+        assert!(read_tensor(&short, &payload, |_, _| unreachable!()).is_err());
+        let outside = WireTensor { i: Some(5), ..t.clone() };
+        assert!(read_tensor(&outside, &payload, |_, _| unreachable!()).is_err());
+        let bad_type = WireTensor { t: "FLOAT".into(), ..t };
+        assert!(read_tensor(&bad_type, &payload, |_, _| unreachable!()).is_err());
+    }
+}

@@ -1,0 +1,573 @@
+//! The Python backend (`backend: "python"`): unmodified Triton `model.py` models, each instance in its
+//! own Python stub process.
+//!
+//! The stub (`stub/tritonrs_stub.py`) and the `triton_python_backend_utils` module models import
+//! (`stub/triton_python_backend_utils.py`) are part of the binary and written to a private temporary
+//! folder on first use, so the server stays a single file; the stub needs only a Python 3 with numpy.
+//! Tensors cross in shared memory ([`shm`]), control messages over a socket ([`ipc`]); [`stub`] starts,
+//! watches and stops the processes, and [`calls`] answers what models ask of the server (BLS, metrics,
+//! model control).
+//!
+//! `--backend-config=python,<setting>=<value>` settings: `python-executable` (the interpreter, default
+//! `python3` from PATH), `stub-timeout-seconds` (default 30: how long a stub may take to start, or stay
+//! silent while executing, before it counts as hung), `shm-default-byte-size` (each stub's shared-memory
+//! file, default 8 MiB; larger tensors travel through the socket). A model's `EXECUTION_ENV_PATH`
+//! parameter names a Python environment (a folder, or a `.tar.gz` conda-pack archive) to run its stubs in.
+
+pub mod calls;
+pub mod ipc;
+pub mod shm;
+pub mod stub;
+
+use super::{
+    Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
+    ModelInstance, ServerApi,
+};
+use crate::core::repository::pbtxt;
+use crate::core::scheduler::SequenceId;
+use crate::error::{Error, Result};
+use crate::proto::inference::ModelConfig;
+use parking_lot::Mutex;
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use stub::{Control, Launch, Stub};
+
+/// The stub script, run by the interpreter.
+const STUB_PY: &str = include_str!("stub/tritonrs_stub.py");
+/// The module models import as `triton_python_backend_utils`.
+const UTILS_PY: &str = include_str!("stub/triton_python_backend_utils.py");
+
+/// Triton's default `stub-timeout-seconds`.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default size of each stub's shared-memory file.
+const DEFAULT_SHM: usize = 8 << 20;
+
+/// `--backend-config=python,...` settings, plus the files every stub shares.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The Python interpreter stubs run with, unless a model names an execution environment.
+    pub executable: PathBuf,
+    /// How long a stub may take to start, or stay silent while executing.
+    pub timeout: Duration,
+    /// Size of each stub's shared-memory file.
+    pub shm_size: usize,
+    /// The folder holding the stub files, written on first use and removed with the last clone.
+    files: Arc<OnceLock<std::result::Result<tempfile::TempDir, String>>>,
+    /// Execution environments unpacked from archives, by archive path.
+    unpacked: Arc<Mutex<HashMap<PathBuf, Arc<tempfile::TempDir>>>>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            executable: PathBuf::from("python3"),
+            timeout: DEFAULT_TIMEOUT,
+            shm_size: DEFAULT_SHM,
+            files: Arc::new(OnceLock::new()),
+            unpacked: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+}
+
+impl Settings {
+    /// Reads the `python` backend's `--backend-config` settings (Triton's names where Triton has them).
+    pub fn from_config(cfg: &BackendConfig) -> Result<Settings> {
+        let mut s = Settings::default();
+        if let Some(exe) = cfg.get("python", "python-executable") {
+            s.executable = PathBuf::from(exe);
+        }
+        if let Some(v) = cfg.get("python", "stub-timeout-seconds") {
+            let secs = v.parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                Error::invalid(format!(
+                    "--backend-config=python,stub-timeout-seconds must be a positive integer, got '{v}'"
+                ))
+            })?;
+            s.timeout = Duration::from_secs(secs);
+        }
+        if let Some(v) = cfg.get("python", "shm-default-byte-size") {
+            s.shm_size = v.parse::<usize>().ok().filter(|&n| n >= 1 << 16).ok_or_else(|| {
+                Error::invalid(format!(
+                    "--backend-config=python,shm-default-byte-size must be an integer of at least 65536, got '{v}'"
+                ))
+            })?;
+        }
+        Ok(s)
+    }
+
+    /// The folder with the stub script and `triton_python_backend_utils.py`.
+    pub fn stub_files(&self) -> Result<PathBuf> {
+        let dir = self.files.get_or_init(|| {
+            let dir = tempfile::Builder::new()
+                .prefix("tritonrs-python-")
+                .tempdir()
+                .map_err(|e| format!("cannot create a folder for the Python stub files: {e}"))?;
+            for (name, text) in [("tritonrs_stub.py", STUB_PY), ("triton_python_backend_utils.py", UTILS_PY)] {
+                std::fs::write(dir.path().join(name), text)
+                    .map_err(|e| format!("cannot write the Python stub file '{name}': {e}"))?;
+            }
+            Ok(dir)
+        });
+        dir.as_ref().map(|d| d.path().to_path_buf()).map_err(|e| Error::internal(e.clone()))
+    }
+}
+
+/// The Python environment a model's stubs run in (`EXECUTION_ENV_PATH`).
+#[derive(Debug, Clone)]
+pub struct ExecEnv {
+    /// Its interpreter.
+    pub python: PathBuf,
+    /// Variables that activate it.
+    pub vars: Vec<(String, String)>,
+    /// Keeps an unpacked archive alive while a stub may use it.
+    _unpacked: Option<Arc<tempfile::TempDir>>,
+}
+
+impl ExecEnv {
+    /// Reads the model's `EXECUTION_ENV_PATH` parameter (with Triton's `$$TRITON_MODEL_DIRECTORY`): a
+    /// Python environment folder, or a `.tar.gz` / `.tar` archive of one (conda-pack), unpacked once.
+    fn resolve(settings: &Settings, cfg: &ModelConfig, model_dir: &Path) -> Result<Option<ExecEnv>> {
+        let Some(raw) =
+            cfg.parameters.get("EXECUTION_ENV_PATH").map(|p| p.string_value.trim()).filter(|s| !s.is_empty())
+        else {
+            return Ok(None);
+        };
+        let path = PathBuf::from(raw.replace("$$TRITON_MODEL_DIRECTORY", &model_dir.display().to_string()));
+        let (root, unpacked) = if path.is_dir() {
+            (path.clone(), None)
+        } else if path.is_file() {
+            let dir = unpack(settings, &path)?;
+            (dir.path().to_path_buf(), Some(dir))
+        } else {
+            return Err(Error::invalid(format!("EXECUTION_ENV_PATH '{}' does not exist", path.display())));
+        };
+        let bin = root.join("bin");
+        let python = ["python3", "python"]
+            .iter()
+            .map(|n| bin.join(n))
+            .find(|p| p.exists())
+            .ok_or_else(|| Error::invalid(format!("EXECUTION_ENV_PATH '{}' has no bin/python3", path.display())))?;
+        let prepend = |var: &str, dir: &Path| {
+            let old = std::env::var(var).unwrap_or_default();
+            let new = if old.is_empty() { dir.display().to_string() } else { format!("{}:{old}", dir.display()) };
+            (var.to_string(), new)
+        };
+        let vars = vec![
+            prepend("PATH", &bin),
+            prepend("LD_LIBRARY_PATH", &root.join("lib")),
+            ("VIRTUAL_ENV".to_string(), root.display().to_string()),
+            ("CONDA_PREFIX".to_string(), root.display().to_string()),
+        ];
+        Ok(Some(ExecEnv { python, vars, _unpacked: unpacked }))
+    }
+}
+
+/// Unpacks an environment archive into a temporary folder (once per archive) with the system's `tar`.
+fn unpack(settings: &Settings, archive: &Path) -> Result<Arc<tempfile::TempDir>> {
+    let mut cache = settings.unpacked.lock();
+    if let Some(d) = cache.get(archive) {
+        return Ok(d.clone());
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("tritonrs-pyenv-")
+        .tempdir()
+        .map_err(|e| Error::internal(format!("cannot create a folder to unpack '{}': {e}", archive.display())))?;
+    let out = std::process::Command::new("tar")
+        .arg("-xf")
+        .arg(archive)
+        .arg("-C")
+        .arg(dir.path())
+        .output()
+        .map_err(|e| Error::unavailable(format!("cannot run tar to unpack '{}': {e}", archive.display())))?;
+    if !out.status.success() {
+        return Err(Error::invalid(format!(
+            "cannot unpack EXECUTION_ENV_PATH '{}': {}",
+            archive.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let dir = Arc::new(dir);
+    cache.insert(archive.to_path_buf(), dir.clone());
+    Ok(dir)
+}
+
+/// The backend: creates instances, each with its own stub process.
+pub struct PythonBackend {
+    /// The settings, or why they are invalid (every Python model then fails to load with that reason).
+    settings: Result<Settings>,
+    /// The server, for BLS and model control; `None` without one.
+    api: Option<Arc<dyn ServerApi>>,
+}
+
+impl PythonBackend {
+    pub fn new(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>) -> Self {
+        PythonBackend { settings: Settings::from_config(config), api }
+    }
+}
+
+fn decoupled(cfg: &ModelConfig) -> bool {
+    cfg.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
+}
+
+/// What every stub of a model version is started with.
+fn launch(settings: &Settings, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Launch> {
+    let model_path = ctx.version_dir.join(crate::core::repository::model_filename(&ctx.config));
+    if !model_path.is_file() {
+        return Err(Error::invalid(format!("model file '{}' not found", model_path.display())));
+    }
+    let (kind, device) = match spec.kind {
+        InstanceKind::Cpu => ("CPU", 0),
+        InstanceKind::Gpu { device_id } => ("GPU", device_id),
+    };
+    let args = json!({
+        "model_config": pbtxt::config_to_json(&ctx.config).to_string(),
+        "model_instance_kind": kind,
+        "model_instance_name": spec.name,
+        "model_instance_device_id": device.to_string(),
+        "model_repository": ctx.model_dir.display().to_string(),
+        "model_version": ctx.version.to_string(),
+        "model_name": ctx.name,
+    });
+    Ok(Launch {
+        settings: settings.clone(),
+        env: ExecEnv::resolve(settings, &ctx.config, &ctx.model_dir)?,
+        model_path,
+        sys_path: vec![ctx.version_dir.clone(), ctx.model_dir.clone()],
+        init: json!({
+            "mode": "serve",
+            "model_name": ctx.name,
+            "model_version": ctx.version,
+            "decoupled": decoupled(&ctx.config),
+            "args": args,
+        }),
+        label: format!("model '{}' instance '{}'", ctx.name, spec.name),
+        instance: spec.name.clone(),
+        with_shm: true,
+    })
+}
+
+impl Backend for PythonBackend {
+    fn name(&self) -> &'static str {
+        "python"
+    }
+
+    fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
+        let settings = self.settings.clone()?;
+        let launch = launch(&settings, ctx, spec)?;
+        let calls = Arc::new(calls::Calls::new(tokio::runtime::Handle::try_current().ok(), self.api.clone()));
+        let (deaths, death_rx) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State { stub: None, generation: 0, closing: false }),
+            current: Mutex::new(None),
+            launch,
+            calls,
+            decoupled: decoupled(&ctx.config),
+            deaths,
+        });
+        shared.restart(&mut shared.state.lock())?;
+        let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let sup = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("py-watch-{}", spec.name))
+            .spawn(move || supervise(&sup, &death_rx, &stop_rx))
+            .map_err(|e| {
+                Error::internal(format!("cannot start the supervisor thread of {}: {e}", shared.launch.label))
+            })?;
+        Ok(Box::new(PythonInstance { shared, _stop: stop }))
+    }
+}
+
+/// One instance: its stub process, restarted when it dies or hangs.
+struct PythonInstance {
+    /// What the instance thread, the supervisor and the readiness probe share.
+    shared: Arc<Shared>,
+    /// Dropping it stops the supervisor thread.
+    _stop: crossbeam_channel::Sender<()>,
+}
+
+/// The stub of one instance and how to restart it.
+struct Shared {
+    /// The stub; held by the instance thread while it executes and by the supervisor while it restarts.
+    state: Mutex<State>,
+    /// The running stub's connection, for the readiness probe (which must not wait for an execute).
+    current: Mutex<Option<Arc<stub::Conn>>>,
+    /// How to (re)start the stub.
+    launch: Launch,
+    /// Answers the stub's BLS requests and calls.
+    calls: Arc<calls::Calls>,
+    /// Whether the model is decoupled (responses go through each request's responder).
+    decoupled: bool,
+    /// Every stub's reader thread sends its generation here when its process goes away.
+    deaths: crossbeam_channel::Sender<u64>,
+}
+
+/// The instance's stub, guarded by [`Shared::state`].
+struct State {
+    /// The running stub; `None` after a failed restart (the next request tries again).
+    stub: Option<Stub>,
+    /// Increases with every start, so the death of an old stub does not restart a newer one.
+    generation: u64,
+    /// Set when the model unloads: nothing restarts any more.
+    closing: bool,
+}
+
+impl Shared {
+    /// Starts a new stub (stopping the old one, if any) and waits until `initialize` has run.
+    fn restart(&self, st: &mut State) -> Result<()> {
+        st.stub = None;
+        *self.current.lock() = None;
+        st.generation += 1;
+        let result = self.start(st);
+        if result.is_err() {
+            // The failed stub's exit must not make the supervisor try again at once (and forever): the
+            // next request does.
+            st.generation += 1;
+        }
+        result
+    }
+
+    fn start(&self, st: &mut State) -> Result<()> {
+        let mut stub = Stub::spawn(&self.launch, Some(self.calls.clone()), Some((self.deaths.clone(), st.generation)))?;
+        match stub.handshake()? {
+            Control::Ready => {
+                *self.current.lock() = Some(stub.conn.clone());
+                st.stub = Some(stub);
+                Ok(())
+            }
+            // The Python error as the reason, as Triton reports it.
+            Control::InitError(e) => Err(Error::invalid(e)),
+            other => Err(Error::internal(format!(
+                "the Python stub of {} answered {other:?} instead of starting",
+                self.launch.label
+            ))),
+        }
+    }
+
+    /// The running stub, restarting one that died or was killed.
+    fn running<'a>(&self, st: &'a mut State) -> Result<&'a mut Stub> {
+        if !st.stub.as_ref().is_some_and(|s| s.conn.is_alive()) {
+            tracing::warn!("Restarting the Python stub of {}.", self.launch.label);
+            self.restart(st)?;
+            tracing::info!("The Python stub of {} is running again.", self.launch.label);
+        }
+        st.stub.as_mut().ok_or_else(|| Error::internal("the Python stub is missing after a start; this is a bug"))
+    }
+
+    /// Runs `execute` for a list of requests in the stub.
+    fn run(&self, reqs: &[&ExecRequest]) -> Result<(Vec<stub::StubResponse>, ExecTimings)> {
+        let t0 = Instant::now();
+        let mut st = self.state.lock();
+        let stub = self.running(&mut st)?;
+        let conn = stub.conn.clone();
+        let id = conn.next_id();
+        let mut payload = Vec::new();
+        let mut payload_len = 0u64;
+        let mut wire = Vec::with_capacity(reqs.len());
+        let mut keys = Vec::new();
+        for r in reqs {
+            let key = conn.next_id();
+            let inputs = conn.encode_tensors(&r.inputs, &mut payload, &mut payload_len)?;
+            let corr = match &r.meta.correlation_id {
+                None => json!(0),
+                Some(SequenceId::U64(v)) => json!(v),
+                Some(SequenceId::Str(s)) => json!(s),
+            };
+            wire.push(json!({
+                "key": key,
+                "id": r.meta.id,
+                "corr": corr,
+                "flags": r.meta.flags,
+                "params": ipc::params_to_json(&r.meta.parameters),
+                "outputs": r.outputs,
+                "inputs": inputs,
+            }));
+            if let Some(sender) = &r.responder {
+                conn.open_stream(key, sender.clone());
+                keys.push(key);
+            }
+        }
+        let msg = json!({"type": "execute", "id": id, "requests": wire});
+        let parts: Vec<&[u8]> = payload.iter().map(|b| b.as_ref()).collect();
+        let t1 = Instant::now();
+        let result = match conn.send(&msg, &parts) {
+            Ok(()) => stub.wait_done(id),
+            Err(e) => {
+                stub.kill();
+                Err(e)
+            }
+        };
+        let t2 = Instant::now();
+        let responses = match result {
+            Ok(r) => r,
+            Err(e) => {
+                // Decoupled requests still open end with the error too.
+                conn.fail_streams(Some(&keys), &e);
+                return Err(e);
+            }
+        };
+        let timings = ExecTimings {
+            compute_input_ns: (t1 - t0).as_nanos() as u64,
+            compute_infer_ns: (t2 - t1).as_nanos() as u64,
+            compute_output_ns: t2.elapsed().as_nanos() as u64,
+            started: None,
+        };
+        Ok((responses, timings))
+    }
+}
+
+/// Restarts a stub as soon as it dies, also when no request is waiting, so the model is ready again
+/// without a request having to fail first.
+fn supervise(shared: &Shared, deaths: &crossbeam_channel::Receiver<u64>, stop: &crossbeam_channel::Receiver<()>) {
+    loop {
+        crossbeam_channel::select! {
+            recv(deaths) -> generation => {
+                let Ok(generation) = generation else { return };
+                let mut st = shared.state.lock();
+                if st.closing {
+                    return;
+                }
+                let dead = !st.stub.as_ref().is_some_and(|s| s.conn.is_alive());
+                if generation == st.generation && dead {
+                    tracing::warn!("The Python stub of {} exited; restarting it.", shared.launch.label);
+                    match shared.restart(&mut st) {
+                        Ok(()) => tracing::info!("The Python stub of {} is running again.", shared.launch.label),
+                        Err(e) => tracing::error!(
+                            "The Python stub of {} could not be restarted (the next request tries again): {}",
+                            shared.launch.label,
+                            e.message
+                        ),
+                    }
+                }
+            }
+            recv(stop) -> _ => return,
+        }
+    }
+}
+
+/// The readiness probe: the stub runs, and the model's `is_model_ready` (if it has one) says yes.
+struct Probe(Arc<Shared>);
+
+impl super::Readiness for Probe {
+    fn ready(&self) -> bool {
+        let Some(conn) = self.0.current.lock().clone() else { return false };
+        if !conn.is_alive() {
+            return false;
+        }
+        if !conn.has_probe() {
+            return true;
+        }
+        matches!(conn.ask("is_ready", Duration::from_secs(5)), Ok(serde_json::Value::Bool(true)))
+    }
+}
+
+impl ModelInstance for PythonInstance {
+    fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult> {
+        self.execute_list(&[req])
+            .pop()
+            .unwrap_or_else(|| Err(Error::internal("no result for a request; this is a bug")))
+    }
+
+    fn takes_request_lists(&self) -> bool {
+        true
+    }
+
+    fn readiness(&self) -> Option<Arc<dyn super::Readiness>> {
+        Some(Arc::new(Probe(self.shared.clone())))
+    }
+
+    fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
+        let (responses, timings) = match self.shared.run(reqs) {
+            Ok(r) => r,
+            Err(e) => return reqs.iter().map(|_| Err(e.clone())).collect(),
+        };
+        if self.shared.decoupled {
+            // The responses went to each request's responder; this only says execute returned.
+            return reqs.iter().map(|_| Ok(ExecResult { timings, ..Default::default() })).collect();
+        }
+        if responses.len() != reqs.len() {
+            let e = Error::internal(format!(
+                "the Python stub of {} returned {} responses for {} requests",
+                self.shared.launch.label,
+                responses.len(),
+                reqs.len()
+            ));
+            return reqs.iter().map(|_| Err(e.clone())).collect();
+        }
+        reqs.iter()
+            .zip(responses)
+            .map(|(r, resp)| {
+                let (mut tensors, parameters) = resp?;
+                // In the order the request asked for them; outputs the model did not produce are absent.
+                let mut outputs = Vec::with_capacity(r.outputs.len());
+                for name in &r.outputs {
+                    if let Some(i) = tensors.iter().position(|t| &t.name == name) {
+                        outputs.push(tensors.swap_remove(i));
+                    }
+                }
+                Ok(ExecResult { outputs, timings, parameters })
+            })
+            .collect()
+    }
+}
+
+impl Drop for PythonInstance {
+    fn drop(&mut self) {
+        let stub = {
+            let mut st = self.shared.state.lock();
+            st.closing = true;
+            st.stub.take()
+        };
+        *self.shared.current.lock() = None;
+        if let Some(stub) = stub {
+            if let Some(e) = stub.finalize() {
+                tracing::error!("finalize of {} failed: {e}", self.shared.launch.label);
+            }
+        }
+    }
+}
+
+/// Completes a Python model's configuration with its `auto_complete_config`, run in a short-lived stub
+/// (as Triton does). Models whose file does not mention the function are left as they are, without
+/// starting Python.
+pub fn auto_complete(settings: &Settings, dir: &Path, name: &str, cfg: &ModelConfig) -> Result<ModelConfig> {
+    let file_name = crate::core::repository::model_filename(cfg);
+    let Some(version) = crate::core::repository::list_versions(dir)
+        .into_iter()
+        .rev()
+        .find(|v| dir.join(v.to_string()).join(&file_name).is_file())
+    else {
+        return Ok(cfg.clone());
+    };
+    let version_dir = dir.join(version.to_string());
+    let model_path = version_dir.join(&file_name);
+    let text = std::fs::read_to_string(&model_path)
+        .map_err(|e| Error::invalid(format!("cannot read '{}': {e}", model_path.display())))?;
+    if !text.contains("auto_complete_config") {
+        return Ok(cfg.clone());
+    }
+    let launch = Launch {
+        settings: settings.clone(),
+        env: ExecEnv::resolve(settings, cfg, dir)?,
+        model_path,
+        sys_path: vec![version_dir, dir.to_path_buf()],
+        init: json!({
+            "mode": "autocomplete",
+            "model_name": name,
+            "model_version": version,
+            "config": pbtxt::config_to_json(cfg),
+        }),
+        label: format!("model '{name}' (auto-complete)"),
+        instance: name.to_string(),
+        with_shm: false,
+    };
+    let mut stub = Stub::spawn(&launch, None, None)?;
+    match stub.handshake()? {
+        Control::Autocomplete(v) => pbtxt::config_from_json(&v.to_string()).map_err(|e| {
+            Error::invalid(format!("auto_complete_config of model '{name}' returned an invalid configuration: {e}"))
+        }),
+        Control::InitError(e) => Err(Error::invalid(e)),
+        other => Err(Error::internal(format!("the auto-complete stub of model '{name}' answered {other:?}"))),
+    }
+}

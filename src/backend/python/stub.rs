@@ -1,0 +1,593 @@
+//! One Python stub process: start it, hand it the model, exchange frames with it, notice when it
+//! dies or stops answering, and stop it.
+//!
+//! The stub gets one end of a Unix socket pair as its standard input. A reader thread per stub reads
+//! every frame it sends: answers to the instance (ready, execute done, finalized) go to the instance
+//! thread through a channel; decoupled responses go straight to their requests; BLS requests and calls
+//! go to the server ([`super::calls`]). Its standard error is read line by line into the server log,
+//! and the last lines are kept to explain a stub that dies before it is ready.
+
+use super::ipc::{self, FromStub, WireResponse, WireTensor};
+use super::shm::SharedRegion;
+use super::Settings;
+use crate::backend::{DecoupledResponse, ResponseSender};
+use crate::core::types::{Parameters, Tensor};
+use crate::error::{Error, Result};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufRead, BufReader};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Tensors at most this big travel in the frame: a shared-memory block would cost more than the copy.
+const INLINE_MAX: usize = 64;
+/// How long an interpreter may take to start (import numpy and the stub) when the stub timeout is
+/// shorter: a loaded machine must not fail loads that a short hang timeout was never meant for.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Lines of a stub's standard error kept for error messages.
+const STDERR_TAIL: usize = 20;
+
+/// One response of a non-decoupled call: its outputs and parameters, or its error.
+pub type StubResponse = Result<(Vec<Tensor>, Parameters)>;
+
+/// What the instance thread waits for.
+#[derive(Debug)]
+pub enum Control {
+    /// The interpreter is up (its reader thread answers pings from now on).
+    Hello,
+    Ready,
+    InitError(String),
+    Autocomplete(Value),
+    /// `execute` returned: per request its outputs and parameters, or an error for the whole call.
+    Done {
+        id: u64,
+        result: Result<Vec<StubResponse>>,
+    },
+    Finalized(Option<String>),
+}
+
+/// How to start a stub.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The interpreter and the environment it runs in.
+    pub settings: Settings,
+    /// Interpreter override from the model's `EXECUTION_ENV_PATH`, with the variables its environment needs.
+    pub env: Option<super::ExecEnv>,
+    /// `model.py` (or `default_model_filename`).
+    pub model_path: PathBuf,
+    /// Added to the stub's `sys.path`: the version folder, then the model folder.
+    pub sys_path: Vec<PathBuf>,
+    /// The init message (minus the shared-memory part, which is filled in per process).
+    pub init: Value,
+    /// "model 'x' instance 'y'", for messages.
+    pub label: String,
+    /// The instance's name, for Triton's "Stub process '<instance>' is not healthy." messages.
+    pub instance: String,
+    /// Whether to create shared memory (not for auto-complete).
+    pub with_shm: bool,
+}
+
+/// The part of a stub shared with its reader thread and with server tasks answering it.
+pub struct Conn {
+    /// Writes frames; one writer at a time keeps frames whole.
+    writer: Mutex<UnixStream>,
+    /// Tensors in both directions; `None` for auto-complete stubs.
+    pub shm: Option<SharedRegion>,
+    /// When the stub last sent anything.
+    last_seen: Mutex<Instant>,
+    /// Cleared when the socket closes.
+    alive: AtomicBool,
+    /// Decoupled requests still open, by key.
+    streams: Mutex<HashMap<u64, ResponseSender>>,
+    /// Whether the model has its own readiness check (`is_model_ready`).
+    has_probe: AtomicBool,
+    /// Custom-metric handles this stub holds; released when it goes away.
+    pub metric_handles: Mutex<std::collections::HashSet<u64>>,
+    /// Calls into the stub (readiness) waiting for their reply, by id.
+    replies: Mutex<HashMap<u64, Sender<Result<Value>>>>,
+    /// Ids for requests and calls.
+    next_id: AtomicU64,
+    /// For messages.
+    pub label: String,
+    /// The instance's name, for Triton's wording of stub failures.
+    pub instance: String,
+    /// Where BLS requests and other calls go; `None` where the server offers none (auto-complete, tests).
+    calls: Option<Arc<super::calls::Calls>>,
+}
+
+impl Conn {
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Whether the model has its own readiness check.
+    pub fn has_probe(&self) -> bool {
+        self.has_probe.load(Ordering::SeqCst)
+    }
+
+    /// Sends a message whose tensors are already described; `payload` holds the inline ones.
+    pub fn send(&self, msg: &Value, payload: &[&[u8]]) -> Result<()> {
+        let json =
+            serde_json::to_vec(msg).map_err(|e| Error::internal(format!("cannot encode a stub message: {e}")))?;
+        let mut w = self.writer.lock();
+        ipc::write_frame(&mut *w, &json, payload)
+            .map_err(|e| Error::unavailable(format!("cannot send to the Python stub of {}: {e}", self.label)))
+    }
+
+    /// Describes tensors for the stub, copying each into shared memory or, when small or when shared
+    /// memory is full, into `payload`.
+    pub fn encode_tensors<'a>(
+        &self,
+        tensors: impl IntoIterator<Item = &'a Tensor>,
+        payload: &mut Vec<bytes::Bytes>,
+        payload_len: &mut u64,
+    ) -> Result<Vec<WireTensor>> {
+        let mut out = Vec::new();
+        for t in tensors {
+            let data = t.data.to_host()?;
+            let mut w = WireTensor {
+                n: t.name.clone(),
+                t: t.datatype.as_str().into(),
+                s: t.shape.clone(),
+                l: data.len() as u64,
+                o: None,
+                i: None,
+            };
+            let shm_off = match &self.shm {
+                Some(shm) if data.len() > INLINE_MAX => shm.put(&data),
+                _ => None,
+            };
+            match shm_off {
+                Some(off) => w.o = Some(off as u64),
+                None => {
+                    w.i = Some(*payload_len);
+                    *payload_len += data.len() as u64;
+                    payload.push(data);
+                }
+            }
+            out.push(w);
+        }
+        Ok(out)
+    }
+
+    /// Registers a decoupled request's response sender before the request is sent.
+    pub fn open_stream(&self, key: u64, sender: ResponseSender) {
+        self.streams.lock().insert(key, sender);
+    }
+
+    /// Ends every open decoupled request with `e` (the stub died, or execute failed for all of them).
+    pub fn fail_streams(&self, keys: Option<&[u64]>, e: &Error) {
+        let failed: Vec<ResponseSender> = {
+            let mut s = self.streams.lock();
+            match keys {
+                None => s.drain().map(|(_, v)| v).collect(),
+                Some(keys) => keys.iter().filter_map(|k| s.remove(k)).collect(),
+            }
+        };
+        for sender in failed {
+            sender.send(Err(e.clone()));
+        }
+    }
+
+    /// Whether a decoupled request's client has gone away.
+    pub fn stream_cancelled(&self, key: u64) -> bool {
+        self.streams.lock().get(&key).is_some_and(|s| s.is_closed())
+    }
+
+    /// Asks the stub something and waits at most `timeout` for the reply.
+    pub fn ask(&self, kind: &str, timeout: Duration) -> Result<Value> {
+        let id = self.next_id();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.replies.lock().insert(id, tx);
+        let sent = self.send(&json!({"type": kind, "id": id}), &[]);
+        let result = sent.and_then(|()| match rx.recv_timeout(timeout) {
+            Ok(r) => r,
+            Err(_) => {
+                Err(Error::unavailable(format!("the Python stub of {} did not answer within {timeout:?}", self.label)))
+            }
+        });
+        self.replies.lock().remove(&id);
+        result
+    }
+
+    /// Reads a tensor the stub described (ring or payload).
+    pub fn read_tensor(&self, t: &WireTensor, payload: &[u8]) -> Result<Tensor> {
+        ipc::read_tensor(t, payload, |off, len| match &self.shm {
+            Some(shm) => shm.read_ring(off, len),
+            None => Err(Error::internal("the Python stub used shared memory it does not have")),
+        })
+    }
+
+    /// A stub response as outputs and parameters, or its error.
+    pub fn read_response(&self, r: &WireResponse, payload: &[u8]) -> Result<(Vec<Tensor>, Parameters)> {
+        if let Some(e) = &r.err {
+            return Err(ipc::error_from_code(e.c, e.m.clone()));
+        }
+        let outputs = r.out.iter().map(|t| self.read_tensor(t, payload)).collect::<Result<Vec<_>>>()?;
+        Ok((outputs, ipc::params_from_json(&r.params)))
+    }
+}
+
+/// A running stub process.
+pub struct Stub {
+    child: Child,
+    pub conn: Arc<Conn>,
+    /// Answers for the instance thread.
+    control: Receiver<Control>,
+    /// The last lines of the stub's standard error.
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// How long the stub may stay silent (`stub-timeout-seconds`).
+    pub timeout: Duration,
+    /// Set once the stub has said hello (its interpreter is up).
+    started: bool,
+}
+
+impl Stub {
+    /// Starts a stub and sends it the init message; does not wait for it to be ready.
+    /// `on_exit` gets `generation` when the process goes away (the instance's supervisor restarts it).
+    pub fn spawn(
+        launch: &Launch,
+        calls: Option<Arc<super::calls::Calls>>,
+        on_exit: Option<(Sender<u64>, u64)>,
+    ) -> Result<Stub> {
+        let settings = &launch.settings;
+        let files = settings.stub_files()?;
+        let (ours, theirs) = UnixStream::pair()
+            .map_err(|e| Error::internal(format!("cannot create the control socket for {}: {e}", launch.label)))?;
+        let shm =
+            if launch.with_shm { Some(SharedRegion::create(settings.shm_size, "tritonrs-python-")?) } else { None };
+        let exe = launch.env.as_ref().map(|e| e.python.clone()).unwrap_or_else(|| settings.executable.clone());
+        let mut cmd = Command::new(&exe);
+        cmd.arg(files.join("tritonrs_stub.py"))
+            .args(&launch.sys_path)
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped())
+            // Model folders stay as they are (no __pycache__), and prints reach the log at once.
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONUNBUFFERED", "1")
+            // Its own process group: a Ctrl-C in the terminal reaches the server, which then stops the
+            // stubs in order (finalize first), instead of killing them mid-request.
+            .process_group(0);
+        if let Some(env) = &launch.env {
+            for (k, v) in &env.vars {
+                cmd.env(k, v);
+            }
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            Error::unavailable(format!(
+                "cannot start the Python stub for {} with '{}': {e} (set --backend-config=python,python-executable=PATH)",
+                launch.label,
+                exe.display()
+            ))
+        })?;
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        if let Some(err) = child.stderr.take() {
+            let tail = stderr_tail.clone();
+            let label = launch.label.clone();
+            let _ = std::thread::Builder::new().name("py-stderr".into()).spawn(move || {
+                for line in BufReader::new(err).lines().map_while(|l| l.ok()) {
+                    tracing::warn!("Python stub of {label}: {line}");
+                    let mut t = tail.lock();
+                    if t.len() == STDERR_TAIL {
+                        t.pop_front();
+                    }
+                    t.push_back(line);
+                }
+            });
+        }
+        let reader_sock = ours
+            .try_clone()
+            .map_err(|e| Error::internal(format!("cannot clone the control socket for {}: {e}", launch.label)))?;
+        let conn = Arc::new(Conn {
+            writer: Mutex::new(ours),
+            shm,
+            last_seen: Mutex::new(Instant::now()),
+            alive: AtomicBool::new(true),
+            has_probe: AtomicBool::new(false),
+            metric_handles: Mutex::new(Default::default()),
+            streams: Mutex::new(HashMap::new()),
+            replies: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            label: launch.label.clone(),
+            instance: launch.instance.clone(),
+            calls,
+        });
+        let (tx, control) = crossbeam_channel::unbounded();
+        let reader_conn = conn.clone();
+        std::thread::Builder::new()
+            .name("py-reader".into())
+            .spawn(move || {
+                read_loop(reader_conn, reader_sock, tx);
+                if let Some((deaths, generation)) = on_exit {
+                    let _ = deaths.send(generation);
+                }
+            })
+            .map_err(|e| Error::internal(format!("cannot start the reader thread for {}: {e}", launch.label)))?;
+        let mut init = launch.init.clone();
+        if let Some(shm) = &conn.shm {
+            init["shm"] = json!({
+                "path": shm.path().map(|p| p.display().to_string()),
+                "size": shm.size(),
+                "ring_start": shm.ring_start(),
+                "ring_len": shm.ring_len(),
+            });
+        }
+        init["type"] = json!("init");
+        init["model_path"] = json!(launch.model_path.display().to_string());
+        let mut stub = Stub { child, conn, control, stderr_tail, timeout: settings.timeout, started: false };
+        if let Err(e) = stub.conn.send(&init, &[]) {
+            stub.kill();
+            return Err(e);
+        }
+        Ok(stub)
+    }
+
+    /// Waits for the stub's first answer (ready, auto-complete result, or why it failed). Starting the
+    /// interpreter may take up to [`START_TIMEOUT`] (or the stub timeout, if longer); from the stub's
+    /// first message on, `initialize` may take as long as it needs while the stub answers pings.
+    pub fn handshake(&mut self) -> Result<Control> {
+        let answer = self.wait("while starting", |c| match c {
+            Control::Done { .. } | Control::Finalized(_) | Control::Hello => None,
+            other => Some(other),
+        });
+        // The stub has mapped the file (or failed): it need not stay in /dev/shm.
+        if let Some(shm) = &self.conn.shm {
+            shm.unlink();
+        }
+        if answer.is_err() {
+            self.kill();
+        }
+        answer
+    }
+
+    /// Waits for the answer to execute call `id`.
+    pub fn wait_done(&mut self, id: u64) -> Result<Vec<StubResponse>> {
+        self.wait("while executing the request", |c| match c {
+            Control::Done { id: got, result } if got == id => Some(result),
+            _ => None,
+        })?
+    }
+
+    /// Waits until `want` accepts a message, pinging a silent stub and killing one that stays silent
+    /// for the whole timeout: the reader thread of a live stub answers even while the model runs.
+    fn wait<T>(&mut self, when: &str, mut want: impl FnMut(Control) -> Option<T>) -> Result<T> {
+        let tick = (self.timeout / 4).clamp(Duration::from_millis(20), Duration::from_secs(1));
+        loop {
+            match self.control.recv_timeout(tick) {
+                Ok(Control::Hello) => self.started = true,
+                Ok(c) => {
+                    if let Some(t) = want(c) {
+                        return Ok(t);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return Err(self.death(when)),
+                Err(RecvTimeoutError::Timeout) => {
+                    let silent = self.conn.last_seen.lock().elapsed();
+                    let limit = if self.started { self.timeout } else { self.timeout.max(START_TIMEOUT) };
+                    if silent >= limit {
+                        self.kill();
+                        let what = if self.started { "did not answer" } else { "did not start" };
+                        return Err(Error::internal(format!(
+                            "Stub process '{}' is not healthy. It {what} within {} s {when} (stub-timeout-seconds); \
+                             it was killed and will be restarted.",
+                            self.conn.instance,
+                            limit.as_secs()
+                        )));
+                    }
+                    if self.started && silent >= tick {
+                        let _ = self.conn.send(&json!({"type": "ping"}), &[]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Asks the stub to run `finalize` and waits for it (at most the timeout), then stops the process.
+    pub fn finalize(mut self) -> Option<String> {
+        let mut error = None;
+        if self.conn.is_alive() && self.conn.send(&json!({"type": "finalize"}), &[]).is_ok() {
+            let deadline = Instant::now() + self.timeout;
+            loop {
+                match self.control.recv_deadline(deadline) {
+                    Ok(Control::Finalized(e)) => {
+                        error = e;
+                        break;
+                    }
+                    Ok(_) => continue,
+                    Err(_) => break,
+                }
+            }
+        }
+        self.stop();
+        error
+    }
+
+    /// Closes the socket (the stub exits when it sees that) and reaps the process, killing it if it
+    /// does not exit promptly.
+    fn stop(&mut self) {
+        let _ = self.conn.writer.lock().shutdown(std::net::Shutdown::Both);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) if Instant::now() >= deadline => {
+                    self.kill();
+                    return;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+
+    /// Kills the process at once and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.conn.alive.store(false, Ordering::SeqCst);
+        let _ = self.conn.writer.lock().shutdown(std::net::Shutdown::Both);
+    }
+
+    /// The error for a stub whose socket closed: its exit status and last error lines.
+    fn death(&mut self, when: &str) -> Error {
+        // The process closes its socket as it exits; give it a moment to be reaped.
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+                _ => break None,
+            }
+        };
+        if status.is_none() {
+            self.kill();
+        }
+        let status = status.map(|s| format!(" ({s})")).unwrap_or_default();
+        let tail = self.stderr_tail.lock().iter().cloned().collect::<Vec<_>>().join("\n");
+        let tail = if tail.is_empty() { String::new() } else { format!(" Its last error output:\n{tail}") };
+        Error::internal(format!(
+            "Stub process '{}' is not healthy. It exited unexpectedly{status} {when}; it will be restarted.{tail}",
+            self.conn.instance
+        ))
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.kill();
+        }
+    }
+}
+
+/// The reader thread: dispatches every frame the stub sends until its socket closes, then fails whatever
+/// still waits on it.
+fn read_loop(conn: Arc<Conn>, mut sock: UnixStream, control: Sender<Control>) {
+    loop {
+        let frame = match ipc::read_frame(&mut sock) {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!("The control socket of {} failed: {e}", conn.label);
+                break;
+            }
+        };
+        *conn.last_seen.lock() = Instant::now();
+        let (json, payload) = frame;
+        match ipc::parse(&json) {
+            Ok((msg, notes)) => {
+                if let Some(shm) = &conn.shm {
+                    shm.release(notes.rel.iter().copied());
+                }
+                dispatch(&conn, msg, &payload, &control);
+                // Only now, with every tensor copied out, may the stub reuse its ring.
+                if let (Some(shm), Some(ring)) = (&conn.shm, notes.ring) {
+                    shm.consumed(ring);
+                }
+            }
+            Err(e) => tracing::error!("{}: {}", conn.label, e.message),
+        }
+    }
+    conn.alive.store(false, Ordering::SeqCst);
+    if let Some(calls) = &conn.calls {
+        calls.stub_gone(&conn);
+    }
+    let gone = Error::internal(format!("Stub process '{}' is not healthy. It exited.", conn.instance));
+    conn.fail_streams(None, &gone);
+    for (_, tx) in conn.replies.lock().drain() {
+        let _ = tx.send(Err(gone.clone()));
+    }
+    // Dropping `control` tells the instance thread.
+}
+
+fn dispatch(conn: &Arc<Conn>, msg: FromStub, payload: &[u8], control: &Sender<Control>) {
+    match msg {
+        FromStub::Hello {} => {
+            let _ = control.send(Control::Hello);
+        }
+        FromStub::Ready { probe } => {
+            conn.has_probe.store(probe, Ordering::SeqCst);
+            let _ = control.send(Control::Ready);
+        }
+        FromStub::InitError { error } => {
+            let _ = control.send(Control::InitError(error));
+        }
+        FromStub::Autocomplete { config } => {
+            let _ = control.send(Control::Autocomplete(config));
+        }
+        FromStub::Done { id, err, resps } => {
+            let result = match err {
+                Some(e) => Err(Error::internal(e)),
+                None => Ok(resps.iter().map(|r| conn.read_response(r, payload)).collect()),
+            };
+            let _ = control.send(Control::Done { id, result });
+        }
+        FromStub::Finalized { error } => {
+            let _ = control.send(Control::Finalized(error));
+        }
+        FromStub::Response { key, flags, resp } => {
+            let is_final = flags & 1 == 1;
+            let sender = {
+                let mut s = conn.streams.lock();
+                if is_final {
+                    s.remove(&key)
+                } else {
+                    s.get(&key).cloned()
+                }
+            };
+            let Some(sender) = sender else {
+                tracing::warn!("{}: a response for a request that is already complete was dropped", conn.label);
+                return;
+            };
+            let item = match resp {
+                None => DecoupledResponse { is_final, empty: true, ..Default::default() },
+                Some(r) => match conn.read_response(&r, payload) {
+                    Ok((outputs, parameters)) => {
+                        DecoupledResponse { outputs, parameters, is_final, ..Default::default() }
+                    }
+                    // An error response; the request goes on until the model sends the final flag.
+                    Err(e) => DecoupledResponse { is_final, error: Some(e), ..Default::default() },
+                },
+            };
+            sender.send(Ok(item));
+        }
+        FromStub::Reply { id, value, error } => {
+            if let Some(tx) = conn.replies.lock().remove(&id) {
+                let _ = tx.send(match error {
+                    Some(e) => Err(Error::internal(e)),
+                    None => Ok(value),
+                });
+            }
+        }
+        FromStub::Log { level, msg, file, line } => match level {
+            0 => tracing::info!("{file}:{line}] {msg}"),
+            1 => tracing::warn!("{file}:{line}] {msg}"),
+            2 => tracing::error!("{file}:{line}] {msg}"),
+            _ => tracing::debug!("{file}:{line}] {msg}"),
+        },
+        FromStub::Pong {} => {}
+        FromStub::Bls(req) => match &conn.calls {
+            Some(calls) => calls.bls(conn, *req, payload),
+            None => {
+                let e = Error::unavailable("BLS is not available here");
+                super::calls::answer_bls_error(conn, req.id, &e);
+            }
+        },
+        FromStub::Call { id, op, args } => match &conn.calls {
+            Some(calls) => calls.call(conn, id, &op, args),
+            None => super::calls::reply(conn, id, Err(Error::unavailable(format!("'{op}' is not available here")))),
+        },
+    }
+}

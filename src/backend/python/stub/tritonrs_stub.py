@@ -1,0 +1,553 @@
+"""The tritonrs Python stub: runs one instance of a Triton Python model (`model.py`) for the server.
+
+The server starts one stub process per model instance with the control socket as file descriptor 0
+and talks to it in length-prefixed frames: `<u32 json length><u32 payload length><json><payload>`.
+Tensor data does not travel through the socket: the server writes request tensors into its half of a
+shared-memory file (blocks it frees when this process reports them released) and this process writes
+response tensors into the other half, used as a ring whose consumed position the server publishes in
+the file's first 8 bytes. A tensor that does not fit travels inline in the frame's payload instead.
+
+Written for tritonrs; it needs only numpy.
+"""
+
+import asyncio
+import collections
+import concurrent.futures
+import importlib.util
+import inspect
+import json
+import mmap
+import os
+import queue
+import socket
+import struct
+import sys
+import threading
+import traceback
+import weakref
+
+import numpy as np
+
+import triton_python_backend_utils as pb_utils
+
+_HDR = struct.Struct("<II")
+_U64 = struct.Struct("<Q")
+# Tensors smaller than this travel inline: a ring slot would cost more than the copy into the frame.
+_INLINE_MAX = 64
+# Ring allocations are aligned so numpy can read every element type in place.
+_ALIGN = 64
+# Frames at most this big are sent with one join+sendall; larger ones are sent in parts.
+_JOIN_MAX = 1 << 16
+
+_NP = {
+    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
+    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
+    "FP32": np.float32, "FP64": np.float64, "BF16": np.uint16,
+}
+
+
+def _error_text(e):
+    """An exception as Triton's Python backend reports it: type and message, then where it was raised,
+    innermost frame first (the stub's own frames left out)."""
+    head = f"{type(e).__name__}: {e}"
+    if isinstance(e, SyntaxError):
+        return head
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != __file__]
+    if not frames:
+        return head
+    return head + "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
+
+
+class Connection:
+    """The stub's side of the control socket and the shared memory."""
+
+    def __init__(self, sock, init):
+        self.sock = sock
+        self.decoupled = bool(init.get("decoupled", False))
+        self.send_lock = threading.Lock()
+        self.mm = None
+        shm = init.get("shm")
+        if shm:
+            fd = os.open(shm["path"], os.O_RDWR)
+            try:
+                self.mm = mmap.mmap(fd, shm["size"], mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            finally:
+                os.close(fd)
+            self.ring_start = shm["ring_start"]
+            self.ring_len = shm["ring_len"]
+        # The ring's write position, as a count of bytes ever allocated (the server's tail uses the same).
+        self.head = 0
+        # Server-side blocks (offsets) whose arrays are gone; reported with the next message.
+        self.released = collections.deque()
+        self.next_id = 1
+        self.id_lock = threading.Lock()
+        self.calls = {}
+        self.bls_pending = {}
+        self.main = queue.Queue()
+        self.ready_fn = None
+
+    # ---- sending -----------------------------------------------------------------------------
+
+    def _new_id(self):
+        with self.id_lock:
+            i = self.next_id
+            self.next_id += 1
+            return i
+
+    def _ring_alloc(self, n):
+        """Offset in the file for n bytes of ring space, or None when the ring is too full."""
+        if self.mm is None or n > self.ring_len // 2:
+            return None
+        n = (n + _ALIGN - 1) // _ALIGN * _ALIGN
+        (tail,) = _U64.unpack_from(self.mm, 0)
+        pos = self.head % self.ring_len
+        skip = self.ring_len - pos if pos + n > self.ring_len else 0
+        if self.head + skip + n - tail > self.ring_len:
+            return None
+        self.head += skip
+        off = self.ring_start + self.head % self.ring_len
+        self.head += n
+        return off
+
+    def _tensor_desc(self, t, parts, payload_len, used_ring):
+        """Describes a tensor for the server, writing its bytes to the ring or the payload."""
+        arr = t.as_numpy()
+        dtype = t.triton_dtype()
+        if dtype == 13:
+            data = pb_utils.serialize_byte_tensor(arr) if arr.size else b""
+            if data is None:
+                raise pb_utils.TritonModelException(f"output '{t.name()}': cannot serialize dtype {arr.dtype} as BYTES")
+            view = memoryview(data)
+        else:
+            if not arr.flags["C_CONTIGUOUS"]:
+                arr = np.ascontiguousarray(arr)
+            view = memoryview(arr).cast("B") if arr.size else memoryview(b"")
+        n = view.nbytes
+        desc = {"n": t.name(), "t": pb_utils._dtype_name(t), "s": list(arr.shape), "l": n}
+        off = self._ring_alloc(n) if n > _INLINE_MAX else None
+        if off is not None:
+            self.mm[off:off + n] = view
+            desc["o"] = off
+            used_ring[0] = True
+        else:
+            desc["i"] = payload_len[0]
+            parts.append(view)
+            payload_len[0] += n
+        return desc
+
+    def send(self, msg, tensors_of=None):
+        """Sends a message; `tensors_of(encode)` fills in tensor descriptions with `encode(tensor)`
+        while the send lock is held, so ring space is handed out in the order frames are sent."""
+        with self.send_lock:
+            parts = []
+            payload_len = [0]
+            used_ring = [False]
+            if tensors_of is not None:
+                tensors_of(lambda t: self._tensor_desc(t, parts, payload_len, used_ring))
+            if used_ring[0]:
+                msg["ring"] = self.head
+            rel = []
+            while True:
+                try:
+                    rel.append(self.released.popleft())
+                except IndexError:
+                    break
+            if rel:
+                msg["rel"] = rel
+            body = json.dumps(msg, separators=(",", ":")).encode()
+            head = _HDR.pack(len(body), payload_len[0])
+            if payload_len[0] + len(body) <= _JOIN_MAX:
+                self.sock.sendall(b"".join([head, body, *parts]))
+            else:
+                self.sock.sendall(head + body)
+                for p in parts:
+                    self.sock.sendall(p)
+
+    def notify(self, op, **kw):
+        kw["type"] = "call"
+        kw["op"] = op
+        self.send(kw)
+
+    def call(self, op, **kw):
+        fut = concurrent.futures.Future()
+        i = self._new_id()
+        self.calls[i] = fut
+        kw.update(type="call", op=op, id=i)
+        self.send(kw)
+        ok, value = fut.result()
+        if not ok:
+            raise pb_utils.TritonModelException(value)
+        return value
+
+    def log(self, level, message, file, line):
+        self.send({"type": "log", "level": level, "msg": message, "file": os.path.basename(file), "line": line})
+
+    def model_control(self, op, name, **kw):
+        self.call("model_" + op, name=name, **kw) if op != "load" else self._load(name, **kw)
+
+    def _load(self, name, config, files):
+        # Files travel inline: they are small and rare.
+        import base64
+
+        self.call("model_load", name=name, config=config or "",
+                  files={k: base64.b64encode(v).decode() for k, v in files.items()})
+
+    def is_cancelled(self, key):
+        return bool(self.call("is_cancelled", key=key))
+
+    def send_response(self, key, response, flags):
+        msg = {"type": "response", "key": key, "flags": int(flags)}
+
+        def fill(encode):
+            if response is not None:
+                msg["resp"] = _encode_response(response, encode, None)
+
+        self.send(msg, fill)
+
+    def bls(self, request, decoupled):
+        fut = concurrent.futures.Future()
+        i = self._new_id()
+        stream = _ResponseStream() if decoupled else None
+        self.bls_pending[i] = (fut, stream)
+        if decoupled:
+            fut.set_result(stream)
+        corr = request.correlation_id()
+        msg = {
+            "type": "bls", "id": i, "model": request.model_name(), "version": request.model_version(),
+            "outputs": request.requested_output_names(), "request_id": request.request_id(),
+            "corr": corr, "flags": request.flags(), "timeout": request.timeout(),
+            "params": json.loads(request.parameters()), "decoupled": bool(decoupled),
+        }
+
+        def fill(encode):
+            msg["inputs"] = [encode(t) for t in request.inputs()]
+
+        try:
+            self.send(msg, fill)
+        except BaseException:
+            self.bls_pending.pop(i, None)
+            raise
+        return fut
+
+    # ---- receiving ---------------------------------------------------------------------------
+
+    def recv(self):
+        """One frame: (message, payload memoryview), or None at end of stream."""
+        hdr = self._recv_exact(_HDR.size)
+        if hdr is None:
+            return None
+        jlen, plen = _HDR.unpack(hdr)
+        body = self._recv_exact(jlen + plen)
+        if body is None:
+            return None
+        view = memoryview(body)
+        return json.loads(bytes(view[:jlen])), view[jlen:]
+
+    def _recv_exact(self, n):
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if k == 0:
+                return None
+            got += k
+        return buf
+
+    def tensor(self, desc, payload):
+        """A pb_utils.Tensor for a tensor the server sent. Shared-memory tensors are not copied: the
+        block is released to the server once the last array using it is gone."""
+        dt = desc["t"]
+        shape = desc["s"]
+        n = desc["l"]
+        if "o" in desc:
+            off = desc["o"]
+            if dt == "BYTES":
+                arr = pb_utils.deserialize_bytes_tensor(memoryview(self.mm)[off:off + n]).reshape(shape)
+                self.released.append(off)
+            else:
+                np_type = _NP[dt]
+                count = n // np.dtype(np_type).itemsize
+                arr = np.frombuffer(self.mm, dtype=np_type, count=count, offset=off).reshape(shape)
+                weakref.finalize(arr, self.released.append, off)
+        else:
+            start = desc["i"]
+            raw = payload[start:start + n]
+            if dt == "BYTES":
+                arr = pb_utils.deserialize_bytes_tensor(raw).reshape(shape)
+            else:
+                arr = np.frombuffer(raw, dtype=_NP[dt]).reshape(shape)
+        return pb_utils.Tensor._wrap(desc["n"], arr, pb_utils._NAME_TYPES[dt])
+
+    def reader(self):
+        """The reader thread: answers pings, completes calls and BLS requests, and queues everything
+        else for the main thread. When the server goes away, so does the stub."""
+        try:
+            while True:
+                frame = self.recv()
+                if frame is None:
+                    break
+                msg, payload = frame
+                kind = msg.get("type")
+                if kind == "ping":
+                    self.send({"type": "pong"})
+                elif kind == "reply":
+                    fut = self.calls.pop(msg.get("id"), None)
+                    if fut is not None:
+                        err = msg.get("error")
+                        fut.set_result((False, err) if err is not None else (True, msg.get("value")))
+                elif kind == "bls_resp":
+                    self._bls_response(msg, payload)
+                elif kind == "is_ready":
+                    # Answered here, not after the executes queued for the main thread: a readiness probe
+                    # must not wait for a long request.
+                    self._answer_ready(msg)
+                else:
+                    self.main.put((msg, payload))
+        except OSError:
+            pass
+        # The server is gone (or closed the socket to stop this stub): nothing is left to serve.
+        os._exit(0)
+
+    def _answer_ready(self, msg):
+        reply = {"type": "reply", "id": msg.get("id")}
+        try:
+            fn = self.ready_fn
+            reply["value"] = bool(fn()) if fn is not None else True
+        except Exception as e:
+            reply["value"] = False
+            reply["error"] = _error_text(e)
+        self.send(reply)
+
+    def _bls_response(self, msg, payload):
+        i = msg.get("id")
+        final = msg.get("final", True)
+        entry = self.bls_pending.get(i)
+        if entry is None:
+            return
+        fut, stream = entry
+        if final:
+            self.bls_pending.pop(i, None)
+        resp = None
+        if "resp" in msg:
+            try:
+                resp = _decode_response(msg["resp"], self, payload)
+            except Exception as e:  # a broken response is still an answer
+                resp = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"cannot read the BLS response: {e}"))
+        if stream is None:
+            if resp is None:
+                resp = pb_utils.InferenceResponse(error=pb_utils.TritonError("the BLS request got no response"))
+            fut.set_result(resp)
+        else:
+            stream.put(resp, final)
+
+
+class _ResponseStream:
+    """The responses of a decoupled BLS request, in order; a final flag without a response yields an
+    empty response, as Triton does."""
+
+    def __init__(self):
+        self.q = queue.Queue()
+        self.done = False
+
+    def put(self, resp, final):
+        if resp is None and final:
+            resp = pb_utils.InferenceResponse()
+        if resp is not None:
+            self.q.put(resp)
+        if final:
+            self.q.put(None)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.done:
+            raise StopIteration
+        item = self.q.get()
+        if item is None:
+            self.done = True
+            raise StopIteration
+        return item
+
+
+def _encode_response(resp, encode, requested):
+    """A response as the server reads it. Only the outputs the request asked for cross over."""
+    out = {}
+    if resp.has_error():
+        err = resp.error()
+        out["err"] = {"m": err.message(), "c": err.code()}
+    else:
+        tensors = resp.output_tensors()
+        if requested is not None:
+            tensors = [t for t in tensors if t.name() in requested]
+        out["out"] = [encode(t) for t in tensors]
+    params = json.loads(resp.parameters())
+    if params:
+        out["params"] = params
+    return out
+
+
+def _decode_response(r, conn, payload):
+    if "err" in r:
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(r["err"]["m"], r["err"].get("c", 1)))
+    tensors = [conn.tensor(d, payload) for d in r.get("out", [])]
+    return pb_utils.InferenceResponse(output_tensors=tensors, parameters=r.get("params"))
+
+
+def _build_request(r, conn, payload):
+    req = pb_utils.InferenceRequest(
+        model_name=conn.model_name,
+        inputs=[conn.tensor(d, payload) for d in r["inputs"]],
+        requested_output_names=r["outputs"],
+        request_id=r.get("id", ""),
+        correlation_id=r.get("corr", 0),
+        flags=r.get("flags", 0),
+        model_version=conn.model_version,
+        parameters=r.get("params"),
+    )
+    req._key = r["key"]
+    return req
+
+
+class _Plain(Exception):
+    """An error of the stub itself, reported with its message only (as Triton words them)."""
+
+
+def _check_responses(result, n, decoupled, model):
+    """Triton's rules for what execute returns; a wrong return fails every request of the call."""
+    if decoupled:
+        if result is not None:
+            raise _Plain(
+                f"Python model '{model}' is using the decoupled mode and the execute function must return None.")
+        return []
+    if not isinstance(result, list):
+        raise _Plain(f"Expected a list in the execute return, found type '{type(result)}'.")
+    if len(result) != n:
+        raise _Plain(
+            f"Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
+            f"InferenceRequest(s) size is:{n}, and InferenceResponse(s) size is:{len(result)}\n")
+    for r in result:
+        if not isinstance(r, pb_utils.InferenceResponse):
+            raise _Plain(
+                f"Expected an 'InferenceResponse' object in the execute function return list, found type "
+                f"'{type(r)}'.")
+    return result
+
+
+def _import_model(path):
+    spec = importlib.util.spec_from_file_location("model", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import '{path}'")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model"] = module
+    spec.loader.exec_module(module)
+    if not hasattr(module, "TritonPythonModel"):
+        raise AttributeError(f"'{path}' does not define class TritonPythonModel")
+    return module.TritonPythonModel
+
+
+def _serve(conn, init):
+    model_cls = _import_model(init["model_path"])
+    if init.get("mode") == "autocomplete":
+        cfg = pb_utils.ModelConfig(init["config"])
+        fn = getattr(model_cls, "auto_complete_config", None)
+        if fn is not None:
+            result = fn(cfg)
+            if not isinstance(result, pb_utils.ModelConfig):
+                raise pb_utils.TritonModelException(
+                    f"auto_complete_config of model '{conn.model_name}' must return a valid pb.ModelConfig object.")
+            cfg = result
+        conn.send({"type": "autocomplete", "config": cfg.as_dict()})
+        return
+    model = model_cls()
+    if hasattr(model, "initialize"):
+        model.initialize(dict(init["args"]))
+    execute = getattr(model, "execute", None)
+    if execute is None:
+        raise AttributeError(f"class TritonPythonModel of model '{conn.model_name}' has no execute method")
+    is_async = inspect.iscoroutinefunction(execute)
+    loop = asyncio.new_event_loop() if is_async else None
+    if loop is not None:
+        asyncio.set_event_loop(loop)
+    conn.ready_fn = getattr(model, "is_model_ready", None) or getattr(model, "is_ready", None)
+    conn.send({"type": "ready", "probe": conn.ready_fn is not None})
+    while True:
+        msg, payload = conn.main.get()
+        kind = msg.get("type")
+        if kind == "execute":
+            _execute(conn, msg, payload, execute, loop)
+        elif kind == "finalize":
+            err = None
+            fin = getattr(model, "finalize", None)
+            if fin is not None:
+                try:
+                    fin()
+                except Exception as e:
+                    err = _error_text(e)
+            conn.send({"type": "finalized", "error": err})
+            return
+
+
+def _execute(conn, msg, payload, execute, loop):
+    reply = {"type": "done", "id": msg["id"]}
+    requests = None
+    result = None
+    try:
+        requests = [_build_request(r, conn, payload) for r in msg["requests"]]
+        result = execute(requests) if loop is None else loop.run_until_complete(execute(requests))
+        responses = _check_responses(result, len(requests), conn.decoupled, conn.model_name)
+        wanted = [set(r.requested_output_names()) for r in requests]
+    except Exception as e:
+        text = str(e) if isinstance(e, _Plain) else _error_text(e)
+        reply["err"] = f"Failed to process the request(s) for model '{conn.instance_name}', message: {text}"
+        responses = None
+    del requests, result
+
+    def fill(encode):
+        if responses:
+            reply["resps"] = [_encode_response(r, encode, w) for r, w in zip(responses, wanted)]
+
+    try:
+        conn.send(reply, fill)
+    except Exception as e:
+        # The responses could not be encoded (e.g. an output numpy cannot lay out): fail the call.
+        text = f"Failed to process the request(s) for model '{conn.instance_name}', message: {_error_text(e)}"
+        conn.send({"type": "done", "id": msg["id"], "err": text})
+
+
+def main():
+    # fd 0 is the control socket. Move it out of the way so a model reading stdin reads nothing.
+    fd = os.dup(0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sock = socket.socket(fileno=fd)
+    bootstrap = Connection(sock, {})
+    frame = bootstrap.recv()
+    if frame is None:
+        return
+    init = frame[0]
+    conn = Connection(sock, init)
+    conn.model_name = init.get("model_name", "")
+    conn.model_version = int(init.get("model_version", -1) or -1)
+    conn.instance_name = init.get("args", {}).get("model_instance_name", conn.model_name)
+    pb_utils._set_connection(conn)
+    threading.Thread(target=conn.reader, name="tritonrs-reader", daemon=True).start()
+    conn.send({"type": "hello"})
+    try:
+        _serve(conn, init)
+    except BaseException as e:
+        if isinstance(e, SystemExit):
+            raise
+        conn.send({"type": "init_error", "error": _error_text(e)})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    for p in sys.argv[1:]:
+        if p not in sys.path:
+            sys.path.append(p)
+    main()
