@@ -40,8 +40,8 @@ def faults_server():
     s = TritonServer(["--model-repository", FAULTS_REPO, PY,
                       f"--backend-config=python,stub-timeout-seconds={STUB_TIMEOUT}"], name="faults")
     s.start(wait="live")
-    s.wait_until(lambda: s.index_rows("faulty") and s.index_rows("faulty")[0].get("state") == "READY",
-                 what="faulty READY")
+    for m in ("faulty", "faulty_decoupled"):
+        s.wait_until(lambda: s.index_rows(m) and s.index_rows(m)[0].get("state") == "READY", what=f"{m} READY")
     yield s
     s.stop()
 

@@ -63,6 +63,57 @@ pub fn read_frame(r: &mut impl Read) -> std::io::Result<Option<(Vec<u8>, Vec<u8>
     Ok(Some((json, payload)))
 }
 
+/// Reads frames from a socket with a read timeout: a timeout in the middle of a frame keeps what was
+/// read, so the next call goes on from there.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    /// Bytes read and not yet returned as a frame.
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    /// The next frame; `Ok(None)` when the read timed out first. End of stream is an error
+    /// (`UnexpectedEof`), also between frames: the peer is gone either way.
+    pub fn read(&mut self, r: &mut impl Read) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+        loop {
+            if self.buf.len() >= 8 {
+                let jlen = u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+                let plen = u32::from_le_bytes([self.buf[4], self.buf[5], self.buf[6], self.buf[7]]) as usize;
+                if jlen + plen > MAX_FRAME {
+                    return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "frame too large"));
+                }
+                let total = 8 + jlen + plen;
+                if self.buf.len() >= total {
+                    let rest = self.buf.split_off(total);
+                    let mut frame = std::mem::replace(&mut self.buf, rest);
+                    let payload = frame.split_off(8 + jlen);
+                    frame.drain(..8);
+                    return Ok(Some((frame, payload)));
+                }
+                self.buf.reserve(total - self.buf.len());
+            }
+            let start = self.buf.len();
+            let want = self.buf.capacity().max(start + 4096);
+            self.buf.resize(want, 0);
+            match r.read(&mut self.buf[start..]) {
+                Ok(0) => {
+                    self.buf.truncate(start);
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                Ok(n) => self.buf.truncate(start + n),
+                Err(e) => {
+                    self.buf.truncate(start);
+                    return match e.kind() {
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Ok(None),
+                        std::io::ErrorKind::Interrupted => continue,
+                        _ => Err(e),
+                    };
+                }
+            }
+        }
+    }
+}
+
 /// A tensor as described in a frame: name, datatype, shape and where its `l` bytes are: at offset `o`
 /// of the shared-memory file, or at offset `i` of the frame's payload.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -325,6 +376,41 @@ mod tests {
         // A truncated frame is an error, not a clean end.
         let mut short = &buf[..5];
         assert!(read_frame(&mut short).is_err());
+    }
+
+    #[test]
+    fn frame_reader_survives_timeouts_inside_a_frame() {
+        /// Hands out its bytes a few at a time, timing out between chunks.
+        struct Trickle(Vec<u8>, usize, bool);
+        impl Read for Trickle {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.2 = !self.2;
+                if self.2 {
+                    return Err(std::io::ErrorKind::WouldBlock.into());
+                }
+                let n = 3.min(self.0.len() - self.1).min(buf.len());
+                buf[..n].copy_from_slice(&self.0[self.1..self.1 + n]);
+                self.1 += n;
+                Ok(n)
+            }
+        }
+        let mut bytes = Vec::new();
+        write_frame(&mut bytes, b"{\"a\":1}", &[b"xyz"]).unwrap();
+        write_frame(&mut bytes, b"{}", &[]).unwrap();
+        let mut src = Trickle(bytes, 0, false);
+        let mut reader = FrameReader::default();
+        let mut frames = Vec::new();
+        for _ in 0..100 {
+            match reader.read(&mut src) {
+                Ok(Some(f)) => frames.push(f),
+                Ok(None) => {}
+                Err(e) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+                    break;
+                }
+            }
+        }
+        assert_eq!(frames, vec![(b"{\"a\":1}".to_vec(), b"xyz".to_vec()), (b"{}".to_vec(), vec![])]);
     }
 
     #[test]

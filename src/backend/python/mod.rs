@@ -391,7 +391,7 @@ impl Shared {
         let msg = json!({"type": "execute", "id": id, "requests": wire});
         let parts: Vec<&[u8]> = payload.iter().map(|b| b.as_ref()).collect();
         let t1 = Instant::now();
-        let result = match conn.send(&msg, &parts) {
+        let result = match stub.send_main(&msg, &parts) {
             Ok(()) => stub.wait_done(id),
             Err(e) => {
                 stub.kill();
