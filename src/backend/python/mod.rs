@@ -369,20 +369,23 @@ impl Shared {
         for r in reqs {
             let key = conn.next_id();
             let inputs = conn.encode_tensors(&r.inputs, &mut payload, &mut payload_len)?;
-            let corr = match &r.meta.correlation_id {
-                None => json!(0),
-                Some(SequenceId::U64(v)) => json!(v),
-                Some(SequenceId::Str(s)) => json!(s),
-            };
-            wire.push(json!({
-                "key": key,
-                "id": r.meta.id,
-                "corr": corr,
-                "flags": r.meta.flags,
-                "params": ipc::params_to_json(&r.meta.parameters),
-                "outputs": r.outputs,
-                "inputs": inputs,
-            }));
+            // Fields at their defaults are left out: every byte is parsed in Python on the hot path.
+            let mut w = json!({"key": key, "outputs": r.outputs, "inputs": inputs});
+            if !r.meta.id.is_empty() {
+                w["id"] = json!(r.meta.id);
+            }
+            match &r.meta.correlation_id {
+                None => {}
+                Some(SequenceId::U64(v)) => w["corr"] = json!(v),
+                Some(SequenceId::Str(s)) => w["corr"] = json!(s),
+            }
+            if r.meta.flags != 0 {
+                w["flags"] = json!(r.meta.flags);
+            }
+            if !r.meta.parameters.is_empty() {
+                w["params"] = json!(ipc::params_to_json(&r.meta.parameters));
+            }
+            wire.push(w);
             if let Some(sender) = &r.responder {
                 conn.open_stream(key, sender.clone());
                 keys.push(key);

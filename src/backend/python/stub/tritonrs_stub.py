@@ -19,6 +19,7 @@ Written for tritonrs; it needs only numpy.
 import asyncio
 import collections
 import concurrent.futures
+import gc
 import importlib.util
 import inspect
 import json
@@ -39,6 +40,8 @@ import triton_python_backend_utils as pb_utils
 _HDR = struct.Struct("<II")
 # One compact encoder: json.dumps with non-default arguments builds a new encoder on every call.
 _encode_json = json.JSONEncoder(separators=(",", ":")).encode
+# Tensor names as JSON strings, so the hot path formats descriptions without the encoder.
+_QUOTED = {}
 _U64 = struct.Struct("<Q")
 # Tensors smaller than this travel inline: a ring slot would cost more than the copy into the frame.
 _INLINE_MAX = 64
@@ -173,8 +176,9 @@ class Connection:
         ch.head += n
         return off
 
-    def _tensor_desc(self, ch, t, parts, payload_len, used_ring):
-        """Describes a tensor for the server, writing its bytes to the ring or the payload."""
+    def _place(self, ch, t, parts, payload_len, used_ring):
+        """Writes a tensor's bytes to the ring or the payload: (name, datatype, shape, length, where),
+        `where` being ("o", file offset) or ("i", payload offset)."""
         arr = t.as_numpy()
         dtype = t.triton_dtype()
         if dtype == 13:
@@ -185,19 +189,65 @@ class Connection:
         else:
             if not arr.flags["C_CONTIGUOUS"]:
                 arr = np.ascontiguousarray(arr)
-            view = memoryview(arr).cast("B") if arr.size else memoryview(b"")
+            view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
         n = view.nbytes
-        desc = {"n": t.name(), "t": pb_utils._dtype_name(t), "s": list(arr.shape), "l": n}
         off = self._ring_alloc(ch, n) if n > _INLINE_MAX else None
         if off is not None:
             self.mm[off:off + n] = view
-            desc["o"] = off
             used_ring[0] = True
+            where = ("o", off)
         else:
-            desc["i"] = payload_len[0]
+            where = ("i", payload_len[0])
             parts.append(view)
             payload_len[0] += n
-        return desc
+        return t.name(), pb_utils._dtype_name(t), arr.shape, n, where
+
+    def _tensor_desc(self, ch, t, parts, payload_len, used_ring):
+        """A tensor's description as a dict (for messages encoded as a whole)."""
+        name, dt, shape, n, (k, v) = self._place(ch, t, parts, payload_len, used_ring)
+        return {"n": name, "t": dt, "s": list(shape), "l": n, k: v}
+
+    def _tensor_json(self, ch, t, parts, payload_len, used_ring):
+        """A tensor's description as JSON text, without the encoder (the hot path of every response)."""
+        name, dt, shape, n, (k, v) = self._place(ch, t, parts, payload_len, used_ring)
+        quoted = _QUOTED.get(name)
+        if quoted is None:
+            quoted = _QUOTED[name] = json.dumps(name)
+        dims = ",".join(map(str, shape))
+        return f'{{"n":{quoted},"t":"{dt}","s":[{dims}],"l":{n},"{k}":{v}}}'
+
+    def send_text(self, head, tensors_of, main=False):
+        """Sends a message given as JSON text: `head` (an object without its closing brace) and what
+        `tensors_of(encode)` returns, `encode(tensor)` giving each tensor's description as JSON text."""
+        ch = self.main if main else self.side
+        with ch.lock:
+            parts = []
+            payload_len = [0]
+            used_ring = [False]
+            text = head + tensors_of(lambda t: self._tensor_json(ch, t, parts, payload_len, used_ring))
+            if used_ring[0]:
+                text += f',"ring":{ch.head}'
+            rel = self._released()
+            if rel:
+                text += ',"rel":[' + ",".join(map(str, rel)) + "]"
+            self._write(ch, (text + "}").encode(), parts, payload_len[0])
+
+    def _released(self):
+        rel = []
+        while True:
+            try:
+                rel.append(self.released.popleft())
+            except IndexError:
+                return rel
+
+    def _write(self, ch, body, parts, payload_len):
+        head = _HDR.pack(len(body), payload_len)
+        if payload_len + len(body) <= _JOIN_MAX:
+            ch.sock.sendall(b"".join([head, body, *parts]))
+        else:
+            ch.sock.sendall(head + body)
+            for p in parts:
+                ch.sock.sendall(p)
 
     def send(self, msg, tensors_of=None, main=False):
         """Sends a message on the side socket (or the main one); `tensors_of(encode)` fills in tensor
@@ -212,22 +262,10 @@ class Connection:
                 tensors_of(lambda t: self._tensor_desc(ch, t, parts, payload_len, used_ring))
             if used_ring[0]:
                 msg["ring"] = ch.head
-            rel = []
-            while True:
-                try:
-                    rel.append(self.released.popleft())
-                except IndexError:
-                    break
+            rel = self._released()
             if rel:
                 msg["rel"] = rel
-            body = _encode_json(msg).encode()
-            head = _HDR.pack(len(body), payload_len[0])
-            if payload_len[0] + len(body) <= _JOIN_MAX:
-                ch.sock.sendall(b"".join([head, body, *parts]))
-            else:
-                ch.sock.sendall(head + body)
-                for p in parts:
-                    ch.sock.sendall(p)
+            self._write(ch, _encode_json(msg).encode(), parts, payload_len[0])
 
     def notify(self, op, **kw):
         kw["type"] = "call"
@@ -517,6 +555,9 @@ def _serve(conn, init):
     if loop is not None:
         asyncio.set_event_loop(loop)
     conn.ready_fn = getattr(model, "is_model_ready", None) or getattr(model, "is_ready", None)
+    # What initialize built lives as long as the model: keep it out of every garbage collection.
+    gc.collect()
+    gc.freeze()
     conn.send({"type": "ready", "probe": conn.ready_fn is not None}, main=True)
     while True:
         frame = conn.main_frames.next()
@@ -541,6 +582,7 @@ def _serve(conn, init):
 def _execute(conn, msg, payload, execute, loop):
     reply = {"type": "done", "id": msg["id"]}
     requests = None
+    wanted = None
     result = None
     try:
         requests = [_build_request(r, conn, payload) for r in msg["requests"]]
@@ -554,11 +596,20 @@ def _execute(conn, msg, payload, execute, loop):
     del requests, result
 
     def fill(encode):
-        if responses:
-            reply["resps"] = [_encode_response(r, encode, w) for r, w in zip(responses, wanted)]
+        # The common response (outputs, no error, no parameters) as text; anything else through the encoder.
+        out = []
+        for r, w in zip(responses, wanted):
+            if r._error is None and not r._parameters:
+                out.append('{"out":[' + ",".join([encode(t) for t in r._outputs if t._name in w]) + "]}")
+            else:
+                out.append(_encode_json(_encode_response(r, lambda t: json.loads(encode(t)), w)))
+        return ',"resps":[' + ",".join(out) + "]"
 
     try:
-        conn.send(reply, fill, main=True)
+        if "err" in reply or not responses:
+            conn.send(reply, main=True)
+        else:
+            conn.send_text(f'{{"type":"done","id":{msg["id"]}', fill, main=True)
     except Exception as e:
         # The responses could not be encoded (e.g. an output numpy cannot lay out): fail the call.
         text = f"Failed to process the request(s) for model '{conn.instance_name}', message: {_error_text(e)}"
