@@ -523,6 +523,7 @@ def test_decoupled_stub_crash_ends_the_request_with_an_error(faults_server):
 
 def test_decoupled_execute_must_return_none(faults_server):
     got = faulty_stream(faults_server, 4)
+    assert got[0][1] is None, [(r and r.get_response(), e and e.message()) for r, e in got]
     assert int(got[0][0].as_numpy("OUT")[0]) == 4
     assert "is using the decoupled mode and the execute function must return None." in got[1][1].message()
 

@@ -145,6 +145,9 @@ class Connection:
         self.calls = {}
         self.bls_pending = {}
         self.ready_fn = None
+        # The main thread, and whether it is inside execute.
+        self.main_ident = threading.get_ident()
+        self.executing = False
 
     # ---- sending -----------------------------------------------------------------------------
 
@@ -306,7 +309,10 @@ class Connection:
             if response is not None:
                 msg["resp"] = _encode_response(response, encode, None)
 
-        self.send(msg, fill)
+        # Sent from execute itself, a response takes the main socket, so it reaches the server before
+        # execute's own answer (an error after it must not overtake it); from other threads, the side one.
+        main = self.executing and threading.get_ident() == self.main_ident
+        self.send(msg, fill, main=main)
 
     def bls(self, request, decoupled):
         fut = concurrent.futures.Future()
@@ -586,7 +592,11 @@ def _execute(conn, msg, payload, execute, loop):
     result = None
     try:
         requests = [_build_request(r, conn, payload) for r in msg["requests"]]
-        result = execute(requests) if loop is None else loop.run_until_complete(execute(requests))
+        conn.executing = True
+        try:
+            result = execute(requests) if loop is None else loop.run_until_complete(execute(requests))
+        finally:
+            conn.executing = False
         responses = _check_responses(result, len(requests), conn.decoupled, conn.model_name)
         wanted = [set(r.requested_output_names()) for r in requests]
     except Exception as e:
