@@ -235,6 +235,10 @@ pub struct BlsRequest {
     pub params: Map<String, Value>,
     #[serde(default)]
     pub decoupled: bool,
+    /// Sent by the stub's main thread from a blocking `exec()`: the answer goes back on the main socket,
+    /// where that thread waits for it.
+    #[serde(default)]
+    pub main: bool,
 }
 
 fn minus_one() -> i64 {

@@ -82,6 +82,9 @@ pub struct Launch {
 pub struct Conn {
     /// Writes frames on the side socket; one writer at a time keeps frames whole.
     writer: Mutex<UnixStream>,
+    /// Writes answers to BLS requests the stub's main thread waits for on the main socket (the
+    /// instance thread is then only reading it).
+    main_writer: Mutex<UnixStream>,
     /// Tensors in both directions; `None` for auto-complete stubs.
     pub shm: Option<SharedRegion>,
     /// When the stub last sent anything.
@@ -123,9 +126,14 @@ impl Conn {
     /// Sends a message on the side socket; its tensors are already described, `payload` holds the
     /// inline ones.
     pub fn send(&self, msg: &Value, payload: &[&[u8]]) -> Result<()> {
+        self.send_on(false, msg, payload)
+    }
+
+    /// Sends a message on the main socket (`main`) or the side one.
+    pub fn send_on(&self, main: bool, msg: &Value, payload: &[&[u8]]) -> Result<()> {
         let json =
             serde_json::to_vec(msg).map_err(|e| Error::internal(format!("cannot encode a stub message: {e}")))?;
-        let mut w = self.writer.lock();
+        let mut w = if main { self.main_writer.lock() } else { self.writer.lock() };
         ipc::write_frame(&mut *w, &json, payload)
             .map_err(|e| Error::unavailable(format!("cannot send to the Python stub of {}: {e}", self.label)))
     }
@@ -305,9 +313,11 @@ impl Stub {
             return Err(e);
         }
         let reader_sock = side.try_clone().map_err(socket_err)?;
+        let main_writer = main.try_clone().map_err(socket_err)?;
         main.set_read_timeout(Some(tick(settings.timeout))).map_err(socket_err)?;
         let conn = Arc::new(Conn {
             writer: Mutex::new(side),
+            main_writer: Mutex::new(main_writer),
             shm,
             last_seen: Mutex::new(Instant::now()),
             alive: AtomicBool::new(true),
@@ -656,7 +666,7 @@ fn handle(conn: &Arc<Conn>, msg: FromStub, payload: &[u8]) -> Option<Control> {
             Some(calls) => calls.bls(conn, *req, payload),
             None => {
                 let e = Error::unavailable("BLS is not available here");
-                super::calls::answer_bls_error(conn, req.id, &e);
+                super::calls::answer_bls_error(conn, req.id, req.main, &e);
             }
         },
         FromStub::Call { id, op, args } => match &conn.calls {

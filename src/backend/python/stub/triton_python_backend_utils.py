@@ -408,7 +408,7 @@ class InferenceRequest:
 
     # -- BLS --
     def exec(self, decoupled=False):
-        return _connection().bls(self, decoupled).result()
+        return _connection().bls(self, decoupled, wait=True).result()
 
     def async_exec(self, decoupled=False):
         return asyncio.wrap_future(_connection().bls(self, decoupled))

@@ -314,29 +314,53 @@ class Connection:
         main = self.executing and threading.get_ident() == self.main_ident
         self.send(msg, fill, main=main)
 
-    def bls(self, request, decoupled):
+    def bls(self, request, decoupled, wait=False):
+        """Sends a BLS request; returns a future of its response (or of the iterator over a decoupled
+        model's responses). `wait`: the caller blocks on it at once (`exec()`)."""
         fut = concurrent.futures.Future()
         i = self._new_id()
         stream = _ResponseStream() if decoupled else None
         self.bls_pending[i] = (fut, stream)
         if decoupled:
             fut.set_result(stream)
-        corr = request.correlation_id()
+        # A blocking exec() from execute itself goes over the main socket and the main thread reads the
+        # answer there: no other thread is involved. Everything else uses the side socket.
+        main = wait and not decoupled and self.executing and threading.get_ident() == self.main_ident
         msg = {
-            "type": "bls", "id": i, "model": request.model_name(), "version": request.model_version(),
-            "outputs": request.requested_output_names(), "request_id": request.request_id(),
-            "corr": corr, "flags": request.flags(), "timeout": request.timeout(),
-            "params": json.loads(request.parameters()), "decoupled": bool(decoupled),
+            "type": "bls", "id": i, "model": request._model_name, "version": request._model_version,
+            "outputs": request._outputs, "inputs": None,
         }
+        if request._request_id:
+            msg["request_id"] = request._request_id
+        if request._correlation_id:
+            msg["corr"] = request._correlation_id
+        if request._flags:
+            msg["flags"] = request._flags
+        if request._timeout:
+            msg["timeout"] = request._timeout
+        if request._parameters:
+            msg["params"] = request._parameters
+        if decoupled:
+            msg["decoupled"] = True
+        if main:
+            msg["main"] = True
 
         def fill(encode):
-            msg["inputs"] = [encode(t) for t in request.inputs()]
+            msg["inputs"] = [encode(t) for t in request._inputs]
 
         try:
-            self.send(msg, fill)
+            self.send(msg, fill, main=main)
         except BaseException:
             self.bls_pending.pop(i, None)
             raise
+        if main:
+            while not fut.done():
+                frame = self.main_frames.next()
+                if frame is None:
+                    os._exit(0)
+                reply, payload = frame
+                if reply.get("type") == "bls_resp":
+                    self._bls_response(reply, payload)
         return fut
 
     # ---- receiving ---------------------------------------------------------------------------
