@@ -369,29 +369,25 @@ impl Shared {
         for r in reqs {
             let key = conn.next_id();
             let inputs = conn.encode_tensors(&r.inputs, &mut payload, &mut payload_len)?;
-            // Fields at their defaults are left out: every byte is parsed in Python on the hot path.
-            let mut w = json!({"key": key, "outputs": r.outputs, "inputs": inputs});
-            if !r.meta.id.is_empty() {
-                w["id"] = json!(r.meta.id);
-            }
-            match &r.meta.correlation_id {
-                None => {}
-                Some(SequenceId::U64(v)) => w["corr"] = json!(v),
-                Some(SequenceId::Str(s)) => w["corr"] = json!(s),
-            }
-            if r.meta.flags != 0 {
-                w["flags"] = json!(r.meta.flags);
-            }
-            if !r.meta.parameters.is_empty() {
-                w["params"] = json!(ipc::params_to_json(&r.meta.parameters));
-            }
-            wire.push(w);
+            wire.push(ipc::WireRequest {
+                key,
+                outputs: &r.outputs,
+                inputs,
+                id: &r.meta.id,
+                corr: match &r.meta.correlation_id {
+                    None => None,
+                    Some(SequenceId::U64(v)) => Some(json!(v)),
+                    Some(SequenceId::Str(s)) => Some(json!(s)),
+                },
+                flags: r.meta.flags,
+                params: ipc::params_to_json(&r.meta.parameters),
+            });
             if let Some(sender) = &r.responder {
                 conn.open_stream(key, sender.clone());
                 keys.push(key);
             }
         }
-        let msg = json!({"type": "execute", "id": id, "requests": wire});
+        let msg = ipc::ExecuteMsg { kind: "execute", id, requests: wire };
         let parts: Vec<&[u8]> = payload.iter().map(|b| b.as_ref()).collect();
         let t1 = Instant::now();
         let result = match stub.send_main(&msg, &parts) {

@@ -367,7 +367,7 @@ impl Stub {
     }
 
     /// Sends a request on the main socket.
-    pub fn send_main(&mut self, msg: &Value, payload: &[&[u8]]) -> Result<()> {
+    pub fn send_main(&mut self, msg: &impl serde::Serialize, payload: &[&[u8]]) -> Result<()> {
         let json =
             serde_json::to_vec(msg).map_err(|e| Error::internal(format!("cannot encode a stub message: {e}")))?;
         ipc::write_frame(&mut self.main, &json, payload)
