@@ -40,8 +40,8 @@ def faults_server():
     s = TritonServer(["--model-repository", FAULTS_REPO, PY,
                       f"--backend-config=python,stub-timeout-seconds={STUB_TIMEOUT}"], name="faults")
     s.start(wait="live")
-    s.wait_until(lambda: s.index_rows("faulty") and s.index_rows("faulty")[0].get("state") == "READY",
-                 what="faulty READY")
+    for m in ("faulty", "faulty_decoupled"):
+        s.wait_until(lambda: s.index_rows(m) and s.index_rows(m)[0].get("state") == "READY", what=f"{m} READY")
     yield s
     s.stop()
 
@@ -526,6 +526,7 @@ def test_decoupled_stub_crash_ends_the_request_with_an_error(faults_server):
 
 def test_decoupled_execute_must_return_none(faults_server):
     got = faulty_stream(faults_server, 4)
+    assert got[0][1] is None, [(r and r.get_response(), e and e.message()) for r, e in got]
     assert int(got[0][0].as_numpy("OUT")[0]) == 4
     assert "is using the decoupled mode and the execute function must return None." in got[1][1].message()
 
@@ -581,3 +582,52 @@ def test_models_load_and_unload_models(start_server, repo):
     with pytest.raises(InferenceServerException) as e:
         control("load", "no_such_model")
     assert "Failed to load model" in e.value.message(), e.value.message()
+
+
+# ---- execution environments --------------------------------------------------------------------------
+
+
+def _env_model(repo, env_path: str):
+    copy_models(repo, "add_sub", src=PYTHON_REPO)
+    cfg = repo / "add_sub" / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{env_path}" }} }}\n')
+
+
+def test_execution_env_path_folder_is_the_interpreter(start_server, repo):
+    # The server's own interpreter setting is wrong on purpose: only the model's environment works.
+    _env_model(repo, sys.prefix)
+    s = start_server("--model-repository", repo, "--backend-config=python,python-executable=/nonexistent/python3")
+    r = s.client().infer("add_sub", http_inputs(INPUT0=A, INPUT1=B))
+    assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+
+
+def test_execution_env_path_archive_is_unpacked(start_server, repo, tmp_path):
+    import sysconfig
+    import tarfile
+
+    # A conda-pack-like archive of a tiny environment: an interpreter, its pyvenv.cfg, and (linked) the
+    # site-packages holding numpy.
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    os.symlink(os.path.realpath(sys.executable), env / "bin" / "python3")
+    base = os.path.dirname(os.path.realpath(sys.executable))
+    (env / "pyvenv.cfg").write_text(f"home = {base}\ninclude-system-site-packages = false\n")
+    site = env / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    site.mkdir(parents=True)
+    os.symlink(sysconfig.get_paths()["purelib"], site / "site-packages")
+    archive = repo.parent / "env.tar.gz"
+    with tarfile.open(archive, "w:gz") as t:
+        t.add(env, arcname=".")
+    _env_model(repo, "$$TRITON_MODEL_DIRECTORY/../../env.tar.gz")
+    s = start_server("--model-repository", repo, "--backend-config=python,python-executable=/nonexistent/python3")
+    r = s.client().infer("add_sub", http_inputs(INPUT0=A, INPUT1=B))
+    assert r.as_numpy("OUTPUT1").tolist() == [-9, -18, -27, -36]
+
+
+def test_missing_interpreter_is_a_clear_load_error(start_server, repo):
+    copy_models(repo, "add_sub", src=PYTHON_REPO)
+    s = start_server("--model-repository", repo, "--backend-config=python,python-executable=/nonexistent/python3",
+                     wait="live")
+    row = s.wait_until(lambda: next((r for r in s.index_rows("add_sub") if r.get("state") == "UNAVAILABLE"), None),
+                       what="UNAVAILABLE")
+    assert "cannot start the Python stub" in row["reason"] and "/nonexistent/python3" in row["reason"], row

@@ -46,42 +46,48 @@ impl Calls {
         });
         let (rt, api, request) = match prepared {
             Ok(p) => p,
-            Err(e) => return answer_bls_error(conn, req.id, &e),
+            Err(e) => return answer_bls_error(conn, req.id, req.main, &e),
         };
-        let (conn, api, id) = (conn.clone(), api.clone(), req.id);
+        let (conn, api, id, main) = (conn.clone(), api.clone(), req.id, req.main);
         if req.decoupled {
             // Every response as it comes, the last one final; a final flag without a response becomes an
             // empty final response (the stub's iterator yields it as an empty response, as Triton does).
             rt.spawn(async move {
                 let mut responses = match api.infer_stream(request).await {
                     Ok(s) => s,
-                    Err(e) => return answer_bls_error(&conn, id, &e),
+                    Err(e) => return answer_bls_error(&conn, id, main, &e),
                 };
                 while let Some(item) = responses.next().await {
                     match item {
-                        Ok(r) if r.empty => return send_bls_final(&conn, id),
+                        Ok(r) if r.empty => return send_bls_final(&conn, id, main),
                         Ok(StreamResponse { error: Some(e), is_final, .. }) => {
-                            send_bls_response(&conn, id, Err(e), is_final);
+                            send_bls_response(&conn, id, main, Err(e), is_final);
                             if is_final {
                                 return;
                             }
                         }
                         Ok(r) => {
-                            send_bls_response(&conn, id, Ok((r.response.outputs, r.response.parameters)), r.is_final);
+                            send_bls_response(
+                                &conn,
+                                id,
+                                main,
+                                Ok((r.response.outputs, r.response.parameters)),
+                                r.is_final,
+                            );
                             if r.is_final {
                                 return;
                             }
                         }
-                        Err(e) => return answer_bls_error(&conn, id, &e),
+                        Err(e) => return answer_bls_error(&conn, id, main, &e),
                     }
                 }
-                send_bls_final(&conn, id);
+                send_bls_final(&conn, id, main);
             });
             return;
         }
         rt.spawn(async move {
             let result = api.infer(request).await.map(|r| (r.outputs, r.parameters));
-            send_bls_response(&conn, id, result, true);
+            send_bls_response(&conn, id, main, result, true);
         });
     }
 
@@ -277,7 +283,8 @@ fn bls_request(req: &BlsRequest, inputs: Vec<Tensor>) -> InferRequest {
 }
 
 /// Sends one response to a BLS request; its tensors go into the server's shared-memory area.
-pub fn send_bls_response(conn: &Conn, id: u64, result: Result<(Vec<Tensor>, Parameters)>, is_final: bool) {
+/// `main`: the answer goes on the main socket (see [`ipc::BlsRequest::main`]).
+pub fn send_bls_response(conn: &Conn, id: u64, main: bool, result: Result<(Vec<Tensor>, Parameters)>, is_final: bool) {
     let mut payload = Vec::new();
     let mut payload_len = 0;
     let resp = result.and_then(|(outputs, params)| {
@@ -287,14 +294,14 @@ pub fn send_bls_response(conn: &Conn, id: u64, result: Result<(Vec<Tensor>, Para
     let resp = resp.unwrap_or_else(|e| json!({"err": {"m": e.message, "c": ipc::code_from_error(&e)}}));
     let msg = json!({"type": "bls_resp", "id": id, "final": is_final, "resp": resp});
     let parts: Vec<&[u8]> = payload.iter().map(|b| b.as_ref()).collect();
-    if let Err(e) = conn.send(&msg, &parts) {
+    if let Err(e) = conn.send_on(main, &msg, &parts) {
         tracing::debug!("{}", e.message);
     }
 }
 
 /// Ends a decoupled BLS request without a response.
-fn send_bls_final(conn: &Conn, id: u64) {
-    if let Err(e) = conn.send(&json!({"type": "bls_resp", "id": id, "final": true}), &[]) {
+fn send_bls_final(conn: &Conn, id: u64, main: bool) {
+    if let Err(e) = conn.send_on(main, &json!({"type": "bls_resp", "id": id, "final": true}), &[]) {
         tracing::debug!("{}", e.message);
     }
 }
@@ -317,6 +324,6 @@ pub fn reply(conn: &Conn, id: Option<u64>, result: Result<Value>) {
 }
 
 /// Answers a BLS request with an error response.
-pub fn answer_bls_error(conn: &Conn, id: u64, e: &Error) {
-    send_bls_response(conn, id, Err(e.clone()), true);
+pub fn answer_bls_error(conn: &Conn, id: u64, main: bool, e: &Error) {
+    send_bls_response(conn, id, main, Err(e.clone()), true);
 }

@@ -63,6 +63,57 @@ pub fn read_frame(r: &mut impl Read) -> std::io::Result<Option<(Vec<u8>, Vec<u8>
     Ok(Some((json, payload)))
 }
 
+/// Reads frames from a socket with a read timeout: a timeout in the middle of a frame keeps what was
+/// read, so the next call goes on from there.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    /// Bytes read and not yet returned as a frame.
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    /// The next frame; `Ok(None)` when the read timed out first. End of stream is an error
+    /// (`UnexpectedEof`), also between frames: the peer is gone either way.
+    pub fn read(&mut self, r: &mut impl Read) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+        loop {
+            if self.buf.len() >= 8 {
+                let jlen = u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+                let plen = u32::from_le_bytes([self.buf[4], self.buf[5], self.buf[6], self.buf[7]]) as usize;
+                if jlen + plen > MAX_FRAME {
+                    return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "frame too large"));
+                }
+                let total = 8 + jlen + plen;
+                if self.buf.len() >= total {
+                    let rest = self.buf.split_off(total);
+                    let mut frame = std::mem::replace(&mut self.buf, rest);
+                    let payload = frame.split_off(8 + jlen);
+                    frame.drain(..8);
+                    return Ok(Some((frame, payload)));
+                }
+                self.buf.reserve(total - self.buf.len());
+            }
+            let start = self.buf.len();
+            let want = self.buf.capacity().max(start + 4096);
+            self.buf.resize(want, 0);
+            match r.read(&mut self.buf[start..]) {
+                Ok(0) => {
+                    self.buf.truncate(start);
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                Ok(n) => self.buf.truncate(start + n),
+                Err(e) => {
+                    self.buf.truncate(start);
+                    return match e.kind() {
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Ok(None),
+                        std::io::ErrorKind::Interrupted => continue,
+                        _ => Err(e),
+                    };
+                }
+            }
+        }
+    }
+}
+
 /// A tensor as described in a frame: name, datatype, shape and where its `l` bytes are: at offset `o`
 /// of the shared-memory file, or at offset `i` of the frame's payload.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -75,6 +126,37 @@ pub struct WireTensor {
     pub o: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub i: Option<u64>,
+}
+
+/// One request of an `execute` message. Fields at their defaults are left out: every byte is parsed in
+/// Python on the hot path.
+#[derive(Debug, Serialize)]
+pub struct WireRequest<'a> {
+    /// The server's key for the request (decoupled responses, cancellation).
+    pub key: u64,
+    pub outputs: &'a [String],
+    pub inputs: Vec<WireTensor>,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub corr: Option<Value>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub flags: u32,
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    pub params: Map<String, Value>,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+/// The `execute` message: one call of the model's `execute` with these requests.
+#[derive(Debug, Serialize)]
+pub struct ExecuteMsg<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub id: u64,
+    pub requests: Vec<WireRequest<'a>>,
 }
 
 /// An error in a response: message and `pb_utils.TritonError` code.
@@ -184,6 +266,10 @@ pub struct BlsRequest {
     pub params: Map<String, Value>,
     #[serde(default)]
     pub decoupled: bool,
+    /// Sent by the stub's main thread from a blocking `exec()`: the answer goes back on the main socket,
+    /// where that thread waits for it.
+    #[serde(default)]
+    pub main: bool,
 }
 
 fn minus_one() -> i64 {
@@ -201,12 +287,12 @@ pub struct ShmNotes {
     pub rel: Vec<u64>,
 }
 
-/// Parses a stub message and its shared-memory notes.
+/// Parses a stub message and its shared-memory notes: two passes over the bytes, which allocate less
+/// than building a JSON tree once (this runs for every response).
 pub fn parse(json: &[u8]) -> Result<(FromStub, ShmNotes)> {
     let bad = |e: serde_json::Error| Error::internal(format!("the Python stub sent a malformed message: {e}"));
-    let v: Value = serde_json::from_slice(json).map_err(bad)?;
-    let notes = ShmNotes::deserialize(&v).map_err(bad)?;
-    let msg = FromStub::deserialize(v).map_err(bad)?;
+    let notes: ShmNotes = serde_json::from_slice(json).map_err(bad)?;
+    let msg: FromStub = serde_json::from_slice(json).map_err(bad)?;
     Ok((msg, notes))
 }
 
@@ -325,6 +411,41 @@ mod tests {
         // A truncated frame is an error, not a clean end.
         let mut short = &buf[..5];
         assert!(read_frame(&mut short).is_err());
+    }
+
+    #[test]
+    fn frame_reader_survives_timeouts_inside_a_frame() {
+        /// Hands out its bytes a few at a time, timing out between chunks.
+        struct Trickle(Vec<u8>, usize, bool);
+        impl Read for Trickle {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.2 = !self.2;
+                if self.2 {
+                    return Err(std::io::ErrorKind::WouldBlock.into());
+                }
+                let n = 3.min(self.0.len() - self.1).min(buf.len());
+                buf[..n].copy_from_slice(&self.0[self.1..self.1 + n]);
+                self.1 += n;
+                Ok(n)
+            }
+        }
+        let mut bytes = Vec::new();
+        write_frame(&mut bytes, b"{\"a\":1}", &[b"xyz"]).unwrap();
+        write_frame(&mut bytes, b"{}", &[]).unwrap();
+        let mut src = Trickle(bytes, 0, false);
+        let mut reader = FrameReader::default();
+        let mut frames = Vec::new();
+        for _ in 0..100 {
+            match reader.read(&mut src) {
+                Ok(Some(f)) => frames.push(f),
+                Ok(None) => {}
+                Err(e) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+                    break;
+                }
+            }
+        }
+        assert_eq!(frames, vec![(b"{\"a\":1}".to_vec(), b"xyz".to_vec()), (b"{}".to_vec(), vec![])]);
     }
 
     #[test]

@@ -369,29 +369,28 @@ impl Shared {
         for r in reqs {
             let key = conn.next_id();
             let inputs = conn.encode_tensors(&r.inputs, &mut payload, &mut payload_len)?;
-            let corr = match &r.meta.correlation_id {
-                None => json!(0),
-                Some(SequenceId::U64(v)) => json!(v),
-                Some(SequenceId::Str(s)) => json!(s),
-            };
-            wire.push(json!({
-                "key": key,
-                "id": r.meta.id,
-                "corr": corr,
-                "flags": r.meta.flags,
-                "params": ipc::params_to_json(&r.meta.parameters),
-                "outputs": r.outputs,
-                "inputs": inputs,
-            }));
+            wire.push(ipc::WireRequest {
+                key,
+                outputs: &r.outputs,
+                inputs,
+                id: &r.meta.id,
+                corr: match &r.meta.correlation_id {
+                    None => None,
+                    Some(SequenceId::U64(v)) => Some(json!(v)),
+                    Some(SequenceId::Str(s)) => Some(json!(s)),
+                },
+                flags: r.meta.flags,
+                params: ipc::params_to_json(&r.meta.parameters),
+            });
             if let Some(sender) = &r.responder {
                 conn.open_stream(key, sender.clone());
                 keys.push(key);
             }
         }
-        let msg = json!({"type": "execute", "id": id, "requests": wire});
+        let msg = ipc::ExecuteMsg { kind: "execute", id, requests: wire };
         let parts: Vec<&[u8]> = payload.iter().map(|b| b.as_ref()).collect();
         let t1 = Instant::now();
-        let result = match conn.send(&msg, &parts) {
+        let result = match stub.send_main(&msg, &parts) {
             Ok(()) => stub.wait_done(id),
             Err(e) => {
                 stub.kill();

@@ -1,10 +1,12 @@
 //! The shared-memory file between the server and one Python stub: tensors cross here, not through the
 //! control socket.
 //!
-//! Layout: a 64-byte header (the stub ring's consumed position, a little-endian u64 at offset 0), then
-//! the server's area, where request tensors are written in blocks the stub releases once no Python
-//! array uses them, then the stub's area, a ring the stub writes response tensors into and whose
-//! consumed position the server publishes in the header after copying them out.
+//! Layout: a 64-byte header (the consumed positions of the stub's two rings, little-endian u64s at
+//! offsets 0 and 8), then the server's area, where request tensors are written in blocks the stub
+//! releases once no Python array uses them, then the stub's area: two rings the stub writes tensors
+//! into, one for the frames of each socket (see [`super::stub`]), whose consumed positions the server
+//! publishes in the header after copying tensors out. Each socket has one reader on the server side,
+//! so each ring is consumed in the order it was filled.
 //!
 //! Every access to the mapping goes through this module; the only unsafe code of the Python backend is
 //! here.
@@ -84,9 +86,15 @@ pub struct SharedRegion {
     path: parking_lot::Mutex<Option<PathBuf>>,
     /// The server's area.
     alloc: parking_lot::Mutex<Allocator>,
-    /// Where the stub's ring starts, and its length.
-    ring_start: usize,
-    ring_len: usize,
+    /// Where the stub's rings start and how long each is: [main socket's, side socket's].
+    rings: [(usize, usize); 2],
+}
+
+/// Which of the stub's rings (the one of the frames on the main socket, or on the side socket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ring {
+    Main = 0,
+    Side = 1,
 }
 
 impl SharedRegion {
@@ -107,13 +115,14 @@ impl SharedRegion {
         // The file is removed by `unlink` once the stub has mapped it, or here if that never happens.
         let (_, path) = file.keep().map_err(|e| Error::internal(format!("cannot keep the shared-memory file: {e}")))?;
         let server_len = (size - HEADER) / 2 / ALIGN * ALIGN;
-        let ring_start = HEADER + server_len;
+        let main_start = HEADER + server_len;
+        let main_len = (size - main_start) / 2 / ALIGN * ALIGN;
+        let side_start = main_start + main_len;
         Ok(SharedRegion {
             map,
             path: parking_lot::Mutex::new(Some(path)),
             alloc: parking_lot::Mutex::new(Allocator::new(HEADER, server_len)),
-            ring_start,
-            ring_len: size - ring_start,
+            rings: [(main_start, main_len), (side_start, size - side_start)],
         })
     }
 
@@ -133,12 +142,9 @@ impl SharedRegion {
         self.map.len()
     }
 
-    pub fn ring_start(&self) -> usize {
-        self.ring_start
-    }
-
-    pub fn ring_len(&self) -> usize {
-        self.ring_len
+    /// Where a ring starts and its length.
+    pub fn ring(&self, ring: Ring) -> (usize, usize) {
+        self.rings[ring as usize]
     }
 
     /// Copies `data` into a new block of the server's area; `None` when it does not fit now.
@@ -168,31 +174,33 @@ impl SharedRegion {
         self.alloc.lock().in_use()
     }
 
-    /// Copies `len` bytes the stub wrote at `off` in its ring. The range is checked: a stub cannot make
-    /// the server read outside its ring.
+    /// Copies `len` bytes the stub wrote at `off` in one of its rings. The range is checked: a stub
+    /// cannot make the server read outside its area.
     pub fn read_ring(&self, off: u64, len: u64) -> Result<Vec<u8>> {
-        let bad = || Error::internal(format!("the Python stub described a tensor at {off}+{len} outside its ring"));
+        let bad = || Error::internal(format!("the Python stub described a tensor at {off}+{len} outside its area"));
         let off = usize::try_from(off).map_err(|_| bad())?;
         let len = usize::try_from(len).map_err(|_| bad())?;
         let end = off.checked_add(len).ok_or_else(bad)?;
-        if off < self.ring_start || end > self.ring_start + self.ring_len {
+        let (start, _) = self.rings[0];
+        if off < start || end > self.map.len() {
             return Err(bad());
         }
         let mut out = vec![0u8; len];
-        // SAFETY: `off..end` is inside the ring, inside the mapping (checked above). The stub wrote these
-        // bytes before sending the frame that describes them and does not reuse the range until the server
-        // publishes a consumed position past it (`consumed`, called after this copy). `out` is a fresh
-        // allocation, so the ranges do not overlap.
+        // SAFETY: `off..end` is inside the stub's area, inside the mapping (checked above). The stub wrote
+        // these bytes before sending the frame that describes them and does not reuse the range until the
+        // server publishes a consumed position past it (`consumed`, called after this copy). `out` is a
+        // fresh allocation, so the ranges do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr().add(off), out.as_mut_ptr(), len) };
         Ok(out)
     }
 
-    /// Publishes the stub ring's consumed position (a count of bytes, as the stub keeps it): the stub may
-    /// reuse everything before it.
-    pub fn consumed(&self, position: u64) {
-        // SAFETY: the header's first 8 bytes are inside the mapping, which is page-aligned and so aligned
-        // for a u64; they are only ever accessed as this atomic (here) and read by the stub as a plain u64.
-        let tail = unsafe { &*(self.map.as_mut_ptr() as *const AtomicU64) };
+    /// Publishes a ring's consumed position (a count of bytes, as the stub keeps it): the stub may reuse
+    /// everything before it.
+    pub fn consumed(&self, ring: Ring, position: u64) {
+        // SAFETY: the header's first 16 bytes are inside the mapping, which is page-aligned, so offsets 0
+        // and 8 are aligned for a u64; they are only ever accessed as these atomics (here) and read by the
+        // stub as plain u64s.
+        let tail = unsafe { &*(self.map.as_mut_ptr().add(8 * ring as usize) as *const AtomicU64) };
         // Release: the copies out of the ring happen before the stub can see the space as free.
         tail.store(position.to_le(), Ordering::Release);
     }
@@ -249,11 +257,16 @@ mod tests {
         assert_eq!(r.blocks_in_use(), 1);
         r.release([off as u64]);
         assert_eq!(r.blocks_in_use(), 0);
-        assert!(r.read_ring(0, 8).is_err(), "the header is not in the ring");
-        assert!(r.read_ring(r.ring_start() as u64, (r.ring_len() + 1) as u64).is_err());
+        assert!(r.read_ring(0, 8).is_err(), "the header is not in the stub's area");
+        assert!(r.read_ring(HEADER as u64, 8).is_err(), "nor is the server's area");
+        let (main, main_len) = r.ring(Ring::Main);
+        let (side, side_len) = r.ring(Ring::Side);
+        assert_eq!(main + main_len, side);
+        assert!(r.read_ring(side as u64, (side_len + 1) as u64).is_err());
         assert!(r.read_ring(u64::MAX, 2).is_err());
-        assert_eq!(r.read_ring(r.ring_start() as u64, 4).unwrap(), vec![0; 4]);
-        r.consumed(42);
+        assert_eq!(r.read_ring(main as u64, 4).unwrap(), vec![0; 4]);
+        r.consumed(Ring::Main, 42);
+        r.consumed(Ring::Side, 7);
         r.unlink();
         assert!(!path.exists());
     }

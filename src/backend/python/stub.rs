@@ -1,24 +1,27 @@
 //! One Python stub process: start it, hand it the model, exchange frames with it, notice when it
 //! dies or stops answering, and stop it.
 //!
-//! The stub gets one end of a Unix socket pair as its standard input. A reader thread per stub reads
-//! every frame it sends: answers to the instance (ready, execute done, finalized) go to the instance
-//! thread through a channel; decoupled responses go straight to their requests; BLS requests and calls
-//! go to the server ([`super::calls`]). Its standard error is read line by line into the server log,
+//! A stub talks to the server over two sockets, so that neither side hands a request from one thread
+//! to another on the hot path. The *main* socket (the stub's standard input) carries only the
+//! instance's request/answer pairs (init, execute, finalize), read and written by the instance thread
+//! here and by the stub's main thread there. The *side* socket (passed over the main one with
+//! SCM_RIGHTS) carries everything else (BLS, calls, logs, decoupled responses, pings), read by a reader
+//! thread on each side: decoupled responses go straight to their requests, BLS requests and calls to
+//! the server ([`super::calls`]). The stub's standard error is read line by line into the server log,
 //! and the last lines are kept to explain a stub that dies before it is ready.
 
 use super::ipc::{self, FromStub, WireResponse, WireTensor};
-use super::shm::SharedRegion;
+use super::shm::{Ring, SharedRegion};
 use super::Settings;
 use crate::backend::{DecoupledResponse, ResponseSender};
 use crate::core::types::{Parameters, Tensor};
 use crate::error::{Error, Result};
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -77,8 +80,11 @@ pub struct Launch {
 
 /// The part of a stub shared with its reader thread and with server tasks answering it.
 pub struct Conn {
-    /// Writes frames; one writer at a time keeps frames whole.
+    /// Writes frames on the side socket; one writer at a time keeps frames whole.
     writer: Mutex<UnixStream>,
+    /// Writes answers to BLS requests the stub's main thread waits for on the main socket (the
+    /// instance thread is then only reading it).
+    main_writer: Mutex<UnixStream>,
     /// Tensors in both directions; `None` for auto-complete stubs.
     pub shm: Option<SharedRegion>,
     /// When the stub last sent anything.
@@ -117,11 +123,17 @@ impl Conn {
         self.has_probe.load(Ordering::SeqCst)
     }
 
-    /// Sends a message whose tensors are already described; `payload` holds the inline ones.
+    /// Sends a message on the side socket; its tensors are already described, `payload` holds the
+    /// inline ones.
     pub fn send(&self, msg: &Value, payload: &[&[u8]]) -> Result<()> {
+        self.send_on(false, msg, payload)
+    }
+
+    /// Sends a message on the main socket (`main`) or the side one.
+    pub fn send_on(&self, main: bool, msg: &Value, payload: &[&[u8]]) -> Result<()> {
         let json =
             serde_json::to_vec(msg).map_err(|e| Error::internal(format!("cannot encode a stub message: {e}")))?;
-        let mut w = self.writer.lock();
+        let mut w = if main { self.main_writer.lock() } else { self.writer.lock() };
         ipc::write_frame(&mut *w, &json, payload)
             .map_err(|e| Error::unavailable(format!("cannot send to the Python stub of {}: {e}", self.label)))
     }
@@ -224,8 +236,10 @@ impl Conn {
 pub struct Stub {
     child: Child,
     pub conn: Arc<Conn>,
-    /// Answers for the instance thread.
-    control: Receiver<Control>,
+    /// The main socket: requests out, their answers in (with a read timeout, for the liveness checks).
+    main: UnixStream,
+    /// Partial frames read from `main`.
+    frames: ipc::FrameReader,
     /// The last lines of the stub's standard error.
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
     /// How long the stub may stay silent (`stub-timeout-seconds`).
@@ -244,8 +258,10 @@ impl Stub {
     ) -> Result<Stub> {
         let settings = &launch.settings;
         let files = settings.stub_files()?;
-        let (ours, theirs) = UnixStream::pair()
-            .map_err(|e| Error::internal(format!("cannot create the control socket for {}: {e}", launch.label)))?;
+        let socket_err =
+            |e: std::io::Error| Error::internal(format!("cannot create the sockets for {}: {e}", launch.label));
+        let (main, theirs) = UnixStream::pair().map_err(socket_err)?;
+        let (side, their_side) = UnixStream::pair().map_err(socket_err)?;
         let shm =
             if launch.with_shm { Some(SharedRegion::create(settings.shm_size, "tritonrs-python-")?) } else { None };
         let exe = launch.env.as_ref().map(|e| e.python.clone()).unwrap_or_else(|| settings.executable.clone());
@@ -288,11 +304,20 @@ impl Stub {
                 }
             });
         }
-        let reader_sock = ours
-            .try_clone()
-            .map_err(|e| Error::internal(format!("cannot clone the control socket for {}: {e}", launch.label)))?;
+        // The stub's first read on its standard input is this byte, with the side socket attached.
+        let passed = send_socket(&main, their_side.as_fd()).map_err(socket_err);
+        drop(their_side);
+        if let Err(e) = passed {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+        let reader_sock = side.try_clone().map_err(socket_err)?;
+        let main_writer = main.try_clone().map_err(socket_err)?;
+        main.set_read_timeout(Some(tick(settings.timeout))).map_err(socket_err)?;
         let conn = Arc::new(Conn {
-            writer: Mutex::new(ours),
+            writer: Mutex::new(side),
+            main_writer: Mutex::new(main_writer),
             shm,
             last_seen: Mutex::new(Instant::now()),
             alive: AtomicBool::new(true),
@@ -305,12 +330,11 @@ impl Stub {
             instance: launch.instance.clone(),
             calls,
         });
-        let (tx, control) = crossbeam_channel::unbounded();
         let reader_conn = conn.clone();
         std::thread::Builder::new()
             .name("py-reader".into())
             .spawn(move || {
-                read_loop(reader_conn, reader_sock, tx);
+                read_loop(reader_conn, reader_sock);
                 if let Some((deaths, generation)) = on_exit {
                     let _ = deaths.send(generation);
                 }
@@ -321,18 +345,60 @@ impl Stub {
             init["shm"] = json!({
                 "path": shm.path().map(|p| p.display().to_string()),
                 "size": shm.size(),
-                "ring_start": shm.ring_start(),
-                "ring_len": shm.ring_len(),
+                "rings": [shm.ring(Ring::Main), shm.ring(Ring::Side)],
             });
         }
         init["type"] = json!("init");
         init["model_path"] = json!(launch.model_path.display().to_string());
-        let mut stub = Stub { child, conn, control, stderr_tail, timeout: settings.timeout, started: false };
-        if let Err(e) = stub.conn.send(&init, &[]) {
+        let mut stub = Stub {
+            child,
+            conn,
+            main,
+            frames: ipc::FrameReader::default(),
+            stderr_tail,
+            timeout: settings.timeout,
+            started: false,
+        };
+        if let Err(e) = stub.send_main(&init, &[]) {
             stub.kill();
             return Err(e);
         }
         Ok(stub)
+    }
+
+    /// Sends a request on the main socket.
+    pub fn send_main(&mut self, msg: &impl serde::Serialize, payload: &[&[u8]]) -> Result<()> {
+        let json =
+            serde_json::to_vec(msg).map_err(|e| Error::internal(format!("cannot encode a stub message: {e}")))?;
+        ipc::write_frame(&mut self.main, &json, payload)
+            .map_err(|e| Error::unavailable(format!("cannot send to the Python stub of {}: {e}", self.conn.label)))
+    }
+
+    /// The next answer on the main socket: `Ok(None)` when none came within the read timeout, `Err` when
+    /// the socket closed (the stub died).
+    fn next_answer(&mut self) -> std::io::Result<Option<Control>> {
+        loop {
+            let Some((json, payload)) = self.frames.read(&mut self.main)? else { return Ok(None) };
+            *self.conn.last_seen.lock() = Instant::now();
+            let (msg, notes) = match ipc::parse(&json) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::error!("{}: {}", self.conn.label, e.message);
+                    continue;
+                }
+            };
+            if let Some(shm) = &self.conn.shm {
+                shm.release(notes.rel.iter().copied());
+            }
+            let answer = handle(&self.conn, msg, &payload);
+            // Only now, with every tensor copied out, may the stub reuse its ring.
+            if let (Some(shm), Some(ring)) = (&self.conn.shm, notes.ring) {
+                shm.consumed(Ring::Main, ring);
+            }
+            if let Some(a) = answer {
+                return Ok(Some(a));
+            }
+        }
     }
 
     /// Waits for the stub's first answer (ready, auto-complete result, or why it failed). Starting the
@@ -361,20 +427,23 @@ impl Stub {
         })?
     }
 
-    /// Waits until `want` accepts a message, pinging a silent stub and killing one that stays silent
-    /// for the whole timeout: the reader thread of a live stub answers even while the model runs.
+    /// Waits until `want` accepts an answer, pinging a silent stub and killing one that stays silent
+    /// for the whole timeout: the reader thread of a live stub answers pings even while the model runs.
     fn wait<T>(&mut self, when: &str, mut want: impl FnMut(Control) -> Option<T>) -> Result<T> {
-        let tick = (self.timeout / 4).clamp(Duration::from_millis(20), Duration::from_secs(1));
+        let tick = tick(self.timeout);
         loop {
-            match self.control.recv_timeout(tick) {
-                Ok(Control::Hello) => self.started = true,
-                Ok(c) => {
+            match self.next_answer() {
+                Ok(Some(Control::Hello)) => self.started = true,
+                Ok(Some(c)) => {
                     if let Some(t) = want(c) {
                         return Ok(t);
                     }
                 }
-                Err(RecvTimeoutError::Disconnected) => return Err(self.death(when)),
-                Err(RecvTimeoutError::Timeout) => {
+                Err(e) => {
+                    tracing::debug!("The main socket of {} closed: {e}", self.conn.label);
+                    return Err(self.death(when));
+                }
+                Ok(None) => {
                     let silent = self.conn.last_seen.lock().elapsed();
                     let limit = if self.started { self.timeout } else { self.timeout.max(START_TIMEOUT) };
                     if silent >= limit {
@@ -398,11 +467,11 @@ impl Stub {
     /// Asks the stub to run `finalize` and waits for it (at most the timeout), then stops the process.
     pub fn finalize(mut self) -> Option<String> {
         let mut error = None;
-        if self.conn.is_alive() && self.conn.send(&json!({"type": "finalize"}), &[]).is_ok() {
+        if self.conn.is_alive() && self.send_main(&json!({"type": "finalize"}), &[]).is_ok() {
             let deadline = Instant::now() + self.timeout;
-            loop {
-                match self.control.recv_deadline(deadline) {
-                    Ok(Control::Finalized(e)) => {
+            while Instant::now() < deadline {
+                match self.next_answer() {
+                    Ok(Some(Control::Finalized(e))) => {
                         error = e;
                         break;
                     }
@@ -418,6 +487,7 @@ impl Stub {
     /// Closes the socket (the stub exits when it sees that) and reaps the process, killing it if it
     /// does not exit promptly.
     fn stop(&mut self) {
+        let _ = self.main.shutdown(std::net::Shutdown::Both);
         let _ = self.conn.writer.lock().shutdown(std::net::Shutdown::Both);
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
@@ -437,6 +507,7 @@ impl Stub {
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.conn.alive.store(false, Ordering::SeqCst);
+        let _ = self.main.shutdown(std::net::Shutdown::Both);
         let _ = self.conn.writer.lock().shutdown(std::net::Shutdown::Both);
     }
 
@@ -472,15 +543,33 @@ impl Drop for Stub {
     }
 }
 
-/// The reader thread: dispatches every frame the stub sends until its socket closes, then fails whatever
-/// still waits on it.
-fn read_loop(conn: Arc<Conn>, mut sock: UnixStream, control: Sender<Control>) {
+/// How often the instance thread looks at a silent stub.
+fn tick(timeout: Duration) -> Duration {
+    (timeout / 4).clamp(Duration::from_millis(20), Duration::from_secs(1))
+}
+
+/// Passes a socket to the stub over `main` (SCM_RIGHTS, with one byte so the stub has something to read).
+fn send_socket(main: &UnixStream, socket: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [socket];
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(std::io::Error::other("no room for the socket in the control message"));
+    }
+    sendmsg(main, &[std::io::IoSlice::new(b"S")], &mut control, SendFlags::empty())?;
+    Ok(())
+}
+
+/// The reader thread: handles every frame the stub sends on the side socket until it closes, then fails
+/// whatever still waits on the stub.
+fn read_loop(conn: Arc<Conn>, mut sock: UnixStream) {
     loop {
         let frame = match ipc::read_frame(&mut sock) {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {
-                tracing::debug!("The control socket of {} failed: {e}", conn.label);
+                tracing::debug!("The side socket of {} failed: {e}", conn.label);
                 break;
             }
         };
@@ -491,10 +580,12 @@ fn read_loop(conn: Arc<Conn>, mut sock: UnixStream, control: Sender<Control>) {
                 if let Some(shm) = &conn.shm {
                     shm.release(notes.rel.iter().copied());
                 }
-                dispatch(&conn, msg, &payload, &control);
+                if let Some(answer) = handle(&conn, msg, &payload) {
+                    tracing::error!("{}: the stub sent {answer:?} on its side socket; ignored", conn.label);
+                }
                 // Only now, with every tensor copied out, may the stub reuse its ring.
                 if let (Some(shm), Some(ring)) = (&conn.shm, notes.ring) {
-                    shm.consumed(ring);
+                    shm.consumed(Ring::Side, ring);
                 }
             }
             Err(e) => tracing::error!("{}: {}", conn.label, e.message),
@@ -509,34 +600,27 @@ fn read_loop(conn: Arc<Conn>, mut sock: UnixStream, control: Sender<Control>) {
     for (_, tx) in conn.replies.lock().drain() {
         let _ = tx.send(Err(gone.clone()));
     }
-    // Dropping `control` tells the instance thread.
 }
 
-fn dispatch(conn: &Arc<Conn>, msg: FromStub, payload: &[u8], control: &Sender<Control>) {
+/// Handles one message from the stub: an answer for the instance thread is returned, everything else is
+/// done here (decoupled responses to their requests, BLS and calls to the server, logs to the log).
+fn handle(conn: &Arc<Conn>, msg: FromStub, payload: &[u8]) -> Option<Control> {
     match msg {
-        FromStub::Hello {} => {
-            let _ = control.send(Control::Hello);
-        }
+        FromStub::Hello {} => return Some(Control::Hello),
         FromStub::Ready { probe } => {
             conn.has_probe.store(probe, Ordering::SeqCst);
-            let _ = control.send(Control::Ready);
+            return Some(Control::Ready);
         }
-        FromStub::InitError { error } => {
-            let _ = control.send(Control::InitError(error));
-        }
-        FromStub::Autocomplete { config } => {
-            let _ = control.send(Control::Autocomplete(config));
-        }
+        FromStub::InitError { error } => return Some(Control::InitError(error)),
+        FromStub::Autocomplete { config } => return Some(Control::Autocomplete(config)),
         FromStub::Done { id, err, resps } => {
             let result = match err {
                 Some(e) => Err(Error::internal(e)),
                 None => Ok(resps.iter().map(|r| conn.read_response(r, payload)).collect()),
             };
-            let _ = control.send(Control::Done { id, result });
+            return Some(Control::Done { id, result });
         }
-        FromStub::Finalized { error } => {
-            let _ = control.send(Control::Finalized(error));
-        }
+        FromStub::Finalized { error } => return Some(Control::Finalized(error)),
         FromStub::Response { key, flags, resp } => {
             let is_final = flags & 1 == 1;
             let sender = {
@@ -549,7 +633,7 @@ fn dispatch(conn: &Arc<Conn>, msg: FromStub, payload: &[u8], control: &Sender<Co
             };
             let Some(sender) = sender else {
                 tracing::warn!("{}: a response for a request that is already complete was dropped", conn.label);
-                return;
+                return None;
             };
             let item = match resp {
                 None => DecoupledResponse { is_final, empty: true, ..Default::default() },
@@ -582,12 +666,13 @@ fn dispatch(conn: &Arc<Conn>, msg: FromStub, payload: &[u8], control: &Sender<Co
             Some(calls) => calls.bls(conn, *req, payload),
             None => {
                 let e = Error::unavailable("BLS is not available here");
-                super::calls::answer_bls_error(conn, req.id, &e);
+                super::calls::answer_bls_error(conn, req.id, req.main, &e);
             }
         },
         FromStub::Call { id, op, args } => match &conn.calls {
             Some(calls) => calls.call(conn, id, &op, args),
             None => super::calls::reply(conn, id, Err(Error::unavailable(format!("'{op}' is not available here")))),
         },
-    }
+    };
+    None
 }

@@ -70,17 +70,21 @@ def triton_to_numpy_type(data_type):
     return _NUMPY.get(name) if name else None
 
 
+# numpy dtype -> Triton type, for the hot path (every output tensor).
+_DTYPE_TYPES = {np.dtype(t): _NAME_TYPES[n] for n, t in _NUMPY.items() if n != "BYTES"}
+
+
 def numpy_to_triton_type(data_type):
+    t = _DTYPE_TYPES.get(data_type)
+    if t is not None:
+        return t
     try:
         dt = np.dtype(data_type)
     except TypeError:
         return None
-    if dt == np.object_ or dt.type == np.bytes_:
+    if dt.kind in "OS":
         return 13
-    for name, np_type in _NUMPY.items():
-        if name != "BYTES" and dt == np.dtype(np_type):
-            return _NAME_TYPES[name]
-    return None
+    return _DTYPE_TYPES.get(dt)
 
 
 def triton_string_to_numpy(triton_type_string):
@@ -269,7 +273,7 @@ class InferenceResponse:
         self._error = error
         if isinstance(parameters, str):
             parameters = json.loads(parameters) if parameters else {}
-        self._parameters = dict(parameters or {})
+        self._parameters = dict(parameters) if parameters else {}
 
     def output_tensors(self):
         return self._outputs
@@ -404,7 +408,7 @@ class InferenceRequest:
 
     # -- BLS --
     def exec(self, decoupled=False):
-        return _connection().bls(self, decoupled).result()
+        return _connection().bls(self, decoupled, wait=True).result()
 
     def async_exec(self, decoupled=False):
         return asyncio.wrap_future(_connection().bls(self, decoupled))

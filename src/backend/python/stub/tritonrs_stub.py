@@ -1,11 +1,17 @@
 """The tritonrs Python stub: runs one instance of a Triton Python model (`model.py`) for the server.
 
-The server starts one stub process per model instance with the control socket as file descriptor 0
-and talks to it in length-prefixed frames: `<u32 json length><u32 payload length><json><payload>`.
-Tensor data does not travel through the socket: the server writes request tensors into its half of a
-shared-memory file (blocks it frees when this process reports them released) and this process writes
-response tensors into the other half, used as a ring whose consumed position the server publishes in
-the file's first 8 bytes. A tensor that does not fit travels inline in the frame's payload instead.
+The server starts one stub process per model instance and talks to it in length-prefixed frames,
+`<u32 json length><u32 payload length><json><payload>`, over two sockets. The *main* socket (file
+descriptor 0) carries the instance's requests and this process's answers (init, execute, finalize),
+read by the main thread. The *side* socket (passed over the main one, SCM_RIGHTS) carries everything
+else both ways (BLS, calls, logs, decoupled responses, pings), read by a reader thread. So no request
+is handed from one thread to another on the hot path.
+
+Tensor data does not travel through the sockets: the server writes request tensors into its half of
+a shared-memory file (blocks it frees when this process reports them released) and this process
+writes tensors into the other half, one ring per socket, whose consumed positions the server
+publishes in the file's first 16 bytes. A tensor that does not fit travels inline in the frame's
+payload instead.
 
 Written for tritonrs; it needs only numpy.
 """
@@ -13,6 +19,7 @@ Written for tritonrs; it needs only numpy.
 import asyncio
 import collections
 import concurrent.futures
+import gc
 import importlib.util
 import inspect
 import json
@@ -31,6 +38,10 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 _HDR = struct.Struct("<II")
+# One compact encoder: json.dumps with non-default arguments builds a new encoder on every call.
+_encode_json = json.JSONEncoder(separators=(",", ":")).encode
+# Tensor names as JSON strings, so the hot path formats descriptions without the encoder.
+_QUOTED = {}
 _U64 = struct.Struct("<Q")
 # Tensors smaller than this travel inline: a ring slot would cost more than the copy into the frame.
 _INLINE_MAX = 64
@@ -58,14 +69,63 @@ def _error_text(e):
     return head + "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
 
 
-class Connection:
-    """The stub's side of the control socket and the shared memory."""
+class _Channel:
+    """One socket's sending side: its lock, and its ring in shared memory (space is handed out under
+    the lock, in the order frames are sent, so the server consumes each ring in order)."""
 
-    def __init__(self, sock, init):
+    def __init__(self, sock, ring, tail_offset):
         self.sock = sock
+        self.lock = threading.Lock()
+        self.ring_start, self.ring_len = ring if ring else (0, 0)
+        self.tail_offset = tail_offset
+        # The ring's write position, as a count of bytes ever allocated (the server's tail counts the same).
+        self.head = 0
+
+
+class _Frames:
+    """Reads frames from a socket with as few system calls as possible."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = bytearray()
+
+    def next(self):
+        """(message, payload memoryview), or None at end of stream."""
+        while True:
+            if len(self.buf) >= 8:
+                jlen, plen = _HDR.unpack_from(self.buf, 0)
+                total = 8 + jlen + plen
+                if len(self.buf) >= total:
+                    # A copy of its own: inline tensors keep pointing into it (writable, as models expect).
+                    frame = self.buf[:total]
+                    del self.buf[:total]
+                    return json.loads(frame[8:8 + jlen]), memoryview(frame)[8 + jlen:]
+                need = total - len(self.buf)
+                if need > 1 << 16:
+                    # A large frame: read the rest straight into its own buffer.
+                    rest = bytearray(need)
+                    view = memoryview(rest)
+                    got = 0
+                    while got < need:
+                        k = self.sock.recv_into(view[got:])
+                        if k == 0:
+                            return None
+                        got += k
+                    self.buf += rest
+                    continue
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+
+
+class Connection:
+    """The stub's side of the two sockets and the shared memory."""
+
+    def __init__(self, main_sock, side_sock, init):
         self.decoupled = bool(init.get("decoupled", False))
-        self.send_lock = threading.Lock()
         self.mm = None
+        rings = [None, None]
         shm = init.get("shm")
         if shm:
             fd = os.open(shm["path"], os.O_RDWR)
@@ -73,18 +133,21 @@ class Connection:
                 self.mm = mmap.mmap(fd, shm["size"], mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             finally:
                 os.close(fd)
-            self.ring_start = shm["ring_start"]
-            self.ring_len = shm["ring_len"]
-        # The ring's write position, as a count of bytes ever allocated (the server's tail uses the same).
-        self.head = 0
+            rings = shm["rings"]
+        self.main = _Channel(main_sock, rings[0], 0)
+        self.side = _Channel(side_sock, rings[1], 8)
+        self.main_frames = _Frames(main_sock)
+        self.side_frames = _Frames(side_sock)
         # Server-side blocks (offsets) whose arrays are gone; reported with the next message.
         self.released = collections.deque()
         self.next_id = 1
         self.id_lock = threading.Lock()
         self.calls = {}
         self.bls_pending = {}
-        self.main = queue.Queue()
         self.ready_fn = None
+        # The main thread, and whether it is inside execute.
+        self.main_ident = threading.get_ident()
+        self.executing = False
 
     # ---- sending -----------------------------------------------------------------------------
 
@@ -94,23 +157,31 @@ class Connection:
             self.next_id += 1
             return i
 
-    def _ring_alloc(self, n):
-        """Offset in the file for n bytes of ring space, or None when the ring is too full."""
-        if self.mm is None or n > self.ring_len // 2:
+    def _ring_alloc(self, ch, n):
+        """Offset in the file for n bytes of the channel's ring, or None when the ring is too full."""
+        size = ch.ring_len
+        if self.mm is None or n > size // 2:
             return None
         n = (n + _ALIGN - 1) // _ALIGN * _ALIGN
-        (tail,) = _U64.unpack_from(self.mm, 0)
-        pos = self.head % self.ring_len
-        skip = self.ring_len - pos if pos + n > self.ring_len else 0
-        if self.head + skip + n - tail > self.ring_len:
+        (tail,) = _U64.unpack_from(self.mm, ch.tail_offset)
+        pos = ch.head % size
+        if tail == ch.head and pos:
+            # Everything was consumed: start over at the beginning, so small tensors keep reusing the
+            # same few pages.
+            ch.head += size - pos
+            pos = 0
+        skip = size - pos if pos + n > size else 0
+        used = ch.head - tail if tail <= ch.head else 0
+        if used + skip + n > size:
             return None
-        self.head += skip
-        off = self.ring_start + self.head % self.ring_len
-        self.head += n
+        ch.head += skip
+        off = ch.ring_start + ch.head % size
+        ch.head += n
         return off
 
-    def _tensor_desc(self, t, parts, payload_len, used_ring):
-        """Describes a tensor for the server, writing its bytes to the ring or the payload."""
+    def _place(self, ch, t, parts, payload_len, used_ring):
+        """Writes a tensor's bytes to the ring or the payload: (name, datatype, shape, length, where),
+        `where` being ("o", file offset) or ("i", payload offset)."""
         arr = t.as_numpy()
         dtype = t.triton_dtype()
         if dtype == 13:
@@ -121,47 +192,83 @@ class Connection:
         else:
             if not arr.flags["C_CONTIGUOUS"]:
                 arr = np.ascontiguousarray(arr)
-            view = memoryview(arr).cast("B") if arr.size else memoryview(b"")
+            view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
         n = view.nbytes
-        desc = {"n": t.name(), "t": pb_utils._dtype_name(t), "s": list(arr.shape), "l": n}
-        off = self._ring_alloc(n) if n > _INLINE_MAX else None
+        off = self._ring_alloc(ch, n) if n > _INLINE_MAX else None
         if off is not None:
             self.mm[off:off + n] = view
-            desc["o"] = off
             used_ring[0] = True
+            where = ("o", off)
         else:
-            desc["i"] = payload_len[0]
+            where = ("i", payload_len[0])
             parts.append(view)
             payload_len[0] += n
-        return desc
+        return t.name(), pb_utils._dtype_name(t), arr.shape, n, where
 
-    def send(self, msg, tensors_of=None):
-        """Sends a message; `tensors_of(encode)` fills in tensor descriptions with `encode(tensor)`
-        while the send lock is held, so ring space is handed out in the order frames are sent."""
-        with self.send_lock:
+    def _tensor_desc(self, ch, t, parts, payload_len, used_ring):
+        """A tensor's description as a dict (for messages encoded as a whole)."""
+        name, dt, shape, n, (k, v) = self._place(ch, t, parts, payload_len, used_ring)
+        return {"n": name, "t": dt, "s": list(shape), "l": n, k: v}
+
+    def _tensor_json(self, ch, t, parts, payload_len, used_ring):
+        """A tensor's description as JSON text, without the encoder (the hot path of every response)."""
+        name, dt, shape, n, (k, v) = self._place(ch, t, parts, payload_len, used_ring)
+        quoted = _QUOTED.get(name)
+        if quoted is None:
+            quoted = _QUOTED[name] = json.dumps(name)
+        dims = ",".join(map(str, shape))
+        return f'{{"n":{quoted},"t":"{dt}","s":[{dims}],"l":{n},"{k}":{v}}}'
+
+    def send_text(self, head, tensors_of, main=False):
+        """Sends a message given as JSON text: `head` (an object without its closing brace) and what
+        `tensors_of(encode)` returns, `encode(tensor)` giving each tensor's description as JSON text."""
+        ch = self.main if main else self.side
+        with ch.lock:
+            parts = []
+            payload_len = [0]
+            used_ring = [False]
+            text = head + tensors_of(lambda t: self._tensor_json(ch, t, parts, payload_len, used_ring))
+            if used_ring[0]:
+                text += f',"ring":{ch.head}'
+            rel = self._released()
+            if rel:
+                text += ',"rel":[' + ",".join(map(str, rel)) + "]"
+            self._write(ch, (text + "}").encode(), parts, payload_len[0])
+
+    def _released(self):
+        rel = []
+        while True:
+            try:
+                rel.append(self.released.popleft())
+            except IndexError:
+                return rel
+
+    def _write(self, ch, body, parts, payload_len):
+        head = _HDR.pack(len(body), payload_len)
+        if payload_len + len(body) <= _JOIN_MAX:
+            ch.sock.sendall(b"".join([head, body, *parts]))
+        else:
+            ch.sock.sendall(head + body)
+            for p in parts:
+                ch.sock.sendall(p)
+
+    def send(self, msg, tensors_of=None, main=False):
+        """Sends a message on the side socket (or the main one); `tensors_of(encode)` fills in tensor
+        descriptions with `encode(tensor)` while the channel's lock is held, so its ring space is handed
+        out in the order frames are sent."""
+        ch = self.main if main else self.side
+        with ch.lock:
             parts = []
             payload_len = [0]
             used_ring = [False]
             if tensors_of is not None:
-                tensors_of(lambda t: self._tensor_desc(t, parts, payload_len, used_ring))
+                tensors_of(lambda t: self._tensor_desc(ch, t, parts, payload_len, used_ring))
             if used_ring[0]:
-                msg["ring"] = self.head
-            rel = []
-            while True:
-                try:
-                    rel.append(self.released.popleft())
-                except IndexError:
-                    break
+                msg["ring"] = ch.head
+            rel = self._released()
             if rel:
                 msg["rel"] = rel
-            body = json.dumps(msg, separators=(",", ":")).encode()
-            head = _HDR.pack(len(body), payload_len[0])
-            if payload_len[0] + len(body) <= _JOIN_MAX:
-                self.sock.sendall(b"".join([head, body, *parts]))
-            else:
-                self.sock.sendall(head + body)
-                for p in parts:
-                    self.sock.sendall(p)
+            self._write(ch, _encode_json(msg).encode(), parts, payload_len[0])
 
     def notify(self, op, **kw):
         kw["type"] = "call"
@@ -202,57 +309,61 @@ class Connection:
             if response is not None:
                 msg["resp"] = _encode_response(response, encode, None)
 
-        self.send(msg, fill)
+        # Sent from execute itself, a response takes the main socket, so it reaches the server before
+        # execute's own answer (an error after it must not overtake it); from other threads, the side one.
+        main = self.executing and threading.get_ident() == self.main_ident
+        self.send(msg, fill, main=main)
 
-    def bls(self, request, decoupled):
+    def bls(self, request, decoupled, wait=False):
+        """Sends a BLS request; returns a future of its response (or of the iterator over a decoupled
+        model's responses). `wait`: the caller blocks on it at once (`exec()`)."""
         fut = concurrent.futures.Future()
         i = self._new_id()
         stream = _ResponseStream() if decoupled else None
         self.bls_pending[i] = (fut, stream)
         if decoupled:
             fut.set_result(stream)
-        corr = request.correlation_id()
+        # A blocking exec() from execute itself goes over the main socket and the main thread reads the
+        # answer there: no other thread is involved. Everything else uses the side socket.
+        main = wait and not decoupled and self.executing and threading.get_ident() == self.main_ident
         msg = {
-            "type": "bls", "id": i, "model": request.model_name(), "version": request.model_version(),
-            "outputs": request.requested_output_names(), "request_id": request.request_id(),
-            "corr": corr, "flags": request.flags(), "timeout": request.timeout(),
-            "params": json.loads(request.parameters()), "decoupled": bool(decoupled),
+            "type": "bls", "id": i, "model": request._model_name, "version": request._model_version,
+            "outputs": request._outputs, "inputs": None,
         }
+        if request._request_id:
+            msg["request_id"] = request._request_id
+        if request._correlation_id:
+            msg["corr"] = request._correlation_id
+        if request._flags:
+            msg["flags"] = request._flags
+        if request._timeout:
+            msg["timeout"] = request._timeout
+        if request._parameters:
+            msg["params"] = request._parameters
+        if decoupled:
+            msg["decoupled"] = True
+        if main:
+            msg["main"] = True
 
         def fill(encode):
-            msg["inputs"] = [encode(t) for t in request.inputs()]
+            msg["inputs"] = [encode(t) for t in request._inputs]
 
         try:
-            self.send(msg, fill)
+            self.send(msg, fill, main=main)
         except BaseException:
             self.bls_pending.pop(i, None)
             raise
+        if main:
+            while not fut.done():
+                frame = self.main_frames.next()
+                if frame is None:
+                    os._exit(0)
+                reply, payload = frame
+                if reply.get("type") == "bls_resp":
+                    self._bls_response(reply, payload)
         return fut
 
     # ---- receiving ---------------------------------------------------------------------------
-
-    def recv(self):
-        """One frame: (message, payload memoryview), or None at end of stream."""
-        hdr = self._recv_exact(_HDR.size)
-        if hdr is None:
-            return None
-        jlen, plen = _HDR.unpack(hdr)
-        body = self._recv_exact(jlen + plen)
-        if body is None:
-            return None
-        view = memoryview(body)
-        return json.loads(bytes(view[:jlen])), view[jlen:]
-
-    def _recv_exact(self, n):
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = self.sock.recv_into(view[got:])
-            if k == 0:
-                return None
-            got += k
-        return buf
 
     def tensor(self, desc, payload):
         """A pb_utils.Tensor for a tensor the server sent. Shared-memory tensors are not copied: the
@@ -280,11 +391,11 @@ class Connection:
         return pb_utils.Tensor._wrap(desc["n"], arr, pb_utils._NAME_TYPES[dt])
 
     def reader(self):
-        """The reader thread: answers pings, completes calls and BLS requests, and queues everything
-        else for the main thread. When the server goes away, so does the stub."""
+        """The reader thread, on the side socket: answers pings and readiness probes, completes calls and
+        BLS requests. When the server goes away, so does the stub."""
         try:
             while True:
-                frame = self.recv()
+                frame = self.side_frames.next()
                 if frame is None:
                     break
                 msg, payload = frame
@@ -299,11 +410,9 @@ class Connection:
                 elif kind == "bls_resp":
                     self._bls_response(msg, payload)
                 elif kind == "is_ready":
-                    # Answered here, not after the executes queued for the main thread: a readiness probe
-                    # must not wait for a long request.
+                    # Answered here, not by the main thread: a readiness probe must not wait for a long
+                    # request.
                     self._answer_ready(msg)
-                else:
-                    self.main.put((msg, payload))
         except OSError:
             pass
         # The server is gone (or closed the socket to stop this stub): nothing is left to serve.
@@ -382,7 +491,7 @@ def _encode_response(resp, encode, requested):
         if requested is not None:
             tensors = [t for t in tensors if t.name() in requested]
         out["out"] = [encode(t) for t in tensors]
-    params = json.loads(resp.parameters())
+    params = resp._parameters
     if params:
         out["params"] = params
     return out
@@ -396,17 +505,22 @@ def _decode_response(r, conn, payload):
 
 
 def _build_request(r, conn, payload):
-    req = pb_utils.InferenceRequest(
-        model_name=conn.model_name,
-        inputs=[conn.tensor(d, payload) for d in r["inputs"]],
-        requested_output_names=r["outputs"],
-        request_id=r.get("id", ""),
-        correlation_id=r.get("corr", 0),
-        flags=r.get("flags", 0),
-        model_version=conn.model_version,
-        parameters=r.get("params"),
-    )
+    # The server's requests need none of the checks the constructor makes for models' BLS requests.
+    req = pb_utils.InferenceRequest.__new__(pb_utils.InferenceRequest)
+    req._model_name = conn.model_name
+    req._inputs = [conn.tensor(d, payload) for d in r["inputs"]]
+    req._outputs = r["outputs"]
+    req._request_id = r.get("id", "")
+    req._correlation_id = r.get("corr", 0)
+    req._flags = r.get("flags", 0)
+    req._timeout = 0
+    req._model_version = conn.model_version
+    req._parameters = r.get("params") or {}
+    req._preferred_memory = None
+    req._trace = None
     req._key = r["key"]
+    req._sender = None
+    req._release_flags = pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
     return req
 
 
@@ -458,7 +572,7 @@ def _serve(conn, init):
                 raise pb_utils.TritonModelException(
                     f"auto_complete_config of model '{conn.model_name}' must return a valid pb.ModelConfig object.")
             cfg = result
-        conn.send({"type": "autocomplete", "config": cfg.as_dict()})
+        conn.send({"type": "autocomplete", "config": cfg.as_dict()}, main=True)
         return
     model = model_cls()
     if hasattr(model, "initialize"):
@@ -471,9 +585,15 @@ def _serve(conn, init):
     if loop is not None:
         asyncio.set_event_loop(loop)
     conn.ready_fn = getattr(model, "is_model_ready", None) or getattr(model, "is_ready", None)
-    conn.send({"type": "ready", "probe": conn.ready_fn is not None})
+    # What initialize built lives as long as the model: keep it out of every garbage collection.
+    gc.collect()
+    gc.freeze()
+    conn.send({"type": "ready", "probe": conn.ready_fn is not None}, main=True)
     while True:
-        msg, payload = conn.main.get()
+        frame = conn.main_frames.next()
+        if frame is None:
+            return
+        msg, payload = frame
         kind = msg.get("type")
         if kind == "execute":
             _execute(conn, msg, payload, execute, loop)
@@ -485,17 +605,22 @@ def _serve(conn, init):
                     fin()
                 except Exception as e:
                     err = _error_text(e)
-            conn.send({"type": "finalized", "error": err})
+            conn.send({"type": "finalized", "error": err}, main=True)
             return
 
 
 def _execute(conn, msg, payload, execute, loop):
     reply = {"type": "done", "id": msg["id"]}
     requests = None
+    wanted = None
     result = None
     try:
         requests = [_build_request(r, conn, payload) for r in msg["requests"]]
-        result = execute(requests) if loop is None else loop.run_until_complete(execute(requests))
+        conn.executing = True
+        try:
+            result = execute(requests) if loop is None else loop.run_until_complete(execute(requests))
+        finally:
+            conn.executing = False
         responses = _check_responses(result, len(requests), conn.decoupled, conn.model_name)
         wanted = [set(r.requested_output_names()) for r in requests]
     except Exception as e:
@@ -505,15 +630,24 @@ def _execute(conn, msg, payload, execute, loop):
     del requests, result
 
     def fill(encode):
-        if responses:
-            reply["resps"] = [_encode_response(r, encode, w) for r, w in zip(responses, wanted)]
+        # The common response (outputs, no error, no parameters) as text; anything else through the encoder.
+        out = []
+        for r, w in zip(responses, wanted):
+            if r._error is None and not r._parameters:
+                out.append('{"out":[' + ",".join([encode(t) for t in r._outputs if t._name in w]) + "]}")
+            else:
+                out.append(_encode_json(_encode_response(r, lambda t: json.loads(encode(t)), w)))
+        return ',"resps":[' + ",".join(out) + "]"
 
     try:
-        conn.send(reply, fill)
+        if "err" in reply or not responses:
+            conn.send(reply, main=True)
+        else:
+            conn.send_text(f'{{"type":"done","id":{msg["id"]}', fill, main=True)
     except Exception as e:
         # The responses could not be encoded (e.g. an output numpy cannot lay out): fail the call.
         text = f"Failed to process the request(s) for model '{conn.instance_name}', message: {_error_text(e)}"
-        conn.send({"type": "done", "id": msg["id"], "err": text})
+        conn.send({"type": "done", "id": msg["id"], "err": text}, main=True)
 
 
 def main():
@@ -522,25 +656,28 @@ def main():
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    sock = socket.socket(fileno=fd)
-    bootstrap = Connection(sock, {})
-    frame = bootstrap.recv()
+    main_sock = socket.socket(fileno=fd)
+    _, fds, _, _ = socket.recv_fds(main_sock, 1, 1)
+    if not fds:
+        return
+    side_sock = socket.socket(fileno=fds[0])
+    frame = _Frames(main_sock).next()
     if frame is None:
         return
     init = frame[0]
-    conn = Connection(sock, init)
+    conn = Connection(main_sock, side_sock, init)
     conn.model_name = init.get("model_name", "")
     conn.model_version = int(init.get("model_version", -1) or -1)
     conn.instance_name = init.get("args", {}).get("model_instance_name", conn.model_name)
     pb_utils._set_connection(conn)
     threading.Thread(target=conn.reader, name="tritonrs-reader", daemon=True).start()
-    conn.send({"type": "hello"})
+    conn.send({"type": "hello"}, main=True)
     try:
         _serve(conn, init)
     except BaseException as e:
         if isinstance(e, SystemExit):
             raise
-        conn.send({"type": "init_error", "error": _error_text(e)})
+        conn.send({"type": "init_error", "error": _error_text(e)}, main=True)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
