@@ -85,6 +85,14 @@ impl Calls {
             });
             return;
         }
+        if main && tokio::runtime::Handle::try_current().is_err() {
+            // A blocking exec() from execute: this is the instance thread, which has nothing else to do
+            // until the answer is back, so it runs the request itself instead of handing it to a tokio
+            // worker and waiting to be woken (two thread switches fewer on every BLS call).
+            let result = rt.block_on(api.infer(request)).map(|r| (r.outputs, r.parameters));
+            send_bls_response(&conn, id, main, result, true);
+            return;
+        }
         rt.spawn(async move {
             let result = api.infer(request).await.map(|r| (r.outputs, r.parameters));
             send_bls_response(&conn, id, main, result, true);

@@ -378,7 +378,7 @@ class InferenceRequest:
         return self._model_version
 
     def parameters(self):
-        return json.dumps(self._parameters)
+        return json.dumps(self._parameters) if self._parameters else "{}"
 
     def requested_output_names(self):
         return list(self._outputs)
@@ -408,7 +408,7 @@ class InferenceRequest:
 
     # -- BLS --
     def exec(self, decoupled=False):
-        return _connection().bls(self, decoupled, wait=True).result()
+        return _connection().bls_exec(self, decoupled)
 
     def async_exec(self, decoupled=False):
         return asyncio.wrap_future(_connection().bls(self, decoupled))

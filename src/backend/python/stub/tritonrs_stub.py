@@ -50,11 +50,16 @@ _ALIGN = 64
 # Frames at most this big are sent with one join+sendall; larger ones are sent in parts.
 _JOIN_MAX = 1 << 16
 
+_TYPE_NAMES = pb_utils._TYPE_NAMES
 _NP = {
-    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
-    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
-    "FP32": np.float32, "FP64": np.float64, "BF16": np.uint16,
+    k: np.dtype(v) for k, v in {
+        "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
+        "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
+        "FP32": np.float32, "FP64": np.float64, "BF16": np.uint16,
+    }.items()
 }
+# The C scanner behind json.loads, called directly on text: no encoding detection, no whitespace checks.
+_scan = json.JSONDecoder().scan_once
 
 
 def _error_text(e):
@@ -67,6 +72,23 @@ def _error_text(e):
     if not frames:
         return head
     return head + "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
+
+
+_Tensor = pb_utils.Tensor
+_Response = pb_utils.InferenceResponse
+_new_tensor = _new_object = object.__new__
+_NAME_TYPES = pb_utils._NAME_TYPES
+
+
+def _array(shape, dtype, n, buf, offset):
+    """An array over `n` bytes of `buf` at `offset`; a length that does not match the shape is an error
+    (np.ndarray alone would accept a shorter tensor and read past it)."""
+    count = 1
+    for d in shape:
+        count *= d
+    if count * dtype.itemsize != n or count < 0:
+        raise ValueError(f"a tensor of shape {shape} and type {dtype} cannot have {n} bytes")
+    return np.ndarray(shape, dtype, buf, offset)
 
 
 class _Channel:
@@ -96,10 +118,15 @@ class _Frames:
                 jlen, plen = _HDR.unpack_from(self.buf, 0)
                 total = 8 + jlen + plen
                 if len(self.buf) >= total:
-                    # A copy of its own: inline tensors keep pointing into it (writable, as models expect).
-                    frame = self.buf[:total]
-                    del self.buf[:total]
-                    return json.loads(frame[8:8 + jlen]), memoryview(frame)[8 + jlen:]
+                    # A buffer of its own: inline tensors keep pointing into it (writable, as models expect).
+                    if len(self.buf) == total:
+                        frame = self.buf
+                        self.buf = bytearray()
+                    else:
+                        frame = self.buf[:total]
+                        del self.buf[:total]
+                    view = memoryview(frame)
+                    return _scan(str(view[8:8 + jlen], "utf-8"), 0)[0], view[8 + jlen:]
                 need = total - len(self.buf)
                 if need > 1 << 16:
                     # A large frame: read the rest straight into its own buffer.
@@ -182,28 +209,30 @@ class Connection:
     def _place(self, ch, t, parts, payload_len, used_ring):
         """Writes a tensor's bytes to the ring or the payload: (name, datatype, shape, length, where),
         `where` being ("o", file offset) or ("i", payload offset)."""
-        arr = t.as_numpy()
-        dtype = t.triton_dtype()
+        arr = t._array
+        dtype = t._dtype
         if dtype == 13:
             data = pb_utils.serialize_byte_tensor(arr) if arr.size else b""
             if data is None:
-                raise pb_utils.TritonModelException(f"output '{t.name()}': cannot serialize dtype {arr.dtype} as BYTES")
-            view = memoryview(data)
+                raise pb_utils.TritonModelException(f"output '{t._name}': cannot serialize dtype {arr.dtype} as BYTES")
+            n = len(data)
         else:
-            if not arr.flags["C_CONTIGUOUS"]:
-                arr = np.ascontiguousarray(arr)
-            view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
-        n = view.nbytes
+            data = None
+            n = arr.nbytes
         off = self._ring_alloc(ch, n) if n > _INLINE_MAX else None
         if off is not None:
-            self.mm[off:off + n] = view
+            if data is None:
+                if not arr.flags.c_contiguous:
+                    arr = np.ascontiguousarray(arr)
+                data = memoryview(arr).cast("B")
+            self.mm[off:off + n] = data
             used_ring[0] = True
             where = ("o", off)
         else:
             where = ("i", payload_len[0])
-            parts.append(view)
+            parts.append(data if data is not None else arr.tobytes())
             payload_len[0] += n
-        return t.name(), pb_utils._dtype_name(t), arr.shape, n, where
+        return t._name, _TYPE_NAMES[dtype], arr.shape, n, where
 
     def _tensor_desc(self, ch, t, parts, payload_len, used_ring):
         """A tensor's description as a dict (for messages encoded as a whole)."""
@@ -314,6 +343,40 @@ class Connection:
         main = self.executing and threading.get_ident() == self.main_ident
         self.send(msg, fill, main=main)
 
+    def bls_exec(self, request, decoupled):
+        """A blocking `exec()`. From execute itself it goes over the main socket and this thread reads the
+        answer there, with no other thread and no future involved: the hot path of BLS."""
+        if decoupled or not self.executing or threading.get_ident() != self.main_ident:
+            return self.bls(request, decoupled, wait=True).result()
+        i = self._new_id()
+        quoted = _QUOTED.get(request._model_name)
+        if quoted is None:
+            quoted = _QUOTED[request._model_name] = json.dumps(request._model_name)
+        head = '{"type":"bls","id":%d,"model":%s,"version":%d,"outputs":%s,"main":true' % (
+            i, quoted, request._model_version, _encode_json(request._outputs))
+        extra = _bls_extras(request)
+        if extra:
+            head += "," + _encode_json(extra)[1:-1]
+        inputs = request._inputs
+        self.send_text(head, lambda encode: ',"inputs":[' + ",".join([encode(t) for t in inputs]) + "]", main=True)
+        frames = self.main_frames
+        while True:
+            frame = frames.next()
+            if frame is None:
+                os._exit(0)
+            reply, payload = frame
+            if reply.get("type") == "bls_resp":
+                if reply.get("id") == i:
+                    break
+                self._bls_response(reply, payload)
+        r = reply.get("resp")
+        if r is None:
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError("the BLS request got no response"))
+        try:
+            return _decode_response(r, self, payload)
+        except Exception as e:  # a broken response is still an answer
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"cannot read the BLS response: {e}"))
+
     def bls(self, request, decoupled, wait=False):
         """Sends a BLS request; returns a future of its response (or of the iterator over a decoupled
         model's responses). `wait`: the caller blocks on it at once (`exec()`)."""
@@ -330,16 +393,7 @@ class Connection:
             "type": "bls", "id": i, "model": request._model_name, "version": request._model_version,
             "outputs": request._outputs, "inputs": None,
         }
-        if request._request_id:
-            msg["request_id"] = request._request_id
-        if request._correlation_id:
-            msg["corr"] = request._correlation_id
-        if request._flags:
-            msg["flags"] = request._flags
-        if request._timeout:
-            msg["timeout"] = request._timeout
-        if request._parameters:
-            msg["params"] = request._parameters
+        msg.update(_bls_extras(request))
         if decoupled:
             msg["decoupled"] = True
         if main:
@@ -377,18 +431,19 @@ class Connection:
                 arr = pb_utils.deserialize_bytes_tensor(memoryview(self.mm)[off:off + n]).reshape(shape)
                 self.released.append(off)
             else:
-                np_type = _NP[dt]
-                count = n // np.dtype(np_type).itemsize
-                arr = np.frombuffer(self.mm, dtype=np_type, count=count, offset=off).reshape(shape)
+                arr = _array(shape, _NP[dt], n, self.mm, off)
                 weakref.finalize(arr, self.released.append, off)
         else:
             start = desc["i"]
-            raw = payload[start:start + n]
             if dt == "BYTES":
-                arr = pb_utils.deserialize_bytes_tensor(raw).reshape(shape)
+                arr = pb_utils.deserialize_bytes_tensor(payload[start:start + n]).reshape(shape)
             else:
-                arr = np.frombuffer(raw, dtype=_NP[dt]).reshape(shape)
-        return pb_utils.Tensor._wrap(desc["n"], arr, pb_utils._NAME_TYPES[dt])
+                arr = _array(shape, _NP[dt], n, payload, start)
+        t = _new_tensor(_Tensor)
+        t._name = desc["n"]
+        t._array = arr
+        t._dtype = _NAME_TYPES[dt]
+        return t
 
     def reader(self):
         """The reader thread, on the side socket: answers pings and readiness probes, completes calls and
@@ -451,6 +506,22 @@ class Connection:
             stream.put(resp, final)
 
 
+def _bls_extras(request):
+    """The fields of a BLS request that are sent only when set."""
+    extra = {}
+    if request._request_id:
+        extra["request_id"] = request._request_id
+    if request._correlation_id:
+        extra["corr"] = request._correlation_id
+    if request._flags:
+        extra["flags"] = request._flags
+    if request._timeout:
+        extra["timeout"] = request._timeout
+    if request._parameters:
+        extra["params"] = request._parameters
+    return extra
+
+
 class _ResponseStream:
     """The responses of a decoupled BLS request, in order; a final flag without a response yields an
     empty response, as Triton does."""
@@ -500,8 +571,12 @@ def _encode_response(resp, encode, requested):
 def _decode_response(r, conn, payload):
     if "err" in r:
         return pb_utils.InferenceResponse(error=pb_utils.TritonError(r["err"]["m"], r["err"].get("c", 1)))
-    tensors = [conn.tensor(d, payload) for d in r.get("out", [])]
-    return pb_utils.InferenceResponse(output_tensors=tensors, parameters=r.get("params"))
+    # Built without the constructor's checks: the server's tensors are Tensors already.
+    resp = _new_object(_Response)
+    resp._outputs = [conn.tensor(d, payload) for d in r.get("out", ())]
+    resp._error = None
+    resp._parameters = r.get("params") or {}
+    return resp
 
 
 def _build_request(r, conn, payload):
@@ -622,7 +697,7 @@ def _execute(conn, msg, payload, execute, loop):
         finally:
             conn.executing = False
         responses = _check_responses(result, len(requests), conn.decoupled, conn.model_name)
-        wanted = [set(r.requested_output_names()) for r in requests]
+        wanted = [r._outputs for r in requests]
     except Exception as e:
         text = str(e) if isinstance(e, _Plain) else _error_text(e)
         reply["err"] = f"Failed to process the request(s) for model '{conn.instance_name}', message: {text}"
@@ -657,7 +732,10 @@ def main():
     os.dup2(devnull, 0)
     os.close(devnull)
     main_sock = socket.socket(fileno=fd)
-    _, fds, _, _ = socket.recv_fds(main_sock, 1, 1)
+    # socket.recv_fds is Python 3.9+; recvmsg works on the older Pythons of JetPack too.
+    _, anc, _, _ = main_sock.recvmsg(1, socket.CMSG_SPACE(4))
+    fds = [struct.unpack_from("i", data)[0] for level, kind, data in anc
+           if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS and len(data) >= 4]
     if not fds:
         return
     side_sock = socket.socket(fileno=fds[0])
