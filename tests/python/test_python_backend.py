@@ -131,7 +131,34 @@ def test_args_and_request_fields_reach_the_model(py_server):
     req = json.loads(r.as_numpy("REQUEST")[0])
     assert req == {"request_id": "rid-1", "correlation_id": 0, "flags": 0,
                    "parameters": {"p1": "v", "p2": 3, "p3": True},
-                   "requested_output_names": ["ARGS", "REQUEST"]}
+                   "requested_output_names": ["ARGS", "REQUEST"], "is_cancelled": False}
+
+
+# What Triton 2.51 hands args_echo for the same requests (checked by hand, and in benches/python_compare.py):
+# a model without a sequence batcher still sees the correlation id (an integer, or a string as it was
+# sent) and the START (1) / END (2) flags.
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+@pytest.mark.parametrize("seq,start,end,flags", [
+    (7, True, False, 1),
+    ("corr-abc", False, True, 2),
+    ("s", True, True, 3),
+    (2**40, False, False, 0),
+])
+def test_sequence_fields_and_requested_outputs_reach_the_model(py_server, proto, seq, start, end, flags):
+    x = np.array([1], np.int32)
+    if proto == "http":
+        r = py_server.client().infer("args_echo", http_inputs(X=x), request_id="r2", sequence_id=seq,
+                                     sequence_start=start, sequence_end=end,
+                                     outputs=[httpclient.InferRequestedOutput("REQUEST")])
+    else:
+        r = py_server.grpc_client().infer("args_echo", grpc_inputs(X=x), request_id="r2", sequence_id=seq,
+                                          sequence_start=start, sequence_end=end,
+                                          outputs=[grpcclient.InferRequestedOutput("REQUEST")])
+    assert r.as_numpy("ARGS") is None, "only the requested output comes back"
+    req = json.loads(r.as_numpy("REQUEST")[0])
+    assert req == {"request_id": "r2", "correlation_id": seq, "flags": flags, "parameters": {},
+                   "requested_output_names": ["REQUEST"], "is_cancelled": False}
+    assert type(req["correlation_id"]) is type(seq)
 
 
 def test_response_parameters_come_back(py_server):
