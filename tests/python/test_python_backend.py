@@ -558,6 +558,80 @@ def test_decoupled_execute_must_return_none(faults_server):
     assert "is using the decoupled mode and the execute function must return None." in got[1][1].message()
 
 
+# ---- cancellation ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cancel_server(tmp_path_factory):
+    repo = copy_models(tmp_path_factory.mktemp("cancel") / "repo", "stream_until_cancelled", "args_echo",
+                       src=PYTHON_REPO)
+    s = python_server(repo, "--allow-metrics=true", "--metrics-port", "0")
+    s.metrics_port = int(s.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
+    yield s
+    s.stop()
+
+
+def stream_metrics(s: TritonServer) -> dict:
+    """stream_until_cancelled's custom metrics: {(loop, outcome): count} and {"running": gauge}."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{s.metrics_port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'stream_until_cancelled_total\{loop="(\w+)",.*outcome="(\w+)".*\} (\S+)$', line)
+        if m:
+            out[(m.group(1), m.group(2))] = float(m.group(3))
+        m = re.match(r"stream_until_cancelled_running\{.*\} (\S+)$", line)
+        if m:
+            out["running"] = float(m.group(1))
+    return out
+
+
+def stream_then_cancel(s: TritonServer, mode: int, responses: int) -> list:
+    """Starts a stream_until_cancelled request on a gRPC stream, waits for `responses` responses, then
+    cancels the stream (tritonclient cancels the call); returns the responses' OUT values."""
+    import queue
+
+    q: queue.Queue = queue.Queue()
+    c = s.grpc_client()
+    c.start_stream(callback=lambda result, error: q.put((result, error)))
+    try:
+        i = grpcclient.InferInput("MODE", [1], "INT32")
+        i.set_data_from_numpy(np.array([mode], np.int32))
+        c.async_stream_infer("stream_until_cancelled", [i], request_id=f"mode{mode}")
+        got = []
+        for _ in range(responses):
+            result, error = q.get(timeout=20)
+            assert error is None, error
+            got.append(int(result.as_numpy("OUT")[0]))
+    finally:
+        c.stop_stream(cancel_requests=True)
+    return got
+
+
+# MODE 0 streams from a thread and asks response_sender.is_cancelled(); MODE 1 streams from execute and
+# asks request.is_cancelled(); MODE 2 sends one response, then waits asking the response sender, so the
+# server must pass the cancellation on without a response to send. Triton 2.51 sees all three at once.
+@pytest.mark.parametrize("mode,loop,responses", [(0, "sender", 3), (1, "request", 3), (2, "idle", 1)])
+def test_cancelling_a_stream_cancels_its_request_in_the_model(cancel_server, mode, loop, responses):
+    s = cancel_server
+    s.wait_until(lambda: stream_metrics(s).get("running") == 0, timeout=15, what="no loop running")
+    before = stream_metrics(s)
+    t = time.monotonic()
+    assert stream_then_cancel(s, mode, responses) == list(range(responses))
+    after = s.wait_until(lambda: (lambda m: m if m[(loop, "cancelled")] == before[(loop, "cancelled")] + 1
+                                  and m["running"] == 0 else None)(stream_metrics(s)),
+                         timeout=5, interval=0.05, what=f"the {loop} loop sees the cancellation")
+    assert time.monotonic() - t < 3, "seen well before the model's own 10 s limit"
+    assert after[(loop, "limit")] == before[(loop, "limit")] == 0
+    s.wait_for_log(rf"stream_until_cancelled: {loop} loop cancelled after \d+ responses")
+    # The instance is free again (MODE 1 held it in execute) and the server keeps serving.
+    assert stream_then_cancel(s, mode, responses) == list(range(responses))
+    r = s.grpc_client().infer("args_echo", grpc_inputs(X=np.array([1], np.int32)))
+    assert json.loads(r.as_numpy("REQUEST")[0])["is_cancelled"] is False
+
+
 # ---- custom metrics, model control -----------------------------------------------------------------
 
 
