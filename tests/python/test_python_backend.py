@@ -186,6 +186,47 @@ def test_large_bytes_tensor(py_server):
     assert r.as_numpy("UPPER")[0][1999] == b"X" * 1000
 
 
+# ---- DLPack ---------------------------------------------------------------------------------------
+
+
+def dlpack_inputs(x, y, text=None):
+    ins = []
+    for name, a, dt in (("X", x, "FP32"), ("Y", y, "INT64"), ("TEXT", text, "BYTES")):
+        if a is not None:
+            i = httpclient.InferInput(name, list(a.shape), dt)
+            i.set_data_from_numpy(a)
+            ins.append(i)
+    return ins
+
+
+# 3 elements travel inline, 5000 in shared memory (the input arrays the model exports to DLPack are views
+# of the request's buffer), 0 is an empty tensor.
+@pytest.mark.parametrize("n", [3, 5000, 0])
+def test_to_dlpack_and_from_dlpack_round_trip(py_server, n):
+    x = (np.arange(n, dtype=np.float32) - 1.5) * 0.25
+    y = np.arange(n, dtype=np.int64) * (2**40 + 1) - 7
+    r = py_server.client().infer("dlpack_roundtrip", dlpack_inputs(x, y))
+    x_out, x2, y_out = (r.as_numpy(k) for k in ("X_OUT", "X2", "Y_OUT"))
+    assert (x_out.dtype, x2.dtype, y_out.dtype) == (np.float32, np.float32, np.int64)
+    assert [o["datatype"] for o in r.get_response()["outputs"]] == ["FP32", "FP32", "INT64"]
+    assert x_out.shape == x2.shape == y_out.shape == (n,)
+    assert np.array_equal(x_out, x) and np.array_equal(x2, 2 * x) and np.array_equal(y_out, y + 1)
+
+
+def test_to_dlpack_of_a_bytes_tensor_is_an_error_response(py_server):
+    c = py_server.client()
+    x, y = np.array([1.0], np.float32), np.array([1], np.int64)
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("dlpack_roundtrip", dlpack_inputs(x, y, np.array([b"text"], np.object_)))
+    assert e.value.status() == "500"
+    # Triton's wording (TritonModelException: DLPack does not have support for string tensors.).
+    assert e.value.message().startswith(
+        "Failed to process the request(s) for model 'dlpack_roundtrip_0', message: TritonModelException: "
+        "DLPack does not have support for string tensors.\n\nAt:\n"), e.value.message()
+    assert "dlpack_roundtrip/1/model.py(" in e.value.message()
+    assert c.infer("dlpack_roundtrip", dlpack_inputs(x, y)).as_numpy("Y_OUT").tolist() == [2]
+
+
 # ---- faults --------------------------------------------------------------------------------------
 
 
