@@ -36,7 +36,8 @@ ANCHORS = Path(os.environ.get("ANCHORS", Path.home() / ".cache/anchors"))
 TRITON = ANCHORS / "bin/tritonserver"
 TRITONRS = Path(os.environ.get("TRITONRS_BIN", REPO / "target/debug/tritonrs"))
 PY_MODELS = ["add_sub", "identity", "bytes_upper", "args_echo", "add_sub_auto", "batched_double", "bls_sync",
-             "bls_async", "bls_decoupled", "repeat", "py_scale", "custom_metrics"]
+             "bls_async", "bls_decoupled", "repeat", "py_scale", "custom_metrics", "dlpack_roundtrip",
+             "stream_until_cancelled"]
 FAULT_MODELS = ["faulty", "faulty_decoupled", "syntax_error", "import_error", "init_error"]
 # Where tritonrs differs from Triton 2.51 on purpose (see README.md, "Differences from tritonserver").
 KNOWN = {
@@ -183,6 +184,13 @@ def cases(s: Server):
         "args_echo", grpc_in(X=np.array([1], np.int32)), sequence_id=7, sequence_start=True,
         outputs=[grpcclient.InferRequestedOutput("REQUEST")]).as_numpy("REQUEST")[0]))
 
+    yield "args_echo gRPC string correlation id", call(lambda: json.loads(s.g.infer(
+        "args_echo", grpc_in(X=np.array([1], np.int32)), sequence_id="corr-abc", sequence_end=True,
+        outputs=[grpcclient.InferRequestedOutput("REQUEST")]).as_numpy("REQUEST")[0]))
+    yield "args_echo HTTP string correlation id", call(lambda: json.loads(s.h.infer(
+        "args_echo", http_in(X=np.array([1], np.int32)), sequence_id="hs", sequence_start=True,
+        sequence_end=True).as_numpy("REQUEST")[0]))
+
     def auto():
         cfg = s.h.get_model_config("add_sub_auto")
         r = s.h.infer("add_sub_auto", http_in(INPUT0=a.reshape(1, 4), INPUT1=b.reshape(1, 4)))
@@ -219,6 +227,48 @@ def cases(s: Server):
     index = {r["name"]: r for r in s.h.get_model_repository_index()}
     for m in ("syntax_error", "import_error", "init_error"):
         yield f"{m} load failure", (index[m].get("state"), index[m].get("reason", "").split("\n\nAt:")[0])
+
+    def dlpack(n, text=None):
+        x = (np.arange(n, dtype=np.float32) - 1.5) * 0.25
+        y = np.arange(n, dtype=np.int64) * (2**40 + 1) - 7
+        ins = []
+        for name, v, dt in (("X", x, "FP32"), ("Y", y, "INT64"), ("TEXT", text, "BYTES")):
+            if v is not None:
+                i = httpclient.InferInput(name, list(v.shape), dt)
+                i.set_data_from_numpy(v)
+                ins.append(i)
+        r = s.h.infer("dlpack_roundtrip", ins)
+        return {k: (str(r.as_numpy(k).dtype), arr(r.as_numpy(k))) for k in ("X_OUT", "X2", "Y_OUT")}
+    for n in (3, 5000, 0):
+        yield f"dlpack_roundtrip n={n}", call(lambda: dlpack(n))
+    # tritonrs's traceback also lists the frame of triton_python_backend_utils that raised; compare the rest.
+    yield "dlpack_roundtrip to_dlpack of BYTES", (lambda o: o[:2] + (o[2].split("\n\nAt:")[0],) if o[0] == "error" else o)(
+        call(lambda: dlpack(1, np.array([b"text"], np.object_))))
+
+    def cancelled(mode, loop, responses):
+        q: queue.Queue = queue.Queue()
+        s.g.start_stream(callback=lambda result, error: q.put((result, error)))
+        i = grpcclient.InferInput("MODE", [1], "INT32")
+        i.set_data_from_numpy(np.array([mode], np.int32))
+        s.g.async_stream_infer("stream_until_cancelled", [i], request_id="c")
+        try:
+            got = [(lambda r, e: e.message() if e else arr(r.as_numpy("OUT")))(*q.get(timeout=20))
+                   for _ in range(responses)]
+        finally:
+            s.g.stop_stream(cancel_requests=True)
+        deadline = time.monotonic() + 5
+        while True:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{s.metrics}/metrics", timeout=10).read().decode()
+            lines = sorted(l for l in text.splitlines() if l.startswith("stream_until_cancelled"))
+            if any(f'loop="{loop}"' in l and 'outcome="cancelled"' in l and l.endswith(" 1") for l in lines) and \
+                    any(l.startswith("stream_until_cancelled_running") and l.endswith(" 0") for l in lines):
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        return got, lines
+    for mode, loop, responses in ((0, "sender", 3), (1, "request", 3), (2, "idle", 1)):
+        yield f"stream_until_cancelled mode {mode} ({loop}), cancelled", call(lambda: cancelled(mode, loop, responses))
 
     def metrics():
         for x in ([0.5, 2.0], [7.0], [20.0, 1.0]):

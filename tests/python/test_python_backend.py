@@ -131,7 +131,34 @@ def test_args_and_request_fields_reach_the_model(py_server):
     req = json.loads(r.as_numpy("REQUEST")[0])
     assert req == {"request_id": "rid-1", "correlation_id": 0, "flags": 0,
                    "parameters": {"p1": "v", "p2": 3, "p3": True},
-                   "requested_output_names": ["ARGS", "REQUEST"]}
+                   "requested_output_names": ["ARGS", "REQUEST"], "is_cancelled": False}
+
+
+# What Triton 2.51 hands args_echo for the same requests (checked by hand, and in benches/python_compare.py):
+# a model without a sequence batcher still sees the correlation id (an integer, or a string as it was
+# sent) and the START (1) / END (2) flags.
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+@pytest.mark.parametrize("seq,start,end,flags", [
+    (7, True, False, 1),
+    ("corr-abc", False, True, 2),
+    ("s", True, True, 3),
+    (2**40, False, False, 0),
+])
+def test_sequence_fields_and_requested_outputs_reach_the_model(py_server, proto, seq, start, end, flags):
+    x = np.array([1], np.int32)
+    if proto == "http":
+        r = py_server.client().infer("args_echo", http_inputs(X=x), request_id="r2", sequence_id=seq,
+                                     sequence_start=start, sequence_end=end,
+                                     outputs=[httpclient.InferRequestedOutput("REQUEST")])
+    else:
+        r = py_server.grpc_client().infer("args_echo", grpc_inputs(X=x), request_id="r2", sequence_id=seq,
+                                          sequence_start=start, sequence_end=end,
+                                          outputs=[grpcclient.InferRequestedOutput("REQUEST")])
+    assert r.as_numpy("ARGS") is None, "only the requested output comes back"
+    req = json.loads(r.as_numpy("REQUEST")[0])
+    assert req == {"request_id": "r2", "correlation_id": seq, "flags": flags, "parameters": {},
+                   "requested_output_names": ["REQUEST"], "is_cancelled": False}
+    assert type(req["correlation_id"]) is type(seq)
 
 
 def test_response_parameters_come_back(py_server):
@@ -157,6 +184,47 @@ def test_large_bytes_tensor(py_server):
     text = np.array([[b"x" * 1000] * 2000], dtype=np.object_)
     r = py_server.client().infer("bytes_upper", http_inputs(TEXT=text))
     assert r.as_numpy("UPPER")[0][1999] == b"X" * 1000
+
+
+# ---- DLPack ---------------------------------------------------------------------------------------
+
+
+def dlpack_inputs(x, y, text=None):
+    ins = []
+    for name, a, dt in (("X", x, "FP32"), ("Y", y, "INT64"), ("TEXT", text, "BYTES")):
+        if a is not None:
+            i = httpclient.InferInput(name, list(a.shape), dt)
+            i.set_data_from_numpy(a)
+            ins.append(i)
+    return ins
+
+
+# 3 elements travel inline, 5000 in shared memory (the input arrays the model exports to DLPack are views
+# of the request's buffer), 0 is an empty tensor.
+@pytest.mark.parametrize("n", [3, 5000, 0])
+def test_to_dlpack_and_from_dlpack_round_trip(py_server, n):
+    x = (np.arange(n, dtype=np.float32) - 1.5) * 0.25
+    y = np.arange(n, dtype=np.int64) * (2**40 + 1) - 7
+    r = py_server.client().infer("dlpack_roundtrip", dlpack_inputs(x, y))
+    x_out, x2, y_out = (r.as_numpy(k) for k in ("X_OUT", "X2", "Y_OUT"))
+    assert (x_out.dtype, x2.dtype, y_out.dtype) == (np.float32, np.float32, np.int64)
+    assert [o["datatype"] for o in r.get_response()["outputs"]] == ["FP32", "FP32", "INT64"]
+    assert x_out.shape == x2.shape == y_out.shape == (n,)
+    assert np.array_equal(x_out, x) and np.array_equal(x2, 2 * x) and np.array_equal(y_out, y + 1)
+
+
+def test_to_dlpack_of_a_bytes_tensor_is_an_error_response(py_server):
+    c = py_server.client()
+    x, y = np.array([1.0], np.float32), np.array([1], np.int64)
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("dlpack_roundtrip", dlpack_inputs(x, y, np.array([b"text"], np.object_)))
+    assert e.value.status() == "500"
+    # Triton's wording (TritonModelException: DLPack does not have support for string tensors.).
+    assert e.value.message().startswith(
+        "Failed to process the request(s) for model 'dlpack_roundtrip_0', message: TritonModelException: "
+        "DLPack does not have support for string tensors.\n\nAt:\n"), e.value.message()
+    assert "dlpack_roundtrip/1/model.py(" in e.value.message()
+    assert c.infer("dlpack_roundtrip", dlpack_inputs(x, y)).as_numpy("Y_OUT").tolist() == [2]
 
 
 # ---- faults --------------------------------------------------------------------------------------
@@ -529,6 +597,80 @@ def test_decoupled_execute_must_return_none(faults_server):
     assert got[0][1] is None, [(r and r.get_response(), e and e.message()) for r, e in got]
     assert int(got[0][0].as_numpy("OUT")[0]) == 4
     assert "is using the decoupled mode and the execute function must return None." in got[1][1].message()
+
+
+# ---- cancellation ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cancel_server(tmp_path_factory):
+    repo = copy_models(tmp_path_factory.mktemp("cancel") / "repo", "stream_until_cancelled", "args_echo",
+                       src=PYTHON_REPO)
+    s = python_server(repo, "--allow-metrics=true", "--metrics-port", "0")
+    s.metrics_port = int(s.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
+    yield s
+    s.stop()
+
+
+def stream_metrics(s: TritonServer) -> dict:
+    """stream_until_cancelled's custom metrics: {(loop, outcome): count} and {"running": gauge}."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{s.metrics_port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'stream_until_cancelled_total\{loop="(\w+)",.*outcome="(\w+)".*\} (\S+)$', line)
+        if m:
+            out[(m.group(1), m.group(2))] = float(m.group(3))
+        m = re.match(r"stream_until_cancelled_running\{.*\} (\S+)$", line)
+        if m:
+            out["running"] = float(m.group(1))
+    return out
+
+
+def stream_then_cancel(s: TritonServer, mode: int, responses: int) -> list:
+    """Starts a stream_until_cancelled request on a gRPC stream, waits for `responses` responses, then
+    cancels the stream (tritonclient cancels the call); returns the responses' OUT values."""
+    import queue
+
+    q: queue.Queue = queue.Queue()
+    c = s.grpc_client()
+    c.start_stream(callback=lambda result, error: q.put((result, error)))
+    try:
+        i = grpcclient.InferInput("MODE", [1], "INT32")
+        i.set_data_from_numpy(np.array([mode], np.int32))
+        c.async_stream_infer("stream_until_cancelled", [i], request_id=f"mode{mode}")
+        got = []
+        for _ in range(responses):
+            result, error = q.get(timeout=20)
+            assert error is None, error
+            got.append(int(result.as_numpy("OUT")[0]))
+    finally:
+        c.stop_stream(cancel_requests=True)
+    return got
+
+
+# MODE 0 streams from a thread and asks response_sender.is_cancelled(); MODE 1 streams from execute and
+# asks request.is_cancelled(); MODE 2 sends one response, then waits asking the response sender, so the
+# server must pass the cancellation on without a response to send. Triton 2.51 sees all three at once.
+@pytest.mark.parametrize("mode,loop,responses", [(0, "sender", 3), (1, "request", 3), (2, "idle", 1)])
+def test_cancelling_a_stream_cancels_its_request_in_the_model(cancel_server, mode, loop, responses):
+    s = cancel_server
+    s.wait_until(lambda: stream_metrics(s).get("running") == 0, timeout=15, what="no loop running")
+    before = stream_metrics(s)
+    t = time.monotonic()
+    assert stream_then_cancel(s, mode, responses) == list(range(responses))
+    after = s.wait_until(lambda: (lambda m: m if m[(loop, "cancelled")] == before[(loop, "cancelled")] + 1
+                                  and m["running"] == 0 else None)(stream_metrics(s)),
+                         timeout=5, interval=0.05, what=f"the {loop} loop sees the cancellation")
+    assert time.monotonic() - t < 3, "seen well before the model's own 10 s limit"
+    assert after[(loop, "limit")] == before[(loop, "limit")] == 0
+    s.wait_for_log(rf"stream_until_cancelled: {loop} loop cancelled after \d+ responses")
+    # The instance is free again (MODE 1 held it in execute) and the server keeps serving.
+    assert stream_then_cancel(s, mode, responses) == list(range(responses))
+    r = s.grpc_client().infer("args_echo", grpc_inputs(X=np.array([1], np.int32)))
+    assert json.loads(r.as_numpy("REQUEST")[0])["is_cancelled"] is False
 
 
 # ---- custom metrics, model control -----------------------------------------------------------------

@@ -390,6 +390,7 @@ impl Shared {
         let msg = ipc::ExecuteMsg { kind: "execute", id, requests: wire };
         let parts: Vec<&[u8]> = payload.iter().map(|b| b.as_ref()).collect();
         let t1 = Instant::now();
+        conn.set_in_flight(&keys);
         let result = match stub.send_main(&msg, &parts) {
             Ok(()) => stub.wait_done(id),
             Err(e) => {
@@ -403,9 +404,11 @@ impl Shared {
             Err(e) => {
                 // Decoupled requests still open end with the error too.
                 conn.fail_streams(Some(&keys), &e);
+                conn.end_in_flight(&keys);
                 return Err(e);
             }
         };
+        conn.end_in_flight(&keys);
         let timings = ExecTimings {
             compute_input_ns: (t1 - t0).as_nanos() as u64,
             compute_infer_ns: (t2 - t1).as_nanos() as u64,

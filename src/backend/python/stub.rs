@@ -93,6 +93,10 @@ pub struct Conn {
     alive: AtomicBool,
     /// Decoupled requests still open, by key.
     streams: Mutex<HashMap<u64, ResponseSender>>,
+    /// The keys of the decoupled requests whose `execute` call is in flight. Responses sent from
+    /// `execute` itself come on the main socket, which the instance thread reads: when the stub dies,
+    /// only that thread may end these requests, once it has read what the stub sent before dying.
+    in_flight: Mutex<Vec<u64>>,
     /// Whether the model has its own readiness check (`is_model_ready`).
     has_probe: AtomicBool,
     /// Custom-metric handles this stub holds; released when it goes away.
@@ -179,12 +183,39 @@ impl Conn {
         self.streams.lock().insert(key, sender);
     }
 
-    /// Ends every open decoupled request with `e` (the stub died, or execute failed for all of them).
+    /// Marks the decoupled requests of the `execute` call about to be sent as in flight (see
+    /// [`Conn::in_flight`]).
+    pub fn set_in_flight(&self, keys: &[u64]) {
+        let mut f = self.in_flight.lock();
+        f.clear();
+        f.extend_from_slice(keys);
+    }
+
+    /// The `execute` call has ended. If the stub died meanwhile, its reader thread left these requests
+    /// open (they were in flight): end them here.
+    pub fn end_in_flight(&self, keys: &[u64]) {
+        self.in_flight.lock().clear();
+        if !self.is_alive() {
+            self.fail_streams(Some(keys), &self.gone());
+        }
+    }
+
+    /// The error for requests left open by a stub that exited.
+    fn gone(&self) -> Error {
+        Error::internal(format!("Stub process '{}' is not healthy. It exited.", self.instance))
+    }
+
+    /// Ends open decoupled requests with `e`: those of `keys` (execute failed for all of them, or the stub
+    /// died during it), or with `None` every one except those of the call in flight (the stub died).
     pub fn fail_streams(&self, keys: Option<&[u64]>, e: &Error) {
         let failed: Vec<ResponseSender> = {
             let mut s = self.streams.lock();
             match keys {
-                None => s.drain().map(|(_, v)| v).collect(),
+                None => {
+                    let in_flight = self.in_flight.lock();
+                    let ended: Vec<u64> = s.keys().filter(|k| !in_flight.contains(k)).copied().collect();
+                    ended.iter().filter_map(|k| s.remove(k)).collect()
+                }
                 Some(keys) => keys.iter().filter_map(|k| s.remove(k)).collect(),
             }
         };
@@ -324,6 +355,7 @@ impl Stub {
             has_probe: AtomicBool::new(false),
             metric_handles: Mutex::new(Default::default()),
             streams: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(Vec::new()),
             replies: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             label: launch.label.clone(),
@@ -595,7 +627,7 @@ fn read_loop(conn: Arc<Conn>, mut sock: UnixStream) {
     if let Some(calls) = &conn.calls {
         calls.stub_gone(&conn);
     }
-    let gone = Error::internal(format!("Stub process '{}' is not healthy. It exited.", conn.instance));
+    let gone = conn.gone();
     conn.fail_streams(None, &gone);
     for (_, tx) in conn.replies.lock().drain() {
         let _ = tx.send(Err(gone.clone()));
@@ -675,4 +707,67 @@ fn handle(conn: &Arc<Conn>, msg: FromStub, payload: &[u8]) -> Option<Control> {
         },
     };
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn() -> Conn {
+        let (a, b) = UnixStream::pair().unwrap();
+        Conn {
+            writer: Mutex::new(a),
+            main_writer: Mutex::new(b),
+            shm: None,
+            last_seen: Mutex::new(Instant::now()),
+            alive: AtomicBool::new(true),
+            streams: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(Vec::new()),
+            has_probe: AtomicBool::new(false),
+            metric_handles: Mutex::new(Default::default()),
+            replies: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            label: "model 'm'".into(),
+            instance: "m_0".into(),
+            calls: None,
+        }
+    }
+
+    /// A dead stub's reader thread leaves the requests of the call in flight to the instance thread, which
+    /// may still have to read responses the stub sent on the main socket before it died.
+    #[test]
+    fn a_dead_stub_leaves_the_requests_in_flight_to_the_instance_thread() {
+        let c = conn();
+        let (done_tx, mut done_rx) = ResponseSender::channel();
+        let (busy_tx, mut busy_rx) = ResponseSender::channel();
+        c.open_stream(1, done_tx);
+        c.open_stream(2, busy_tx);
+        c.set_in_flight(&[2]);
+        // What the reader thread does when the side socket closes.
+        c.alive.store(false, Ordering::SeqCst);
+        c.fail_streams(None, &c.gone());
+        assert!(done_rx.try_recv().unwrap().is_err(), "a request whose execute has returned ends at once");
+        assert!(busy_rx.try_recv().is_err(), "the request in flight is left open");
+        // A response read from the main socket afterwards still reaches its request.
+        let resp = FromStub::Response { key: 2, flags: 0, resp: None };
+        assert!(handle(&Arc::new(c), resp, &[]).is_none());
+        let got = busy_rx.try_recv().unwrap().unwrap();
+        assert!(got.empty && !got.is_final);
+    }
+
+    #[test]
+    fn the_instance_thread_ends_its_requests_when_the_stub_died_during_the_call() {
+        let c = conn();
+        let (tx, mut rx) = ResponseSender::channel();
+        c.open_stream(7, tx);
+        c.set_in_flight(&[7]);
+        c.end_in_flight(&[7]);
+        assert!(rx.try_recv().is_err(), "a live stub's requests stay open after execute returned");
+        c.set_in_flight(&[7]);
+        c.alive.store(false, Ordering::SeqCst);
+        c.fail_streams(None, &c.gone());
+        c.end_in_flight(&[7]);
+        let e = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(e.message, "Stub process 'm_0' is not healthy. It exited.");
+    }
 }

@@ -576,7 +576,14 @@ async fn stream_decoupled(
             return;
         }
     };
-    while let Some(item) = responses.next().await {
+    loop {
+        let item = tokio::select! {
+            item = responses.next() => item,
+            // The client cancelled the stream (or went away): stop at once, not only when the model next
+            // sends something, so a model that waits without sending still sees `is_cancelled()`.
+            () = tx.closed() => return,
+        };
+        let Some(item) = item else { break };
         let answer = match item {
             Ok(r) if r.empty && !empty_final => continue,
             Ok(StreamResponse { error: Some(e), .. }) => stream_error(e, id),

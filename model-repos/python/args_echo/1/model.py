@@ -21,6 +21,7 @@ class TritonPythonModel:
                 "flags": r.flags(),
                 "parameters": json.loads(r.parameters()),
                 "requested_output_names": sorted(r.requested_output_names()),
+                "is_cancelled": r.is_cancelled(),
             }
             responses.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("ARGS", np.array([json.dumps(self.args, sort_keys=True)], dtype=np.object_)),

@@ -175,6 +175,27 @@ class TritonError:
 # ---- tensors -----------------------------------------------------------------------------------
 
 
+# DLPack's device types: CPU memory, GPU memory, pinned host memory (kDLCPU, kDLCUDA, kDLCUDAHost).
+_DLPACK_CPU = 1
+_DLPACK_CUDA = 2
+_DLPACK_CUDA_HOST = 3
+
+
+class _DLPackCapsule:
+    """Hands a bare DLPack capsule to np.from_dlpack, which reads objects with `__dlpack__`."""
+
+    __slots__ = ("capsule",)
+
+    def __init__(self, capsule):
+        self.capsule = capsule
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return (_DLPACK_CPU, 0)
+
+
 class Tensor:
     """A named tensor. Input tensors wrap shared memory without copying; `as_numpy` returns the same
     array every time."""
@@ -219,24 +240,42 @@ class Tensor:
         return True
 
     def to_dlpack(self):
+        """A DLPack capsule of the tensor's memory (CPU), without a copy where numpy allows one."""
         if self._dtype == 13:
-            raise TritonModelException("DLPack does not support BYTES tensors")
-        return np.ascontiguousarray(self._array).__dlpack__()
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        arr = np.ascontiguousarray(self._array)
+        if not arr.flags["WRITEABLE"]:
+            # numpy refuses to export read-only memory (DLPack cannot say it is read-only).
+            arr = arr.copy()
+        return arr.__dlpack__()
+
+    # The DLPack protocol, so frameworks read a Tensor directly (`np.from_dlpack(tensor)`), as in Triton.
+    def __dlpack__(self, stream=None, **kwargs):
+        return self.to_dlpack()
+
+    def __dlpack_device__(self):
+        return (_DLPACK_CPU, 0)
 
     @staticmethod
     def from_dlpack(name, dlpack_tensor):
-        if hasattr(dlpack_tensor, "__dlpack__"):
+        """A Tensor from a DLPack capsule or from an object with `__dlpack__` (a pb_utils.Tensor, a
+        numpy array, ...); CPU memory only."""
+        if not isinstance(name, str) or not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if type(dlpack_tensor).__name__ == "PyCapsule":
+            arr = np.from_dlpack(_DLPackCapsule(dlpack_tensor))
+        elif hasattr(dlpack_tensor, "__dlpack__") and hasattr(dlpack_tensor, "__dlpack_device__"):
+            device = dlpack_tensor.__dlpack_device__()[0]
+            if device == _DLPACK_CUDA:
+                raise TritonModelException(
+                    "DLPack capsule passed pointer to memory allocated on GPU device, when GPU is not available")
+            if device not in (_DLPACK_CPU, _DLPACK_CUDA_HOST):
+                raise TritonModelException(f"DLDevice type {device} is not supported by Python backend.")
             arr = np.from_dlpack(dlpack_tensor)
         else:
-            # A bare capsule: numpy reads objects with __dlpack__, so wrap it.
-            class _Capsule:
-                def __dlpack__(self, stream=None):
-                    return dlpack_tensor
-
-                def __dlpack_device__(self):
-                    return (1, 0)
-
-            arr = np.from_dlpack(_Capsule())
+            raise TritonModelException(
+                "Provided tensor is not supported. Tensor must be a DLPack capsule or have `__dlpack__` and "
+                "`__dlpack_device__` attributes")
         if not arr.flags["C_CONTIGUOUS"]:
             raise TritonModelException(
                 "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are stored in "
