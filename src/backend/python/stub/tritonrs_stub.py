@@ -62,13 +62,17 @@ _NP = {
 _scan = json.JSONDecoder().scan_once
 
 
+# Frames of these files are left out of tracebacks: Triton shows only the model's own.
+_OWN_FILES = (__file__, pb_utils.__file__)
+
+
 def _error_text(e):
     """An exception as Triton's Python backend reports it: type and message, then where it was raised,
     innermost frame first (the stub's own frames left out)."""
     head = f"{type(e).__name__}: {e}"
     if isinstance(e, SyntaxError):
         return head
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != __file__]
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename not in _OWN_FILES]
     if not frames:
         return head
     return head + "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
