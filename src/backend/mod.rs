@@ -145,6 +145,21 @@ pub trait ModelInstance: Send {
         reqs.iter().map(|r| self.execute(r)).collect()
     }
 
+    /// Pipelining, for instances whose requests run in another process that reads them in order (a
+    /// Python stub): sends `req` to run after those already sent and returns a ticket for
+    /// [`ModelInstance::finish`], so that the instance thread can send the next request while this one
+    /// runs and the process never waits for it. `None` (the default): not now or never; the caller
+    /// finishes what it sent and runs the request with `execute`.
+    fn begin(&mut self, _req: &ExecRequest) -> Option<Result<u64>> {
+        None
+    }
+
+    /// Waits for the request sent under `ticket` by [`ModelInstance::begin`] and returns its result.
+    /// Tickets are finished in the order they were handed out.
+    fn finish(&mut self, _ticket: u64, _req: &ExecRequest) -> Result<ExecResult> {
+        Err(crate::error::Error::internal("finish() on an instance that does not pipeline; this is a bug"))
+    }
+
     /// A probe the model's readiness endpoint asks, for backends whose instances can stop being ready
     /// while loaded (a Python stub that died, or a model whose own readiness check fails). Taken once,
     /// before the instance moves to its thread.

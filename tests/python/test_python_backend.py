@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -101,6 +102,23 @@ def test_tensors_inline_in_shared_memory_and_too_large_for_it(py_server, n):
     x = np.arange(n, dtype=np.float32)
     r = py_server.client().infer("identity", http_inputs(INPUT0=x))
     assert np.array_equal(r.as_numpy("OUTPUT0"), x)
+
+
+def test_concurrent_requests_each_get_their_own_answer(py_server):
+    """Requests queued for one instance are sent to its stub ahead of time; every answer must still go
+    to its own request."""
+    def worker(w):
+        c = py_server.grpc_client()
+        for i in range(25):
+            a = np.full(4, w * 100 + i, np.float32)
+            b = np.arange(4, dtype=np.float32)
+            r = c.infer("add_sub", grpc_inputs(INPUT0=a, INPUT1=b))
+            assert r.as_numpy("OUTPUT0").tolist() == (a + b).tolist()
+            assert r.as_numpy("OUTPUT1").tolist() == (a - b).tolist()
+        return True
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(worker, range(8)))
 
 
 def test_many_requests_reuse_shared_memory(py_server):
@@ -295,6 +313,30 @@ def test_crashed_stub_fails_its_request_and_is_restarted(faults_server):
     assert "exited unexpectedly" in e.message() and "it will be restarted" in e.message()
     assert faulty(faults_server, 0).as_numpy("OUT").tolist() == [0]
     assert faults_server.is_running()
+
+
+def test_requests_sent_ahead_to_a_stub_that_crashes_get_an_error_or_their_answer(faults_server):
+    """While a request runs, the server sends queued ones to the stub ahead of time (pipelining). When
+    the stub dies, each of those fails with the stub's error or, once it restarts, gets its own answer:
+    never a wrong answer, never none."""
+    def call(mode):
+        try:
+            return faulty(faults_server, mode).as_numpy("OUT").tolist()
+        except InferenceServerException as e:
+            return e
+
+    modes = [0, 0, 8] + [0] * 9
+    with ThreadPoolExecutor(len(modes)) as pool:
+        results = list(pool.map(call, modes))
+    crash = results[2]
+    assert isinstance(crash, InferenceServerException), crash
+    assert crash.message().startswith("Stub process 'faulty_0_0' is not healthy."), crash.message()
+    for r in results[:2] + results[3:]:
+        if isinstance(r, InferenceServerException):
+            assert r.message().startswith("Stub process 'faulty_0_0' is not healthy."), r.message()
+        else:
+            assert r == [0]
+    assert faulty(faults_server, 0).as_numpy("OUT").tolist() == [0]
 
 
 def test_hung_stub_is_killed_after_the_timeout_and_restarted(faults_server):

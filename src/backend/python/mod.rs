@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::proto::inference::ModelConfig;
 use parking_lot::Mutex;
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -275,7 +275,7 @@ impl Backend for PythonBackend {
             .map_err(|e| {
                 Error::internal(format!("cannot start the supervisor thread of {}: {e}", shared.launch.label))
             })?;
-        Ok(Box::new(PythonInstance { shared, _stop: stop }))
+        Ok(Box::new(PythonInstance { shared, _stop: stop, sent: VecDeque::new(), last_done: None }))
     }
 }
 
@@ -285,7 +285,14 @@ struct PythonInstance {
     shared: Arc<Shared>,
     /// Dropping it stops the supervisor thread.
     _stop: crossbeam_channel::Sender<()>,
+    /// Calls sent ahead with `begin`, oldest first.
+    sent: VecDeque<Sent>,
+    /// When the stub last answered a pipelined call.
+    last_done: Option<Instant>,
 }
+
+/// Requests with more input bytes than this are not sent ahead of the one running (see `begin`).
+const PIPELINE_MAX_BYTES: usize = 32 << 10;
 
 /// The stub of one instance and how to restart it.
 struct Shared {
@@ -357,9 +364,33 @@ impl Shared {
 
     /// Runs `execute` for a list of requests in the stub.
     fn run(&self, reqs: &[&ExecRequest]) -> Result<(Vec<stub::StubResponse>, ExecTimings)> {
-        let t0 = Instant::now();
         let mut st = self.state.lock();
-        let stub = self.running(&mut st)?;
+        let sent = self.send_exec(&mut st, reqs)?;
+        self.wait_exec(&mut st, &sent, sent.sent_at)
+    }
+
+    /// Sends an `execute` call for a list of requests to the stub (starting one if none runs).
+    fn send_exec(&self, st: &mut State, reqs: &[&ExecRequest]) -> Result<Sent> {
+        match self.try_send_exec(st, reqs) {
+            Ok(sent) => Ok(sent),
+            // The stub died before the call reached it (its exit not noticed yet): nothing of the call
+            // ran, so it goes to a new stub.
+            Err((e, true)) => {
+                tracing::warn!("{}; restarting the stub and sending the request again", e.message);
+                self.try_send_exec(st, reqs).map_err(|(e, _)| e)
+            }
+            Err((e, false)) => Err(e),
+        }
+    }
+
+    /// [`Shared::send_exec`] once; a failure says whether the call never reached the stub.
+    fn try_send_exec(&self, st: &mut State, reqs: &[&ExecRequest]) -> std::result::Result<Sent, (Error, bool)> {
+        let t0 = Instant::now();
+        self.running(st).map_err(|e| (e, false))?;
+        let generation = st.generation;
+        let Some(stub) = st.stub.as_mut() else {
+            return Err((Error::internal("the Python stub is missing after a start; this is a bug"), false));
+        };
         let conn = stub.conn.clone();
         let id = conn.next_id();
         let mut payload = Vec::new();
@@ -368,7 +399,7 @@ impl Shared {
         let mut keys = Vec::new();
         for r in reqs {
             let key = conn.next_id();
-            let inputs = conn.encode_tensors(&r.inputs, &mut payload, &mut payload_len)?;
+            let inputs = conn.encode_tensors(&r.inputs, &mut payload, &mut payload_len).map_err(|e| (e, false))?;
             wire.push(ipc::WireRequest {
                 key,
                 outputs: &r.outputs,
@@ -391,32 +422,65 @@ impl Shared {
         let parts: Vec<&[u8]> = payload.iter().map(|b| b.as_ref()).collect();
         let t1 = Instant::now();
         conn.set_in_flight(&keys);
-        let result = match stub.send_main(&msg, &parts) {
-            Ok(()) => stub.wait_done(id),
-            Err(e) => {
-                stub.kill();
-                Err(e)
+        if let Err(e) = stub.send_main(&msg, &parts) {
+            stub.kill();
+            conn.fail_streams(Some(&keys), &e);
+            conn.end_in_flight(&keys);
+            // Decoupled requests were ended with the error already: they are not sent again.
+            let undelivered = keys.is_empty();
+            return Err((e, undelivered));
+        }
+        Ok(Sent { id, generation, keys, encode_ns: (t1 - t0).as_nanos() as u64, sent_at: t1 })
+    }
+
+    /// Waits for the answer to an `execute` call sent with [`Shared::send_exec`]; `from` is when the
+    /// stub could start on it (when it was sent, or when the call before it finished).
+    fn wait_exec(&self, st: &mut State, sent: &Sent, from: Instant) -> Result<(Vec<stub::StubResponse>, ExecTimings)> {
+        let (id, keys) = (sent.id, &sent.keys);
+        let conn = match st.stub.as_ref() {
+            Some(stub) if st.generation == sent.generation => stub.conn.clone(),
+            // The stub it went to died and another one runs now (or none): the call is lost with it.
+            _ => {
+                return Err(Error::internal(format!(
+                    "Stub process '{}' is not healthy. It exited while the request waited for it.",
+                    self.launch.instance
+                )))
             }
         };
+        let Some(stub) = st.stub.as_mut() else {
+            return Err(Error::internal("the Python stub is missing; this is a bug"));
+        };
+        let result = stub.wait_done(id);
         let t2 = Instant::now();
         let responses = match result {
             Ok(r) => r,
             Err(e) => {
                 // Decoupled requests still open end with the error too.
-                conn.fail_streams(Some(&keys), &e);
-                conn.end_in_flight(&keys);
+                conn.fail_streams(Some(keys), &e);
+                conn.end_in_flight(keys);
                 return Err(e);
             }
         };
-        conn.end_in_flight(&keys);
+        conn.end_in_flight(keys);
         let timings = ExecTimings {
-            compute_input_ns: (t1 - t0).as_nanos() as u64,
-            compute_infer_ns: (t2 - t1).as_nanos() as u64,
+            compute_input_ns: sent.encode_ns,
+            compute_infer_ns: t2.saturating_duration_since(from).as_nanos() as u64,
             compute_output_ns: t2.elapsed().as_nanos() as u64,
             started: None,
         };
         Ok((responses, timings))
     }
+}
+
+/// An `execute` call sent to the stub and not answered yet.
+struct Sent {
+    id: u64,
+    /// The stub generation it went to.
+    generation: u64,
+    /// Its decoupled requests' keys.
+    keys: Vec<u64>,
+    encode_ns: u64,
+    sent_at: Instant,
 }
 
 /// Restarts a stub as soon as it dies, also when no request is waiting, so the model is ready again
@@ -480,7 +544,51 @@ impl ModelInstance for PythonInstance {
     }
 
     fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
-        let (responses, timings) = match self.shared.run(reqs) {
+        let ran = self.shared.run(reqs);
+        self.results(reqs, ran)
+    }
+
+    fn begin(&mut self, req: &ExecRequest) -> Option<Result<u64>> {
+        // Decoupled models answer through their requests' responders, also from other threads: one call
+        // at a time keeps their order simple. A large request waits until the stub is idle: both sides
+        // writing large frames to each other at once would block both.
+        let large = || req.inputs.iter().map(|t| t.data.len()).sum::<usize>() > PIPELINE_MAX_BYTES;
+        if self.shared.decoupled || (!self.sent.is_empty() && large()) {
+            return None;
+        }
+        let mut st = self.shared.state.lock();
+        Some(self.shared.send_exec(&mut st, &[req]).map(|sent| {
+            let id = sent.id;
+            self.sent.push_back(sent);
+            id
+        }))
+    }
+
+    fn finish(&mut self, ticket: u64, req: &ExecRequest) -> Result<ExecResult> {
+        let Some(sent) = self.sent.pop_front().filter(|s| s.id == ticket) else {
+            return Err(Error::internal("a pipelined request was finished out of order; this is a bug"));
+        };
+        // The stub starts on a call when it was sent or when the one before it was answered.
+        let from = self.last_done.map_or(sent.sent_at, |t| t.max(sent.sent_at));
+        let ran = {
+            let mut st = self.shared.state.lock();
+            self.shared.wait_exec(&mut st, &sent, from)
+        };
+        self.last_done = Some(Instant::now());
+        self.results(&[req], ran)
+            .pop()
+            .unwrap_or_else(|| Err(Error::internal("no result for a request; this is a bug")))
+    }
+}
+
+impl PythonInstance {
+    /// The stub's answer to an `execute` call as one result per request.
+    fn results(
+        &self,
+        reqs: &[&ExecRequest],
+        ran: Result<(Vec<stub::StubResponse>, ExecTimings)>,
+    ) -> Vec<Result<ExecResult>> {
+        let (responses, timings) = match ran {
             Ok(r) => r,
             Err(e) => return reqs.iter().map(|_| Err(e.clone())).collect(),
         };

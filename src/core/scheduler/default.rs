@@ -1,10 +1,11 @@
 //! The default scheduler: one bounded queue per model version, drained by every instance thread.
 
 use super::{execute, Job, Scheduler};
-use crate::backend::ModelInstance;
+use crate::backend::{ExecResult, ModelInstance};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
-use crossbeam_channel::{bounded, Sender, TrySendError};
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,9 +44,7 @@ impl DefaultScheduler {
             std::thread::Builder::new()
                 .name(format!("inst-{name}"))
                 .spawn(move || {
-                    while let Ok(job) = rx.recv() {
-                        run_job(&mut *instance, job, &stats);
-                    }
+                    drain(&mut *instance, &rx, &stats);
                     // Dropping the instance runs the backend's finalizer before the thread counts as gone.
                     drop(instance);
                     running_thread.fetch_sub(1, Ordering::SeqCst);
@@ -87,11 +86,60 @@ impl Scheduler for DefaultScheduler {
     }
 }
 
-fn run_job(instance: &mut dyn ModelInstance, job: Job, stats: &ModelStats) {
-    stats.pending.fetch_sub(1, Ordering::Relaxed);
-    let start = Instant::now();
+/// How many requests an instance that pipelines may have sent and not finished.
+const PIPELINE_DEPTH: usize = 2;
+
+/// An instance thread's loop: runs jobs until the queue closes. With an instance that pipelines, the
+/// next queued job is sent before the previous one is finished, so the instance's process goes from one
+/// request to the next without waiting for this thread; a job is only taken early when one is already
+/// queued, so nothing waits for a batch that is not there.
+fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStats) {
+    let mut sent: VecDeque<(Job, Instant, u64)> = VecDeque::new();
+    loop {
+        let next = if sent.is_empty() {
+            match rx.recv() {
+                Ok(job) => Some(job),
+                Err(_) => return,
+            }
+        } else if sent.len() < PIPELINE_DEPTH {
+            rx.try_recv().ok()
+        } else {
+            None
+        };
+        let Some(job) = next else {
+            if let Some((job, start, ticket)) = sent.pop_front() {
+                let result = guarded(|| instance.finish(ticket, &job.exec));
+                reply(job, start, result, stats);
+            }
+            continue;
+        };
+        stats.pending.fetch_sub(1, Ordering::Relaxed);
+        let start = Instant::now();
+        match guarded(|| instance.begin(&job.exec).transpose()) {
+            Ok(Some(ticket)) => sent.push_back((job, start, ticket)),
+            Err(e) => reply(job, start, Err(e), stats),
+            Ok(None) => {
+                // Not pipelined: what was sent finishes first, then this job runs on its own.
+                while let Some((job, start, ticket)) = sent.pop_front() {
+                    let result = guarded(|| instance.finish(ticket, &job.exec));
+                    reply(job, start, result, stats);
+                }
+                let result = execute(instance, &job.exec);
+                reply(job, start, result, stats);
+            }
+        }
+    }
+}
+
+/// Runs a backend call, turning a panic into an error.
+fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(Error::internal("the backend panicked while executing the request; this is a bug")))
+}
+
+/// Records a finished job's statistics and answers it.
+fn reply(job: Job, start: Instant, mut result: Result<ExecResult>, stats: &ModelStats) {
     let queue_ns = (start - job.enqueued).as_nanos() as u64;
-    let mut result = execute(instance, &job.exec);
     if let Ok(r) = &mut result {
         // A trace's COMPUTE_START: the moment this instance thread took the job.
         r.timings.started = Some(start);

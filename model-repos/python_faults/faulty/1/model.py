@@ -1,6 +1,7 @@
 """Misbehaves on demand (see config.pbtxt), so the server's handling of each fault can be tested."""
 import os
 import signal
+import time
 
 import triton_python_backend_utils as pb_utils
 
@@ -20,6 +21,9 @@ class TritonPythonModel:
             os._exit(3)
         if mode == 7:
             os.kill(os.getpid(), signal.SIGSTOP)
+        if mode == 8:
+            time.sleep(0.2)
+            os._exit(3)
         responses = []
         for request in requests:
             m = pb_utils.get_input_tensor_by_name(request, "MODE").as_numpy()

@@ -168,6 +168,8 @@ class Connection:
         self.main = _Channel(main_sock, rings[0], 0)
         self.side = _Channel(side_sock, rings[1], 8)
         self.main_frames = _Frames(main_sock)
+        # Frames read from the main socket while execute waited for a BLS answer, to serve next.
+        self.deferred = collections.deque()
         self.side_frames = _Frames(side_sock)
         # Server-side blocks (offsets) whose arrays are gone; reported with the next message.
         self.released = collections.deque()
@@ -373,6 +375,9 @@ class Connection:
                 if reply.get("id") == i:
                     break
                 self._bls_response(reply, payload)
+            else:
+                # The server sends the next execute call while this one runs: it waits its turn.
+                self.deferred.append(frame)
         r = reply.get("resp")
         if r is None:
             return pb_utils.InferenceResponse(error=pb_utils.TritonError("the BLS request got no response"))
@@ -419,6 +424,8 @@ class Connection:
                 reply, payload = frame
                 if reply.get("type") == "bls_resp":
                     self._bls_response(reply, payload)
+                else:
+                    self.deferred.append(frame)
         return fut
 
     # ---- receiving ---------------------------------------------------------------------------
@@ -668,8 +675,10 @@ def _serve(conn, init):
     gc.collect()
     gc.freeze()
     conn.send({"type": "ready", "probe": conn.ready_fn is not None}, main=True)
+    deferred = conn.deferred
+    frames = conn.main_frames
     while True:
-        frame = conn.main_frames.next()
+        frame = deferred.popleft() if deferred else frames.next()
         if frame is None:
             return
         msg, payload = frame
