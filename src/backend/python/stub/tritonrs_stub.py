@@ -673,7 +673,8 @@ def _serve(conn, init):
     conn.ready_fn = getattr(model, "is_model_ready", None) or getattr(model, "is_ready", None)
     # What initialize built lives as long as the model: keep it out of every garbage collection.
     gc.collect()
-    gc.freeze()
+    if hasattr(gc, "freeze"):  # Python 3.7+
+        gc.freeze()
     conn.send({"type": "ready", "probe": conn.ready_fn is not None}, main=True)
     deferred = conn.deferred
     frames = conn.main_frames
