@@ -437,19 +437,15 @@ impl Shared {
     /// stub could start on it (when it was sent, or when the call before it finished).
     fn wait_exec(&self, st: &mut State, sent: &Sent, from: Instant) -> Result<(Vec<stub::StubResponse>, ExecTimings)> {
         let (id, keys) = (sent.id, &sent.keys);
-        let conn = match st.stub.as_ref() {
-            Some(stub) if st.generation == sent.generation => stub.conn.clone(),
-            // The stub it went to died and another one runs now (or none): the call is lost with it.
-            _ => {
-                return Err(Error::internal(format!(
-                    "Stub process '{}' is not healthy. It exited while the request waited for it.",
-                    self.launch.instance
-                )))
-            }
+        let stub = st.stub.as_mut().filter(|_| st.generation == sent.generation);
+        // The stub it went to died and another one runs now (or none): the call is lost with it.
+        let Some(stub) = stub else {
+            return Err(Error::internal(format!(
+                "Stub process '{}' is not healthy. It exited while the request waited for it.",
+                self.launch.instance
+            )));
         };
-        let Some(stub) = st.stub.as_mut() else {
-            return Err(Error::internal("the Python stub is missing; this is a bug"));
-        };
+        let conn = stub.conn.clone();
         let result = stub.wait_done(id);
         let t2 = Instant::now();
         let responses = match result {

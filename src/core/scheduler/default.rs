@@ -107,10 +107,7 @@ fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStat
             None
         };
         let Some(job) = next else {
-            if let Some((job, start, ticket)) = sent.pop_front() {
-                let result = guarded(|| instance.finish(ticket, &job.exec));
-                reply(job, start, result, stats);
-            }
+            finish_oldest(instance, &mut sent, stats);
             continue;
         };
         stats.pending.fetch_sub(1, Ordering::Relaxed);
@@ -120,15 +117,24 @@ fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStat
             Err(e) => reply(job, start, Err(e), stats),
             Ok(None) => {
                 // Not pipelined: what was sent finishes first, then this job runs on its own.
-                while let Some((job, start, ticket)) = sent.pop_front() {
-                    let result = guarded(|| instance.finish(ticket, &job.exec));
-                    reply(job, start, result, stats);
-                }
+                while finish_oldest(instance, &mut sent, stats) {}
                 let result = execute(instance, &job.exec);
                 reply(job, start, result, stats);
             }
         }
     }
+}
+
+/// Finishes and answers the oldest job sent ahead; false when there is none.
+fn finish_oldest(
+    instance: &mut dyn ModelInstance,
+    sent: &mut VecDeque<(Job, Instant, u64)>,
+    stats: &ModelStats,
+) -> bool {
+    let Some((job, start, ticket)) = sent.pop_front() else { return false };
+    let result = guarded(|| instance.finish(ticket, &job.exec));
+    reply(job, start, result, stats);
+    true
 }
 
 /// Runs a backend call, turning a panic into an error.

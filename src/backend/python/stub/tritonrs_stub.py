@@ -353,7 +353,7 @@ class Connection:
         """A blocking `exec()`. From execute itself it goes over the main socket and this thread reads the
         answer there, with no other thread and no future involved: the hot path of BLS."""
         if decoupled or not self.executing or threading.get_ident() != self.main_ident:
-            return self.bls(request, decoupled, wait=True).result()
+            return self.bls(request, decoupled).result()
         i = self._new_id()
         quoted = _QUOTED.get(request._model_name)
         if quoted is None:
@@ -386,18 +386,15 @@ class Connection:
         except Exception as e:  # a broken response is still an answer
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"cannot read the BLS response: {e}"))
 
-    def bls(self, request, decoupled, wait=False):
-        """Sends a BLS request; returns a future of its response (or of the iterator over a decoupled
-        model's responses). `wait`: the caller blocks on it at once (`exec()`)."""
+    def bls(self, request, decoupled):
+        """Sends a BLS request on the side socket; returns a future of its response (or of the iterator
+        over a decoupled model's responses). The reader thread completes it."""
         fut = concurrent.futures.Future()
         i = self._new_id()
         stream = _ResponseStream() if decoupled else None
         self.bls_pending[i] = (fut, stream)
         if decoupled:
             fut.set_result(stream)
-        # A blocking exec() from execute itself goes over the main socket and the main thread reads the
-        # answer there: no other thread is involved. Everything else uses the side socket.
-        main = wait and not decoupled and self.executing and threading.get_ident() == self.main_ident
         msg = {
             "type": "bls", "id": i, "model": request._model_name, "version": request._model_version,
             "outputs": request._outputs, "inputs": None,
@@ -405,27 +402,15 @@ class Connection:
         msg.update(_bls_extras(request))
         if decoupled:
             msg["decoupled"] = True
-        if main:
-            msg["main"] = True
 
         def fill(encode):
             msg["inputs"] = [encode(t) for t in request._inputs]
 
         try:
-            self.send(msg, fill, main=main)
+            self.send(msg, fill)
         except BaseException:
             self.bls_pending.pop(i, None)
             raise
-        if main:
-            while not fut.done():
-                frame = self.main_frames.next()
-                if frame is None:
-                    os._exit(0)
-                reply, payload = frame
-                if reply.get("type") == "bls_resp":
-                    self._bls_response(reply, payload)
-                else:
-                    self.deferred.append(frame)
         return fut
 
     # ---- receiving ---------------------------------------------------------------------------
