@@ -1,6 +1,6 @@
 //! The default scheduler: one bounded queue per model version, drained by every instance thread.
 
-use super::{execute, Job, Scheduler};
+use super::{execute, guarded, Job, Scheduler};
 use crate::backend::{ExecResult, ModelInstance};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
@@ -135,12 +135,6 @@ fn finish_oldest(
     let result = guarded(|| instance.finish(ticket, &job.exec));
     reply(job, start, result, stats);
     true
-}
-
-/// Runs a backend call, turning a panic into an error.
-fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .unwrap_or_else(|_| Err(Error::internal("the backend panicked while executing the request; this is a bug")))
 }
 
 /// Records a finished job's statistics and answers it.

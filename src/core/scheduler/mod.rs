@@ -113,7 +113,12 @@ pub fn start(
 
 /// Runs one execution on an instance, turning a backend panic into an error.
 pub(crate) fn execute(instance: &mut dyn ModelInstance, exec: &ExecRequest) -> Result<ExecResult> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.execute(exec)))
+    guarded(|| instance.execute(exec))
+}
+
+/// Runs a backend call, turning a panic into an error.
+pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
         .unwrap_or_else(|_| Err(Error::internal("the backend panicked while executing the request; this is a bug")))
 }
 

@@ -286,10 +286,6 @@ class Tensor:
         return f"Tensor({self._name!r}, {_TYPE_NAMES.get(self._dtype, self._dtype)}, {self.shape()})"
 
 
-def _dtype_name(t):
-    return _TYPE_NAMES.get(t._dtype, "INVALID")
-
-
 # ---- requests and responses --------------------------------------------------------------------
 
 

@@ -40,8 +40,15 @@ import triton_python_backend_utils as pb_utils
 _HDR = struct.Struct("<II")
 # One compact encoder: json.dumps with non-default arguments builds a new encoder on every call.
 _encode_json = json.JSONEncoder(separators=(",", ":")).encode
-# Tensor names as JSON strings, so the hot path formats descriptions without the encoder.
+# Tensor and model names as JSON strings, so the hot path formats messages without the encoder.
 _QUOTED = {}
+
+
+def _quoted(name):
+    quoted = _QUOTED.get(name)
+    if quoted is None:
+        quoted = _QUOTED[name] = json.dumps(name)
+    return quoted
 _U64 = struct.Struct("<Q")
 # Tensors smaller than this travel inline: a ring slot would cost more than the copy into the frame.
 _INLINE_MAX = 64
@@ -78,9 +85,9 @@ def _error_text(e):
     return head + "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
 
 
-_Tensor = pb_utils.Tensor
+_wrap = pb_utils.Tensor._wrap
 _Response = pb_utils.InferenceResponse
-_new_tensor = _new_object = object.__new__
+_new = object.__new__
 _NAME_TYPES = pb_utils._NAME_TYPES
 
 
@@ -248,9 +255,7 @@ class Connection:
     def _tensor_json(self, ch, t, parts, payload_len, used_ring):
         """A tensor's description as JSON text, without the encoder (the hot path of every response)."""
         name, dt, shape, n, (k, v) = self._place(ch, t, parts, payload_len, used_ring)
-        quoted = _QUOTED.get(name)
-        if quoted is None:
-            quoted = _QUOTED[name] = json.dumps(name)
+        quoted = _quoted(name)
         dims = ",".join(map(str, shape))
         return f'{{"n":{quoted},"t":"{dt}","s":[{dims}],"l":{n},"{k}":{v}}}'
 
@@ -355,11 +360,8 @@ class Connection:
         if decoupled or not self.executing or threading.get_ident() != self.main_ident:
             return self.bls(request, decoupled).result()
         i = self._new_id()
-        quoted = _QUOTED.get(request._model_name)
-        if quoted is None:
-            quoted = _QUOTED[request._model_name] = json.dumps(request._model_name)
         head = '{"type":"bls","id":%d,"model":%s,"version":%d,"outputs":%s,"main":true' % (
-            i, quoted, request._model_version, _encode_json(request._outputs))
+            i, _quoted(request._model_name), request._model_version, _encode_json(request._outputs))
         extra = _bls_extras(request)
         if extra:
             head += "," + _encode_json(extra)[1:-1]
@@ -378,13 +380,10 @@ class Connection:
             else:
                 # The server sends the next execute call while this one runs: it waits its turn.
                 self.deferred.append(frame)
-        r = reply.get("resp")
-        if r is None:
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError("the BLS request got no response"))
-        try:
-            return _decode_response(r, self, payload)
-        except Exception as e:  # a broken response is still an answer
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"cannot read the BLS response: {e}"))
+        resp = _bls_answer(reply, self, payload)
+        if resp is None:
+            resp = pb_utils.InferenceResponse(error=pb_utils.TritonError("the BLS request got no response"))
+        return resp
 
     def bls(self, request, decoupled):
         """Sends a BLS request on the side socket; returns a future of its response (or of the iterator
@@ -435,11 +434,7 @@ class Connection:
                 arr = pb_utils.deserialize_bytes_tensor(payload[start:start + n]).reshape(shape)
             else:
                 arr = _array(shape, _NP[dt], n, payload, start)
-        t = _new_tensor(_Tensor)
-        t._name = desc["n"]
-        t._array = arr
-        t._dtype = _NAME_TYPES[dt]
-        return t
+        return _wrap(desc["n"], arr, _NAME_TYPES[dt])
 
     def reader(self):
         """The reader thread, on the side socket: answers pings and readiness probes, completes calls and
@@ -488,18 +483,23 @@ class Connection:
         fut, stream = entry
         if final:
             self.bls_pending.pop(i, None)
-        resp = None
-        if "resp" in msg:
-            try:
-                resp = _decode_response(msg["resp"], self, payload)
-            except Exception as e:  # a broken response is still an answer
-                resp = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"cannot read the BLS response: {e}"))
+        resp = _bls_answer(msg, self, payload)
         if stream is None:
             if resp is None:
                 resp = pb_utils.InferenceResponse(error=pb_utils.TritonError("the BLS request got no response"))
             fut.set_result(resp)
         else:
             stream.put(resp, final)
+
+
+def _bls_answer(msg, conn, payload):
+    """The response a `bls_resp` frame carries, or None when it carries none (a bare final flag)."""
+    if "resp" not in msg:
+        return None
+    try:
+        return _decode_response(msg["resp"], conn, payload)
+    except Exception as e:  # a broken response is still an answer
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"cannot read the BLS response: {e}"))
 
 
 def _bls_extras(request):
@@ -568,7 +568,7 @@ def _decode_response(r, conn, payload):
     if "err" in r:
         return pb_utils.InferenceResponse(error=pb_utils.TritonError(r["err"]["m"], r["err"].get("c", 1)))
     # Built without the constructor's checks: the server's tensors are Tensors already.
-    resp = _new_object(_Response)
+    resp = _new(_Response)
     resp._outputs = [conn.tensor(d, payload) for d in r.get("out", ())]
     resp._error = None
     resp._parameters = r.get("params") or {}
