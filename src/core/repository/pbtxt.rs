@@ -634,28 +634,44 @@ fn line_column(text: &str, offset: usize) -> (u32, u32) {
     (u32::try_from(line).unwrap_or(u32::MAX), u32::try_from(column).unwrap_or(u32::MAX))
 }
 
-/// The candidate closest to a misspelled `name`, if one is close enough to be a likely typo.
+/// The candidate closest to a misspelled `name`, if one is close enough to be a likely typo and no other
+/// candidate is as close (`TYPE_INT23` suggests `TYPE_INT32`, one transposition away, and nothing when
+/// two candidates tie).
 fn closest<'c>(name: &str, candidates: impl Iterator<Item = &'c str>) -> Option<&'c str> {
     let limit = (name.chars().count() / 3).clamp(1, 3);
-    candidates
+    let mut scored: Vec<(usize, &str)> = candidates
         .map(|candidate| (edit_distance(name, candidate), candidate))
         .filter(|&(distance, _)| distance <= limit)
-        .min_by_key(|&(distance, _)| distance)
-        .map(|(_, candidate)| candidate)
+        .collect();
+    scored.sort_by_key(|&(distance, _)| distance);
+    match scored.as_slice() {
+        [(_, only)] => Some(only),
+        [(best, candidate), (next, _), ..] if best < next => Some(candidate),
+        _ => None,
+    }
 }
 
-/// Levenshtein distance, case-insensitive (a wrongly cased name is a typo too).
+/// Edit distance with adjacent transpositions (optimal string alignment), case-insensitive: a swapped
+/// pair of characters or a wrongly cased name is one typo.
 fn edit_distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().map(|c| c.to_ascii_lowercase()).collect();
     let b: Vec<char> = b.chars().map(|c| c.to_ascii_lowercase()).collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    let mut current = vec![0; b.len() + 1];
-    for (i, &ca) in a.iter().enumerate() {
-        current[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let substitute = previous[j] + usize::from(ca != cb);
-            current[j + 1] = substitute.min(previous[j + 1] + 1).min(current[j] + 1);
+    // rows[i][j]: distance between a[..i] and b[..j]; three rows are enough for a transposition.
+    let width = b.len() + 1;
+    let mut before: Vec<usize> = vec![0; width];
+    let mut previous: Vec<usize> = (0..width).collect();
+    let mut current = vec![0; width];
+    for i in 1..=a.len() {
+        current[0] = i;
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (previous[j - 1] + cost).min(previous[j] + 1).min(current[j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(before[j - 2] + 1);
+            }
+            current[j] = d;
         }
+        std::mem::swap(&mut before, &mut previous);
         std::mem::swap(&mut previous, &mut current);
     }
     previous[b.len()]

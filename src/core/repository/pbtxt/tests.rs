@@ -540,6 +540,19 @@ fn bad_enum_value() {
 }
 
 #[test]
+fn enum_suggestions_count_a_swap_as_one_typo_and_ties_suggest_nothing() {
+    // TYPE_INT23 is one transposition from TYPE_INT32 and two edits from TYPE_INT8.
+    let err = parse_err("input [ { name: \"x\" data_type: TYPE_INT23 } ]");
+    assert!(err.message.ends_with("did you mean 'TYPE_INT32'?"), "{err}");
+    // KIND_TPU is one edit from both KIND_GPU and KIND_CPU: no guess.
+    let err = parse_err("instance_group [ { kind: KIND_TPU } ]");
+    assert!(!err.message.contains("did you mean"), "{err}");
+    assert_eq!(edit_distance("ab", "ba"), 1);
+    assert_eq!(edit_distance("TYPE_INT23", "TYPE_INT8"), 2);
+    assert_eq!(edit_distance("kitten", "sitting"), 3);
+}
+
+#[test]
 fn string_where_integer_expected() {
     let err = parse_err("name: \"m\"\nmax_batch_size: \"8\"\n");
     assert_eq!((err.line, err.column), (2, 17));
