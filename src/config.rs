@@ -40,6 +40,12 @@ pub struct ValidateArgs {
     /// Also print each valid model's completed configuration (after auto-complete), in config.pbtxt form.
     #[arg(long)]
     pub print_config: bool,
+    /// As for the server: warmup samples and states may be no larger than the largest request accepted.
+    #[arg(long, env = "TRITONRS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
+    pub http_max_input_size: usize,
+    /// As for the server: warmup samples and states may be no larger than the largest request accepted.
+    #[arg(long, env = "TRITONRS_GRPC_MAX_MESSAGE_SIZE", default_value_t = 64 * 1024 * 1024)]
+    pub grpc_max_message_size: usize,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
 }
@@ -297,9 +303,11 @@ impl ServeArgs {
 }
 
 impl ModelConfigArgs {
+    /// `max_tensor_bytes`: the largest request the server accepts (see `RepoOptions::max_tensor_bytes`).
     pub fn repo_options(
         &self,
         backend_config: &crate::backend::BackendConfig,
+        max_tensor_bytes: usize,
     ) -> anyhow::Result<crate::core::repository::RepoOptions> {
         let default_max_batch_size = match backend_config.get("onnxruntime", "default-max-batch-size") {
             Some(v) => {
@@ -312,6 +320,7 @@ impl ModelConfigArgs {
             default_max_batch_size,
             python: crate::backend::python::Settings::from_config(backend_config)
                 .map_err(|e| anyhow::anyhow!("{}", e.message))?,
+            max_tensor_bytes,
         })
     }
 }

@@ -34,13 +34,15 @@ fn validate(args: ValidateArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let opts = match args.model_config.repo_options(&backend_config) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let opts =
+        match args.model_config.repo_options(&backend_config, args.http_max_input_size.max(args.grpc_max_message_size))
+        {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        };
     let (models, errors) = repository::scan(&args.model_repository);
     let mut bad = errors.len();
     for e in &errors {
@@ -51,6 +53,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
         .map(|(name, dir)| {
             let result = dir.as_ref().map_err(Clone::clone).and_then(|d| {
                 let cfg = repository::read_model_config(d, name, &opts, None)?;
+                repository::check_model_files(&cfg, d)?;
                 let versions = repository::list_versions(d);
                 if repository::VersionPolicy::from_config(&cfg).select(&versions).is_empty() {
                     return Err(tritonrs::error::Error::invalid(format!(
@@ -116,7 +119,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("at least one --model-repository is required");
     }
     let backend_config = BackendConfig::parse(&args.model_config.backend_config)?;
-    let repo = args.model_config.repo_options(&backend_config)?;
+    let repo =
+        args.model_config.repo_options(&backend_config, args.http_max_input_size.max(args.grpc_max_message_size))?;
     let (trace, trace_warnings) = args.trace_settings()?;
     for w in trace_warnings {
         tracing::warn!("{w}");

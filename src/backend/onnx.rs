@@ -103,17 +103,22 @@ fn param<'a>(ctx: &'a ModelContext, key: &str) -> Option<&'a str> {
     ctx.config.parameters.get(key).map(|p| p.string_value.as_str()).filter(|s| !s.is_empty())
 }
 
-fn param_usize(ctx: &ModelContext, key: &str) -> Result<Option<usize>> {
-    param(ctx, key)
-        .map(|v| {
-            v.trim().parse::<usize>().map_err(|_| {
-                Error::invalid(format!(
-                    "model '{}': parameter '{key}' must be a non-negative integer, got '{v}'",
-                    ctx.name
-                ))
-            })
-        })
-        .transpose()
+/// Most threads a model may ask ONNX Runtime for in one pool (`intra_op_thread_count`,
+/// `inter_op_thread_count`): each is an OS thread, created when the session is.
+const MAX_ORT_THREADS: usize = 1024;
+
+fn param_threads(ctx: &ModelContext, key: &str) -> Result<Option<usize>> {
+    let Some(v) = param(ctx, key) else { return Ok(None) };
+    let n = v.trim().parse::<usize>().map_err(|_| {
+        Error::invalid(format!("model '{}': parameter '{key}' must be a non-negative integer, got '{v}'", ctx.name))
+    })?;
+    if n > MAX_ORT_THREADS {
+        return Err(Error::invalid(format!(
+            "model '{}': parameter '{key}': {n} is over the limit of {MAX_ORT_THREADS} threads",
+            ctx.name
+        )));
+    }
+    Ok(Some(n))
 }
 
 impl Backend for OnnxBackend {
@@ -123,17 +128,17 @@ impl Backend for OnnxBackend {
 
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let env = self.environment()?;
-        let file = ctx.version_dir.join(crate::core::repository::model_filename(&ctx.config));
+        let file = crate::core::repository::model_file(&ctx.version_dir, &ctx.config)?;
         if !file.is_file() {
             return Err(Error::invalid(format!("model file '{}' not found", file.display())));
         }
         let ort_err = |what: &str, e: ort::Error| Error::internal(format!("{what} for model '{}': {e}", ctx.name));
         let mut builder = Session::builder(env).map_err(|e| ort_err("cannot create an ONNX Runtime session", e))?;
-        if let Some(n) = param_usize(ctx, "intra_op_thread_count")?.filter(|&n| n > 0) {
+        if let Some(n) = param_threads(ctx, "intra_op_thread_count")?.filter(|&n| n > 0) {
             builder =
                 builder.with_intra_threads(n).map_err(|e| ort_err("cannot set intra_op_thread_count", e.into()))?;
         }
-        if let Some(n) = param_usize(ctx, "inter_op_thread_count")?.filter(|&n| n > 0) {
+        if let Some(n) = param_threads(ctx, "inter_op_thread_count")?.filter(|&n| n > 0) {
             builder =
                 builder.with_inter_threads(n).map_err(|e| ort_err("cannot set inter_op_thread_count", e.into()))?;
         }
@@ -162,57 +167,26 @@ impl Backend for OnnxBackend {
     }
 }
 
-/// Every configured tensor must exist in the model with the same datatype, and every model input must be
-/// configured: mismatches fail the load rather than every request.
+/// Every configured tensor must exist in the model with the same datatype and a compatible shape, and
+/// every model input must be configured: mismatches fail the load rather than every request.
 fn check_io(ctx: &ModelContext, session: &Session) -> Result<()> {
-    let model_type = |outlets: &[ort::value::Outlet], name: &str| {
-        outlets.iter().find(|o| o.name() == name).map(|o| match o.dtype() {
-            ValueType::Tensor { ty, .. } => Some(*ty),
-            _ => None,
-        })
+    use crate::core::repository::autocomplete::{check_io, IoInfo, ModelIoInfo};
+    let describe = |outlets: &[ort::value::Outlet]| -> Vec<IoInfo> {
+        outlets
+            .iter()
+            .map(|o| {
+                let (data_type, dims) = match o.dtype() {
+                    ValueType::Tensor { ty, shape, .. } => {
+                        (from_element_type(*ty).map_or(0, DataType::to_config), shape.to_vec())
+                    }
+                    _ => (0, Vec::new()),
+                };
+                IoInfo { name: o.name().to_string(), data_type, dims }
+            })
+            .collect()
     };
-    let check = |kind: &str, name: &str, dt: i32, outlets: &[ort::value::Outlet]| -> Result<()> {
-        let expected = DataType::from_config(dt).and_then(to_element_type);
-        match model_type(outlets, name) {
-            None => Err(Error::invalid(format!(
-                "model '{}': configuration {kind} '{name}' is not an {kind} of the ONNX model (it has: {})",
-                ctx.name,
-                outlets.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
-            ))),
-            Some(actual) if actual != expected => Err(Error::invalid(format!(
-                "model '{}': {kind} '{name}' is {:?} in the ONNX model but the configuration says {}",
-                ctx.name,
-                actual,
-                DataType::from_config(dt).map(|d| d.as_str()).unwrap_or("an invalid type")
-            ))),
-            Some(_) => Ok(()),
-        }
-    };
-    for i in &ctx.config.input {
-        check("input", &i.name, i.data_type, session.inputs())?;
-    }
-    for o in &ctx.config.output {
-        check("output", &o.name, o.data_type, session.outputs())?;
-    }
-    // A sequence model's control and implicit-state tensors are fed and read by the server, not listed
-    // as inputs and outputs; they must still exist with the configured datatypes.
-    let hidden = crate::core::scheduler::sequence::policy::hidden_tensors(&ctx.config);
-    for (name, dt) in &hidden.inputs {
-        check("input", name, dt.to_config(), session.inputs())?;
-    }
-    for (name, dt) in &hidden.outputs {
-        check("output", name, dt.to_config(), session.outputs())?;
-    }
-    for o in session.inputs() {
-        if !hidden.is_input(o.name()) && !ctx.config.input.iter().any(|i| i.name == o.name()) {
-            return Err(Error::invalid(format!(
-                "model '{}': the ONNX model has input '{}' which the configuration does not declare",
-                ctx.name,
-                o.name()
-            )));
-        }
-    }
-    Ok(())
+    let io = ModelIoInfo { inputs: describe(session.inputs()), outputs: describe(session.outputs()) };
+    check_io(&ctx.config, &io, "ONNX model")
 }
 
 fn to_element_type(dt: DataType) -> Option<TensorElementType> {

@@ -312,7 +312,13 @@ impl ModelManager {
     pub async fn load(self: &Arc<Self>, name: &str, opts: LoadOptions) -> Result<()> {
         let result = self.load_with(name, opts, false).await;
         self.composing_changed(name, None).await;
-        result
+        // As tritonserver words it, and as clients (tritonclient's examples) look for.
+        result.map_err(|mut e| {
+            if !e.message.starts_with("failed to load") {
+                e.message = format!("failed to load '{name}': {}", e.message);
+            }
+            e
+        })
     }
 
     /// Loads a model the server was told to serve at start-up (`--load-model`, or every model in the
@@ -370,28 +376,48 @@ impl ModelManager {
     }
 
     async fn load_inner(self: &Arc<Self>, name: &str, opts: LoadOptions) -> Result<()> {
-        let started = Instant::now();
-        // Files from the load API live in a private temporary folder for the model's lifetime.
-        let mut files_dir = None;
-        let dir: PathBuf = if !opts.files.is_empty() {
+        // Files from the load API live in a private temporary folder for the model's lifetime. Its path
+        // is the server's business: messages show paths relative to it.
+        let files_dir = if opts.files.is_empty() {
+            None
+        } else {
             if opts.config_json.is_none() {
                 return Err(Error::invalid(format!(
                     "loading model '{name}' from file parameters requires the 'config' parameter too"
                 )));
             }
-            let tmp = write_files(name, &opts.files)?;
-            let d = tmp.path().join(name);
-            files_dir = Some(Arc::new(tmp));
-            d
-        } else {
-            let (found, _) = repository::scan(&self.repos);
-            match found.get(name) {
-                Some(Ok(d)) => d.clone(),
-                Some(Err(e)) => return Err(e.clone()),
-                None => {
-                    return Err(Error::not_found(format!(
-                        "failed to load '{name}', no model folder of that name in the model repositories"
-                    )))
+            Some(Arc::new(write_files(name, &opts.files)?))
+        };
+        let hide = files_dir.as_ref().map(|t| format!("{}/", t.path().display()));
+        self.load_from(name, opts, files_dir, hide.as_deref()).await.map_err(|mut e| {
+            e.message = scrub(hide.as_deref(), &e.message);
+            e
+        })
+    }
+
+    /// [`Self::load_inner`] once the load request's files are written; `hide` is their folder, left
+    /// out of every message and reason.
+    async fn load_from(
+        self: &Arc<Self>,
+        name: &str,
+        opts: LoadOptions,
+        files_dir: Option<Arc<tempfile::TempDir>>,
+        hide: Option<&str>,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let scrub = |msg: &str| scrub(hide, msg);
+        let dir: PathBuf = match &files_dir {
+            Some(tmp) => tmp.path().join(name),
+            None => {
+                let (found, _) = repository::scan(&self.repos);
+                match found.get(name) {
+                    Some(Ok(d)) => d.clone(),
+                    Some(Err(e)) => return Err(e.clone()),
+                    None => {
+                        return Err(Error::not_found(format!(
+                            "failed to load '{name}', no model folder of that name in the model repositories"
+                        )))
+                    }
                 }
             }
         };
@@ -401,22 +427,35 @@ impl ModelManager {
         let ropts = self.opts.clone();
         let cfg_json = opts.config_json.clone();
         let cfg = tokio::task::spawn_blocking(move || {
-            repository::read_model_config(&dir2, &name2, &ropts, cfg_json.as_deref())
+            repository::read_model_config_detailed(&dir2, &name2, &ropts, cfg_json.as_deref())
         })
         .await
         .map_err(|e| Error::internal(format!("config reader failed: {e}")))?;
         let cfg = match cfg {
             Ok(c) => Arc::new(c),
-            Err(e) => return Err(self.model_failed(name, fingerprint, e)),
+            Err(f) => {
+                let mut e = f.error;
+                e.message = scrub(&e.message);
+                return Err(match f.version {
+                    Some(v) => self.version_failed(name, fingerprint, v, e),
+                    None => self.model_failed(name, fingerprint, e),
+                });
+            }
         };
         let labels = match repository::read_labels(&cfg, &dir) {
             Ok(l) => Arc::new(l),
-            Err(e) => return Err(self.model_failed(name, fingerprint, e)),
+            Err(mut e) => {
+                e.message = scrub(&e.message);
+                return Err(self.model_failed(name, fingerprint, e));
+            }
         };
         let available = repository::list_versions(&dir);
         let wanted = VersionPolicy::from_config(&cfg).select(&available);
         if wanted.is_empty() {
-            let e = Error::invalid(format!("model '{name}' has no version folders to serve in '{}'", dir.display()));
+            let e = Error::invalid(scrub(&format!(
+                "model '{name}' has no version folders to serve in '{}'",
+                dir.display()
+            )));
             return Err(self.model_failed(name, fingerprint, e));
         }
         // An ensemble's versions load once its composing models serve and it fits their configurations.
@@ -453,7 +492,16 @@ impl ModelManager {
                 }
                 let worker = this.clone();
                 let res = tokio::task::spawn_blocking(move || {
-                    load_version(&worker.backends, worker.limiter.as_ref(), &name, v, cfg, &dir, labels)
+                    load_version(
+                        &worker.backends,
+                        worker.limiter.as_ref(),
+                        worker.opts.max_tensor_bytes,
+                        &name,
+                        v,
+                        cfg,
+                        &dir,
+                        labels,
+                    )
                 })
                 .await
                 .unwrap_or_else(|e| Err(Error::internal(format!("model load task failed: {e}"))));
@@ -480,7 +528,8 @@ impl ModelManager {
                     slot.reason.clear();
                     entry.generation = self.generations.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                 }
-                Err(e) => {
+                Err(mut e) => {
+                    e.message = scrub(&e.message);
                     tracing::error!("Model '{name}' version {v} failed to load: {}", e.message);
                     if slot.model.is_some() {
                         // The previous copy keeps serving; the failed reload is reported to the caller.
@@ -535,6 +584,24 @@ impl ModelManager {
             entry.error = Some(e.message.clone());
         }
         e
+    }
+
+    /// Records a failure of one version's model file found while reading the configuration (a broken
+    /// `.onnx` read for auto-complete): as in Triton, that version is UNAVAILABLE with the reason, unless
+    /// earlier versions still serve.
+    fn version_failed(&self, name: &str, fingerprint: u64, version: i64, e: Error) -> Error {
+        tracing::error!("Model '{name}' version {version} failed to load: {}", e.message);
+        let mut table = self.table.write();
+        let entry = table.entry(name.to_string()).or_default();
+        entry.fingerprint = Some(fingerprint);
+        if entry.versions.values().all(|s| s.model.is_none()) {
+            entry.versions.clear();
+            entry.error = None;
+            let slot = entry.versions.entry(version).or_insert_with(VersionSlot::loading);
+            slot.state = ModelState::Unavailable;
+            slot.reason = e.message.clone();
+        }
+        Error::new(e.kind, format!("failed to load '{name}': version {version}: {}", e.message))
     }
 
     /// Unloads every version of a model and waits until it is gone: the versions are UNLOADING while
@@ -652,9 +719,11 @@ pub async fn retire(models: Vec<Arc<LoadedModel>>) {
 }
 
 /// Creates every instance of one version and starts its scheduler.
+#[allow(clippy::too_many_arguments)]
 fn load_version(
     backends: &BackendRegistry,
     limiter: Option<&Arc<RateLimiter>>,
+    max_tensor_bytes: usize,
     name: &str,
     version: i64,
     cfg: Arc<ModelConfig>,
@@ -675,7 +744,7 @@ fn load_version(
         model_dir: dir.to_path_buf(),
         version_dir,
     };
-    let samples = warmup::samples(&cfg, dir)?;
+    let samples = warmup::samples(&cfg, dir, max_tensor_bytes)?;
     let limits = instance_limits(&cfg);
     let mut instances = Vec::new();
     let mut probes = Vec::new();
@@ -766,27 +835,106 @@ pub fn instance_specs(cfg: &ModelConfig) -> Vec<InstanceSpec> {
     out
 }
 
-/// Writes load-API model files into a fresh temporary repository, refusing paths that escape it.
+/// `msg` without the folder `hide` (a load request's private files): paths show relative to it.
+fn scrub(hide: Option<&str>, msg: &str) -> String {
+    match hide {
+        Some(prefix) => msg.replace(prefix, ""),
+        None => msg.to_string(),
+    }
+}
+
+/// Longest name of one folder or file in a `file:` parameter (common filesystems' limit).
+const MAX_FILE_NAME_BYTES: usize = 255;
+/// Longest `file:` path, and deepest nesting, so the full path stays far below PATH_MAX.
+const MAX_FILE_PATH_BYTES: usize = 1024;
+const MAX_FILE_PATH_DEPTH: usize = 16;
+
+/// Checks the names of a load request's `file:` parameters: relative paths inside the model folder,
+/// each name short enough for the filesystem, no NUL, and no two naming the same file or a file and a
+/// folder at once (`1` and `1/model.onnx`). Every problem is the client's (400), and no message shows a
+/// server path.
+fn check_file_names(files: &[(String, Vec<u8>)]) -> Result<Vec<PathBuf>> {
+    let bad = |rel: &str, why: &str| {
+        Error::invalid(format!("file parameter 'file:{}' {why}", repository::paths::printable(rel)))
+    };
+    let mut out = Vec::with_capacity(files.len());
+    for (rel, _) in files {
+        if rel.is_empty() {
+            return Err(bad(rel, "has no path; name a file inside the model folder, such as 'file:1/model.onnx'"));
+        }
+        if rel.contains('\0') {
+            return Err(bad(rel, "contains a NUL character"));
+        }
+        if rel.len() > MAX_FILE_PATH_BYTES {
+            return Err(bad(rel, &format!("is longer than {MAX_FILE_PATH_BYTES} bytes")));
+        }
+        let path = Path::new(rel);
+        let mut clean = PathBuf::new();
+        for c in path.components() {
+            match c {
+                std::path::Component::Normal(part) if part.len() > MAX_FILE_NAME_BYTES => {
+                    return Err(bad(rel, &format!("has a name longer than {MAX_FILE_NAME_BYTES} bytes")))
+                }
+                std::path::Component::Normal(part) => clean.push(part),
+                std::path::Component::CurDir => {}
+                _ => return Err(bad(rel, "must be a relative path inside the model folder")),
+            }
+        }
+        if clean.as_os_str().is_empty() {
+            return Err(bad(rel, "has no file name"));
+        }
+        if clean.components().count() > MAX_FILE_PATH_DEPTH {
+            return Err(bad(rel, &format!("is nested deeper than {MAX_FILE_PATH_DEPTH} folders")));
+        }
+        out.push(clean);
+    }
+    // A file may not also be another file's folder, and two names may not denote one file.
+    for (i, a) in out.iter().enumerate() {
+        for (j, b) in out.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            if a == b && i < j {
+                return Err(Error::invalid(format!(
+                    "file parameters 'file:{}' and 'file:{}' name the same file",
+                    repository::paths::printable(&files[i].0),
+                    repository::paths::printable(&files[j].0)
+                )));
+            }
+            if b.starts_with(a) && a != b {
+                return Err(Error::invalid(format!(
+                    "file parameters 'file:{}' and 'file:{}' collide: '{}' cannot be both a file and a folder",
+                    repository::paths::printable(&files[i].0),
+                    repository::paths::printable(&files[j].0),
+                    repository::paths::printable(&a.display().to_string())
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Writes load-API model files into a fresh temporary repository (names checked by
+/// [`check_file_names`]). A failure to write is the server's, reported without its paths.
 fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::TempDir> {
+    let names = check_file_names(files)?;
     let tmp = tempfile::Builder::new()
         .prefix("tritonrs-model-")
         .tempdir()
         .map_err(|e| Error::internal(format!("cannot create a temporary folder for model files: {e}")))?;
     let root = tmp.path().join(name);
-    for (rel, data) in files {
-        let rel_path = Path::new(rel);
-        let safe = rel_path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
-        if !safe || rel.is_empty() {
-            return Err(Error::invalid(format!(
-                "file parameter 'file:{rel}' must be a relative path inside the model folder"
-            )));
-        }
-        let path = root.join(rel_path);
+    for (rel, (shown, data)) in names.iter().zip(files) {
+        let path = root.join(rel);
+        let fail = |e: std::io::Error| {
+            Error::internal(format!(
+                "cannot write the file of parameter 'file:{}': {e}",
+                repository::paths::printable(shown)
+            ))
+        };
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| Error::internal(format!("cannot create '{}': {e}", parent.display())))?;
+            std::fs::create_dir_all(parent).map_err(fail)?;
         }
-        std::fs::write(&path, data).map_err(|e| Error::internal(format!("cannot write '{}': {e}", path.display())))?;
+        std::fs::write(&path, data).map_err(fail)?;
     }
     Ok(tmp)
 }

@@ -2,6 +2,7 @@
 //! A failed warmup is a failed load, with the reason.
 
 use crate::backend::{ExecRequest, ModelInstance};
+use crate::core::repository::{limits, paths, WARMUP_FOLDER};
 use crate::core::types::{element_count, serialize_bytes, DataType, Tensor};
 use crate::error::{Error, Result};
 use crate::proto::inference::model_warmup::input::InputDataType;
@@ -15,12 +16,14 @@ pub struct Sample {
     pub count: u32,
 }
 
-/// Builds the configured samples. `model_dir` holds the `warmup/` folder for `input_data_file`.
-pub fn samples(cfg: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>> {
-    cfg.model_warmup.iter().map(|w| sample(cfg, w, model_dir)).collect()
+/// Builds the configured samples. `model_dir` holds the `warmup/` folder for `input_data_file`; no input
+/// may be larger than `max_bytes` (the sizes were checked with the configuration, see
+/// [`limits::check`]; this bounds the allocations themselves).
+pub fn samples(cfg: &ModelConfig, model_dir: &Path, max_bytes: usize) -> Result<Vec<Sample>> {
+    cfg.model_warmup.iter().map(|w| sample(cfg, w, model_dir, max_bytes)).collect()
 }
 
-fn sample(cfg: &ModelConfig, w: &ModelWarmup, model_dir: &Path) -> Result<Sample> {
+fn sample(cfg: &ModelConfig, w: &ModelWarmup, model_dir: &Path, max_bytes: usize) -> Result<Sample> {
     let fail = |msg: String| Error::invalid(format!("model warmup '{}': {msg}", w.name));
     let batching = cfg.max_batch_size > 0;
     if batching && (w.batch_size == 0 || w.batch_size as i32 > cfg.max_batch_size) {
@@ -42,14 +45,22 @@ fn sample(cfg: &ModelConfig, w: &ModelWarmup, model_dir: &Path) -> Result<Sample
         let data = match &input.input_data_type {
             Some(InputDataType::InputDataFile(file)) => {
                 // As in Triton: the file holds one batch item, repeated for the whole batch.
-                let path = model_dir.join("warmup").join(file);
-                let item = std::fs::read(&path)
-                    .map_err(|e| fail(format!("cannot read input_data_file '{}': {e}", path.display())))?;
+                let path = paths::confined(&model_dir.join(WARMUP_FOLDER), file, "model_warmup.inputs.input_data_file")
+                    .map_err(|e| fail(e.message))?;
                 let copies = if batching { w.batch_size as usize } else { 1 };
-                item.repeat(copies)
+                let limit = max_bytes / copies.max(1);
+                let what = format!("input_data_file '{}'", paths::printable(file));
+                let item = limits::read_file_bounded(&path, limit as u64, false, &what).map_err(|e| fail(e.message))?;
+                let mut data = Vec::new();
+                data.try_reserve_exact(item.len().saturating_mul(copies))
+                    .map_err(|_| fail(format!("cannot allocate {copies} copies of {what}")))?;
+                for _ in 0..copies {
+                    data.extend_from_slice(&item);
+                }
+                data
             }
-            Some(InputDataType::RandomData(true)) => filler(datatype, count, true),
-            _ => filler(datatype, count, false),
+            Some(InputDataType::RandomData(true)) => filler(datatype, count, true, max_bytes).map_err(fail)?,
+            _ => filler(datatype, count, false, max_bytes).map_err(fail)?,
         };
         inputs.push(Tensor::new(name.clone(), datatype, shape, data));
     }
@@ -62,27 +73,29 @@ fn sample(cfg: &ModelConfig, w: &ModelWarmup, model_dir: &Path) -> Result<Sample
 }
 
 /// Zeros, or deterministic pseudo-random bytes (a warmup needs plausible data, not entropy). BYTES
-/// elements are empty strings for zero data and one-byte strings for random data.
-fn filler(datatype: DataType, count: usize, random: bool) -> Vec<u8> {
-    match datatype.byte_size() {
-        None => {
-            let item: &[u8] = if random { b"a" } else { b"" };
-            serialize_bytes(std::iter::repeat_n(item, count)).to_vec()
-        }
-        Some(size) if random => {
-            // Small values (one significant byte per element) so floats stay finite and bools valid.
-            let mut state = 0x2545_f491_u32;
-            let mut out = vec![0u8; count * size];
-            for chunk in out.chunks_mut(size) {
-                state ^= state << 13;
-                state ^= state >> 17;
-                state ^= state << 5;
-                chunk[0] = if datatype == DataType::Bool { (state & 1) as u8 } else { (state % 100) as u8 };
-            }
-            out
-        }
-        Some(size) => vec![0u8; count * size],
+/// elements are empty strings for zero data and one-byte strings for random data. More than `max_bytes`
+/// bytes, or an allocation that fails, is an error, never an abort.
+fn filler(datatype: DataType, count: usize, random: bool, max_bytes: usize) -> std::result::Result<Vec<u8>, String> {
+    let item: &[u8] = if random { b"a" } else { b"" };
+    let size = datatype.byte_size().unwrap_or(4 + item.len());
+    let len = count.checked_mul(size).filter(|&n| n <= max_bytes).ok_or_else(|| {
+        format!("a sample of {count} elements of {} is over the limit of {max_bytes} bytes", datatype.as_str())
+    })?;
+    if datatype.byte_size().is_none() {
+        return Ok(serialize_bytes(std::iter::repeat_n(item, count)).to_vec());
     }
+    let mut out = limits::zeroed(len, "a warmup sample").map_err(|e| e.message)?;
+    if random {
+        // Small values (one significant byte per element) so floats stay finite and bools valid.
+        let mut state = 0x2545_f491_u32;
+        for chunk in out.chunks_mut(size) {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            chunk[0] = if datatype == DataType::Bool { (state & 1) as u8 } else { (state % 100) as u8 };
+        }
+    }
+    Ok(out)
 }
 
 /// Runs every sample on one instance.

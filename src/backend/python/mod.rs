@@ -23,7 +23,7 @@ use super::{
     Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
     ModelInstance, ServerApi,
 };
-use crate::core::repository::pbtxt;
+use crate::core::repository::{pbtxt, ConfigFailure};
 use crate::core::scheduler::SequenceId;
 use crate::error::{Error, Result};
 use crate::proto::inference::ModelConfig;
@@ -213,7 +213,7 @@ fn decoupled(cfg: &ModelConfig) -> bool {
 
 /// What every stub of a model version is started with.
 fn launch(settings: &Settings, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Launch> {
-    let model_path = ctx.version_dir.join(crate::core::repository::model_filename(&ctx.config));
+    let model_path = crate::core::repository::model_file(&ctx.version_dir, &ctx.config)?;
     if !model_path.is_file() {
         return Err(Error::invalid(format!("model file '{}' not found", model_path.display())));
     }
@@ -637,25 +637,33 @@ impl Drop for PythonInstance {
 /// Completes a Python model's configuration with its `auto_complete_config`, run in a short-lived stub
 /// (as Triton does). Models whose file does not mention the function are left as they are, without
 /// starting Python.
-pub fn auto_complete(settings: &Settings, dir: &Path, name: &str, cfg: &ModelConfig) -> Result<ModelConfig> {
-    let file_name = crate::core::repository::model_filename(cfg);
-    let Some(version) = crate::core::repository::list_versions(dir)
-        .into_iter()
-        .rev()
-        .find(|v| dir.join(v.to_string()).join(&file_name).is_file())
-    else {
+/// A failure once the version whose model file runs is known is that version's (as Triton reports it).
+pub fn auto_complete(
+    settings: &Settings,
+    dir: &Path,
+    name: &str,
+    cfg: &ModelConfig,
+) -> std::result::Result<ModelConfig, ConfigFailure> {
+    let mut newest_first = crate::core::repository::list_versions(dir).into_iter().rev();
+    let found = newest_first.find_map(|v| {
+        crate::core::repository::model_file(&dir.join(v.to_string()), cfg)
+            .map(|p| p.is_file().then_some((v, p)))
+            .transpose()
+    });
+    let Some(found) = found else {
         return Ok(cfg.clone());
     };
-    let version_dir = dir.join(version.to_string());
-    let model_path = version_dir.join(&file_name);
+    let (version, model_path) = found?;
+    let at_version = |error: Error| ConfigFailure { error, version: Some(version) };
     let text = std::fs::read_to_string(&model_path)
-        .map_err(|e| Error::invalid(format!("cannot read '{}': {e}", model_path.display())))?;
+        .map_err(|e| at_version(Error::invalid(format!("cannot read '{}': {e}", model_path.display()))))?;
     if !text.contains("auto_complete_config") {
         return Ok(cfg.clone());
     }
+    let version_dir = dir.join(version.to_string());
     let launch = Launch {
         settings: settings.clone(),
-        env: ExecEnv::resolve(settings, cfg, dir)?,
+        env: ExecEnv::resolve(settings, cfg, dir).map_err(at_version)?,
         model_path,
         sys_path: vec![version_dir, dir.to_path_buf()],
         init: json!({
@@ -668,12 +676,16 @@ pub fn auto_complete(settings: &Settings, dir: &Path, name: &str, cfg: &ModelCon
         instance: name.to_string(),
         with_shm: false,
     };
-    let mut stub = Stub::spawn(&launch, None, None)?;
-    match stub.handshake()? {
+    let mut stub = Stub::spawn(&launch, None, None).map_err(at_version)?;
+    match stub.handshake().map_err(at_version)? {
         Control::Autocomplete(v) => pbtxt::config_from_json(&v.to_string()).map_err(|e| {
-            Error::invalid(format!("auto_complete_config of model '{name}' returned an invalid configuration: {e}"))
+            at_version(Error::invalid(format!(
+                "auto_complete_config of model '{name}' returned an invalid configuration: {e}"
+            )))
         }),
-        Control::InitError(e) => Err(Error::invalid(e)),
-        other => Err(Error::internal(format!("the auto-complete stub of model '{name}' answered {other:?}"))),
+        Control::InitError(e) => Err(at_version(Error::invalid(e))),
+        other => {
+            Err(at_version(Error::internal(format!("the auto-complete stub of model '{name}' answered {other:?}"))))
+        }
     }
 }

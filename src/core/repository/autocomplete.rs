@@ -164,6 +164,102 @@ pub fn complete_onnx(cfg: &mut ModelConfig, io: &ModelIoInfo, default_max_batch_
     }
 }
 
+/// Checks a configuration against the inputs and outputs its model file declares, as Triton's ONNX
+/// Runtime backend does at load: every configured tensor exists in the model with the same datatype and
+/// a compatible shape, and every model input is configured (or fed by the sequence batcher). A mismatch
+/// fails the load, naming both sides, instead of failing every request later.
+/// `what` names the model file's format in messages ("ONNX model").
+pub fn check_io(cfg: &ModelConfig, io: &ModelIoInfo, what: &str) -> Result<()> {
+    let model = &cfg.name;
+    let type_name =
+        |dt: i32| crate::core::types::DataType::from_config(dt).map_or("an unsupported type", |d| d.as_str());
+    let find = |kind: &str, name: &str, list: &[IoInfo]| -> Result<IoInfo> {
+        list.iter().find(|t| t.name == name).cloned().ok_or_else(|| {
+            let names: Vec<&str> = list.iter().map(|t| t.name.as_str()).collect();
+            Error::invalid(format!(
+                "model '{model}': configuration {kind} '{name}' is not an {kind} of the {what} (it has: {})",
+                names.join(", ")
+            ))
+        })
+    };
+    let check_type = |kind: &str, name: &str, configured: i32, t: &IoInfo| -> Result<()> {
+        if configured != t.data_type {
+            return Err(Error::invalid(format!(
+                "model '{model}': {kind} '{name}' is {} in the {what} but the configuration says {}",
+                type_name(t.data_type),
+                type_name(configured)
+            )));
+        }
+        Ok(())
+    };
+    let configured = cfg
+        .input
+        .iter()
+        .map(|i| ("input", &i.name, i.data_type, &i.dims, i.reshape.as_ref(), i.allow_ragged_batch))
+        .chain(cfg.output.iter().map(|o| ("output", &o.name, o.data_type, &o.dims, o.reshape.as_ref(), false)));
+    for (kind, name, dt, dims, reshape, ragged) in configured {
+        let t = find(kind, name, if kind == "input" { &io.inputs } else { &io.outputs })?;
+        check_type(kind, name, dt, &t)?;
+        // A ragged input reaches the model as one flat tensor, whatever its configured dims.
+        if !ragged {
+            check_shape(cfg, kind, name, &t.dims, reshape.map_or(dims.as_slice(), |r| r.shape.as_slice()))?;
+        }
+    }
+    // A sequence model's control and implicit-state tensors are fed and read by the server, not listed
+    // as inputs and outputs; they must still exist with the configured datatypes.
+    let hidden = crate::core::scheduler::sequence::policy::hidden_tensors(cfg);
+    for (name, dt) in &hidden.inputs {
+        check_type("input", name, dt.to_config(), &find("input", name, &io.inputs)?)?;
+    }
+    for (name, dt) in &hidden.outputs {
+        check_type("output", name, dt.to_config(), &find("output", name, &io.outputs)?)?;
+    }
+    if let Some(t) = io.inputs.iter().find(|t| !hidden.is_input(&t.name) && !cfg.input.iter().any(|i| i.name == t.name))
+    {
+        return Err(Error::invalid(format!(
+            "model '{model}': the {what} has input '{}' which the configuration does not declare",
+            t.name
+        )));
+    }
+    Ok(())
+}
+
+/// Compares a configured shape (`dims`, or `reshape` when set; without the batch dimension) with the
+/// model's: a batching model needs a variable first dimension, the ranks must agree, and every fixed
+/// model dimension must be configured as that size. A model tensor of unknown shape is not checked.
+fn check_shape(cfg: &ModelConfig, kind: &str, name: &str, model_dims: &[i64], dims: &[i64]) -> Result<()> {
+    if model_dims.is_empty() {
+        return Ok(());
+    }
+    let show = |d: &[i64]| format!("[{}]", d.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
+    let batching = cfg.max_batch_size > 0;
+    let full: Vec<i64> =
+        if batching { std::iter::once(-1).chain(dims.iter().copied()).collect() } else { dims.to_vec() };
+    if batching && model_dims[0] != -1 {
+        return Err(Error::invalid(format!(
+            "model '{}': {kind} '{name}': max_batch_size is {}, so the model's first dimension must be a \
+             variable batch dimension, but the model's shape is {} (the configuration's is {} with the batch \
+             dimension)",
+            cfg.name,
+            cfg.max_batch_size,
+            show(model_dims),
+            show(&full)
+        )));
+    }
+    let fits = model_dims.len() == full.len() && model_dims.iter().zip(&full).all(|(&m, &c)| m == -1 || m == c);
+    if !fits {
+        let batch_note = if batching { format!(" ({} with the batch dimension)", show(&full)) } else { String::new() };
+        return Err(Error::invalid(format!(
+            "model '{}': {kind} '{name}': the configuration's shape {}{batch_note} does not match the model's \
+             shape {}",
+            cfg.name,
+            show(dims),
+            show(model_dims)
+        )));
+    }
+    Ok(())
+}
+
 /// Fills a configured tensor's missing datatype and dims from the model.
 fn complete_tensor(
     data_type: &mut i32,
@@ -276,6 +372,54 @@ mod tests {
         assert_eq!(cfg.output.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["OUTPUT"]);
         assert_eq!(cfg.max_batch_size, 4);
         assert!(matches!(cfg.scheduling_choice, Some(SchedulingChoice::SequenceBatching(_))));
+    }
+
+    fn config(max_batch_size: i32, in_dims: &[i64]) -> ModelConfig {
+        ModelConfig {
+            name: "m".into(),
+            max_batch_size,
+            input: vec![ModelInput { name: "A".into(), data_type: 11, dims: in_dims.to_vec(), ..Default::default() }],
+            output: vec![ModelOutput {
+                name: "B".into(),
+                data_type: 11,
+                dims: if max_batch_size > 0 { vec![-1] } else { vec![-1, -1] },
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn io_check_compares_names_types_and_shapes() {
+        let info = ModelIoInfo { inputs: vec![io("A", 11, &[-1, 16])], outputs: vec![io("B", 11, &[-1, -1])] };
+        check_io(&config(8, &[16]), &info, "ONNX model").unwrap();
+        check_io(&config(0, &[-1, 16]), &info, "ONNX model").unwrap();
+        check_io(&config(0, &[3, 16]), &info, "ONNX model").unwrap();
+        // The issue's case: dims [8] for an input of 16; both shapes are named.
+        let e = check_io(&config(8, &[8]), &info, "ONNX model").unwrap_err().message;
+        assert!(e.contains("[8]") && e.contains("[-1,16]") && e.contains("input 'A'"), "{e}");
+        let e = check_io(&config(8, &[16, 1]), &info, "ONNX model").unwrap_err().message;
+        assert!(e.contains("does not match"), "{e}");
+        // A variable configured dimension where the model's is fixed cannot be served either.
+        assert!(check_io(&config(8, &[-1]), &info, "ONNX model").is_err());
+        // Batching needs a variable first dimension in the model.
+        let fixed = ModelIoInfo { inputs: vec![io("A", 11, &[1, 16])], outputs: vec![io("B", 11, &[1, 16])] };
+        let e = check_io(&config(8, &[16]), &fixed, "ONNX model").unwrap_err().message;
+        assert!(e.contains("variable batch dimension"), "{e}");
+        let mut wrong_type = config(8, &[16]);
+        wrong_type.input[0].data_type = 8;
+        let e = check_io(&wrong_type, &info, "ONNX model").unwrap_err().message;
+        assert!(e.contains("FP32 in the ONNX model") && e.contains("says INT32"), "{e}");
+        let mut unknown = config(8, &[16]);
+        unknown.output[0].name = "C".into();
+        let e = check_io(&unknown, &info, "ONNX model").unwrap_err().message;
+        assert!(e.contains("not an output of the ONNX model"), "{e}");
+        // Unknown model shapes and reshaped tensors are compared as Triton does.
+        let unknown_shape = ModelIoInfo { inputs: vec![io("A", 11, &[])], outputs: vec![io("B", 11, &[])] };
+        check_io(&config(8, &[5]), &unknown_shape, "ONNX model").unwrap();
+        let mut reshaped = config(8, &[4, 4]);
+        reshaped.input[0].reshape = Some(crate::proto::inference::ModelTensorReshape { shape: vec![16] });
+        check_io(&reshaped, &info, "ONNX model").unwrap();
     }
 
     #[test]

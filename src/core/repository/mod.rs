@@ -2,13 +2,17 @@
 //! validation. Nothing here loads a model; it only decides what a model is.
 
 pub mod autocomplete;
+pub mod limits;
+pub mod paths;
 pub mod pbtxt;
 pub mod version_policy;
 
 use crate::core::scheduler::ensemble::graph::EnsembleGraph;
 use crate::error::{Error, Result};
 use crate::proto::inference::model_config::SchedulingChoice;
+use crate::proto::inference::model_sequence_batching::initial_state::StateData;
 use crate::proto::inference::model_sequence_batching::StrategyChoice;
+use crate::proto::inference::model_warmup::input::InputDataType;
 use crate::proto::inference::{
     model_instance_group::Kind, model_optimization_policy, model_version_policy, ModelConfig, ModelInstanceGroup,
     ModelVersionPolicy,
@@ -29,11 +33,19 @@ pub struct RepoOptions {
     pub default_max_batch_size: i32,
     /// How Python models' `auto_complete_config` runs (the interpreter, the stub timeout).
     pub python: crate::backend::python::Settings,
+    /// Largest tensor built from a configuration (warmup samples, initial state): the largest request
+    /// the server accepts.
+    pub max_tensor_bytes: usize,
 }
 
 impl Default for RepoOptions {
     fn default() -> Self {
-        RepoOptions { autocomplete: true, default_max_batch_size: 4, python: Default::default() }
+        RepoOptions {
+            autocomplete: true,
+            default_max_batch_size: 4,
+            python: Default::default(),
+            max_tensor_bytes: limits::DEFAULT_MAX_TENSOR_BYTES,
+        }
     }
 }
 
@@ -100,6 +112,22 @@ fn parse_version_dir(name: &str) -> Option<i64> {
     name.parse().ok()
 }
 
+/// Why a model's configuration could not be read: the configuration itself (`version` is `None`), or
+/// the model file of one version, read to complete it (a broken `.onnx`, a `model.py` that fails).
+/// Triton reports the latter against that version, in the index and in load errors.
+#[derive(Debug, Clone)]
+pub struct ConfigFailure {
+    pub error: Error,
+    /// The version whose model file failed.
+    pub version: Option<i64>,
+}
+
+impl From<Error> for ConfigFailure {
+    fn from(error: Error) -> Self {
+        ConfigFailure { error, version: None }
+    }
+}
+
 /// Reads, completes and validates the configuration of the model in `dir`.
 ///
 /// `override_json` is the load API's `config` parameter: it replaces `config.pbtxt` entirely.
@@ -109,13 +137,38 @@ pub fn read_model_config(
     opts: &RepoOptions,
     override_json: Option<&str>,
 ) -> Result<ModelConfig> {
+    read_model_config_detailed(dir, name, opts, override_json).map_err(|f| f.error)
+}
+
+/// [`read_model_config`], telling a version's model file failing apart from the configuration failing.
+pub fn read_model_config_detailed(
+    dir: &Path,
+    name: &str,
+    opts: &RepoOptions,
+    override_json: Option<&str>,
+) -> Result<ModelConfig, ConfigFailure> {
     let cfg_path = dir.join("config.pbtxt");
+    let too_large = |what: String, len: usize| {
+        Error::invalid(format!(
+            "{what} is {len} bytes, over the limit of {} bytes for a model configuration",
+            limits::MAX_CONFIG_BYTES
+        ))
+    };
     let mut cfg = match override_json {
+        Some(json) if json.len() > limits::MAX_CONFIG_BYTES => {
+            return Err(too_large(format!("the 'config' parameter for model '{name}'"), json.len()).into())
+        }
         Some(json) => pbtxt::config_from_json(json)
             .map_err(|e| Error::invalid(format!("invalid 'config' parameter for model '{name}': {e}")))?,
         None if cfg_path.is_file() => {
-            let text = std::fs::read_to_string(&cfg_path)
-                .map_err(|e| Error::invalid(format!("cannot read '{}': {e}", cfg_path.display())))?;
+            let bytes = limits::read_file_bounded(
+                &cfg_path,
+                limits::MAX_CONFIG_BYTES as u64,
+                false,
+                &format!("'{}'", cfg_path.display()),
+            )?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| Error::invalid(format!("'{}' is not UTF-8 text", cfg_path.display())))?;
             pbtxt::parse_config(&text, &cfg_path.display().to_string()).map_err(|e| Error::invalid(e.to_string()))?
         }
         None if opts.autocomplete => ModelConfig::default(),
@@ -123,7 +176,8 @@ pub fn read_model_config(
             return Err(Error::invalid(format!(
                 "model '{name}' has no '{}' and auto-complete is disabled",
                 cfg_path.display()
-            )))
+            ))
+            .into())
         }
     };
     if cfg.name.is_empty() {
@@ -136,16 +190,28 @@ pub fn read_model_config(
         return Err(Error::invalid(format!(
             "{source}: field 'name': the configuration names model '{}' but the model is '{name}'",
             cfg.name
-        )));
+        ))
+        .into());
+    }
+    let versions = list_versions(dir);
+    if versions.is_empty() {
+        return Err(Error::invalid(format!(
+            "model '{name}' has no version folder in '{}': a version is a folder named by a number, such as \
+             '1', holding the model file",
+            dir.display()
+        ))
+        .into());
     }
     resolve_backend(dir, &mut cfg)?;
+    // Names from the configuration are checked before any of them is used to open a file.
+    check_paths(&cfg, dir, override_json.is_some())?;
     if opts.autocomplete && cfg.backend == "onnxruntime" {
-        let versions = list_versions(dir);
         // Triton completes from the model file of the version that will be served (the latest).
-        if let Some(v) = versions.iter().next_back() {
-            let file = dir.join(v.to_string()).join(model_filename(&cfg));
+        if let Some(&v) = versions.iter().next_back() {
+            let file = model_file(&dir.join(v.to_string()), &cfg)?;
             if file.is_file() {
-                let io = autocomplete::read_onnx_io(&file)?;
+                let io =
+                    autocomplete::read_onnx_io(&file).map_err(|error| ConfigFailure { error, version: Some(v) })?;
                 autocomplete::complete_onnx(&mut cfg, &io, opts.default_max_batch_size);
             }
         }
@@ -154,8 +220,85 @@ pub fn read_model_config(
         cfg = crate::backend::python::auto_complete(&opts.python, dir, name, &cfg)?;
     }
     normalize(&mut cfg);
+    // Sizes before anything is built from them (validation itself builds initial states).
+    limits::check(&cfg, opts.max_tensor_bytes)?;
     validate(&cfg, dir)?;
     Ok(cfg)
+}
+
+/// Checks every file name the configuration gives (see [`paths::confined`]) and, for a configuration
+/// from a load request, the Python environment it names: such a request may not point the server at
+/// files outside the model's folder. A repository's own `config.pbtxt` may keep its environment
+/// elsewhere, as Triton allows.
+fn check_paths(cfg: &ModelConfig, dir: &Path, from_request: bool) -> Result<()> {
+    let fail = |e: Error| e.context(format!("model '{}'", cfg.name));
+    if !cfg.default_model_filename.is_empty() {
+        paths::confined(Path::new("."), &cfg.default_model_filename, "default_model_filename").map_err(fail)?;
+    }
+    for o in cfg.output.iter().filter(|o| !o.label_filename.is_empty()) {
+        paths::confined(dir, &o.label_filename, "output.label_filename").map_err(fail)?;
+    }
+    for w in &cfg.model_warmup {
+        for input in w.inputs.values() {
+            if let Some(InputDataType::InputDataFile(f)) = &input.input_data_type {
+                paths::confined(&dir.join(WARMUP_FOLDER), f, "model_warmup.inputs.input_data_file").map_err(fail)?;
+            }
+        }
+    }
+    if let Some(SchedulingChoice::SequenceBatching(s)) = &cfg.scheduling_choice {
+        for st in &s.state {
+            for init in &st.initial_state {
+                if let Some(StateData::DataFile(f)) = &init.state_data {
+                    paths::confined(Path::new("."), f, "sequence_batching.state.initial_state.data_file")
+                        .map_err(fail)?;
+                }
+            }
+        }
+    }
+    if from_request {
+        if let Some(p) =
+            cfg.parameters.get("EXECUTION_ENV_PATH").map(|p| p.string_value.trim()).filter(|p| !p.is_empty())
+        {
+            let rel = p.strip_prefix("$$TRITON_MODEL_DIRECTORY/").ok_or_else(|| {
+                fail(Error::invalid(format!(
+                    "parameter 'EXECUTION_ENV_PATH': '{}' must start with '$$TRITON_MODEL_DIRECTORY/' when the \
+                     configuration comes from a load request",
+                    paths::printable(p)
+                )))
+            })?;
+            paths::confined(dir, rel, "parameters.EXECUTION_ENV_PATH").map_err(fail)?;
+        }
+    }
+    Ok(())
+}
+
+/// For `tritonrs validate`: checks the configuration against the model file of every version it would
+/// serve, where the format's inputs and outputs can be read without loading it (ONNX), as the server
+/// does when it loads them.
+pub fn check_model_files(cfg: &ModelConfig, dir: &Path) -> Result<()> {
+    if cfg.backend != "onnxruntime" {
+        return Ok(());
+    }
+    for v in VersionPolicy::from_config(cfg).select(&list_versions(dir)) {
+        let at = |e: Error| e.context(format!("version {v}"));
+        let file = model_file(&dir.join(v.to_string()), cfg).map_err(at)?;
+        if !file.is_file() {
+            return Err(at(Error::invalid(format!("model file '{}' not found", file.display()))));
+        }
+        let io = autocomplete::read_onnx_io(&file).map_err(at)?;
+        autocomplete::check_io(cfg, &io, "ONNX model").map_err(at)?;
+    }
+    Ok(())
+}
+
+/// The folder inside a model's folder that holds warmup `input_data_file`s.
+pub const WARMUP_FOLDER: &str = "warmup";
+
+/// The model file of a version: `default_model_filename` (or the backend's default name) inside the
+/// version folder, refused if it leads out of that folder (see [`paths::confined`]).
+pub fn model_file(version_dir: &Path, cfg: &ModelConfig) -> Result<PathBuf> {
+    paths::confined(version_dir, &model_filename(cfg), "default_model_filename")
+        .map_err(|e| e.context(format!("model '{}'", cfg.name)))
 }
 
 /// The model file name inside a version folder.
@@ -344,11 +487,15 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
     // reports them.
     crate::core::scheduler::sequence::policy::SequencePolicy::from_model(cfg, dir)?;
     for o in &cfg.output {
-        if !o.label_filename.is_empty() && !dir.join(&o.label_filename).is_file() {
-            return Err(ctx(
-                "output.label_filename",
-                format!("label file '{}' not found in '{}'", o.label_filename, dir.display()),
-            ));
+        if !o.label_filename.is_empty() {
+            let path = paths::confined(dir, &o.label_filename, "output.label_filename")
+                .map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
+            if !path.is_file() {
+                return Err(ctx(
+                    "output.label_filename",
+                    format!("label file '{}' not found in '{}'", paths::printable(&o.label_filename), dir.display()),
+                ));
+            }
         }
     }
     Ok(())
@@ -389,13 +536,23 @@ pub fn check_ensemble_in_repository(cfg: &ModelConfig, configs: &BTreeMap<String
     graph.check_composing(cfg, &composing)
 }
 
-/// Reads every output's label file (one label per line).
+/// Reads every output's label file (one label per line), each at most
+/// [`limits::MAX_LABEL_FILE_BYTES`].
 pub fn read_labels(cfg: &ModelConfig, dir: &Path) -> Result<HashMap<String, Arc<Vec<String>>>> {
     let mut out = HashMap::new();
     for o in cfg.output.iter().filter(|o| !o.label_filename.is_empty()) {
-        let path = dir.join(&o.label_filename);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Error::invalid(format!("cannot read label file '{}': {e}", path.display())))?;
+        let path = paths::confined(dir, &o.label_filename, "output.label_filename")
+            .map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
+        let what = format!("label file '{}' of model '{}'", paths::printable(&o.label_filename), cfg.name);
+        let bytes = limits::read_file_bounded(&path, limits::MAX_LABEL_FILE_BYTES, false, &what)?;
+        let text = String::from_utf8_lossy(&bytes);
+        let lines = text.lines().count();
+        if lines > limits::MAX_LABELS {
+            return Err(Error::invalid(format!(
+                "{what} has {lines} lines, over the limit of {} labels",
+                limits::MAX_LABELS
+            )));
+        }
         out.insert(o.name.clone(), Arc::new(text.lines().map(str::to_string).collect()));
     }
     Ok(out)

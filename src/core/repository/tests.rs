@@ -164,6 +164,7 @@ fn an_ensemble_config_gets_no_instances_or_optimization() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ens");
     write(&dir.join("config.pbtxt"), ENSEMBLE);
+    fs::create_dir_all(dir.join("1")).unwrap();
     let cfg = read_model_config(&dir, "ens", &RepoOptions::default(), None).unwrap();
     assert_eq!(cfg.backend, "");
     assert!(cfg.instance_group.is_empty());
@@ -177,6 +178,7 @@ fn an_ensemble_config_gets_no_instances_or_optimization() {
 fn an_ensemble_config_is_checked_as_triton_does() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ens");
+    fs::create_dir_all(dir.join("1")).unwrap();
     let read = |text: &str| {
         write(&dir.join("config.pbtxt"), text);
         read_model_config(&dir, "ens", &RepoOptions::default(), None).unwrap_err().message

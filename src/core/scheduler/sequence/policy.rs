@@ -529,30 +529,30 @@ fn read_initial_state(
 /// Reads an `initial_state` data file from the model's `initial_state/` folder (Triton's place). A version
 /// folder's `initial_state/` is tried too, since some repositories put it there.
 fn read_initial_file(input: &str, file: &str, datatype: DataType, count: usize, model_dir: &Path) -> Result<Bytes> {
-    let rel = Path::new(file);
-    if file.is_empty() || !rel.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
-        return Err(Error::invalid(format!(
-            "initial_state data_file '{file}' of state input '{input}' must be a file name inside the model's \
-             '{INITIAL_STATE_FOLDER}' folder"
-        )));
-    }
-    let primary = model_dir.join(INITIAL_STATE_FOLDER).join(rel);
+    use crate::core::repository::{limits, paths};
+    let field = "sequence_batching.state.initial_state.data_file";
+    let primary = paths::confined(&model_dir.join(INITIAL_STATE_FOLDER), file, field)?;
     let path = if primary.is_file() {
         primary
     } else {
-        crate::core::repository::list_versions(model_dir)
-            .iter()
-            .rev()
-            .map(|v| model_dir.join(v.to_string()).join(INITIAL_STATE_FOLDER).join(rel))
-            .find(|p| p.is_file())
-            .unwrap_or(primary)
+        let mut found = None;
+        for v in crate::core::repository::list_versions(model_dir).iter().rev() {
+            let p = paths::confined(&model_dir.join(v.to_string()).join(INITIAL_STATE_FOLDER), file, field)?;
+            if p.is_file() {
+                found = Some(p);
+                break;
+            }
+        }
+        found.unwrap_or(primary)
     };
-    let bytes = std::fs::read(&path).map_err(|e| {
-        Error::invalid(format!(
-            "cannot read initial_state data_file '{}' for state input '{input}': {e}",
-            path.display()
-        ))
-    })?;
+    let what = format!("initial_state data_file '{}' for state input '{input}'", paths::printable(file));
+    // Only the bytes the dims need are read (the sizes were bounded when the configuration was checked);
+    // a BYTES state's length is its own, up to the default tensor limit.
+    let limit = match datatype.byte_size() {
+        Some(size) => count.saturating_mul(size) as u64,
+        None => limits::DEFAULT_MAX_TENSOR_BYTES as u64,
+    };
+    let bytes = limits::read_file_bounded(&path, limit, datatype.byte_size().is_some(), &what)?;
     match datatype.byte_size() {
         Some(size) => {
             let needed = count.saturating_mul(size);
