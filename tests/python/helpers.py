@@ -67,9 +67,12 @@ class HttpResponse:
 class TritonServer:
     """One running tritonrs process."""
 
-    def __init__(self, args: list[str], name: str = ""):
+    def __init__(self, args: list[str], name: str = "", rlimits: dict | None = None):
         self.args = [str(a) for a in args]
         self.name = name
+        # resource.RLIMIT_* -> (soft, hard), applied in the child before it runs the server (e.g. an
+        # address-space cap, so an allocation bug fails the test instead of swapping).
+        self.rlimits = rlimits or {}
         self.host = "127.0.0.1"
         self.port: int | None = None
         # None until the log names it; stays None with --allow-grpc=false.
@@ -88,8 +91,15 @@ class TritonServer:
             raise RuntimeError(f"tritonrs binary not found at {BIN}; run `cargo build` or set TRITONRS_BIN")
         cmd = [str(BIN), "--http-port", "0", "--http-address", self.host,
                "--grpc-port", "0", "--grpc-address", self.host, "--allow-metrics=false", *self.args]
+        def limit():
+            import resource
+
+            for which, value in self.rlimits.items():
+                resource.setrlimit(which, value)
+
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, env=server_env())
+                                     stderr=subprocess.PIPE, env=server_env(),
+                                     preexec_fn=limit if self.rlimits else None)
         _RUNNING.append(self)
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
