@@ -419,12 +419,22 @@ impl GrpcInferenceService for InferenceService {
             if k == "config" {
                 match v.parameter_choice {
                     Some(P::StringParam(s)) => opts.config_json = Some(s),
-                    _ => return Err(status(Error::invalid("the 'config' parameter must be a string holding JSON"))),
+                    _ => {
+                        return Err(status(
+                            Error::invalid("the 'config' parameter must be a string holding JSON")
+                                .context(format!("failed to load '{}'", r.model_name)),
+                        ))
+                    }
                 }
             } else if let Some(path) = k.strip_prefix("file:") {
                 match v.parameter_choice {
                     Some(P::BytesParam(b)) => opts.files.push((path.to_string(), b)),
-                    _ => return Err(status(Error::invalid(format!("parameter '{k}' must be bytes")))),
+                    _ => {
+                        return Err(status(
+                            Error::invalid(format!("parameter '{k}' must be bytes"))
+                                .context(format!("failed to load '{}'", r.model_name)),
+                        ))
+                    }
                 }
             }
         }

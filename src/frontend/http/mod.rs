@@ -460,27 +460,58 @@ async fn repo_index(State(s): St, headers: HeaderMap, body: Body) -> ApiResult {
     json_ok(Value::Array(rows))
 }
 
-async fn repo_load(State(s): St, Path(name): Path<String>, headers: HeaderMap, body: Body) -> ApiResult {
-    let body = read_body(&s, &headers, body).await?;
-    let req = parse_json_body(&body)?;
+/// A load request's parameters, each still raw JSON borrowed from the body: a huge `config` is refused by
+/// its length before it is unescaped or copied.
+type RawParameters<'a> = std::collections::BTreeMap<std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue>;
+
+/// Reads a load request's parameters (`config`, `file:<path>`); other parameters are ignored, as in Triton.
+fn load_options(body: &[u8]) -> Result<LoadOptions> {
+    #[derive(serde::Deserialize)]
+    struct LoadBody<'a> {
+        #[serde(borrow, default)]
+        parameters: Option<&'a serde_json::value::RawValue>,
+    }
     let mut opts = LoadOptions::default();
-    if let Some(params) = req.get("parameters") {
-        let params = params.as_object().ok_or_else(|| Error::invalid("'parameters' must be a JSON object"))?;
-        for (k, v) in params {
-            if k == "config" {
-                let cfg =
-                    v.as_str().ok_or_else(|| Error::invalid("the 'config' parameter must be a string holding JSON"))?;
-                opts.config_json = Some(cfg.to_string());
-            } else if let Some(path) = k.strip_prefix("file:") {
-                let b64 =
-                    v.as_str().ok_or_else(|| Error::invalid(format!("parameter '{k}' must be a base64 string")))?;
-                let data = base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .map_err(|e| Error::invalid(format!("parameter '{k}' is not valid base64: {e}")))?;
-                opts.files.push((path.to_string(), data));
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(opts);
+    }
+    let parsed: LoadBody = serde_json::from_slice(body).map_err(|e| {
+        Error::invalid(format!("failed to parse the request JSON (it must be an object with 'parameters'): {e}"))
+    })?;
+    let Some(raw) = parsed.parameters.filter(|r| r.get() != "null") else {
+        return Ok(opts);
+    };
+    let params: RawParameters =
+        serde_json::from_str(raw.get()).map_err(|_| Error::invalid("'parameters' must be a JSON object"))?;
+    for (k, v) in params {
+        if k == "config" {
+            // Escapes at most double a configuration's JSON text; the exact limit is checked on the text.
+            if v.get().len() > 2 * crate::core::repository::limits::MAX_CONFIG_BYTES {
+                return Err(Error::invalid(format!(
+                    "the 'config' parameter is {} bytes, over the limit of {} bytes for a model configuration",
+                    v.get().len(),
+                    crate::core::repository::limits::MAX_CONFIG_BYTES
+                )));
             }
+            let cfg: String = serde_json::from_str(v.get())
+                .map_err(|_| Error::invalid("the 'config' parameter must be a string holding JSON"))?;
+            opts.config_json = Some(cfg);
+        } else if let Some(path) = k.strip_prefix("file:") {
+            let b64: std::borrow::Cow<str> = serde_json::from_str(v.get())
+                .map_err(|_| Error::invalid(format!("parameter '{k}' must be a base64 string")))?;
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(b64.as_bytes())
+                .map_err(|e| Error::invalid(format!("parameter '{k}' is not valid base64: {e}")))?;
+            opts.files.push((path.to_string(), data));
         }
     }
+    Ok(opts)
+}
+
+async fn repo_load(State(s): St, Path(name): Path<String>, headers: HeaderMap, body: Body) -> ApiResult {
+    let body = read_body(&s, &headers, body).await?;
+    let opts = load_options(&body).map_err(|e| e.context(format!("failed to load '{name}'")))?;
+    drop(body);
     s.server.load_model(&name, opts).await?;
     Ok(StatusCode::OK.into_response())
 }
