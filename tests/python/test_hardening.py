@@ -7,15 +7,18 @@ could use to abort the server, read any file on the machine, or get a 500 for a 
 import base64
 import json
 import os
+import queue
 import resource
 import shutil
+import sys
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import EXAMPLES, copy_models, run_cli
+from helpers import EXAMPLES, REPO_ROOT, copy_models, run_cli
 
 # An address-space cap: an allocation sized from a hostile configuration fails the test (the process
 # aborts) instead of pushing the machine into swap. The server itself maps about 1.2 GiB.
@@ -345,4 +348,53 @@ def test_a_broken_model_file_is_listed_per_version_as_triton_does(start_server, 
     assert s.index_rows("simple")[0]["state"] == "READY"
     with pytest.raises(InferenceServerException):
         g.get_model_metadata("broken")
+    g.close()
+
+
+# ---- 6. a response over the gRPC message limit ---------------------------------------------------
+
+PY = f"--backend-config=python,python-executable={sys.executable}"
+LIMIT = 4096
+
+
+def bytes_upper_input(n):
+    i = grpcclient.InferInput("TEXT", [1, n], "BYTES")
+    i.set_data_from_numpy(np.array([[b"a"] * n], dtype=np.object_))
+    return i
+
+
+@pytest.fixture
+def small_messages(start_server, repo):
+    """`bytes_upper` answers a request of n one-character strings (5n bytes) with 9n bytes (UPPER and
+    LENGTH), so with a 4 KiB limit a request of 600 fits and its response does not."""
+    copy_models(repo, "bytes_upper", src=REPO_ROOT / "model-repos" / "python")
+    return start_server("--model-repository", repo, PY, f"--grpc-max-message-size={LIMIT}")
+
+
+def test_an_oversized_unary_response_is_resource_exhausted(small_messages):
+    g = small_messages.grpc_client()
+    assert g.infer("bytes_upper", [bytes_upper_input(10)]).as_numpy("UPPER")[0][0] == b"A"
+    with pytest.raises(InferenceServerException) as e:
+        g.infer("bytes_upper", [bytes_upper_input(600)])
+    assert e.value.status() == "StatusCode.RESOURCE_EXHAUSTED", e.value
+    assert "over the gRPC message limit of 4096 bytes" in e.value.message()
+    assert g.infer("bytes_upper", [bytes_upper_input(10)]).as_numpy("UPPER")[0][0] == b"A"
+    g.close()
+
+
+def test_an_oversized_stream_response_fails_that_request_only(small_messages):
+    g = small_messages.grpc_client()
+    answers = queue.Queue()
+    g.start_stream(callback=lambda result, error: answers.put((result, error)))
+    for i, n in enumerate((10, 600, 20)):
+        g.async_stream_infer("bytes_upper", [bytes_upper_input(n)], request_id=str(i))
+        # One at a time, so the answers come back in order.
+        result, error = answers.get(timeout=20)
+        if n == 600:
+            assert result is None and "over the gRPC message limit" in str(error), (result, error)
+        else:
+            assert error is None, error
+            assert result.get_response().id == str(i)
+            assert result.as_numpy("LENGTH").tolist() == [[1] * n]
+    g.stop_stream()
     g.close()

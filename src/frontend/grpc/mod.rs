@@ -17,6 +17,7 @@ use crate::proto::grpc_health_v1::health_server::{Health, HealthServer};
 use crate::proto::grpc_health_v1::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use prost::Message as _;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -270,7 +271,11 @@ impl GrpcInferenceService for InferenceService {
             )));
         }
         let trace = read.and_then(|read| start_trace(self.server(), &req, read));
-        ok(infer_to_proto(self.server(), req, trace).await.map_err(status)?)
+        let resp = infer_to_proto(self.server(), req, trace).await.map_err(status)?;
+        if let Some(e) = too_large_to_send(resp.encoded_len(), self.state.max_message_size, &resp.model_name) {
+            return Err(status(e));
+        }
+        ok(resp)
     }
 
     type ModelStreamInferStream =
@@ -285,6 +290,7 @@ impl GrpcInferenceService for InferenceService {
         let mut inbound = req.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let server = self.server().clone();
+        let limit = self.state.max_message_size;
         tokio::spawn(async move {
             let mut order = SequenceOrder::default();
             loop {
@@ -316,7 +322,7 @@ impl GrpcInferenceService for InferenceService {
                     let empty_final = wants_empty_final(&msg);
                     let result = match convert::request_from_proto(msg) {
                         Ok(r) if server.is_decoupled(&r.model_name, r.model_version) => {
-                            stream_decoupled(&server, r, &id, empty_final, &tx).await;
+                            stream_decoupled(&server, r, &id, empty_final, limit, &tx).await;
                             return;
                         }
                         Ok(r) => {
@@ -331,7 +337,7 @@ impl GrpcInferenceService for InferenceService {
                         Ok(resp) => stream_answer(resp, true),
                         Err(e) => stream_error(e, &id),
                     };
-                    let _ = tx.send(Ok(answer)).await;
+                    let _ = tx.send(Ok(within_limit(answer, limit, &id))).await;
                 });
             }
         });
@@ -561,6 +567,39 @@ fn stream_answer(mut resp: pb::ModelInferResponse, is_final: bool) -> pb::ModelS
     pb::ModelStreamInferResponse { error_message: String::new(), infer_response: Some(resp) }
 }
 
+/// The error for a response of `len` bytes that gRPC may not send (`--grpc-max-message-size`), as tonic
+/// would otherwise fail it with OUT_OF_RANGE and, on a stream, end the whole stream. The request failed
+/// for want of room: RESOURCE_EXHAUSTED, as gRPC C++ servers say.
+fn too_large_to_send(len: usize, limit: usize, model: &str) -> Option<Error> {
+    (len > limit).then(|| {
+        Error::new(
+            crate::error::ErrorKind::PayloadTooLarge,
+            format!(
+                "the response of model '{model}' is {len} bytes, over the gRPC message limit of {limit} bytes \
+                 (--grpc-max-message-size)"
+            ),
+        )
+    })
+}
+
+/// `answer`, or an error answer for its request when it is too large to send: the stream stays open
+/// for the requests after it.
+fn within_limit(answer: pb::ModelStreamInferResponse, limit: usize, id: &str) -> pb::ModelStreamInferResponse {
+    let model = answer.infer_response.as_ref().map_or("", |r| r.model_name.as_str());
+    match too_large_to_send(answer.encoded_len(), limit, model) {
+        None => answer,
+        Some(e) => {
+            let is_final =
+                answer.infer_response.as_ref().and_then(|r| r.parameters.get("triton_final_response").cloned());
+            let mut error = stream_error(e, id);
+            if let (Some(flag), Some(r)) = (is_final, error.infer_response.as_mut()) {
+                r.parameters.insert("triton_final_response".into(), flag);
+            }
+            error
+        }
+    }
+}
+
 /// A failed request's answer on a stream; the id still tells the client which request failed.
 fn stream_error(e: Error, id: &str) -> pb::ModelStreamInferResponse {
     pb::ModelStreamInferResponse {
@@ -577,6 +616,7 @@ async fn stream_decoupled(
     req: crate::core::types::InferRequest,
     id: &str,
     empty_final: bool,
+    limit: usize,
     tx: &tokio::sync::mpsc::Sender<std::result::Result<pb::ModelStreamInferResponse, Status>>,
 ) {
     let mut responses = match server.infer_stream(req).await {
@@ -604,7 +644,7 @@ async fn stream_decoupled(
             // The request is over (execute failed, the stub died): as in Triton, no final response follows.
             Err(e) => stream_error(e, id),
         };
-        if tx.send(Ok(answer)).await.is_err() {
+        if tx.send(Ok(within_limit(answer, limit, id))).await.is_err() {
             return;
         }
     }
@@ -650,6 +690,26 @@ mod tests {
     use super::*;
     use pb::log_settings_request::setting_value::ParameterChoice as P;
     use pb::log_settings_request::SettingValue;
+
+    #[test]
+    fn an_answer_too_large_to_send_becomes_that_request_s_error() {
+        let resp = pb::ModelInferResponse {
+            model_name: "m".into(),
+            id: "7".into(),
+            raw_output_contents: vec![bytes::Bytes::from(vec![0u8; 100])],
+            ..Default::default()
+        };
+        let answer = stream_answer(resp, true);
+        let kept = within_limit(answer.clone(), 1000, "7");
+        assert_eq!(kept, answer);
+        let error = within_limit(answer, 50, "7");
+        assert!(error.error_message.contains("over the gRPC message limit of 50 bytes"), "{}", error.error_message);
+        let r = error.infer_response.expect("an error answer names its request");
+        assert_eq!(r.id, "7");
+        assert!(r.raw_output_contents.is_empty());
+        // A decoupled request's final response keeps saying it is the last one.
+        assert!(r.parameters.contains_key("triton_final_response"));
+    }
 
     #[test]
     fn status_uses_the_error_code_mapping() {
