@@ -398,3 +398,47 @@ def test_an_oversized_stream_response_fails_that_request_only(small_messages):
             assert result.as_numpy("LENGTH").tolist() == [[1] * n]
     g.stop_stream()
     g.close()
+
+
+# ---- 8. the example models keep nothing per request ----------------------------------------------
+
+
+def test_the_repeat_example_keeps_no_finished_threads(monkeypatch):
+    """Runs model-repos/python/repeat's model.py in this process against a stand-in for pb_utils:
+    after many requests, the model holds only the threads still sending (it once kept every thread it
+    ever started, 2.3 KB per request)."""
+    import importlib.util
+    import threading
+    import types
+
+    sent = []
+    fake = types.ModuleType("triton_python_backend_utils")
+    fake.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+    fake.Tensor = lambda name, value: (name, value)
+    fake.InferenceResponse = lambda tensors: tensors
+    fake.get_input_tensor_by_name = lambda request, name: types.SimpleNamespace(as_numpy=lambda: request)
+
+    class Sender:
+        def send(self, response=None, flags=0):
+            sent.append(flags)
+
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake)
+    spec = importlib.util.spec_from_file_location("repeat_model", REPO_ROOT / "model-repos/python/repeat/1/model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.TritonPythonModel()
+    model.initialize({})
+
+    class Request(np.ndarray):
+        def get_response_sender(self):
+            return Sender()
+
+    for _ in range(200):
+        model.execute([np.array([1, 2, 3], dtype=np.int32).view(Request)])
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and t.name.startswith("Thread-"):
+            t.join(5)
+    model.execute([np.array([4], dtype=np.int32).view(Request)])
+    assert len(model.threads) <= 1, len(model.threads)
+    model.finalize()
+    assert sent.count(1) == 201  # every request got its final flag

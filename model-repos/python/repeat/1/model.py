@@ -7,9 +7,12 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
+        # Only the threads still sending: finalize waits for them. Finished ones are dropped on the next
+        # call, so the list does not grow with every request.
         self.threads = []
 
     def execute(self, requests):
+        self.threads = [t for t in self.threads if t.is_alive()]
         for request in requests:
             values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().copy()
             sender = request.get_response_sender()
