@@ -68,6 +68,9 @@ pub struct RequestMeta {
     pub correlation_id: Option<SequenceId>,
     /// `TRITONSERVER_REQUEST_FLAG_SEQUENCE_START` (1) and `_END` (2).
     pub flags: u32,
+    /// The model versions waiting on this request (see `InferRequest::callers`), for BLS requests the
+    /// model makes while it runs.
+    pub callers: crate::core::types::CallChain,
 }
 
 /// One response of a decoupled model.

@@ -366,6 +366,10 @@ impl Server {
             return Ok(futures_util::stream::once(async move { Ok(one) }).boxed());
         }
         let start = Instant::now();
+        if let Err(e) = refuse_reentry(&model, &req) {
+            model.stats.record_failure(start.elapsed(), FailureReason::Other);
+            return Err(e);
+        }
         let id = req.id.clone();
         let mut prepared = match validate::prepare(&model.io, &model.name, req) {
             Ok(p) => p,
@@ -415,6 +419,7 @@ impl Server {
                 model.name
             ))));
         }
+        refuse_reentry(model, &req).map_err(other)?;
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
         // A cache hit answers without queueing; a miss remembers the key to store the result.
@@ -731,4 +736,27 @@ fn client_shape(t: &Tensor, dims: &[i64], batched: bool) -> Vec<i64> {
     let mut shape = if batched { vec![batch] } else { Vec::new() };
     shape.extend(resolve_wildcards(dims, per_item));
     shape
+}
+
+/// Refuses a BLS request to a model version that is waiting for it: one of its instances runs the
+/// `execute` that made the request (directly, or through other models' BLS requests). Queued, it could
+/// only run once that instance is free, which it never is: the model would be deadlocked for every
+/// client, as it is in Triton.
+fn refuse_reentry(model: &LoadedModel, req: &InferRequest) -> Result<()> {
+    if !req.callers.iter().any(|(name, version)| *name == model.name && *version == model.version) {
+        return Ok(());
+    }
+    let chain: Vec<String> = req
+        .callers
+        .iter()
+        .map(|(n, v)| format!("{n} (v{v})"))
+        .chain([format!("{} (v{})", model.name, model.version)])
+        .collect();
+    Err(Error::invalid(format!(
+        "BLS request to model '{}' version {} refused: it was made while that model version runs the request \
+         it would wait for, so it could never run (call chain: {})",
+        model.name,
+        model.version,
+        chain.join(" -> ")
+    )))
 }

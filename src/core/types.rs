@@ -227,7 +227,13 @@ pub struct InferRequest {
     /// Empty means "all outputs".
     pub outputs: Vec<RequestedOutput>,
     pub parameters: Parameters,
+    /// The model versions whose `execute` waits for this request, directly or through other models:
+    /// set on BLS requests (and passed on to ensemble steps), empty for a client's request.
+    pub callers: CallChain,
 }
+
+/// Model versions (name, version) waiting on a request; see [`InferRequest::callers`].
+pub type CallChain = std::sync::Arc<[(String, i64)]>;
 
 /// The answer to an [`InferRequest`].
 #[derive(Debug, Clone)]

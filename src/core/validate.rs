@@ -193,6 +193,7 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
         parameters: req.parameters.into_iter().filter(|(k, _)| !RESERVED_PARAMETERS.contains(&k.as_str())).collect(),
         correlation_id: control.sequence_id.clone(),
         flags: u32::from(control.sequence_start) | (u32::from(control.sequence_end) << 1),
+        callers: req.callers,
     };
     Ok(Prepared {
         exec: ExecRequest {

@@ -442,3 +442,91 @@ def test_the_repeat_example_keeps_no_finished_threads(monkeypatch):
     assert len(model.threads) <= 1, len(model.threads)
     model.finalize()
     assert sent.count(1) == 201  # every request got its final flag
+
+
+# ---- 7. a BLS request back into a model that waits for it -----------------------------------------
+
+# Two models that call each other: ping's execute waits on pong, whose execute calls ping again. Each
+# forwards the request parameter "to" one hop, and an async variant uses async_exec.
+CALLER = '''
+import asyncio, json
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    {kw}def execute(self, requests):
+        out = []
+        for request in requests:
+            hops = json.loads(request.parameters()).get("to", "")
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            if not hops:
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x.as_numpy() + 1)]))
+                continue
+            target, rest = hops.split(",", 1) if "," in hops else (hops, "")
+            bls = pb_utils.InferenceRequest(model_name=target, requested_output_names=["OUTPUT0"], inputs=[x],
+                                            parameters={{"to": rest}} if rest else {{}})
+            r = {call}
+            if r.has_error():
+                out.append(pb_utils.InferenceResponse(error=r.error()))
+            else:
+                out.append(pb_utils.InferenceResponse([pb_utils.get_output_tensor_by_name(r, "OUTPUT0")]))
+        return out
+'''
+CALLER_CONFIG = '''backend: "python"
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+instance_group [ {{ count: {count} kind: KIND_CPU }} ]
+'''
+
+
+@pytest.fixture
+def callers(start_server, repo):
+    for name, kw, call, count in (("ping", "", "bls.exec()", 1), ("pong", "", "bls.exec()", 1),
+                                  ("aping", "async ", "await bls.async_exec()", 1),
+                                  ("twin", "", "bls.exec()", 2)):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.py").write_text(CALLER.format(kw=kw, call=call))
+        (repo / name / "config.pbtxt").write_text(CALLER_CONFIG.format(count=count))
+    copy_models(repo, "bls_sync", "add_sub", src=REPO_ROOT / "model-repos" / "python")
+    return start_server("--model-repository", repo, PY)
+
+
+def call(server, model, to=None, timeout=20):
+    c = httpclient.InferenceServerClient(server.url, network_timeout=timeout, connection_timeout=timeout)
+    i = httpclient.InferInput("INPUT0", [4], "FP32")
+    i.set_data_from_numpy(np.zeros(4, dtype=np.float32))
+    try:
+        return c.infer(model, [i], parameters={"to": to} if to else None).as_numpy("OUTPUT0").tolist()
+    finally:
+        c.close()
+
+
+def test_bls_sync_calling_itself_fails_clearly_and_the_model_keeps_serving(callers):
+    c = callers.client(network_timeout=20)
+    x = np.ones(4, dtype=np.float32)
+    ins = []
+    for n in ("INPUT0", "INPUT1"):
+        i = httpclient.InferInput(n, [4], "FP32")
+        i.set_data_from_numpy(x)
+        ins.append(i)
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("bls_sync", ins, parameters={"target": "bls_sync"})
+    assert e.value.status() == "400", e.value
+    assert "call chain: bls_sync (v1) -> bls_sync (v1)" in e.value.message(), e.value.message()
+    # Not deadlocked: the next request to bls_sync is served (Triton 2.51 hangs here for good).
+    assert c.infer("bls_sync", ins).as_numpy("OUTPUT0").tolist() == [2.0] * 4
+    c.close()
+
+
+@pytest.mark.parametrize("model,to,chain", [
+    ("ping", "pong,ping", "ping (v1) -> pong (v1) -> ping (v1)"),
+    ("aping", "aping", "aping (v1) -> aping (v1)"),
+    ("twin", "twin", "twin (v1) -> twin (v1)"),
+])
+def test_bls_cycles_are_refused_through_any_path(callers, model, to, chain):
+    with pytest.raises(InferenceServerException) as e:
+        call(callers, model, to)
+    assert chain in e.value.message(), e.value.message()
+    assert call(callers, model) == [1.0] * 4
+    # Calls that do not come back are fine, however deep.
+    assert call(callers, "ping", "pong") == [1.0] * 4
+    assert call(callers, "pong", "ping,aping") == [1.0] * 4

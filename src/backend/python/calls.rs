@@ -8,7 +8,7 @@ use super::stub::Conn;
 use crate::backend::ServerApi;
 use crate::core::custom_metrics::{MetricKind, MetricOp};
 use crate::core::lifecycle::LoadOptions;
-use crate::core::types::{InferRequest, ParamValue, Parameters, RequestedOutput, StreamResponse, Tensor};
+use crate::core::types::{CallChain, InferRequest, ParamValue, Parameters, RequestedOutput, StreamResponse, Tensor};
 use crate::error::{Error, Result};
 use base64::Engine as _;
 use futures_util::future::BoxFuture;
@@ -22,11 +22,54 @@ pub struct Calls {
     runtime: Option<tokio::runtime::Handle>,
     /// The server.
     api: Option<Arc<dyn ServerApi>>,
+    /// The model version whose instance this is (name, version).
+    model: (String, i64),
+    /// The `execute` calls in flight on this instance, by call id, with the model versions waiting on
+    /// their requests: a BLS request waits on behalf of all of them.
+    in_flight: parking_lot::Mutex<Vec<(u64, CallChain)>>,
 }
 
 impl Calls {
-    pub fn new(runtime: Option<tokio::runtime::Handle>, api: Option<Arc<dyn ServerApi>>) -> Self {
-        Calls { runtime, api }
+    pub fn new(runtime: Option<tokio::runtime::Handle>, api: Option<Arc<dyn ServerApi>>, model: (String, i64)) -> Self {
+        Calls { runtime, api, model, in_flight: Default::default() }
+    }
+
+    /// Notes an `execute` call sent to the stub, with the callers of its requests.
+    pub fn enter<'a>(&self, call: u64, callers: impl Iterator<Item = &'a CallChain>) {
+        let mut chain: Vec<(String, i64)> = Vec::new();
+        for c in callers {
+            for m in c.iter() {
+                if !chain.contains(m) {
+                    chain.push(m.clone());
+                }
+            }
+        }
+        if !chain.is_empty() {
+            self.in_flight.lock().push((call, chain.into()));
+        }
+    }
+
+    /// The `execute` call `call` has been answered (or is lost with its stub).
+    pub fn leave(&self, call: u64) {
+        self.in_flight.lock().retain(|(c, _)| *c != call);
+    }
+
+    /// Who waits on a BLS request this instance makes now: the callers of the requests it is running,
+    /// then the instance's own model. The server refuses a request to a model in this chain, which
+    /// would otherwise wait for an instance that waits for it (a deadlock in Triton).
+    fn bls_callers(&self) -> CallChain {
+        let mut chain: Vec<(String, i64)> = Vec::new();
+        for (_, c) in self.in_flight.lock().iter() {
+            for m in c.iter() {
+                if !chain.contains(m) {
+                    chain.push(m.clone());
+                }
+            }
+        }
+        if !chain.contains(&self.model) {
+            chain.push(self.model.clone());
+        }
+        chain.into()
     }
 
     /// The runtime and the server, or why a call cannot run.
@@ -42,7 +85,7 @@ impl Calls {
     pub fn bls(&self, conn: &Arc<Conn>, req: BlsRequest, payload: &[u8]) {
         let prepared = self.server().and_then(|(rt, api)| {
             let inputs = req.inputs.iter().map(|t| conn.read_tensor(t, payload)).collect::<Result<Vec<_>>>()?;
-            Ok((rt, api, bls_request(&req, inputs)))
+            Ok((rt, api, bls_request(&req, inputs, self.bls_callers())))
         });
         let (rt, api, request) = match prepared {
             Ok(p) => p,
@@ -258,7 +301,7 @@ fn load_options(args: &Map<String, Value>) -> Result<LoadOptions> {
 
 /// A BLS request as the server takes it: the correlation id, sequence flags and timeout become the
 /// request parameters Triton reserves for them.
-fn bls_request(req: &BlsRequest, inputs: Vec<Tensor>) -> InferRequest {
+fn bls_request(req: &BlsRequest, inputs: Vec<Tensor>, callers: CallChain) -> InferRequest {
     let mut parameters: Parameters = ipc::params_from_json(&req.params);
     match &req.corr {
         Value::Number(n) => {
@@ -287,6 +330,7 @@ fn bls_request(req: &BlsRequest, inputs: Vec<Tensor>) -> InferRequest {
         inputs,
         outputs: req.outputs.iter().map(|n| RequestedOutput { name: n.clone(), ..Default::default() }).collect(),
         parameters,
+        callers,
     }
 }
 

@@ -256,7 +256,11 @@ impl Backend for PythonBackend {
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let settings = self.settings.clone()?;
         let launch = launch(&settings, ctx, spec)?;
-        let calls = Arc::new(calls::Calls::new(tokio::runtime::Handle::try_current().ok(), self.api.clone()));
+        let calls = Arc::new(calls::Calls::new(
+            tokio::runtime::Handle::try_current().ok(),
+            self.api.clone(),
+            (ctx.name.clone(), ctx.version),
+        ));
         let (deaths, death_rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
             state: Mutex::new(State { stub: None, generation: 0, closing: false }),
@@ -422,7 +426,9 @@ impl Shared {
         let parts: Vec<&[u8]> = payload.iter().map(|b| b.as_ref()).collect();
         let t1 = Instant::now();
         conn.set_in_flight(&keys);
+        self.calls.enter(id, reqs.iter().map(|r| &r.meta.callers));
         if let Err(e) = stub.send_main(&msg, &parts) {
+            self.calls.leave(id);
             stub.kill();
             conn.fail_streams(Some(&keys), &e);
             conn.end_in_flight(&keys);
@@ -440,6 +446,7 @@ impl Shared {
         let stub = st.stub.as_mut().filter(|_| st.generation == sent.generation);
         // The stub it went to died and another one runs now (or none): the call is lost with it.
         let Some(stub) = stub else {
+            self.calls.leave(id);
             return Err(Error::internal(format!(
                 "Stub process '{}' is not healthy. It exited while the request waited for it.",
                 self.launch.instance
@@ -447,6 +454,7 @@ impl Shared {
         };
         let conn = stub.conn.clone();
         let result = stub.wait_done(id);
+        self.calls.leave(id);
         let t2 = Instant::now();
         let responses = match result {
             Ok(r) => r,

@@ -231,7 +231,8 @@ pub(super) fn load_version(
     }
     let io = ModelIo::from_config(&cfg)?;
     let stats = Arc::new(ModelStats::new(cfg.max_batch_size));
-    let scheduler = EnsembleScheduler::start(&cfg, plan.graph.clone(), plan.models.clone(), steps, stats.clone())?;
+    let scheduler =
+        EnsembleScheduler::start(&cfg, version, plan.graph.clone(), plan.models.clone(), steps, stats.clone())?;
     Ok(Arc::new(LoadedModel {
         name: name.to_string(),
         version,

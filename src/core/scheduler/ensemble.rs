@@ -54,6 +54,9 @@ struct Shared {
     runner: Arc<dyn StepRunner>,
     /// The ensemble's own statistics.
     stats: Arc<ModelStats>,
+    /// The ensemble version (name, version): its steps' requests are made on its behalf, so a BLS
+    /// request from a step back to the ensemble is refused rather than deadlocked.
+    me: (String, i64),
 }
 
 /// Runs ensemble requests. Each accepted job gets a task on the runtime that was current when the
@@ -71,6 +74,7 @@ impl EnsembleScheduler {
     /// Prepares the scheduler of one ensemble version. `models[i]` describes step `i`'s composing model.
     pub fn start(
         cfg: &crate::proto::inference::ModelConfig,
+        version: i64,
         graph: EnsembleGraph,
         models: Vec<StepModel>,
         runner: Arc<dyn StepRunner>,
@@ -96,7 +100,15 @@ impl EnsembleScheduler {
             .map(|o| (o.name.clone(), o.reshape.as_ref().map(|r| r.shape.clone()).unwrap_or_else(|| o.dims.clone())))
             .collect();
         Ok(EnsembleScheduler {
-            shared: Arc::new(Shared { graph, models, batching: cfg.max_batch_size > 0, output_dims, runner, stats }),
+            shared: Arc::new(Shared {
+                graph,
+                models,
+                batching: cfg.max_batch_size > 0,
+                output_dims,
+                runner,
+                stats,
+                me: (cfg.name.clone(), version),
+            }),
             running: Arc::new(AtomicUsize::new(0)),
             runtime,
         })
@@ -193,6 +205,9 @@ impl Shared {
             run.provide(input);
         }
         let parameters = step_parameters(&job.control);
+        // A step waits for nothing the ensemble's own callers do not, plus the ensemble itself.
+        let callers: crate::core::types::CallChain =
+            job.exec.meta.callers.iter().cloned().chain([self.me.clone()]).collect();
         let mut inflight = FuturesUnordered::new();
         let mut failure: Option<Error> = None;
         let mut timings = ExecTimings::default();
@@ -232,6 +247,7 @@ impl Shared {
                             .map(|(o, _)| RequestedOutput { name: o.clone(), ..Default::default() })
                             .collect(),
                         parameters: parameters.clone(),
+                        callers: callers.clone(),
                     };
                     let fut = self.runner.run(req);
                     inflight.push(async move { (index, batch, fut.await) });

@@ -74,7 +74,15 @@ pub fn request_from_proto(req: ModelInferRequest) -> Result<InferRequest> {
     for o in req.outputs {
         outputs.push(RequestedOutput::from_parameters(o.name, params_from_proto(o.parameters)?)?);
     }
-    Ok(InferRequest { model_name: req.model_name, model_version, id: req.id, inputs, outputs, parameters })
+    Ok(InferRequest {
+        model_name: req.model_name,
+        model_version,
+        id: req.id,
+        inputs,
+        outputs,
+        parameters,
+        callers: Default::default(),
+    })
 }
 
 fn input_from_proto(input: InferInputTensor, raw: Option<Bytes>) -> Result<Tensor> {

@@ -172,6 +172,7 @@ pub fn decode_request(
             inputs,
             outputs,
             parameters,
+            callers: Default::default(),
         },
         binary_default,
     })

@@ -54,6 +54,8 @@ struct Seen {
     outputs: Vec<(String, usize)>,
     /// Parameters of each request.
     parameters: Vec<Parameters>,
+    /// Callers of each request.
+    callers: Vec<crate::core::types::CallChain>,
 }
 
 /// Computes the diamond's models in memory. `left` and `right` wait for each other on a barrier, so the
@@ -84,6 +86,7 @@ impl StepRunner for Runner {
                     seen.inputs.push(Read { model, version, input, ptr });
                 }
                 seen.parameters.push(req.parameters.clone());
+                seen.callers.push(req.callers.clone());
             }
             if matches!(req.model_name.as_str(), "left" | "right") {
                 fake.barrier.wait().await;
@@ -122,7 +125,7 @@ fn scheduler(fake: &Arc<Fake>) -> (EnsembleScheduler, Arc<ModelStats>) {
         .map(|s| StepModel { batching: true, input_dims: s.inputs.iter().map(|(i, _)| (i.clone(), vec![2])).collect() })
         .collect();
     let stats = Arc::new(ModelStats::new(cfg.max_batch_size));
-    (EnsembleScheduler::start(&cfg, graph, models, Arc::new(Runner(fake.clone())), stats.clone()).unwrap(), stats)
+    (EnsembleScheduler::start(&cfg, 1, graph, models, Arc::new(Runner(fake.clone())), stats.clone()).unwrap(), stats)
 }
 
 async fn infer(s: &EnsembleScheduler, outputs: &[&str], control: RequestControl) -> Result<ExecResult> {
@@ -223,4 +226,33 @@ async fn steps_inherit_priority_timeout_and_sequence_fields() {
     infer(&s, &["SIDE"], control.clone()).await.unwrap();
     let params = fake.seen.lock().parameters[0].clone();
     assert_eq!(crate::core::validate::control(&params).unwrap(), control);
+}
+
+#[tokio::test]
+async fn steps_are_requested_on_behalf_of_the_ensemble_and_its_callers() {
+    // A step that calls the ensemble back (BLS) must find it in its call chain, so the server refuses
+    // the call instead of deadlocking.
+    let fake = Fake::new(None);
+    let (s, _) = scheduler(&fake);
+    let (tx, rx) = oneshot::channel();
+    let meta = crate::backend::RequestMeta { callers: vec![("outer".to_string(), 3)].into(), ..Default::default() };
+    let job = Job {
+        exec: ExecRequest {
+            inputs: vec![tensor("IN", vec![2, 2], &[1.0, 2.0, 3.0, 4.0])],
+            outputs: vec!["SIDE".into()],
+            meta: Arc::new(meta),
+            ..Default::default()
+        },
+        batch_size: 2,
+        enqueued: Instant::now(),
+        control: RequestControl::default(),
+        reply: tx,
+    };
+    s.submit(job).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), rx).await.unwrap().unwrap().unwrap();
+    let callers = fake.seen.lock().callers.clone();
+    assert!(!callers.is_empty());
+    for c in callers {
+        assert_eq!(&*c, &[("outer".to_string(), 3), ("d".to_string(), 1)]);
+    }
 }
