@@ -116,6 +116,17 @@ pub struct ServeArgs {
     /// Largest accepted HTTP request body in bytes, after decompression (413 beyond it).
     #[arg(long, env = "TRITONRS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
     pub http_max_input_size: usize,
+    /// Seconds a client has to send a request's head (line and headers) on HTTP and metrics
+    /// connections, from the connection's start or the head's first byte; 0: no limit.
+    #[arg(long, env = "TRITONRS_HTTP_HEADER_TIMEOUT_SECS", default_value_t = 30)]
+    pub http_header_timeout_secs: u64,
+    /// Seconds an HTTP or metrics connection may stay open with no request in flight; 0: no limit.
+    #[arg(long, env = "TRITONRS_HTTP_IDLE_TIMEOUT_SECS", default_value_t = 300)]
+    pub http_idle_timeout_secs: u64,
+    /// Most HTTP connections open at once; at the cap the oldest idle one is closed for a newcomer.
+    /// 0: from the open-file limit, (limit - 320) / 2 with both HTTP and gRPC on.
+    #[arg(long, env = "TRITONRS_HTTP_MAX_CONNECTIONS", default_value_t = 0)]
+    pub http_max_connections: usize,
     /// Serve gRPC (Triton's GRPCInferenceService and grpc.health.v1).
     #[arg(long, env = "TRITONRS_ALLOW_GRPC", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
@@ -133,6 +144,41 @@ pub struct ServeArgs {
     /// objects to size.
     #[arg(long, env = "TRITONRS_GRPC_INFER_ALLOCATION_POOL_SIZE", default_value_t = 8)]
     pub grpc_infer_allocation_pool_size: u64,
+    /// Seconds a gRPC connection has to send its first request's headers (connection preface
+    /// included); 0: no limit.
+    #[arg(long, env = "TRITONRS_GRPC_HEADER_TIMEOUT_SECS", default_value_t = 30)]
+    pub grpc_header_timeout_secs: u64,
+    /// Most gRPC connections open at once; at the cap the oldest idle one is closed for a newcomer.
+    /// 0: from the open-file limit, as --http-max-connections.
+    #[arg(long, env = "TRITONRS_GRPC_MAX_CONNECTIONS", default_value_t = 0)]
+    pub grpc_max_connections: usize,
+    /// Milliseconds between HTTP/2 keepalive pings the server sends; 0: none.
+    #[arg(long, env = "TRITONRS_GRPC_KEEPALIVE_TIME", default_value_t = 7_200_000)]
+    pub grpc_keepalive_time: u64,
+    /// Milliseconds to wait for a keepalive ping's acknowledgement before closing the connection.
+    #[arg(long, env = "TRITONRS_GRPC_KEEPALIVE_TIMEOUT", default_value_t = 20_000)]
+    pub grpc_keepalive_timeout: u64,
+    /// Accepted for tritonserver compatibility; tritonrs sends its keepalive pings with or without
+    /// calls in flight.
+    #[arg(long, env = "TRITONRS_GRPC_KEEPALIVE_PERMIT_WITHOUT_CALLS", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+    pub grpc_keepalive_permit_without_calls: bool,
+    /// Accepted for tritonserver compatibility; ping policing is not configurable in tritonrs.
+    #[arg(long, env = "TRITONRS_GRPC_HTTP2_MAX_PINGS_WITHOUT_DATA", default_value_t = 2)]
+    pub grpc_http2_max_pings_without_data: i64,
+    /// Accepted for tritonserver compatibility; ping policing is not configurable in tritonrs.
+    #[arg(long, env = "TRITONRS_GRPC_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA", default_value_t = 300_000)]
+    pub grpc_http2_min_recv_ping_interval_without_data: i64,
+    /// Accepted for tritonserver compatibility; ping policing is not configurable in tritonrs.
+    #[arg(long, env = "TRITONRS_GRPC_HTTP2_MAX_PING_STRIKES", default_value_t = 2)]
+    pub grpc_http2_max_ping_strikes: i64,
+    /// Milliseconds after which a gRPC connection is asked to go away (GOAWAY; clients reconnect);
+    /// unset: no limit.
+    #[arg(long, env = "TRITONRS_GRPC_MAX_CONNECTION_AGE")]
+    pub grpc_max_connection_age: Option<u64>,
+    /// Milliseconds a connection past its age may take to finish its calls before it is closed.
+    #[arg(long, env = "TRITONRS_GRPC_MAX_CONNECTION_AGE_GRACE")]
+    pub grpc_max_connection_age_grace: Option<u64>,
     /// Serve Prometheus metrics at /metrics on --metrics-port.
     #[arg(long, env = "TRITONRS_ALLOW_METRICS", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]

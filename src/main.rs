@@ -7,6 +7,7 @@ use std::time::Duration;
 use tritonrs::backend::BackendConfig;
 use tritonrs::config::{Cli, Command, ServeArgs, ValidateArgs};
 use tritonrs::core::{repository, Server, ServerOptions};
+use tritonrs::frontend::conn::{self, ConnLimits, GuardedListener};
 use tritonrs::frontend::{grpc, http, metrics};
 use tritonrs::logging::{self, LogSettings};
 
@@ -157,11 +158,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// A front-end server running in the background; its result says how it ended.
 type ServerTask = (&'static str, tokio::task::JoinHandle<Result<(), String>>);
 
+/// Connections the kernel queues for a listener before it accepts them (capped by net.core.somaxconn).
+const LISTEN_BACKLOG: u32 = 1024;
+
 /// Binds `address:port` (port 0 picks a free one) and logs Triton's `Started <service> at ADDR:PORT`.
 async fn bind(address: &str, port: u16, service: &str, flags: &str) -> anyhow::Result<tokio::net::TcpListener> {
     let addr: SocketAddr = format!("{address}:{port}").parse().map_err(|e| anyhow::anyhow!("invalid {flags}: {e}"))?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() };
+    // A deeper backlog than the standard library's 128: at a connection cap, newcomers wait there.
+    let listener = socket
+        .and_then(|s| {
+            s.set_reuseaddr(true)?;
+            s.bind(addr)?;
+            s.listen(LISTEN_BACKLOG)
+        })
         .map_err(|e| anyhow::anyhow!("cannot bind {service} to {addr}: {e}"))?;
     tracing::info!("Started {service} at {}", listener.local_addr()?);
     Ok(listener)
@@ -174,13 +184,77 @@ async fn stopping(mut rx: tokio::sync::watch::Receiver<bool>) {
 
 /// Serves an axum app until shutdown begins, then lets open requests finish.
 fn serve_axum(
-    listener: tokio::net::TcpListener,
+    listener: GuardedListener,
     app: axum::Router,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<Result<(), String>> {
+    // A pause in a request body longer than the header timeout fails the request.
+    let app = match listener.limits().header_timeout {
+        Some(t) => app.layer(tower::util::MapRequestLayer::new(move |req: axum::extract::Request| {
+            req.map(|body| axum::body::Body::new(conn::TimedBody::new(body, t)))
+        })),
+        None => app,
+    };
+    let app = app.layer(conn::TrackLayer).into_make_service_with_connect_info::<conn::Conn>();
     tokio::spawn(async move {
         axum::serve(listener, app).with_graceful_shutdown(stopping(stop)).await.map_err(|e| e.to_string())
     })
+}
+
+/// A duration flag in seconds or milliseconds where 0 means "no limit".
+fn limit(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
+}
+
+/// The connection limits of each listener, after raising the open-file limit they are derived from.
+fn connection_limits(args: &ServeArgs) -> [ConnLimits; 3] {
+    let open_files = conn::raise_open_file_limit();
+    let auto = conn::auto_max_connections(open_files, args.allow_http as usize + args.allow_grpc as usize);
+    let pick = |flag: usize| if flag > 0 { flag } else { auto };
+    let header = limit(Duration::from_secs(args.http_header_timeout_secs));
+    let http = ConnLimits {
+        name: "HTTP",
+        cap_flag: "--http-max-connections",
+        max_connections: pick(args.http_max_connections),
+        header_timeout: header,
+        idle_timeout: limit(Duration::from_secs(args.http_idle_timeout_secs)),
+        max_lifetime: None,
+        http2: false,
+    };
+    let grpc = ConnLimits {
+        name: "gRPC",
+        cap_flag: "--grpc-max-connections",
+        max_connections: pick(args.grpc_max_connections),
+        header_timeout: limit(Duration::from_secs(args.grpc_header_timeout_secs)),
+        idle_timeout: None,
+        // tonic sends GOAWAY at the age; the grace's end is enforced here (tonic would skip the GOAWAY).
+        max_lifetime: args
+            .grpc_max_connection_age
+            .zip(args.grpc_max_connection_age_grace)
+            .map(|(age, grace)| Duration::from_millis(age.saturating_add(grace))),
+        http2: true,
+    };
+    let metrics = ConnLimits {
+        name: "metrics",
+        cap_flag: "a fixed cap",
+        max_connections: conn::METRICS_MAX_CONNECTIONS,
+        ..http.clone()
+    };
+    if let Some(n) = open_files {
+        let wanted = [(args.allow_http, &http), (args.allow_grpc, &grpc), (args.allow_metrics, &metrics)]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, l)| l.max_connections as u64)
+            .sum::<u64>();
+        if wanted + conn::RESERVED_FDS > n {
+            tracing::warn!(
+                "The connection caps ({wanted} in all) leave fewer than {} of the {n} open files for the rest \
+                 of the server; when descriptors run out, new connections wait.",
+                conn::RESERVED_FDS
+            );
+        }
+    }
+    [http, grpc, metrics]
 }
 
 async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> anyhow::Result<()> {
@@ -188,22 +262,31 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // The front-ends come up first so liveness answers while models load; readiness waits for start-up.
     let mut tasks: Vec<ServerTask> = Vec::new();
+    let [http_limits, grpc_limits, metrics_limits] = connection_limits(&args);
     if args.allow_http {
         let listener = bind(&args.http_address, args.http_port, "HTTPService", "--http-address/--http-port").await?;
+        let listener = GuardedListener::new(listener, http_limits);
         let state = http::HttpState { server: server.clone(), log: log.clone(), max_body: args.http_max_input_size };
         tasks.push(("HTTP", serve_axum(listener, http::router(state), stop_rx.clone())));
     }
     if args.allow_grpc {
         let listener =
             bind(&args.grpc_address, args.grpc_port, "GRPCInferenceService", "--grpc-address/--grpc-port").await?;
+        let listener = GuardedListener::new(listener, grpc_limits);
         let state = grpc::GrpcState { server: server.clone(), log, max_message_size: args.grpc_max_message_size };
-        let serving = grpc::serve(listener, state, stopping(stop_rx.clone()));
+        let http2 = grpc::Http2Options {
+            keepalive_interval: limit(Duration::from_millis(args.grpc_keepalive_time)),
+            keepalive_timeout: Duration::from_millis(args.grpc_keepalive_timeout),
+            max_connection_age: args.grpc_max_connection_age.map(Duration::from_millis),
+        };
+        let serving = grpc::serve(listener, state, http2, stopping(stop_rx.clone()));
         tasks.push(("gRPC", tokio::spawn(async move { serving.await.map_err(|e| e.to_string()) })));
     }
     if args.allow_metrics {
         let listener =
             bind(&args.metrics_address, args.metrics_port, "Metrics Service", "--metrics-address/--metrics-port")
                 .await?;
+        let listener = GuardedListener::new(listener, metrics_limits);
         let cpu = if args.allow_cpu_metrics {
             Some(tritonrs::platform::CpuMonitor::start(Duration::from_millis(args.metrics_interval_ms))?)
         } else {

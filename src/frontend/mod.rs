@@ -1,6 +1,7 @@
 //! Front-ends: each decodes its transport into core types once, calls `core::Server`, and encodes the
 //! answer once.
 
+pub mod conn;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

@@ -11,6 +11,7 @@ use crate::core::trace::{Activity, SettingValue, Trace, TraceSettings, TraceUpda
 use crate::core::types::StreamResponse;
 use crate::core::Server;
 use crate::error::Error;
+use crate::frontend::conn::{GuardedListener, TrackLayer};
 use crate::logging::{LogControl, LogSettings, LogUpdate};
 use crate::proto::grpc_health_v1::health_check_response::ServingStatus;
 use crate::proto::grpc_health_v1::health_server::{Health, HealthServer};
@@ -21,7 +22,7 @@ use prost::Message as _;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Code, Request, Response, Status, Streaming};
@@ -53,10 +54,23 @@ fn unimplemented(what: &str) -> Status {
     Status::unimplemented(format!("{what} is not supported by this server yet"))
 }
 
+/// HTTP/2 connection settings (tritonserver's `--grpc-keepalive-*` and `--grpc-max-connection-age*`).
+#[derive(Clone, Debug, Default)]
+pub struct Http2Options {
+    /// Interval between keepalive pings; `None`: no pings.
+    pub keepalive_interval: Option<Duration>,
+    /// How long a ping may go unacknowledged before the connection is closed.
+    pub keepalive_timeout: Duration,
+    /// Age after which a connection gets GOAWAY. The grace after it is enforced by the guarded listener:
+    /// tonic, given a grace, would close the connection at its end without any GOAWAY.
+    pub max_connection_age: Option<Duration>,
+}
+
 /// Serves both services on `listener` until `shutdown` resolves, then lets calls in flight finish.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: GuardedListener,
     state: GrpcState,
+    http2: Http2Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::result::Result<(), tonic::transport::Error> {
     let limit = state.max_message_size;
@@ -72,16 +86,21 @@ pub async fn serve(
         }
         Ok(req)
     });
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(http2.keepalive_interval)
+        .http2_keepalive_timeout(Some(http2.keepalive_timeout));
+    if let Some(age) = http2.max_connection_age {
+        builder = builder.max_connection_age(age);
+    }
+    builder
+        // Outermost, so a call counts as in flight on its connection until its last frame is sent.
+        .layer(TrackLayer)
         .layer(tower::util::MapResponseLayer::new(too_large_is_resource_exhausted))
         .add_service(inference)
         .add_service(health)
-        // Small responses must leave at once: without TCP_NODELAY, Nagle's algorithm holds them back
-        // when a connection carries several streams, and throughput drops with concurrency.
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        )
+        // The guarded listener caps connections, times out slow ones and backs off on accept errors;
+        // it also sets TCP_NODELAY.
+        .serve_with_incoming_shutdown(listener.into_stream(), shutdown)
         .await
 }
 

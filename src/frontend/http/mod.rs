@@ -248,6 +248,8 @@ async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Byt
         let inner = e.into_inner();
         if inner.is::<http_body_util::LengthLimitError>() {
             too_large()
+        } else if let Some(stalled) = inner.downcast_ref::<crate::frontend::conn::BodyStalled>() {
+            Error::invalid(format!("cannot read the request body: {stalled} (--http-header-timeout-secs)"))
         } else {
             Error::invalid(format!("cannot read the request body: {inner}"))
         }
