@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI check for the fuzz targets in fuzz/: builds and links all three on stable Rust, then replays
+# CI check for the fuzz targets in fuzz/: builds and links all four on stable Rust, then replays
 # the seed corpus (fuzz/seeds/<target>/*) through each, so a seed that panics fails CI.
 #
 #   scripts/fuzz-build.sh
@@ -21,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TARGETS=(pbtxt_config infer_json binary_tensor)
+TARGETS=(pbtxt_config infer_json binary_tensor config_override)
 TARGET_DIR=${FUZZ_TARGET_DIR:-$PWD/target}
 
 log() { printf '[fuzz-build] %s\n' "$*" >&2; }
