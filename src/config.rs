@@ -409,6 +409,43 @@ mod tests {
     }
 
     #[test]
+    fn tritonserver_grpc_connection_flags_parse_and_defaults_match() {
+        let d = Cli::try_parse_from(["tritonrs", "--model-repository=/m"]).unwrap().serve;
+        assert_eq!((d.grpc_keepalive_time, d.grpc_keepalive_timeout), (7_200_000, 20_000));
+        assert!(!d.grpc_keepalive_permit_without_calls);
+        assert_eq!(
+            (d.grpc_http2_max_pings_without_data, d.grpc_http2_min_recv_ping_interval_without_data),
+            (2, 300_000)
+        );
+        assert_eq!((d.grpc_max_connection_age, d.grpc_max_connection_age_grace), (None, None));
+        assert_eq!((d.http_header_timeout_secs, d.http_idle_timeout_secs, d.http_max_connections), (30, 300, 0));
+        let s = Cli::try_parse_from([
+            "tritonrs",
+            "--model-repository=/m",
+            "--grpc-keepalive-time=1000",
+            "--grpc-keepalive-timeout=500",
+            "--grpc-keepalive-permit-without-calls=1",
+            "--grpc-http2-max-pings-without-data=0",
+            "--grpc-http2-min-recv-ping-interval-without-data=10",
+            "--grpc-http2-max-ping-strikes=0",
+            "--grpc-max-connection-age=60000",
+            "--grpc-max-connection-age-grace=5000",
+            "--grpc-max-connections=10",
+            "--grpc-header-timeout-secs=5",
+            "--http-max-connections=20",
+            "--http-header-timeout-secs=0",
+            "--http-idle-timeout-secs=9",
+        ])
+        .unwrap()
+        .serve;
+        assert_eq!((s.grpc_keepalive_time, s.grpc_keepalive_timeout), (1000, 500));
+        assert!(s.grpc_keepalive_permit_without_calls);
+        assert_eq!((s.grpc_max_connection_age, s.grpc_max_connection_age_grace), (Some(60_000), Some(5000)));
+        assert_eq!((s.grpc_max_connections, s.grpc_header_timeout_secs), (10, 5));
+        assert_eq!((s.http_max_connections, s.http_header_timeout_secs, s.http_idle_timeout_secs), (20, 0, 9));
+    }
+
+    #[test]
     fn validate_subcommand_parses() {
         let cli = Cli::try_parse_from(["tritonrs", "validate", "--model-repository", "/m"]).unwrap();
         assert!(
