@@ -204,8 +204,6 @@ struct Registry {
     conns: Mutex<HashMap<u64, Conn>>,
     /// Signalled whenever a connection closes.
     closed: Notify,
-    /// Set once the listener is gone (shutdown).
-    stopping: AtomicBool,
 }
 
 impl Registry {
@@ -235,12 +233,7 @@ const LOG_EVERY: Duration = Duration::from_secs(60);
 
 impl GuardedListener {
     pub fn new(inner: TcpListener, limits: ConnLimits) -> Self {
-        let registry = Arc::new(Registry {
-            limits,
-            conns: Mutex::new(HashMap::new()),
-            closed: Notify::new(),
-            stopping: AtomicBool::new(false),
-        });
+        let registry = Arc::new(Registry { limits, conns: Mutex::new(HashMap::new()), closed: Notify::new() });
         let l = &registry.limits;
         if l.header_timeout.is_some() || l.idle_timeout.is_some() || l.max_lifetime.is_some() {
             tokio::spawn(reap(Arc::downgrade(&registry)));
@@ -271,11 +264,11 @@ impl GuardedListener {
                     let conn = Conn::new(self.next_id);
                     let over = {
                         let mut conns = self.registry.conns.lock();
-                        let snaps = victims_of(&conns);
+                        let old = (conns.len() >= self.registry.limits.max_connections)
+                            .then(|| victim(&victims_of(&conns)).and_then(|id| conns.get(&id).cloned()))
+                            .flatten();
                         conns.insert(self.next_id, conn.clone());
-                        (conns.len() > self.registry.limits.max_connections)
-                            .then(|| victim(&snaps).and_then(|id| conns.get(&id).cloned()))
-                            .flatten()
+                        old
                     };
                     // Over the cap: the newcomer stays and the best victim goes.
                     if let Some(old) = over {
@@ -367,7 +360,6 @@ impl Drop for GuardedListener {
     /// is still sending its first request head would hold that up for the whole header timeout, so it
     /// is closed now.
     fn drop(&mut self) {
-        self.registry.stopping.store(true, Ordering::Release);
         for conn in self.registry.conns.lock().values() {
             let s = conn.snapshot();
             if s.active == 0 && s.head_since != 0 {

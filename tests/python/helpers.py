@@ -258,6 +258,19 @@ class TritonServer:
         raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r}); log:\n{self.log}")
 
 
+def simple_inputs(client_module, value: int):
+    """INPUT0 and INPUT1 of the example model `simple` (INT32 [1, 16], every element `value`), for
+    tritonclient.http or tritonclient.grpc (`client_module`)."""
+    import numpy as np
+
+    ins = []
+    for n in ("INPUT0", "INPUT1"):
+        i = client_module.InferInput(n, [1, 16], "INT32")
+        i.set_data_from_numpy(np.full((1, 16), value, dtype=np.int32))
+        ins.append(i)
+    return ins
+
+
 def copy_models(dest: Path, *names: str, src: Path = EXAMPLES) -> Path:
     """Copies example models into `dest` (a model repository) and returns `dest`."""
     dest.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,7 @@ RLIMIT_NOFILE, as on a machine with the common 1024 limit."""
 import os
 import resource
 import socket
-import struct
 import textwrap
-import threading
 import time
 
 import numpy as np
@@ -20,7 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from helpers import copy_models
+from helpers import copy_models, simple_inputs
 
 NOFILE_1024 = {resource.RLIMIT_NOFILE: (1024, 1024)}
 HTTP_HEAD = b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
@@ -109,12 +107,7 @@ def infer_http(server):
     c = httpclient.InferenceServerClient(server.url, connection_timeout=5, network_timeout=5)
     try:
         assert c.is_server_live()
-        ins = []
-        for n in ("INPUT0", "INPUT1"):
-            i = httpclient.InferInput(n, [1, 16], "INT32")
-            i.set_data_from_numpy(np.full((1, 16), 3, dtype=np.int32))
-            ins.append(i)
-        out = c.infer("simple", ins).as_numpy("OUTPUT0")
+        out = c.infer("simple", simple_inputs(httpclient, 3)).as_numpy("OUTPUT0")
         assert (out == 6).all()
     finally:
         c.close()
@@ -124,12 +117,7 @@ def infer_grpc(server):
     c = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         assert c.is_server_live(client_timeout=5)
-        ins = []
-        for n in ("INPUT0", "INPUT1"):
-            i = grpcclient.InferInput(n, [1, 16], "INT32")
-            i.set_data_from_numpy(np.full((1, 16), 3, dtype=np.int32))
-            ins.append(i)
-        out = c.infer("simple", ins, client_timeout=5).as_numpy("OUTPUT0")
+        out = c.infer("simple", simple_inputs(grpcclient, 3), client_timeout=5).as_numpy("OUTPUT0")
         assert (out == 6).all()
     finally:
         c.close()

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import EXAMPLES, REPO_ROOT, copy_models, run_cli
+from helpers import EXAMPLES, REPO_ROOT, copy_models, run_cli, simple_inputs
 
 # An address-space cap: an allocation sized from a hostile configuration fails the test (the process
 # aborts) instead of pushing the machine into swap. The server itself maps about 1.2 GiB.
@@ -47,12 +47,7 @@ def load(server, name, config=None, files=None):
 
 def infer_simple(server):
     c = server.client()
-    ins = []
-    for n in ("INPUT0", "INPUT1"):
-        i = httpclient.InferInput(n, [1, 16], "INT32")
-        i.set_data_from_numpy(np.full((1, 16), 2, dtype=np.int32))
-        ins.append(i)
-    out = c.infer("simple", ins).as_numpy("OUTPUT0")
+    out = c.infer("simple", simple_inputs(httpclient, 2)).as_numpy("OUTPUT0")
     c.close()
     return out
 
