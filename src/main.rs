@@ -1,33 +1,40 @@
 //! The `tritonrs` binary: parse flags, then serve or validate.
 
-use clap::Parser;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 use tritonrs::backend::BackendConfig;
-use tritonrs::config::{Cli, Command, ServeArgs, ValidateArgs};
+use tritonrs::config::file::ConfigFile;
+use tritonrs::config::{self, CliError, Command, ServeArgs, ValidateArgs};
 use tritonrs::core::{repository, Server, ServerOptions};
 use tritonrs::frontend::conn::{self, ConnLimits, GuardedListener};
 use tritonrs::frontend::{grpc, http, metrics};
 use tritonrs::logging::{self, LogSettings};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (cli, file) = match config::parse(std::env::args_os().collect()) {
+        Ok(parsed) => parsed,
+        Err(CliError::Clap(e)) => e.exit(),
+        Err(CliError::File(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match cli.command {
         Some(Command::Validate(args)) => validate(args),
-        None => match serve(cli.serve) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                tracing::error!("{e:#}");
-                eprintln!("error: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
+        None => serve(cli.serve, file),
     }
 }
 
 /// `tritonrs validate`: one line per model, exit 1 if any is invalid.
 fn validate(args: ValidateArgs) -> ExitCode {
+    if args.model_repository.is_empty() {
+        eprintln!(
+            "error: no model repository: give --model-repository, TRITONRS_MODEL_REPOSITORY or model-repository in \
+             the configuration file"
+        );
+        return ExitCode::FAILURE;
+    }
     let backend_config = match BackendConfig::parse(&args.model_config.backend_config) {
         Ok(c) => c,
         Err(e) => {
@@ -107,15 +114,40 @@ fn validate(args: ValidateArgs) -> ExitCode {
     }
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let log = logging::init(LogSettings {
+fn serve(args: ServeArgs, file: Option<ConfigFile>) -> ExitCode {
+    let log = match logging::init(LogSettings {
         log_file: args.log_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
         log_info: args.log_info,
         log_warning: args.log_warning,
         log_error: args.log_error,
         log_verbose_level: args.log_verbose,
         log_format: args.log_format.clone(),
-    })?;
+    }) {
+        Ok(log) => log,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let log_errors = args.log_error;
+    match serve_logged(args, file, log) {
+        Ok(()) => ExitCode::SUCCESS,
+        // Said once: in the log, or on stderr when error logging is off.
+        Err(e) if log_errors => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogControl) -> anyhow::Result<()> {
+    if let Some(f) = &file {
+        tracing::info!("Read the configuration file '{}'.", f.path.display());
+    }
     if args.model_repository.is_empty() {
         anyhow::bail!("at least one --model-repository is required");
     }
@@ -151,8 +183,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .or(args.response_cache_byte_size.filter(|&n| n > 0)),
         trace,
     };
+    // After the flags are checked and before any port is bound: a repository that cannot be read is a start-up error, said once.
+    for r in &args.model_repository {
+        if let Err(e) = std::fs::read_dir(r) {
+            anyhow::bail!("cannot read model repository '{}': {e}", r.display());
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tritonrs-io").build()?;
-    runtime.block_on(run(args, opts, log))
+    runtime.block_on(run(args, file, opts, log))
 }
 
 /// A front-end server running in the background; its result says how it ended.
@@ -257,8 +295,15 @@ fn connection_limits(args: &ServeArgs) -> [ConnLimits; 3] {
     [http, grpc, metrics]
 }
 
-async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> anyhow::Result<()> {
+async fn run(
+    args: ServeArgs,
+    file: Option<ConfigFile>,
+    opts: ServerOptions,
+    log: logging::LogControl,
+) -> anyhow::Result<()> {
     let server = Server::new(opts);
+    // From the start, so a SIGHUP while models load is kept for later instead of killing the server.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // The front-ends come up first so liveness answers while models load; readiness waits for start-up.
     let mut tasks: Vec<ServerTask> = Vec::new();
@@ -273,7 +318,8 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
         let listener =
             bind(&args.grpc_address, args.grpc_port, "GRPCInferenceService", "--grpc-address/--grpc-port").await?;
         let listener = GuardedListener::new(listener, grpc_limits);
-        let state = grpc::GrpcState { server: server.clone(), log, max_message_size: args.grpc_max_message_size };
+        let state =
+            grpc::GrpcState { server: server.clone(), log: log.clone(), max_message_size: args.grpc_max_message_size };
         let http2 = grpc::Http2Options {
             keepalive_interval: limit(Duration::from_millis(args.grpc_keepalive_time)),
             keepalive_timeout: Duration::from_millis(args.grpc_keepalive_timeout),
@@ -298,11 +344,14 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
     tokio::select! {
         r = server.startup() => {
             r.map_err(|e| anyhow::anyhow!("{}", e.message))?;
-            tracing::info!("Server is ready: {} model version(s) loaded.", server.repository_index(true).len());
+            log_readiness(&server);
             if args.model_control_mode == tritonrs::core::ControlMode::Poll {
                 tokio::spawn(server.clone().poll_repositories());
             }
-            shutdown_signal().await;
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                _ = reload_on_hangup(hangups, &server, &log, file) => {}
+            }
         }
         _ = shutdown_signal() => {}
     }
@@ -332,6 +381,73 @@ async fn run(args: ServeArgs, opts: ServerOptions, log: logging::LogControl) -> 
     server.tracer().shutdown();
     tracing::info!("Server stopped.");
     Ok(())
+}
+
+/// Says whether the server is ready once start-up is over, and if not, which models keep it from being.
+fn log_readiness(server: &Server) {
+    let loaded = server.repository_index(true).len();
+    if server.is_ready() {
+        tracing::info!("Server is ready: {loaded} model version(s) loaded.");
+        return;
+    }
+    let failed: Vec<String> = server
+        .repository_index(false)
+        .into_iter()
+        .filter(|e| e.state != Some(tritonrs::core::lifecycle::ModelState::Ready))
+        .map(|e| {
+            let version = e.version.map(|v| format!(" version {v}")).unwrap_or_default();
+            let state = e.state.map_or("UNAVAILABLE", |s| s.as_str());
+            format!("model '{}'{version} is {state}: {}", e.name, e.reason)
+        })
+        .collect();
+    tracing::warn!(
+        "Server is not ready: {loaded} model version(s) loaded, but {} (readiness needs every model READY \
+         under --strict-readiness).",
+        failed.join("; ")
+    );
+}
+
+/// SIGHUP: reads the configuration file again (log settings take effect; other changed settings are
+/// named, as they need a restart) and rescans the repositories in poll and explicit mode.
+async fn reload_on_hangup(
+    mut hangups: tokio::signal::unix::Signal,
+    server: &Server,
+    log: &logging::LogControl,
+    mut file: Option<ConfigFile>,
+) {
+    while hangups.recv().await.is_some() {
+        tracing::info!("Received SIGHUP: reloading.");
+        match config::parse(std::env::args_os().collect()) {
+            Ok((cli, new_file)) => {
+                let a = cli.serve;
+                let update = logging::LogUpdate {
+                    log_info: Some(a.log_info),
+                    log_warning: Some(a.log_warning),
+                    log_error: Some(a.log_error),
+                    log_verbose_level: Some(a.log_verbose),
+                    ..Default::default()
+                };
+                if let Err(e) = log.update(update) {
+                    tracing::warn!("Reload: {}", e.message);
+                }
+                let applied = ["log-info", "log-warning", "log-error", "log-verbose"];
+                for key in ConfigFile::changed_keys(file.as_ref(), new_file.as_ref()) {
+                    if !applied.contains(&key.as_str()) {
+                        tracing::warn!(
+                            "Reload: '{key}' changed in the configuration file; it takes effect at the next restart."
+                        );
+                    }
+                }
+                file = new_file;
+            }
+            Err(CliError::File(e)) => tracing::error!("Reload: {e}; keeping the current settings."),
+            Err(CliError::Clap(e)) => {
+                tracing::error!("Reload: {}; keeping the current settings.", e.to_string().trim())
+            }
+        }
+        server.rescan().await;
+        tracing::info!("Reload done.");
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

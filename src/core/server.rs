@@ -231,6 +231,26 @@ impl Server {
         }
     }
 
+    /// A reload (SIGHUP): in poll mode, one poll now; in explicit mode, the models already known are
+    /// reloaded if their files changed (nothing new is loaded); in none mode, nothing.
+    pub async fn rescan(&self) {
+        match self.inner.opts.control_mode {
+            ControlMode::Poll => self.poll_once().await,
+            ControlMode::Explicit => {
+                let models = &self.inner.models;
+                let (on_disk, _) = crate::core::repository::scan(&self.inner.opts.repositories);
+                for name in models.known_models() {
+                    let Some(Ok(dir)) = on_disk.get(&name) else { continue };
+                    if models.fingerprint(&name).is_some_and(|f| f != crate::core::repository::fingerprint(dir)) {
+                        tracing::info!("Model '{name}' changed in the repository; reloading it.");
+                        let _ = models.load(&name, LoadOptions::default()).await;
+                    }
+                }
+            }
+            ControlMode::None => {}
+        }
+    }
+
     pub fn is_live(&self) -> bool {
         true
     }

@@ -16,12 +16,13 @@ from helpers import _RUNNING, EXAMPLES, TritonServer
 
 @pytest.fixture
 def start_server():
-    """Factory: `start_server(*args, wait="ready", timeout=30, rlimits=None)` starts a server that is
-    stopped at the end of the test."""
+    """Factory: `start_server(*args, wait="ready", timeout=30, rlimits=None, env=None)` starts a server
+    that is stopped at the end of the test."""
     servers: list[TritonServer] = []
 
-    def _start(*args, wait: str | None = "ready", timeout: float = 30.0, rlimits: dict | None = None) -> TritonServer:
-        s = TritonServer(list(args), rlimits=rlimits)
+    def _start(*args, wait: str | None = "ready", timeout: float = 30.0, rlimits: dict | None = None,
+               env: dict | None = None) -> TritonServer:
+        s = TritonServer(list(args), rlimits=rlimits, env=env)
         servers.append(s)
         return s.start(wait=wait, timeout=timeout)
 

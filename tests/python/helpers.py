@@ -46,9 +46,10 @@ def server_env() -> dict:
     return env
 
 
-def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    """Runs the binary to completion (for --help, --version, validate)."""
-    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout, env=server_env())
+def run_cli(*args: str, timeout: float = 30, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Runs the binary to completion (for --help, --version, validate); `env` adds variables."""
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**server_env(), **(env or {})})
 
 
 class HttpResponse:
@@ -67,8 +68,10 @@ class HttpResponse:
 class TritonServer:
     """One running tritonrs process."""
 
-    def __init__(self, args: list[str], name: str = "", rlimits: dict | None = None):
+    def __init__(self, args: list[str], name: str = "", rlimits: dict | None = None, env: dict | None = None):
         self.args = [str(a) for a in args]
+        # Variables added to the server's environment (TRITONRS_* among them).
+        self.env = env or {}
         self.name = name
         # resource.RLIMIT_* -> (soft, hard), applied in the child before it runs the server (e.g. an
         # address-space cap, so an allocation bug fails the test instead of swapping).
@@ -98,7 +101,7 @@ class TritonServer:
                 resource.setrlimit(which, value)
 
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, env=server_env(),
+                                     stderr=subprocess.PIPE, env={**server_env(), **self.env},
                                      preexec_fn=limit if self.rlimits else None)
         _RUNNING.append(self)
         self._reader = threading.Thread(target=self._drain, daemon=True)

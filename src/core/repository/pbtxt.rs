@@ -637,7 +637,7 @@ fn line_column(text: &str, offset: usize) -> (u32, u32) {
 /// The candidate closest to a misspelled `name`, if one is close enough to be a likely typo and no other
 /// candidate is as close (`TYPE_INT23` suggests `TYPE_INT32`, one transposition away, and nothing when
 /// two candidates tie).
-fn closest<'c>(name: &str, candidates: impl Iterator<Item = &'c str>) -> Option<&'c str> {
+pub fn closest<'c>(name: &str, candidates: impl Iterator<Item = &'c str>) -> Option<&'c str> {
     let limit = (name.chars().count() / 3).clamp(1, 3);
     let mut scored: Vec<(usize, &str)> = candidates
         .map(|candidate| (edit_distance(name, candidate), candidate))

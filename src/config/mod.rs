@@ -1,10 +1,53 @@
 //! Command-line flags with tritonserver's names. Every flag also reads an environment variable
-//! (`TRITONRS_<FLAG>`), so a systemd unit can configure the server through `Environment=` lines.
+//! (`TRITONRS_<FLAG>`) and a key of the configuration file (see [`file`]); the command line wins over
+//! the environment, which wins over the file.
+
+pub mod file;
 
 use crate::core::trace::{self, TraceLevel, TraceSettings, TRACE_MODE};
 use crate::core::ControlMode;
-use clap::{ArgAction, Args, Parser, Subcommand};
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use std::ffi::OsString;
 use std::path::PathBuf;
+
+/// Why the settings could not be read.
+#[derive(Debug)]
+pub enum CliError {
+    /// A command-line mistake (or --help / --version): clap prints and exits.
+    Clap(clap::Error),
+    /// The configuration file: the message names the file and line.
+    File(String),
+}
+
+impl From<clap::Error> for CliError {
+    fn from(e: clap::Error) -> Self {
+        CliError::Clap(e)
+    }
+}
+
+/// Reads the settings as the server and `validate` both do: the configuration file, then the
+/// `TRITONRS_*` environment, then `args` (the program name first). Also returns the file, if one
+/// was read.
+pub fn parse(args: Vec<OsString>) -> Result<(Cli, Option<file::ConfigFile>), CliError> {
+    let config = match file::locate(&args, std::env::var_os("TRITONRS_CONFIG")) {
+        Some((path, explicit)) => match file::ConfigFile::read(&path) {
+            Ok(f) => Some(f),
+            Err(_) if !explicit && !path.exists() => None,
+            Err(e) => return Err(CliError::File(e)),
+        },
+        None => None,
+    };
+    let mut cmd = Cli::command();
+    if let Some(f) = &config {
+        let top = cmd.clone();
+        let validate =
+            cmd.find_subcommand("validate").cloned().ok_or_else(|| CliError::File("no validate command".into()))?;
+        let validate = f.apply(validate, &[&top]).map_err(CliError::File)?;
+        cmd = f.apply(cmd, &[&validate]).map_err(CliError::File)?.mut_subcommand("validate", |_| validate);
+    }
+    let matches = cmd.try_get_matches_from(args)?;
+    Ok((Cli::from_arg_matches(&matches)?, config))
+}
 
 /// Parses Triton's boolean flag values: true/false, 1/0, yes/no, on/off.
 fn parse_bool(s: &str) -> Result<bool, String> {
@@ -20,6 +63,10 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 // A flag given twice takes its last value, as tritonserver's getopt parsing does.
 #[command(name = "tritonrs", version, about, args_conflicts_with_subcommands = true, args_override_self = true)]
 pub struct Cli {
+    /// Configuration file: every flag under its own name (`http-port = 8000`). Default
+    /// /etc/tritonrs/tritonrs.toml when it exists; flags and TRITONRS_* variables override it.
+    #[arg(long, global = true, env = "TRITONRS_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
     #[command(flatten)]
@@ -34,8 +81,13 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// Model repository to check (repeatable).
-    #[arg(long = "model-repository", visible_alias = "model-store", required = true)]
+    /// Model repository to check (repeatable); the server's setting when not given.
+    #[arg(
+        long = "model-repository",
+        visible_alias = "model-store",
+        env = "TRITONRS_MODEL_REPOSITORY",
+        value_delimiter = ','
+    )]
     pub model_repository: Vec<PathBuf>,
     /// Also print each valid model's completed configuration (after auto-complete), in config.pbtxt form.
     #[arg(long)]
