@@ -2,11 +2,25 @@
 # Runs every test of tritonrs on this machine: Rust unit tests, then the black-box suite that starts
 # the real binary on ephemeral ports and talks to it with the official tritonclient.
 # Sets up what it needs on a fresh Debian machine (a Python venv with tritonclient and the
-# onnxruntime wheel that provides libonnxruntime.so) through scripts/env.sh.
+# onnxruntime wheel that provides libonnxruntime.so) through scripts/env.sh, and Debian's systemd
+# package for systemd-analyze (as root, with apt-get).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
+# systemd-analyze checks the unit in systemd/ (tests/python/test_systemd.py); Debian's systemd package
+# has it and needs no running systemd.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "== apt-get install systemd (for systemd-analyze)"
+        apt-get -o DPkg::Lock::Timeout=900 -o Acquire::Retries=3 update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 -o Acquire::Retries=3 \
+            install -y -qq --no-install-recommends systemd >/dev/null
+    else
+        echo "systemd-analyze is missing: install Debian's systemd package (sudo apt-get install systemd)" >&2
+        exit 1
+    fi
+fi
 echo "== cargo build"
 cargo build --bins
 echo "== cargo test"

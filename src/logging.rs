@@ -110,6 +110,67 @@ impl LogControl {
     }
 }
 
+/// Whether standard error is systemd's journal: systemd sets `JOURNAL_STREAM=<dev>:<inode>` to the
+/// stream it connects, and a child whose stderr was redirected elsewhere still inherits the variable.
+fn stderr_is_journal() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else { return false };
+    let Ok(meta) = std::fs::metadata("/proc/self/fd/2") else { return false };
+    stream.to_str() == Some(&format!("{}:{}", meta.dev(), meta.ino()))
+}
+
+/// The journal's priority prefix (sd-daemon(3)) for a level: `<3>` error, `<4>` warning, `<6>` info,
+/// `<7>` debug and trace.
+pub fn journal_prefix(level: &tracing::Level) -> &'static [u8] {
+    match *level {
+        tracing::Level::ERROR => b"<3>",
+        tracing::Level::WARN => b"<4>",
+        tracing::Level::INFO => b"<6>",
+        _ => b"<7>",
+    }
+}
+
+/// Standard error with each event's line prefixed by its journal priority.
+struct JournalStderr;
+
+/// One event's writer: the prefix goes out with the first write (the formatter writes a whole line
+/// at once).
+struct PrefixedStderr {
+    prefix: Option<&'static [u8]>,
+}
+
+impl std::io::Write for PrefixedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut err = std::io::stderr().lock();
+        match self.prefix.take() {
+            Some(p) => {
+                let mut line = Vec::with_capacity(p.len() + buf.len());
+                line.extend_from_slice(p);
+                line.extend_from_slice(buf);
+                err.write_all(&line)?;
+            }
+            None => err.write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+impl<'a> fmt::MakeWriter<'a> for JournalStderr {
+    type Writer = PrefixedStderr;
+
+    fn make_writer(&'a self) -> PrefixedStderr {
+        PrefixedStderr { prefix: None }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> PrefixedStderr {
+        PrefixedStderr { prefix: Some(journal_prefix(meta.level())) }
+    }
+}
+
 /// Installs the global subscriber. Logs go to standard error, or to `log_file`.
 pub fn init(settings: LogSettings) -> anyhow::Result<LogControl> {
     let (filter, handle) = reload::Layer::new(settings.level());
@@ -117,7 +178,9 @@ pub fn init(settings: LogSettings) -> anyhow::Result<LogControl> {
     if !iso && settings.log_format != "default" {
         anyhow::bail!("--log-format must be 'default' or 'ISO8601', got '{}'", settings.log_format);
     }
-    let writer: fmt::writer::BoxMakeWriter = if settings.log_file.is_empty() {
+    let writer: fmt::writer::BoxMakeWriter = if settings.log_file.is_empty() && stderr_is_journal() {
+        fmt::writer::BoxMakeWriter::new(JournalStderr)
+    } else if settings.log_file.is_empty() {
         fmt::writer::BoxMakeWriter::new(std::io::stderr)
     } else {
         let path = PathBuf::from(&settings.log_file);

@@ -10,6 +10,7 @@ use tritonrs::core::{repository, Server, ServerOptions};
 use tritonrs::frontend::conn::{self, ConnLimits, GuardedListener};
 use tritonrs::frontend::{grpc, http, metrics};
 use tritonrs::logging::{self, LogSettings};
+use tritonrs::platform::systemd;
 
 fn main() -> ExitCode {
     let (cli, file) = match config::parse(std::env::args_os().collect()) {
@@ -341,10 +342,17 @@ async fn run(
         let app = metrics::router(metrics::MetricsState { server: server.clone(), cpu });
         tasks.push(("metrics", serve_axum(listener, app, stop_rx.clone())));
     }
+    if let Some(interval) = systemd::watchdog_interval() {
+        tokio::spawn(systemd::watchdog(interval));
+    }
+    let loading = systemd::enabled().then(|| tokio::spawn(report_loading(server.clone())));
     tokio::select! {
         r = server.startup() => {
+            if let Some(task) = loading {
+                task.abort();
+            }
             r.map_err(|e| anyhow::anyhow!("{}", e.message))?;
-            log_readiness(&server);
+            systemd::ready(&log_readiness(&server));
             if args.model_control_mode == tritonrs::core::ControlMode::Poll {
                 tokio::spawn(server.clone().poll_repositories());
             }
@@ -356,6 +364,7 @@ async fn run(
         _ = shutdown_signal() => {}
     }
     // Stop accepting, let in-flight requests finish, unload every model; a second signal exits at once.
+    systemd::stopping();
     server.stop_accepting();
     let _ = stop_tx.send(true);
     let timeout = Duration::from_secs(args.exit_timeout_secs);
@@ -384,11 +393,12 @@ async fn run(
 }
 
 /// Says whether the server is ready once start-up is over, and if not, which models keep it from being.
-fn log_readiness(server: &Server) {
+/// Returns the same in short, for systemd's status line.
+fn log_readiness(server: &Server) -> String {
     let loaded = server.repository_index(true).len();
     if server.is_ready() {
         tracing::info!("Server is ready: {loaded} model version(s) loaded.");
-        return;
+        return format!("serving: {loaded} model version(s) ready");
     }
     let failed: Vec<String> = server
         .repository_index(false)
@@ -405,6 +415,24 @@ fn log_readiness(server: &Server) {
          under --strict-readiness).",
         failed.join("; ")
     );
+    format!("serving, not ready: {loaded} model version(s) ready, {} not", failed.len())
+}
+
+/// Tells systemd how start-up loading goes, every second until it is over: "loading K of N models",
+/// and more time to start while loads run.
+async fn report_loading(server: Server) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let index = server.repository_index(false);
+        let mut models: std::collections::BTreeMap<&str, bool> = std::collections::BTreeMap::new();
+        for e in &index {
+            let loading = e.state == Some(tritonrs::core::lifecycle::ModelState::Loading);
+            *models.entry(e.name.as_str()).or_default() |= loading;
+        }
+        let done = models.values().filter(|loading| !**loading).count();
+        systemd::extend_timeout(Duration::from_secs(10), &format!("loading: {done} of {} models", models.len()));
+    }
 }
 
 /// SIGHUP: reads the configuration file again (log settings take effect; other changed settings are
@@ -417,6 +445,7 @@ async fn reload_on_hangup(
 ) {
     while hangups.recv().await.is_some() {
         tracing::info!("Received SIGHUP: reloading.");
+        systemd::reloading();
         match config::parse(std::env::args_os().collect()) {
             Ok((cli, new_file)) => {
                 let a = cli.serve;
@@ -447,6 +476,7 @@ async fn reload_on_hangup(
         }
         server.rescan().await;
         tracing::info!("Reload done.");
+        systemd::ready(&log_readiness(server));
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod cache;
 pub mod classification;
 pub mod custom_metrics;
+pub mod heartbeat;
 pub mod lifecycle;
 pub mod rate_limiter;
 pub mod repository;

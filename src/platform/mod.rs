@@ -1,4 +1,7 @@
-//! The machine the server runs on: CPU and memory readings for the metrics endpoint.
+//! The machine the server runs on: CPU and memory readings for the metrics endpoint, and the systemd
+//! service protocol (systemd.rs).
+
+pub mod systemd;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

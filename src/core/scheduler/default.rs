@@ -2,6 +2,7 @@
 
 use super::{execute, guarded, Job, Scheduler};
 use crate::backend::{ExecResult, ModelInstance};
+use crate::core::heartbeat::Beat;
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
@@ -44,7 +45,8 @@ impl DefaultScheduler {
             std::thread::Builder::new()
                 .name(format!("inst-{name}"))
                 .spawn(move || {
-                    drain(&mut *instance, &rx, &stats);
+                    let beat = crate::core::heartbeat::register(format!("inst-{name}"));
+                    drain(&mut *instance, &rx, &stats, &beat);
                     // Dropping the instance runs the backend's finalizer before the thread counts as gone.
                     drop(instance);
                     running_thread.fetch_sub(1, Ordering::SeqCst);
@@ -93,10 +95,11 @@ const PIPELINE_DEPTH: usize = 2;
 /// next queued job is sent before the previous one is finished, so the instance's process goes from one
 /// request to the next without waiting for this thread; a job is only taken early when one is already
 /// queued, so nothing waits for a batch that is not there.
-fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStats) {
+fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStats, beat: &Beat) {
     let mut sent: VecDeque<(Job, Instant, u64)> = VecDeque::new();
     loop {
         let next = if sent.is_empty() {
+            beat.idle();
             match rx.recv() {
                 Ok(job) => Some(job),
                 Err(_) => return,
@@ -108,8 +111,10 @@ fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStat
         };
         let Some(job) = next else {
             finish_oldest(instance, &mut sent, stats);
+            beat.working();
             continue;
         };
+        beat.working();
         stats.pending.fetch_sub(1, Ordering::Relaxed);
         let start = Instant::now();
         match guarded(|| instance.begin(&job.exec).transpose()) {

@@ -371,8 +371,11 @@ impl DynamicBatcher {
             let (shared, rx, running_thread) = (shared.clone(), work_rx.clone(), running.clone());
             running.fetch_add(1, Ordering::SeqCst);
             let spawned = std::thread::Builder::new().name(format!("inst-{inst_name}")).spawn(move || {
+                let beat = crate::core::heartbeat::register(format!("inst-{inst_name}"));
                 while let Ok(Work::Batch(batch)) = rx.recv() {
+                    beat.working();
                     run_batch(&shared, &mut *instance, batch);
+                    beat.idle();
                     shared.instance_free();
                 }
                 drop(instance);

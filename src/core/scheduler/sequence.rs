@@ -108,8 +108,11 @@ impl SequenceBatcher {
                 // This instance's slots' implicit state: one tensor per configured state, or none before
                 // the slot's first request.
                 let mut states: Vec<Option<Vec<Tensor>>> = vec![None; shared.policy.slots_per_instance.max(1)];
+                let beat = crate::core::heartbeat::register(format!("inst-{inst_name}"));
                 while let Ok(Work::Batch(rows)) = rx.recv() {
+                    beat.working();
                     run_batch(&shared, &mut *instance, &mut states, rows);
+                    beat.idle();
                     shared.instance_free(index);
                 }
                 drop(instance);
