@@ -65,13 +65,52 @@ fn candidates(explicit: Option<&Path>) -> Vec<PathBuf> {
     if let Some(p) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()) {
         return vec![absolute(PathBuf::from(p))];
     }
-    let mut list = Vec::new();
+    let mut plain = Vec::new();
     if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
-        list.push(dir.join("libonnxruntime.so"));
-        list.push(dir.join("../lib/libonnxruntime.so"));
+        plain.push(dir.join("libonnxruntime.so"));
+        plain.push(dir.join("../lib/libonnxruntime.so"));
     }
-    list.extend(WELL_KNOWN.iter().map(PathBuf::from));
+    plain.extend(WELL_KNOWN.iter().map(PathBuf::from));
+    // Each unversioned name, then the versioned files beside it (`libonnxruntime.so.1.16.3`, as
+    // JetPack's and most packaged builds ship them), newest first.
+    let mut list = Vec::new();
+    for p in plain {
+        let versioned = p.parent().map(versioned_libraries).unwrap_or_default();
+        list.push(p);
+        list.extend(versioned);
+    }
+    list.dedup();
     list
+}
+
+/// The `libonnxruntime.so.<version>` files in `dir`, newest version first.
+fn versioned_libraries(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut found: Vec<(Vec<u64>, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let version = name.strip_prefix("libonnxruntime.so.")?;
+            let parts: Vec<u64> = version.split('.').map(|n| n.parse().ok()).collect::<Option<_>>()?;
+            Some((parts, e.path()))
+        })
+        .collect();
+    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.into_iter().map(|(_, p)| p).collect()
+}
+
+/// Why the dynamic loader refuses `path` (dlerror's text: wrong architecture, missing dependency, not
+/// an ELF file...), when it does; ort only says that dlopen failed.
+fn dlopen_error(path: &Path) -> Option<String> {
+    // SAFETY: dlopen runs the library's initializers. This is the file the server was pointed at (or
+    // found) as ONNX Runtime, which ort has just tried to load in the same way; the handle is closed
+    // again at once and nothing from it is called.
+    let opened = unsafe { libloading::Library::new(path) };
+    opened.err().map(|e| match std::error::Error::source(&e) {
+        // libloading keeps dlerror's text in the source: "dlopen failed: <path>: invalid ELF header".
+        Some(why) => format!("{e}: {why}"),
+        None => e.to_string(),
+    })
 }
 
 fn init_runtime(explicit: Option<&Path>) -> std::result::Result<Environment, String> {
@@ -88,13 +127,27 @@ fn init_runtime(explicit: Option<&Path>) -> std::result::Result<Environment, Str
                     .build()
                     .map_err(|e| format!("ONNX Runtime at '{}' failed to initialize: {e}", path.display()));
             }
-            Err(e) => tried.push(format!("{} ({e})", path.display())),
+            Err(e) => {
+                tried.push(format!("{} ({})", path.display(), dlopen_error(&path).unwrap_or_else(|| e.to_string())))
+            }
         }
     }
-    Err(format!(
-        "the ONNX Runtime library (libonnxruntime.so) could not be loaded; set ORT_DYLIB_PATH or \
-         --backend-config=onnxruntime,library=<path>. Tried: {}",
+    // Said once here with every path tried; each model that needs the library gets the short form.
+    tracing::error!(
+        "The ONNX Runtime library (libonnxruntime.so) could not be loaded, so ONNX models cannot be served. Tried: {}",
         tried.join("; ")
+    );
+    // A library named by the user is named in each model's reason too; the default search's dozen
+    // places only in the log.
+    let where_ = match tried.as_slice() {
+        [one] if explicit.is_some() || std::env::var_os("ORT_DYLIB_PATH").is_some_and(|p| !p.is_empty()) => {
+            format!("from {one}")
+        }
+        _ => format!("from any of {} well-known places (the server's log lists them)", tried.len()),
+    };
+    Err(format!(
+        "the ONNX Runtime library (libonnxruntime.so) could not be loaded {where_}; set ORT_DYLIB_PATH or \
+         --backend-config=onnxruntime,library=<path>"
     ))
 }
 
@@ -365,4 +418,37 @@ fn output_tensor(name: &str, value: &DynValue) -> Result<Tensor> {
         }
     };
     Ok(Tensor::new(name, dt, dims, data))
+}
+
+#[cfg(test)]
+mod library_tests {
+    use super::*;
+
+    #[test]
+    fn versioned_libraries_are_found_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "libonnxruntime.so.1.16.3",
+            "libonnxruntime.so.1.9.0",
+            "libonnxruntime.so.1.17",
+            "libonnxruntime.so.x",
+            "other.so.1.2",
+        ] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        let found: Vec<String> = versioned_libraries(dir.path())
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(found, ["libonnxruntime.so.1.17", "libonnxruntime.so.1.16.3", "libonnxruntime.so.1.9.0"]);
+    }
+
+    #[test]
+    fn the_loader_says_why_a_file_is_not_a_library() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("libonnxruntime.so");
+        std::fs::write(&fake, b"not a library").unwrap();
+        let why = dlopen_error(&fake).unwrap();
+        assert!(why.starts_with("dlopen failed: ") && why.contains("libonnxruntime.so"), "{why}");
+    }
 }

@@ -93,3 +93,19 @@ def test_config_tensor_missing_from_model_fails_the_load(start_server, repo):
     s.wait_until(lambda: any(r.get("state") == "UNAVAILABLE" for r in s.index_rows("simple")), what="simple fails")
     reason = s.index_rows("simple")[0]["reason"]
     assert "OUTPUT9" in reason and "not an output of the ONNX model" in reason, reason
+
+
+def test_a_missing_or_wrong_library_is_said_once_with_the_loaders_reason(start_server, repo, tmp_path):
+    """Not an ELF file: the loader's own words reach the log once, each ONNX model is UNAVAILABLE with
+    a short reason, and the rest of the server serves."""
+    copy_models(repo, "simple", "classify_logits", "batched_scale")
+    fake = tmp_path / "libonnxruntime.so"
+    fake.write_text("not a library")
+    s = start_server("--model-repository", repo, "--strict-readiness=false", env={"ORT_DYLIB_PATH": str(fake)})
+    s.wait_for_log(r"Server is ready")
+    assert s.log.count("could not be loaded, so ONNX models cannot be served") == 1, s.log
+    assert f"Tried: {fake} (dlopen failed: {fake}: " in s.log, s.log
+    rows = [r for r in s.index() if r["name"] == "simple"]
+    assert rows and rows[0]["state"] == "UNAVAILABLE"
+    assert "ORT_DYLIB_PATH" in rows[0]["reason"] and f"from {fake} (dlopen failed: " in rows[0]["reason"], rows
+    assert s.is_live()
