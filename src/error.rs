@@ -17,6 +17,8 @@ pub enum ErrorKind {
     Unsupported,
     /// A conflicting object already exists (409 / ALREADY_EXISTS).
     AlreadyExists,
+    /// The API is restricted and the request lacks its key (403 / PERMISSION_DENIED).
+    PermissionDenied,
     /// A bug or an unexpected failure inside the server or a backend (500 / INTERNAL).
     Internal,
 }
@@ -58,6 +60,7 @@ impl Error {
             ErrorKind::InvalidArgument => 400,
             ErrorKind::NotFound => 404,
             ErrorKind::AlreadyExists => 409,
+            ErrorKind::PermissionDenied => 403,
             ErrorKind::PayloadTooLarge => 413,
             ErrorKind::Internal => 500,
             ErrorKind::Unsupported => 501,
@@ -68,13 +71,14 @@ impl Error {
     /// The gRPC status code number for this error (the only gRPC mapping in the server).
     pub fn grpc_code(&self) -> i32 {
         match self.kind {
-            ErrorKind::InvalidArgument => 3, // INVALID_ARGUMENT
-            ErrorKind::NotFound => 5,        // NOT_FOUND
-            ErrorKind::AlreadyExists => 6,   // ALREADY_EXISTS
-            ErrorKind::PayloadTooLarge => 8, // RESOURCE_EXHAUSTED
-            ErrorKind::Unsupported => 12,    // UNIMPLEMENTED
-            ErrorKind::Internal => 13,       // INTERNAL
-            ErrorKind::Unavailable => 14,    // UNAVAILABLE
+            ErrorKind::InvalidArgument => 3,  // INVALID_ARGUMENT
+            ErrorKind::NotFound => 5,         // NOT_FOUND
+            ErrorKind::AlreadyExists => 6,    // ALREADY_EXISTS
+            ErrorKind::PermissionDenied => 7, // PERMISSION_DENIED
+            ErrorKind::PayloadTooLarge => 8,  // RESOURCE_EXHAUSTED
+            ErrorKind::Unsupported => 12,     // UNIMPLEMENTED
+            ErrorKind::Internal => 13,        // INTERNAL
+            ErrorKind::Unavailable => 14,     // UNAVAILABLE
         }
     }
 

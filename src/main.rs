@@ -8,6 +8,7 @@ use tritonrs::config::file::ConfigFile;
 use tritonrs::config::{self, CliError, Command, ServeArgs, ValidateArgs};
 use tritonrs::core::{repository, Server, ServerOptions};
 use tritonrs::frontend::conn::{self, ConnLimits, GuardedListener};
+use tritonrs::frontend::restrict::Restrictions;
 use tritonrs::frontend::{grpc, http, metrics};
 use tritonrs::logging::{self, LogSettings};
 use tritonrs::platform::systemd;
@@ -302,6 +303,10 @@ async fn run(
     opts: ServerOptions,
     log: logging::LogControl,
 ) -> anyhow::Result<()> {
+    let http_restricted = Restrictions::parse(&args.http_restricted_api, "--http-restricted-api", false)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let grpc_restricted = Restrictions::parse(&args.grpc_restricted_protocol, "--grpc-restricted-protocol", true)
+        .map_err(|e| anyhow::anyhow!(e))?;
     let server = Server::new(opts);
     // From the start, so a SIGHUP while models load is kept for later instead of killing the server.
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
@@ -312,15 +317,24 @@ async fn run(
     if args.allow_http {
         let listener = bind(&args.http_address, args.http_port, "HTTPService", "--http-address/--http-port").await?;
         let listener = GuardedListener::new(listener, http_limits);
-        let state = http::HttpState { server: server.clone(), log: log.clone(), max_body: args.http_max_input_size };
+        let state = http::HttpState {
+            server: server.clone(),
+            log: log.clone(),
+            max_body: args.http_max_input_size,
+            restricted: http_restricted,
+        };
         tasks.push(("HTTP", serve_axum(listener, http::router(state), stop_rx.clone())));
     }
     if args.allow_grpc {
         let listener =
             bind(&args.grpc_address, args.grpc_port, "GRPCInferenceService", "--grpc-address/--grpc-port").await?;
         let listener = GuardedListener::new(listener, grpc_limits);
-        let state =
-            grpc::GrpcState { server: server.clone(), log: log.clone(), max_message_size: args.grpc_max_message_size };
+        let state = grpc::GrpcState {
+            server: server.clone(),
+            log: log.clone(),
+            max_message_size: args.grpc_max_message_size,
+            restricted: grpc_restricted,
+        };
         let http2 = grpc::Http2Options {
             keepalive_interval: limit(Duration::from_millis(args.grpc_keepalive_time)),
             keepalive_timeout: Duration::from_millis(args.grpc_keepalive_timeout),

@@ -179,6 +179,11 @@ pub struct ServeArgs {
     /// 0: from the open-file limit, (limit - 320) / 2 with both HTTP and gRPC on.
     #[arg(long, env = "TRITONRS_HTTP_MAX_CONNECTIONS", default_value_t = 0)]
     pub http_max_connections: usize,
+    /// Restricts HTTP API groups to requests with a header, as `<api>[,<api>...]:<key>=<value>`
+    /// (repeatable). APIs: health, metadata, inference, shared-memory, model-config,
+    /// model-repository, statistics, trace, logging.
+    #[arg(long, env = "TRITONRS_HTTP_RESTRICTED_API", value_delimiter = ';')]
+    pub http_restricted_api: Vec<String>,
     /// Serve gRPC (Triton's GRPCInferenceService and grpc.health.v1).
     #[arg(long, env = "TRITONRS_ALLOW_GRPC", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
@@ -196,6 +201,10 @@ pub struct ServeArgs {
     /// objects to size.
     #[arg(long, env = "TRITONRS_GRPC_INFER_ALLOCATION_POOL_SIZE", default_value_t = 8)]
     pub grpc_infer_allocation_pool_size: u64,
+    /// Restricts gRPC protocol groups to calls with the metadata entry `triton-grpc-protocol-<key>`,
+    /// as `<protocol>[,...]:<key>=<value>` (repeatable); the groups are --http-restricted-api's.
+    #[arg(long, env = "TRITONRS_GRPC_RESTRICTED_PROTOCOL", value_delimiter = ';')]
+    pub grpc_restricted_protocol: Vec<String>,
     /// Seconds a gRPC connection has to send its first request's headers (connection preface
     /// included); 0: no limit.
     #[arg(long, env = "TRITONRS_GRPC_HEADER_TIMEOUT_SECS", default_value_t = 30)]

@@ -5,3 +5,4 @@ pub mod conn;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
+pub mod restrict;

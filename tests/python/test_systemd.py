@@ -78,9 +78,10 @@ def test_the_unit_passes_systemd_analyze_verify(tmp_path):
     assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
 
 
-def test_the_shipped_configuration_file_is_valid():
-    r = run_cli("--config", str(REPO_ROOT / "systemd" / "tritonrs.toml"), "--version")
-    assert r.returncode == 0 and r.stdout.startswith("tritonrs "), r
+def test_the_shipped_configuration_files_are_valid():
+    for path in ("systemd/tritonrs.toml", "jetson/tritonrs.toml"):
+        r = run_cli("--config", str(REPO_ROOT / path), "--version")
+        assert r.returncode == 0 and r.stdout.startswith("tritonrs "), (path, r)
 
 
 SLOW_INIT = textwrap.dedent("""

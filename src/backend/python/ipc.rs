@@ -337,7 +337,8 @@ pub fn code_from_error(e: &Error) -> i64 {
         ErrorKind::Unavailable => 4,
         ErrorKind::Unsupported => 5,
         ErrorKind::AlreadyExists => 6,
-        ErrorKind::Internal => 1,
+        // pb_utils has no permission code (and BLS requests are never restricted).
+        ErrorKind::Internal | ErrorKind::PermissionDenied => 1,
     }
 }
 

@@ -37,6 +37,8 @@ pub struct GrpcState {
     pub log: LogControl,
     /// Largest message accepted or sent, in bytes.
     pub max_message_size: usize,
+    /// `--grpc-restricted-protocol`.
+    pub restricted: crate::frontend::restrict::Restrictions,
 }
 
 /// Turns a core error into a gRPC status with the code its kind maps to.
@@ -74,6 +76,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::result::Result<(), tonic::transport::Error> {
     let limit = state.max_message_size;
+    let restricted = std::sync::Arc::new(state.restricted.clone());
     let health = HealthServer::new(HealthService { server: state.server.clone() });
     let server = state.server.clone();
     let inference = GrpcInferenceServiceServer::new(InferenceService { state })
@@ -95,6 +98,7 @@ pub async fn serve(
     builder
         // Outermost, so a call counts as in flight on its connection until its last frame is sent.
         .layer(TrackLayer)
+        .layer(tower::layer::layer_fn(move |inner| Restrict { inner, rules: restricted.clone() }))
         .layer(tower::util::MapResponseLayer::new(too_large_is_resource_exhausted))
         .add_service(inference)
         .add_service(health)
@@ -102,6 +106,41 @@ pub async fn serve(
         // it also sets TCP_NODELAY.
         .serve_with_incoming_shutdown(listener.into_stream(), shutdown)
         .await
+}
+
+/// `--grpc-restricted-protocol`: a call to a restricted group without its metadata entry is answered
+/// PERMISSION_DENIED with tritonserver's message, before any handler runs.
+#[derive(Clone)]
+struct Restrict<S> {
+    inner: S,
+    rules: std::sync::Arc<crate::frontend::restrict::Restrictions>,
+}
+
+impl<S, B> tower::Service<axum::http::Request<B>> for Restrict<S>
+where
+    S: tower::Service<axum::http::Request<B>, Response = axum::http::Response<tonic::body::Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        futures_util::future::Either<std::future::Ready<std::result::Result<S::Response, S::Error>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::result::Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
+        if !self.rules.is_empty() {
+            if let Some(api) = crate::frontend::restrict::grpc_api(req.uri().path()) {
+                let headers = req.headers();
+                if let Err(key) = self.rules.check(api, |k| headers.get(k).and_then(|v| v.to_str().ok())) {
+                    let status = Status::permission_denied(crate::frontend::restrict::grpc_message(key));
+                    return futures_util::future::Either::Left(std::future::ready(Ok(status.into_http())));
+                }
+            }
+        }
+        futures_util::future::Either::Right(self.inner.call(req))
+    }
 }
 
 /// tonic's decoder rejects a message over the size limit before any handler runs, with OUT_OF_RANGE; gRPC

@@ -33,6 +33,8 @@ pub struct HttpState {
     pub log: LogControl,
     /// Largest accepted body, after decompression.
     pub max_body: usize,
+    /// `--http-restricted-api`.
+    pub restricted: crate::frontend::restrict::Restrictions,
 }
 
 const HEADER_LEN: &str = "inference-header-content-length";
@@ -69,7 +71,7 @@ fn json_ok(v: Value) -> ApiResult {
 }
 
 pub fn router(state: HttpState) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/v2/health/live", get(live))
         .route("/v2/health/ready", get(ready))
         .route("/v2", get(server_metadata))
@@ -91,8 +93,27 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/trace/setting", get(trace_get).post(trace_post))
         .route("/v2/models/{name}/trace/setting", get(trace_get_model).post(trace_post_model))
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .with_state(Arc::new(state))
+        .method_not_allowed_fallback(method_not_allowed);
+    let state = Arc::new(state);
+    let router = if state.restricted.is_empty() {
+        router
+    } else {
+        router.layer(axum::middleware::from_fn_with_state(state.clone(), restricted))
+    };
+    router.with_state(state)
+}
+
+/// `--http-restricted-api`: a request to a restricted group without its header gets 403 with
+/// tritonserver's message.
+async fn restricted(State(s): St, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if let Some(api) = crate::frontend::restrict::http_api(req.uri().path()) {
+        let headers = req.headers();
+        if let Err(key) = s.restricted.check(api, |k| headers.get(k).and_then(|v| v.to_str().ok())) {
+            let e = Error::new(ErrorKind::PermissionDenied, crate::frontend::restrict::http_message(key));
+            return discard_body(&s, req.into_body(), e).await;
+        }
+    }
+    next.run(req).await
 }
 
 type St = State<Arc<HttpState>>;

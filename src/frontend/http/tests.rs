@@ -26,7 +26,7 @@ async fn app(max_body: usize) -> Router {
     });
     server.startup().await.unwrap();
     let log = LogControl::detached(LogSettings::default());
-    router(HttpState { server, log, max_body })
+    router(HttpState { server, log, max_body, restricted: Default::default() })
 }
 
 async fn call(app: &Router, req: Request<Body>) -> (StatusCode, Value) {
