@@ -274,6 +274,28 @@ def simple_inputs(client_module, value: int):
     return ins
 
 
+def python_sleep_model(repo: Path, name: str, initialize_s: float = 0.0, execute_s: float = 0.0) -> Path:
+    """A Python model `name` (FP32 IN -> OUT, identity) whose initialize and execute each sleep the
+    given seconds first: a slow load or a long inference on demand."""
+    model = repo / name
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(
+        "import time\n"
+        "import triton_python_backend_utils as pb_utils\n\n\n"
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        f"        time.sleep({initialize_s})\n\n"
+        "    def execute(self, requests):\n"
+        f"        time.sleep({execute_s})\n"
+        "        return [pb_utils.InferenceResponse([pb_utils.Tensor(\"OUT\", "
+        "pb_utils.get_input_tensor_by_name(r, \"IN\").as_numpy())]) for r in requests]\n")
+    (model / "config.pbtxt").write_text(
+        'backend: "python"\n'
+        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
+    return model
+
+
 def copy_models(dest: Path, *names: str, src: Path = EXAMPLES) -> Path:
     """Copies example models into `dest` (a model repository) and returns `dest`."""
     dest.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,6 @@ RLIMIT_NOFILE, as on a machine with the common 1024 limit."""
 import os
 import resource
 import socket
-import textwrap
 import time
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from helpers import copy_models, simple_inputs
+from helpers import copy_models, python_sleep_model, simple_inputs
 
 NOFILE_1024 = {resource.RLIMIT_NOFILE: (1024, 1024)}
 HTTP_HEAD = b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
@@ -222,26 +221,8 @@ def test_a_slow_request_head_is_closed_after_the_header_timeout(start_server, si
     infer_grpc(s)
 
 
-SLOW_MODEL = textwrap.dedent("""
-    import time
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            time.sleep(2.5)
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
-                    for r in requests]
-""")
-
-
 def test_idle_connections_are_closed_but_not_a_long_request(start_server, simple_repo):
-    slow = simple_repo / "slow"
-    (slow / "1").mkdir(parents=True)
-    (slow / "1" / "model.py").write_text(SLOW_MODEL)
-    (slow / "config.pbtxt").write_text(
-        'backend: "python"\n'
-        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
+    python_sleep_model(simple_repo, "slow", execute_s=2.5)
     s = start_server("--model-repository", simple_repo, "--http-idle-timeout-secs=1")
     idle = socket.create_connection(("127.0.0.1", s.port), timeout=5)
     idle.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")

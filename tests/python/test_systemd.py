@@ -9,7 +9,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import textwrap
 import threading
 import time
 
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from helpers import BIN, REPO_ROOT, copy_models, run_cli
+from helpers import BIN, REPO_ROOT, copy_models, python_sleep_model, run_cli
 
 
 class FakeSystemd:
@@ -84,43 +83,9 @@ def test_the_shipped_configuration_files_are_valid():
         assert r.returncode == 0 and r.stdout.startswith("tritonrs "), (path, r)
 
 
-SLOW_INIT = textwrap.dedent("""
-    import time
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def initialize(self, args):
-            time.sleep(2.5)
-
-        def execute(self, requests):
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
-                    for r in requests]
-""")
-
-STUCK_EXECUTE = textwrap.dedent("""
-    import time
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            time.sleep(3.5)
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
-                    for r in requests]
-""")
-
-PY_CONFIG = ('backend: "python"\ninput [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-             'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
-
-
-def python_model(repo, name, source):
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "1" / "model.py").write_text(source)
-    (repo / name / "config.pbtxt").write_text(PY_CONFIG)
-
-
 def test_ready_status_reload_and_stopping(start_server, repo, fake_systemd):
     copy_models(repo, "simple")
-    python_model(repo, "slow_init", SLOW_INIT)
+    python_sleep_model(repo, "slow_init", initialize_s=2.5)
     s = start_server("--model-repository", repo, wait="live", env={"NOTIFY_SOCKET": fake_systemd.path})
     # While slow_init loads: how far loading is, and more time to start.
     loading = fake_systemd.wait_for("STATUS=loading: 1 of 2 models")
@@ -141,7 +106,7 @@ def test_ready_status_reload_and_stopping(start_server, repo, fake_systemd):
 
 
 def test_the_watchdog_is_fed_only_while_instances_make_progress(start_server, repo, fake_systemd):
-    python_model(repo, "stuck", STUCK_EXECUTE)
+    python_sleep_model(repo, "stuck", execute_s=3.5)
     s = start_server("--model-repository", repo,
                      env={"NOTIFY_SOCKET": fake_systemd.path, "WATCHDOG_USEC": "1000000"})
     fake_systemd.wait_for("WATCHDOG=1")
