@@ -185,7 +185,8 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
             .or(args.response_cache_byte_size.filter(|&n| n > 0)),
         trace,
     };
-    // After the flags are checked and before any port is bound: a repository that cannot be read is a start-up error, said once.
+    // After the flags are checked and before any port is bound: a repository that cannot be read is a
+    // start-up error, said once.
     for r in &args.model_repository {
         if let Err(e) = std::fs::read_dir(r) {
             anyhow::bail!("cannot read model repository '{}': {e}", r.display());
