@@ -9,6 +9,7 @@ use tritonrs::config::{self, CliError, Command, ServeArgs, ValidateArgs};
 use tritonrs::core::{repository, Server, ServerOptions};
 use tritonrs::frontend::conn::{self, ConnLimits, GuardedListener};
 use tritonrs::frontend::restrict::Restrictions;
+use tritonrs::frontend::tls::{TlsFiles, TlsListener};
 use tritonrs::frontend::{grpc, http, metrics};
 use tritonrs::logging::{self, LogSettings};
 use tritonrs::platform::systemd;
@@ -223,20 +224,37 @@ async fn stopping(mut rx: tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
+/// The layers every axum app gets: a pause in a request body longer than the header timeout fails the
+/// request, and requests are tracked on their connections.
+fn guarded_app(app: axum::Router, header_timeout: Option<Duration>) -> axum::Router {
+    let app = match header_timeout {
+        Some(t) => app.layer(tower::util::MapRequestLayer::new(move |req: axum::extract::Request| {
+            req.map(|body| axum::body::Body::new(conn::TimedBody::new(body, t)))
+        })),
+        None => app,
+    };
+    app.layer(conn::TrackLayer)
+}
+
 /// Serves an axum app until shutdown begins, then lets open requests finish.
 fn serve_axum(
     listener: GuardedListener,
     app: axum::Router,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<Result<(), String>> {
-    // A pause in a request body longer than the header timeout fails the request.
-    let app = match listener.limits().header_timeout {
-        Some(t) => app.layer(tower::util::MapRequestLayer::new(move |req: axum::extract::Request| {
-            req.map(|body| axum::body::Body::new(conn::TimedBody::new(body, t)))
-        })),
-        None => app,
-    };
-    let app = app.layer(conn::TrackLayer).into_make_service_with_connect_info::<conn::Conn>();
+    let app = guarded_app(app, listener.limits().header_timeout).into_make_service_with_connect_info::<conn::Conn>();
+    tokio::spawn(async move {
+        axum::serve(listener, app).with_graceful_shutdown(stopping(stop)).await.map_err(|e| e.to_string())
+    })
+}
+
+/// [`serve_axum`] over TLS.
+fn serve_axum_tls(
+    listener: TlsListener,
+    app: axum::Router,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Result<(), String>> {
+    let app = guarded_app(app, listener.limits().header_timeout).into_make_service_with_connect_info::<conn::Conn>();
     tokio::spawn(async move {
         axum::serve(listener, app).with_graceful_shutdown(stopping(stop)).await.map_err(|e| e.to_string())
     })
@@ -304,6 +322,29 @@ async fn run(
     opts: ServerOptions,
     log: logging::LogControl,
 ) -> anyhow::Result<()> {
+    let http_tls = TlsFiles::from_flags(
+        "http",
+        args.http_use_ssl,
+        args.http_use_ssl_mutual,
+        args.http_server_cert.as_deref(),
+        args.http_server_key.as_deref(),
+        args.http_root_cert.as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let http_tls = http_tls.map(|t| t.server_config()).transpose().map_err(|e| anyhow::anyhow!(e))?;
+    let grpc_tls = TlsFiles::from_flags(
+        "grpc",
+        args.grpc_use_ssl,
+        args.grpc_use_ssl_mutual,
+        args.grpc_server_cert.as_deref(),
+        args.grpc_server_key.as_deref(),
+        args.grpc_root_cert.as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    // The files are read now, so a missing one stops the start instead of the gRPC server.
+    if let Some(t) = &grpc_tls {
+        t.pem().map_err(|e| anyhow::anyhow!(e))?;
+    }
     let http_restricted = Restrictions::parse(&args.http_restricted_api, "--http-restricted-api", false)
         .map_err(|e| anyhow::anyhow!(e))?;
     let grpc_restricted = Restrictions::parse(&args.grpc_restricted_protocol, "--grpc-restricted-protocol", true)
@@ -324,7 +365,11 @@ async fn run(
             max_body: args.http_max_input_size,
             restricted: http_restricted,
         };
-        tasks.push(("HTTP", serve_axum(listener, http::router(state), stop_rx.clone())));
+        let task = match http_tls {
+            Some(config) => serve_axum_tls(TlsListener::new(listener, config), http::router(state), stop_rx.clone()),
+            None => serve_axum(listener, http::router(state), stop_rx.clone()),
+        };
+        tasks.push(("HTTP", task));
     }
     if args.allow_grpc {
         let listener =
@@ -341,7 +386,7 @@ async fn run(
             keepalive_timeout: Duration::from_millis(args.grpc_keepalive_timeout),
             max_connection_age: args.grpc_max_connection_age.map(Duration::from_millis),
         };
-        let serving = grpc::serve(listener, state, http2, stopping(stop_rx.clone()));
+        let serving = grpc::serve(listener, state, http2, grpc_tls, stopping(stop_rx.clone()));
         tasks.push(("gRPC", tokio::spawn(async move { serving.await.map_err(|e| e.to_string()) })));
     }
     if args.allow_metrics {

@@ -179,6 +179,24 @@ pub struct ServeArgs {
     /// 0: from the open-file limit, (limit - 320) / 2 with both HTTP and gRPC on.
     #[arg(long, env = "TRITONRS_HTTP_MAX_CONNECTIONS", default_value_t = 0)]
     pub http_max_connections: usize,
+    /// Serve HTTPS on the HTTP port (tritonserver has no TLS on HTTP); needs --http-server-cert and
+    /// --http-server-key.
+    #[arg(long, env = "TRITONRS_HTTP_USE_SSL", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+    pub http_use_ssl: bool,
+    /// HTTPS with client certificates signed by --http-root-cert (implies --http-use-ssl).
+    #[arg(long, env = "TRITONRS_HTTP_USE_SSL_MUTUAL", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+    pub http_use_ssl_mutual: bool,
+    /// PEM certificate (chain) of the HTTPS server.
+    #[arg(long, env = "TRITONRS_HTTP_SERVER_CERT")]
+    pub http_server_cert: Option<PathBuf>,
+    /// PEM private key of the HTTPS server.
+    #[arg(long, env = "TRITONRS_HTTP_SERVER_KEY")]
+    pub http_server_key: Option<PathBuf>,
+    /// PEM root certificate that client certificates must be signed by (mutual TLS).
+    #[arg(long, env = "TRITONRS_HTTP_ROOT_CERT")]
+    pub http_root_cert: Option<PathBuf>,
     /// Restricts HTTP API groups to requests with a header, as `<api>[,<api>...]:<key>=<value>`
     /// (repeatable). APIs: health, metadata, inference, shared-memory, model-config,
     /// model-repository, statistics, trace, logging.
@@ -201,6 +219,24 @@ pub struct ServeArgs {
     /// objects to size.
     #[arg(long, env = "TRITONRS_GRPC_INFER_ALLOCATION_POOL_SIZE", default_value_t = 8)]
     pub grpc_infer_allocation_pool_size: u64,
+    /// Serve gRPC over TLS; needs --grpc-server-cert and --grpc-server-key.
+    #[arg(long, env = "TRITONRS_GRPC_USE_SSL", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+    pub grpc_use_ssl: bool,
+    /// gRPC over TLS with client certificates signed by --grpc-root-cert (takes precedence over
+    /// --grpc-use-ssl, as in tritonserver).
+    #[arg(long, env = "TRITONRS_GRPC_USE_SSL_MUTUAL", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+    pub grpc_use_ssl_mutual: bool,
+    /// PEM certificate (chain) of the gRPC server.
+    #[arg(long, env = "TRITONRS_GRPC_SERVER_CERT")]
+    pub grpc_server_cert: Option<PathBuf>,
+    /// PEM private key of the gRPC server.
+    #[arg(long, env = "TRITONRS_GRPC_SERVER_KEY")]
+    pub grpc_server_key: Option<PathBuf>,
+    /// PEM root certificate that client certificates must be signed by (mutual TLS).
+    #[arg(long, env = "TRITONRS_GRPC_ROOT_CERT")]
+    pub grpc_root_cert: Option<PathBuf>,
     /// Restricts gRPC protocol groups to calls with the metadata entry `triton-grpc-protocol-<key>`,
     /// as `<protocol>[,...]:<key>=<value>` (repeatable); the groups are --http-restricted-api's.
     #[arg(long, env = "TRITONRS_GRPC_RESTRICTED_PROTOCOL", value_delimiter = ';')]

@@ -335,8 +335,15 @@ impl ModelManager {
     }
 
     async fn load_with(self: &Arc<Self>, name: &str, opts: LoadOptions, remember_missing: bool) -> Result<()> {
-        if name.is_empty() || name.contains('/') || name.contains("..") {
-            return Err(Error::invalid(format!("'{name}' is not a valid model name")));
+        // A model name is a folder name in a repository: nothing that could lead elsewhere, or that a
+        // file system would refuse (NUL, control characters, a backslash, over 255 bytes).
+        let bad = name.is_empty()
+            || name == "."
+            || name.contains("..")
+            || name.len() > 255
+            || name.chars().any(|c| c == '/' || c == '\\' || c.is_control());
+        if bad {
+            return Err(Error::invalid(format!("'{}' is not a valid model name", name.escape_debug())));
         }
         let _turn = self.lock_model(name).await;
         self.load_holding_lock(name, opts, remember_missing).await

@@ -584,7 +584,9 @@ pub struct Track<S> {
 
 fn conn_of<B>(req: &http::Request<B>) -> Option<&Conn> {
     let ext = req.extensions();
-    ext.get::<Conn>().or_else(|| ext.get::<axum::extract::ConnectInfo<Conn>>().map(|c| &c.0))
+    ext.get::<Conn>()
+        .or_else(|| ext.get::<axum::extract::ConnectInfo<Conn>>().map(|c| &c.0))
+        .or_else(|| ext.get::<tonic::transport::server::TlsConnectInfo<Conn>>().map(|c| c.get_ref()))
 }
 
 impl<S, ReqB, ResB> tower::Service<http::Request<ReqB>> for Track<S>

@@ -6,3 +6,4 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod restrict;
+pub mod tls;

@@ -525,3 +525,14 @@ def test_bls_cycles_are_refused_through_any_path(callers, model, to, chain):
     # Calls that do not come back are fine, however deep.
     assert call(callers, "ping", "pong") == [1.0] * 4
     assert call(callers, "pong", "ping,aping") == [1.0] * 4
+
+
+@pytest.mark.parametrize("name", ["..%2F..%2Fetc", "a%2Fb", "%00x", "a%5Cb", "%0Aname", "x" * 256])
+def test_model_names_with_path_characters_never_reach_the_file_system(explicit, name):
+    """A load request's model name is checked before anything is written or read for it, even with
+    file: overrides that would otherwise be written to a folder named after it."""
+    r = explicit.post(f"/v2/repository/models/{name}/load",
+                      {"parameters": {"config": simple_config(), "file:1/model.onnx": base64.b64encode(b"x").decode()}})
+    assert r.status == 400, r
+    assert "is not a valid model name" in r.json()["error"], r
+    assert explicit.is_running()

@@ -73,6 +73,7 @@ pub async fn serve(
     listener: GuardedListener,
     state: GrpcState,
     http2: Http2Options,
+    tls: Option<crate::frontend::tls::TlsFiles>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::result::Result<(), tonic::transport::Error> {
     let limit = state.max_message_size;
@@ -94,6 +95,14 @@ pub async fn serve(
         .http2_keepalive_timeout(Some(http2.keepalive_timeout));
     if let Some(age) = http2.max_connection_age {
         builder = builder.max_connection_age(age);
+    }
+    if let Some(crate::frontend::tls::Pem { cert, key, client_root: root }) = tls.and_then(|t| t.pem().ok()) {
+        let mut config =
+            tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(cert, key));
+        if let Some(root) = root {
+            config = config.client_ca_root(tonic::transport::Certificate::from_pem(root));
+        }
+        builder = builder.tls_config(config)?;
     }
     builder
         // Outermost, so a call counts as in flight on its connection until its last frame is sent.
