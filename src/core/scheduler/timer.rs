@@ -1,5 +1,6 @@
 //! The timer both batchers share: one thread per batcher sleeps until the state's next deadline (a
-//! queue delay ending, a timeout, an idle sequence) and lets the batcher act on it.
+//! queue delay ending, a timeout, an idle sequence) and lets the batcher act on it. Each timer thread
+//! has a `core::heartbeat` mark, working while the batcher acts.
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
@@ -38,6 +39,9 @@ pub fn run<'a, S>(
     alarm: impl Fn(&mut S) -> &mut Alarm,
     fire: impl Fn(MutexGuard<'a, S>, Instant),
 ) -> MutexGuard<'a, S> {
+    // The systemd watchdog also waits for this thread: a `fire` that never returns is a stall.
+    let name = std::thread::current().name().unwrap_or("batch-timer").to_string();
+    let beat = crate::core::heartbeat::register(name);
     let mut st = state.lock();
     while alarm(&mut st).open {
         match alarm(&mut st).wake_at {
@@ -46,7 +50,9 @@ pub fn run<'a, S>(
             }
             Some(_) => {
                 alarm(&mut st).wake_at = None;
+                beat.working();
                 fire(st, Instant::now());
+                beat.idle();
                 st = state.lock();
             }
             None => cv.wait(&mut st),
