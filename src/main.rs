@@ -236,25 +236,19 @@ fn guarded_app(app: axum::Router, header_timeout: Option<Duration>) -> axum::Rou
     app.layer(conn::TrackLayer)
 }
 
-/// Serves an axum app until shutdown begins, then lets open requests finish.
-fn serve_axum(
-    listener: GuardedListener,
+/// Serves an axum app on a guarded listener (plain or TLS) until shutdown begins, then lets open
+/// requests finish.
+fn serve_axum<L>(
+    listener: L,
+    header_timeout: Option<Duration>,
     app: axum::Router,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<Result<(), String>> {
-    let app = guarded_app(app, listener.limits().header_timeout).into_make_service_with_connect_info::<conn::Conn>();
-    tokio::spawn(async move {
-        axum::serve(listener, app).with_graceful_shutdown(stopping(stop)).await.map_err(|e| e.to_string())
-    })
-}
-
-/// [`serve_axum`] over TLS.
-fn serve_axum_tls(
-    listener: TlsListener,
-    app: axum::Router,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<Result<(), String>> {
-    let app = guarded_app(app, listener.limits().header_timeout).into_make_service_with_connect_info::<conn::Conn>();
+) -> tokio::task::JoinHandle<Result<(), String>>
+where
+    L: axum::serve::Listener<Addr = conn::Conn>,
+    conn::Conn: for<'a> axum::extract::connect_info::Connected<axum::serve::IncomingStream<'a, L>>,
+{
+    let app = guarded_app(app, header_timeout).into_make_service_with_connect_info::<conn::Conn>();
     tokio::spawn(async move {
         axum::serve(listener, app).with_graceful_shutdown(stopping(stop)).await.map_err(|e| e.to_string())
     })
@@ -365,9 +359,12 @@ async fn run(
             max_body: args.http_max_input_size,
             restricted: http_restricted,
         };
+        let header_timeout = listener.limits().header_timeout;
         let task = match http_tls {
-            Some(config) => serve_axum_tls(TlsListener::new(listener, config), http::router(state), stop_rx.clone()),
-            None => serve_axum(listener, http::router(state), stop_rx.clone()),
+            Some(config) => {
+                serve_axum(TlsListener::new(listener, config), header_timeout, http::router(state), stop_rx.clone())
+            }
+            None => serve_axum(listener, header_timeout, http::router(state), stop_rx.clone()),
         };
         tasks.push(("HTTP", task));
     }
@@ -400,7 +397,8 @@ async fn run(
             None
         };
         let app = metrics::router(metrics::MetricsState { server: server.clone(), cpu });
-        tasks.push(("metrics", serve_axum(listener, app, stop_rx.clone())));
+        let header_timeout = listener.limits().header_timeout;
+        tasks.push(("metrics", serve_axum(listener, header_timeout, app, stop_rx.clone())));
     }
     if let Some(interval) = systemd::watchdog_interval() {
         tokio::spawn(systemd::watchdog(interval));

@@ -114,10 +114,6 @@ impl TlsListener {
         let timeout = inner.limits().header_timeout.unwrap_or(Duration::from_secs(30));
         TlsListener { inner, acceptor: tokio_rustls::TlsAcceptor::from(config), done_tx, done_rx, timeout }
     }
-
-    pub fn limits(&self) -> &crate::frontend::conn::ConnLimits {
-        self.inner.limits()
-    }
 }
 
 impl axum::serve::Listener for TlsListener {
