@@ -335,10 +335,8 @@ async fn run(
         args.grpc_root_cert.as_deref(),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    // The files are read now, so a missing one stops the start instead of the gRPC server.
-    if let Some(t) = &grpc_tls {
-        t.pem().map_err(|e| anyhow::anyhow!(e))?;
-    }
+    // Read once, now, so a missing file stops the start instead of the gRPC server.
+    let grpc_tls = grpc_tls.map(|t| t.pem()).transpose().map_err(|e| anyhow::anyhow!(e))?;
     let http_restricted = Restrictions::parse(&args.http_restricted_api, "--http-restricted-api", false)
         .map_err(|e| anyhow::anyhow!(e))?;
     let grpc_restricted = Restrictions::parse(&args.grpc_restricted_protocol, "--grpc-restricted-protocol", true)

@@ -13,17 +13,15 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub struct Beat {
     name: String,
-    /// Milliseconds (since [`epoch`], plus one) of the last job taken or finished while working; 0 idle.
+    /// [`now_ms`] of the last job taken or finished while working; 0 idle.
     since: AtomicU64,
 }
 
-fn epoch() -> Instant {
+/// Milliseconds since the first call in this process, plus one, so that 0 can mean "never" in an
+/// atomic timestamp (also used by the front-ends' connection guard).
+pub fn now_ms() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-fn now_ms() -> u64 {
-    epoch().elapsed().as_millis() as u64 + 1
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
 }
 
 fn beats() -> &'static Mutex<Vec<Weak<Beat>>> {

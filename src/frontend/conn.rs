@@ -16,6 +16,7 @@
 //! by tonic (`Connected`) or axum (`ConnectInfo`). One reaper task per listener closes the connections
 //! whose time is up; closing means the socket fails its next read or write, so hyper drops it.
 
+use crate::core::heartbeat::now_ms;
 use axum::http;
 use futures_util::task::AtomicWaker;
 use parking_lot::Mutex;
@@ -24,7 +25,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -50,12 +51,6 @@ pub struct ConnLimits {
     /// HTTP/2 (gRPC): the header timeout covers only the first request, and there is no idle timeout
     /// (HTTP/2 has its own keep-alive pings and GOAWAY).
     pub http2: bool,
-}
-
-/// Milliseconds since the first call in this process, plus one, so that 0 can mean "never".
-fn now_ms() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
 }
 
 /// What the socket, the request tracker and the reaper know of one connection.

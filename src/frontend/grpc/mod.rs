@@ -73,7 +73,7 @@ pub async fn serve(
     listener: GuardedListener,
     state: GrpcState,
     http2: Http2Options,
-    tls: Option<crate::frontend::tls::TlsFiles>,
+    tls: Option<crate::frontend::tls::Pem>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::result::Result<(), tonic::transport::Error> {
     let limit = state.max_message_size;
@@ -96,7 +96,7 @@ pub async fn serve(
     if let Some(age) = http2.max_connection_age {
         builder = builder.max_connection_age(age);
     }
-    if let Some(crate::frontend::tls::Pem { cert, key, client_root: root }) = tls.and_then(|t| t.pem().ok()) {
+    if let Some(crate::frontend::tls::Pem { cert, key, client_root: root }) = tls {
         let mut config =
             tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(cert, key));
         if let Some(root) = root {
