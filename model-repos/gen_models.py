@@ -351,6 +351,83 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
 # ---------------------------------------------------------------------------------------------
 
 
+# image_classifier: PROBS = the mean of each colour channel of IMAGE ([N,3,8,8] FP32, already scaled to
+# 0..1 by the server's image pre-processing, `image.scale` 1/255), so a solid red picture scores
+# [1, 0, 0] -> "red" and every score is an exact function of the pixels.
+IMAGE_CLASSIFIER_LABELS = ["red", "green", "blue"]
+IMAGE_CLASSIFIER_SIZE = 8
+
+# image_detector: a YOLOv8-shaped detector ([N, boxes, 4 + classes], cx, cy, w, h in input pixels) whose
+# boxes are constants and whose class scores are the colour channel means times a per-box factor, so
+# the boxes a picture yields in its own pixels depend only on the letterbox that maps it to 32x32:
+#   box 0: cx 16, cy 16, w 16, h 8   (x 8..24, y 12..20), scores = channel means
+#   box 1: cx 17, cy 16, w 16, h 8   (IoU 0.88 with box 0), scores = 0.9 x means: NMS removes it
+#   box 2: cx 4,  cy 28, w 8,  h 8   (x 0..8, y 24..32),  scores = 0.5 x means
+# A 320x240 picture letterboxes at scale 0.1 with 4 rows of padding above and below, so box 0 is
+# x 80..240, y 80..160 in its pixels and box 2 is x 0..80, y 200..280, clamped to 240.
+IMAGE_DETECTOR_LABELS = ["red", "green", "blue"]
+IMAGE_DETECTOR_SIZE = 32
+IMAGE_DETECTOR_BOXES = [[16.0, 16.0, 16.0, 8.0], [17.0, 16.0, 16.0, 8.0], [4.0, 28.0, 8.0, 8.0]]
+IMAGE_DETECTOR_FACTORS = [1.0, 0.9, 0.5]
+
+
+def model_image_classifier() -> onnx.ModelProto:
+    f32 = TensorProto.FLOAT
+    n = IMAGE_CLASSIFIER_SIZE
+    graph = helper.make_graph(
+        nodes=[helper.make_node("ReduceMean", ["IMAGE"], ["PROBS"], axes=[2, 3], keepdims=0, name="channel_mean")],
+        name="image_classifier",
+        inputs=[_vi("IMAGE", f32, ["N", 3, n, n])],
+        outputs=[_vi("PROBS", f32, ["N", 3])],
+        doc_string="PROBS = the mean of each channel of IMAGE (FP32 NCHW [N, 3, 8, 8]); classes: "
+        + ", ".join(IMAGE_CLASSIFIER_LABELS),
+    )
+    return _model(graph)
+
+
+def model_image_detector() -> onnx.ModelProto:
+    f32 = TensorProto.FLOAT
+    i64 = TensorProto.INT64
+    n = IMAGE_DETECTOR_SIZE
+    boxes = len(IMAGE_DETECTOR_BOXES)
+    classes = len(IMAGE_DETECTOR_LABELS)
+    nodes = [
+        # means [N, 3] -> [N, 1, 3] x factors [B, 1] -> scores [N, B, 3]
+        helper.make_node("ReduceMean", ["images"], ["means"], axes=[2, 3], keepdims=0, name="channel_mean"),
+        helper.make_node("Unsqueeze", ["means", "axis1"], ["means3"], name="per_box"),
+        helper.make_node("Mul", ["means3", "factors"], ["scores"], name="box_scores"),
+        # the constant boxes [1, B, 4] expanded to the batch: shape [N, 1, 1]
+        helper.make_node("Shape", ["images"], ["in_shape"], name="in_shape"),
+        helper.make_node("Slice", ["in_shape", "zero", "one"], ["batch"], name="batch"),
+        helper.make_node("Concat", ["batch", "ones2"], ["expand_to"], axis=0, name="expand_to"),
+        helper.make_node("Expand", ["box_consts", "expand_to"], ["xywh"], name="boxes"),
+        helper.make_node("Concat", ["xywh", "scores"], ["output0"], axis=2, name="output"),
+    ]
+    graph = helper.make_graph(
+        nodes=nodes,
+        name="image_detector",
+        inputs=[_vi("images", f32, ["N", 3, n, n])],
+        outputs=[_vi("output0", f32, ["N", boxes, 4 + classes])],
+        initializer=[
+            helper.make_tensor("axis1", i64, [1], [1]),
+            helper.make_tensor("zero", i64, [1], [0]),
+            helper.make_tensor("one", i64, [1], [1]),
+            helper.make_tensor("ones2", i64, [2], [1, 1]),
+            helper.make_tensor("factors", f32, [boxes, 1], IMAGE_DETECTOR_FACTORS),
+            helper.make_tensor("box_consts", f32, [1, boxes, 4], [v for b in IMAGE_DETECTOR_BOXES for v in b]),
+        ],
+        doc_string="output0 [N, 3, 7]: constant boxes (cx, cy, w, h) and the channel means of images "
+        "(FP32 NCHW [N, 3, 32, 32]) times a per-box factor as class scores; classes: "
+        + ", ".join(IMAGE_DETECTOR_LABELS),
+    )
+    return _model(graph)
+
+
+def parameters(pairs) -> str:
+    """config.pbtxt `parameters` entries with string values."""
+    return "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in pairs)
+
+
 def _tensor_list(kind: str, tensors) -> str:
     """tensors: (name, data_type, dims, extra_lines) tuples."""
     blocks = []
@@ -565,6 +642,60 @@ def repository() -> dict[str, bytes]:
     # An ensemble's version folder holds no files; git keeps the folder only with something in it.
     put_text("ensemble_classify/1/.gitkeep", "")
 
+    # 13. image_classifier: the server's image pre-processing (src/vision) feeds it pictures.
+    n = IMAGE_CLASSIFIER_SIZE
+    put_model("image_classifier", 1, model_image_classifier())
+    put_text(
+        "image_classifier/config.pbtxt",
+        config(
+            "image_classifier",
+            4,
+            [("IMAGE", "TYPE_FP32", [3, n, n], [])],
+            [("PROBS", "TYPE_FP32", [3], ['label_filename: "labels.txt"'])],
+            extra=parameters(
+                [
+                    ("image.layout", "NCHW"),
+                    ("image.color", "RGB"),
+                    ("image.resize", "stretch"),
+                    ("image.scale", "0.00392156862745098"),
+                    ("image.output", "classification"),
+                ]
+            ),
+        ),
+    )
+    put_text("image_classifier/labels.txt", "".join(label + "\n" for label in IMAGE_CLASSIFIER_LABELS))
+
+    # 14. image_detector: YOLOv8-shaped output, letterboxed input.
+    n = IMAGE_DETECTOR_SIZE
+    put_model("image_detector", 1, model_image_detector())
+    put_text(
+        "image_detector/config.pbtxt",
+        config(
+            "image_detector",
+            1,
+            [("images", "TYPE_FP32", [3, n, n], [])],
+            [
+                (
+                    "output0",
+                    "TYPE_FP32",
+                    [len(IMAGE_DETECTOR_BOXES), 4 + len(IMAGE_DETECTOR_LABELS)],
+                    ['label_filename: "labels.txt"'],
+                )
+            ],
+            extra=parameters(
+                [
+                    ("image.layout", "NCHW"),
+                    ("image.resize", "letterbox"),
+                    ("image.pad", "114"),
+                    ("image.output", "yolo"),
+                    ("detection.score_threshold", "0.25"),
+                    ("detection.iou_threshold", "0.45"),
+                ]
+            ),
+        ),
+    )
+    put_text("image_detector/labels.txt", "".join(label + "\n" for label in IMAGE_DETECTOR_LABELS))
+
     return files
 
 
@@ -582,6 +713,8 @@ MODEL_DIRS = [
     "preprocess",
     "classify_logits",
     "ensemble_classify",
+    "image_classifier",
+    "image_detector",
 ]
 
 
@@ -739,6 +872,25 @@ def run_checks(out: str) -> None:
     assert [CLASSIFIER_LABELS[i] for i in np.argmax(logits, axis=1)] == ["cat", "dog", "bird", "fish"]
     with open(os.path.join(out, "ensemble_classify", "labels.txt")) as f:
         assert f.read().splitlines() == CLASSIFIER_LABELS
+
+    # image_classifier: channel means, exact for solid colours
+    x = np.zeros((2, 3, IMAGE_CLASSIFIER_SIZE, IMAGE_CLASSIFIER_SIZE), np.float32)
+    x[0, 0] = 1.0  # red
+    x[1, 1, :4] = 1.0  # green in the top half
+    (probs,) = session("image_classifier").run(None, {"IMAGE": x})
+    assert probs.dtype == np.float32 and probs.tolist() == [[1.0, 0.0, 0.0], [0.0, 0.5, 0.0]], probs
+    with open(os.path.join(out, "image_classifier", "labels.txt")) as f:
+        assert f.read().splitlines() == IMAGE_CLASSIFIER_LABELS
+
+    # image_detector: constant boxes, scores = channel means x the box factors
+    x = np.zeros((1, 3, IMAGE_DETECTOR_SIZE, IMAGE_DETECTOR_SIZE), np.float32)
+    x[0, 2] = 1.0  # blue
+    (y,) = session("image_detector").run(None, {"images": x})
+    assert y.dtype == np.float32 and y.shape == (1, 3, 7), y.shape
+    for box, factor, row in zip(IMAGE_DETECTOR_BOXES, IMAGE_DETECTOR_FACTORS, y[0]):
+        assert row[:4].tolist() == box and row[4:].tolist() == [0.0, 0.0, np.float32(factor)], row
+    with open(os.path.join(out, "image_detector", "labels.txt")) as f:
+        assert f.read().splitlines() == IMAGE_DETECTOR_LABELS
 
     # Every config.pbtxt parses as Triton's ModelConfig (the proto ships in tritonclient[grpc]).
     try:
