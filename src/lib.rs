@@ -13,3 +13,4 @@ pub mod logging;
 pub mod memory;
 pub mod platform;
 pub mod proto;
+pub mod vision;

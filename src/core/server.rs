@@ -608,6 +608,17 @@ impl Server {
             }
         }
     }
+
+    /// [`Self::infer`], also returning the execution's compute times, for front-ends that report where
+    /// a request's time went (the image pipeline).
+    pub async fn infer_with_timings(&self, req: InferRequest) -> Result<(InferResponse, ExecTimings)> {
+        self.infer_timed(req, None).await
+    }
+
+    /// The labels of a model output's `label_filename`, if it has one.
+    pub fn model_labels(&self, name: &str, version: Option<i64>, output: &str) -> Option<Arc<Vec<String>>> {
+        self.inner.models.get(name, version).ok()?.labels.get(output).cloned()
+    }
 }
 
 /// Adds the scheduler's and backend's timestamps: QUEUE_START when the job was queued, COMPUTE_START

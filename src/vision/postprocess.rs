@@ -1,0 +1,254 @@
+//! Model outputs → results: classification top-k, YOLO boxes with class-wise NMS, EfficientNMS_TRT
+//! outputs, and the raw KServe v2 JSON. Every box is mapped back to the picture's pixels.
+
+use super::preprocess::Transform;
+use super::{Class, Detection};
+use crate::core::types::{bytes_elements, DataType, Tensor};
+use crate::error::{Error, Result};
+
+/// Most candidate boxes kept for NMS (the highest scores), as Ultralytics does.
+const MAX_CANDIDATES: usize = 30_000;
+/// Most detections answered after NMS.
+const MAX_DETECTIONS: usize = 300;
+
+/// A tensor's elements as `f32` (integer and half types converted), row-major.
+pub fn to_f32(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(to_f64(t)?.into_iter().map(|v| v as f32).collect())
+}
+
+/// A tensor's elements as `f64` (exact for every integer up to 2^53), row-major.
+fn to_f64(t: &Tensor) -> Result<Vec<f64>> {
+    let data = t.data.to_host()?;
+    let bad =
+        || Error::internal(format!("output '{}' holds {} bytes, which its shape does not fit", t.name, data.len()));
+    let size =
+        t.datatype.byte_size().filter(|_| t.datatype != DataType::Bytes).ok_or_else(|| {
+            Error::invalid(format!("output '{}' is {}, not a number type", t.name, t.datatype.as_str()))
+        })?;
+    if data.len() % size != 0 || data.len() / size != t.element_count() {
+        return Err(bad());
+    }
+    let mut out = Vec::with_capacity(data.len() / size);
+    macro_rules! read {
+        ($ty:ty, $conv:expr) => {
+            for c in data.chunks_exact(size) {
+                let v = <$ty>::from_le_bytes(c.try_into().map_err(|_| bad())?);
+                out.push($conv(v));
+            }
+        };
+    }
+    match t.datatype {
+        DataType::Fp32 => read!(f32, f64::from),
+        DataType::Fp16 => read!(half::f16, |v: half::f16| v.to_f64()),
+        DataType::Bf16 => read!(half::bf16, |v: half::bf16| v.to_f64()),
+        DataType::Fp64 => read!(f64, |v| v),
+        DataType::Int8 => read!(i8, f64::from),
+        DataType::Int16 => read!(i16, f64::from),
+        DataType::Int32 => read!(i32, f64::from),
+        DataType::Int64 => read!(i64, |v| v as f64),
+        DataType::Uint8 => read!(u8, f64::from),
+        DataType::Uint16 => read!(u16, f64::from),
+        DataType::Uint32 => read!(u32, f64::from),
+        DataType::Uint64 => read!(u64, |v| v as f64),
+        DataType::Bool => read!(u8, |v| if v != 0 { 1.0 } else { 0.0 }),
+        DataType::Bytes => return Err(bad()),
+    }
+    Ok(out)
+}
+
+/// The first batch item's scores, top `top_k` (at least `min_score`), sorted by score then index.
+pub fn classify(scores: &[f32], labels: Option<&[String]>, top_k: usize, min_score: Option<f32>) -> Vec<Class> {
+    let mut order: Vec<usize> = (0..scores.len()).filter(|&i| !scores[i].is_nan()).collect();
+    if let Some(min) = min_score {
+        order.retain(|&i| scores[i] >= min);
+    }
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    order.truncate(top_k);
+    order
+        .into_iter()
+        .map(|i| Class {
+            index: i,
+            label: labels.and_then(|l| l.get(i)).cloned().unwrap_or_default(),
+            score: scores[i],
+        })
+        .collect()
+}
+
+/// A box in input pixels before mapping: x1, y1, x2, y2, score, class.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate {
+    pub x1: f32,
+    pub y1: f32,
+    pub x2: f32,
+    pub y2: f32,
+    pub score: f32,
+    pub class: usize,
+}
+
+fn iou(a: &Candidate, b: &Candidate) -> f32 {
+    let iw = (a.x2.min(b.x2) - a.x1.max(b.x1)).max(0.0);
+    let ih = (a.y2.min(b.y2) - a.y1.max(b.y1)).max(0.0);
+    let inter = iw * ih;
+    let union =
+        (a.x2 - a.x1).max(0.0) * (a.y2 - a.y1).max(0.0) + (b.x2 - b.x1).max(0.0) * (b.y2 - b.y1).max(0.0) - inter;
+    if union > 0.0 {
+        inter / union
+    } else {
+        0.0
+    }
+}
+
+/// Greedy class-wise non-maximum suppression: highest scores first, a box goes when it overlaps a kept
+/// box of the same class by more than `iou_threshold`.
+pub fn nms(mut boxes: Vec<Candidate>, iou_threshold: f32, max: usize) -> Vec<Candidate> {
+    boxes.sort_by(|a, b| b.score.total_cmp(&a.score));
+    boxes.truncate(MAX_CANDIDATES);
+    let mut kept: Vec<Candidate> = Vec::new();
+    for b in boxes {
+        if kept.len() >= max {
+            break;
+        }
+        if !kept.iter().any(|k| k.class == b.class && iou(k, &b) > iou_threshold) {
+            kept.push(b);
+        }
+    }
+    kept
+}
+
+/// The boxes of a YOLO output whose best class scores at least `threshold`. `shape` is the output's
+/// (with or without a batch dimension; the first item is read). Rows are boxes when a row holds
+/// 4 (+1) + labels values; otherwise the smaller dimension is taken as the attributes (YOLOv8 exports
+/// `[1, 84, 8400]`).
+pub fn yolo_candidates(
+    values: &[f32],
+    shape: &[i64],
+    objectness: bool,
+    classes: Option<usize>,
+    threshold: f32,
+) -> Result<Vec<Candidate>> {
+    let dims: Vec<usize> = shape.iter().map(|&d| usize::try_from(d).unwrap_or(0)).collect();
+    let (a, b) = match dims.as_slice() {
+        [1, a, b] | [a, b] => (*a, *b),
+        _ => {
+            return Err(Error::invalid(format!(
+                "a YOLO output has shape [1, boxes, attributes] or [1, attributes, boxes], not {shape:?}"
+            )))
+        }
+    };
+    let head = if objectness { 5 } else { 4 };
+    let transposed = match classes {
+        Some(c) if b == head + c => false,
+        Some(c) if a == head + c => true,
+        _ => a < b,
+    };
+    let (count, attrs) = if transposed { (b, a) } else { (a, b) };
+    if attrs <= head || values.len() < count * attrs {
+        return Err(Error::invalid(format!(
+            "a YOLO output of shape {shape:?} has no class scores ({attrs} attributes a box{})",
+            if objectness { ", 5 of them box and objectness" } else { ", 4 of them the box" }
+        )));
+    }
+    let at = |i: usize, k: usize| if transposed { values[k * count + i] } else { values[i * attrs + k] };
+    let mut out = Vec::new();
+    for i in 0..count {
+        let obj = if objectness { at(i, 4) } else { 1.0 };
+        let (mut class, mut best) = (0, f32::NEG_INFINITY);
+        for k in head..attrs {
+            let s = at(i, k);
+            if s > best {
+                (class, best) = (k - head, s);
+            }
+        }
+        let score = best * obj;
+        if !(score >= threshold) {
+            continue;
+        }
+        let (cx, cy, w, h) = (at(i, 0), at(i, 1), at(i, 2), at(i, 3));
+        if ![cx, cy, w, h].iter().all(|v| v.is_finite()) {
+            continue;
+        }
+        out.push(Candidate { x1: cx - w / 2.0, y1: cy - h / 2.0, x2: cx + w / 2.0, y2: cy + h / 2.0, score, class });
+    }
+    Ok(out)
+}
+
+/// The detections of EfficientNMS_TRT's outputs (num_detections, detection_boxes, detection_scores,
+/// detection_classes, in that order) at least `threshold`, first batch item.
+pub fn efficient_nms_candidates(
+    num: &[f32],
+    boxes: &[f32],
+    scores: &[f32],
+    classes: &[f32],
+    threshold: f32,
+) -> Result<Vec<Candidate>> {
+    let k = scores.len().min(classes.len()).min(boxes.len() / 4);
+    let n = num.first().copied().unwrap_or(0.0);
+    if !(n >= 0.0) {
+        return Err(Error::invalid(format!("EfficientNMS num_detections is {n}")));
+    }
+    let n = (n as usize).min(k);
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let (score, class) = (scores[i], classes[i]);
+        let b = &boxes[i * 4..i * 4 + 4];
+        if !(score >= threshold) || !(class >= 0.0) || !b.iter().all(|v| v.is_finite()) {
+            continue;
+        }
+        out.push(Candidate { x1: b[0], y1: b[1], x2: b[2], y2: b[3], score, class: class as usize });
+    }
+    Ok(out)
+}
+
+/// Maps boxes back to the `w`x`h` picture, clamped to it, and names their classes.
+pub fn to_detections(boxes: &[Candidate], t: &Transform, w: u32, h: u32, labels: Option<&[String]>) -> Vec<Detection> {
+    let (wf, hf) = (w as f32, h as f32);
+    boxes
+        .iter()
+        .map(|b| {
+            let (x1, y1) = t.to_original(b.x1, b.y1);
+            let (x2, y2) = t.to_original(b.x2, b.y2);
+            Detection {
+                label: labels.and_then(|l| l.get(b.class)).cloned().unwrap_or_else(|| b.class.to_string()),
+                class_id: b.class,
+                confidence: b.score,
+                x_min: x1.min(x2).clamp(0.0, wf),
+                y_min: y1.min(y2).clamp(0.0, hf),
+                x_max: x1.max(x2).clamp(0.0, wf),
+                y_max: y1.max(y2).clamp(0.0, hf),
+            }
+        })
+        .collect()
+}
+
+/// The most detections answered.
+pub fn max_detections(top_k: Option<usize>) -> usize {
+    top_k.unwrap_or(MAX_DETECTIONS).min(MAX_DETECTIONS)
+}
+
+/// The outputs as KServe v2 JSON (`[{"name", "datatype", "shape", "data"}]`).
+pub fn raw_json(outputs: &[Tensor]) -> Result<serde_json::Value> {
+    let mut list = Vec::with_capacity(outputs.len());
+    for t in outputs {
+        let data: Vec<serde_json::Value> = if t.datatype == DataType::Bytes {
+            let bytes = t.data.to_host()?;
+            bytes_elements(&bytes)?.into_iter().map(|b| String::from_utf8_lossy(b).into_owned().into()).collect()
+        } else {
+            let values = to_f64(t)?;
+            match t.datatype {
+                DataType::Fp32 | DataType::Fp16 | DataType::Bf16 | DataType::Fp64 => values
+                    .into_iter()
+                    .map(|v| serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into))
+                    .collect(),
+                DataType::Bool => values.into_iter().map(|v| (v != 0.0).into()).collect(),
+                _ => values.into_iter().map(|v| (v as i64).into()).collect(),
+            }
+        };
+        list.push(serde_json::json!({
+            "name": t.name,
+            "datatype": t.datatype.as_str(),
+            "shape": t.shape,
+            "data": data,
+        }));
+    }
+    Ok(serde_json::Value::Array(list))
+}

@@ -1,0 +1,240 @@
+//! How a model wants its pictures: the `image.*` and `detection.*` parameters of its config.pbtxt,
+//! checked once into an [`ImageSpec`].
+
+use crate::core::types::DataType;
+use crate::error::{Error, Result};
+use crate::proto::inference::{model_input, ModelConfig};
+
+/// The memory order of the input tensor's picture dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// `[3, H, W]`: one plane per channel.
+    Nchw,
+    /// `[H, W, 3]`: interleaved channels.
+    Nhwc,
+}
+
+/// The channel order the model expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Color {
+    Rgb,
+    Bgr,
+}
+
+/// How a picture of any size becomes the input's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resize {
+    /// Both sides scaled independently to the input's size (the aspect ratio is not kept).
+    Stretch,
+    /// Scaled to fit inside, keeping the aspect ratio, centred and padded with `image.pad`.
+    Letterbox,
+    /// Scaled to cover, keeping the aspect ratio, and the centre cut out.
+    CenterCrop,
+}
+
+/// What the model's outputs mean.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputKind {
+    /// Scores per class in one output (the first batch item is read).
+    Classification { output: String },
+    /// YOLOv5/v8-style boxes: `[boxes, 4 (+1 objectness) + classes]` or transposed, cx, cy, w, h in
+    /// input pixels.
+    Yolo { output: String, objectness: bool },
+    /// TensorRT's EfficientNMS_TRT plugin outputs (boxes x1, y1, x2, y2 in input pixels).
+    EfficientNms,
+    /// The outputs as KServe v2 JSON.
+    Raw,
+}
+
+/// EfficientNMS_TRT's output names.
+pub const NMS_OUTPUTS: [&str; 4] = ["num_detections", "detection_boxes", "detection_scores", "detection_classes"];
+
+/// Everything needed to turn a picture into the model's input and its outputs into results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageSpec {
+    /// The input fed with the picture.
+    pub input: String,
+    pub datatype: DataType,
+    /// The full shape sent (with the batch dimension 1 when the model batches).
+    pub shape: Vec<i64>,
+    pub layout: Layout,
+    /// The input's picture size.
+    pub width: u32,
+    pub height: u32,
+    pub color: Color,
+    pub resize: Resize,
+    /// The letterbox padding, as a 0..255 pixel value (before scaling).
+    pub pad: u8,
+    /// Applied to 0..255 pixels: `(x * scale - mean[c]) / std[c]`, per model channel.
+    pub scale: f32,
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+    pub output: OutputKind,
+    pub score_threshold: f32,
+    pub iou_threshold: f32,
+}
+
+/// The largest input side accepted (a config asking for more is a mistake, not a picture size).
+const MAX_INPUT_SIDE: i64 = 16384;
+
+impl ImageSpec {
+    /// Reads the spec from a model's configuration; an unusable one is an invalid-argument error that
+    /// names the model and the parameter.
+    pub fn from_config(cfg: &ModelConfig) -> Result<ImageSpec> {
+        let model = cfg.name.as_str();
+        let bad = |msg: String| Error::invalid(format!("model '{model}' cannot take images: {msg}"));
+        let param = |key: &str| -> Option<&str> {
+            cfg.parameters.get(key).map(|p| p.string_value.trim()).filter(|v| !v.is_empty())
+        };
+
+        let input = match param("image.input") {
+            Some(name) => cfg
+                .input
+                .iter()
+                .find(|i| i.name == name)
+                .ok_or_else(|| bad(format!("image.input '{name}' is not an input of the model")))?,
+            None => match cfg.input.as_slice() {
+                [only] => only,
+                [] => return Err(bad("it has no inputs".into())),
+                _ => return Err(bad("it has several inputs; set image.input to the one fed with the picture".into())),
+            },
+        };
+        let datatype = DataType::from_config(input.data_type)
+            .filter(|d| matches!(d, DataType::Fp32 | DataType::Fp16 | DataType::Uint8))
+            .ok_or_else(|| bad(format!("input '{}' must be TYPE_FP32, TYPE_FP16 or TYPE_UINT8", input.name)))?;
+
+        // The picture dimensions: the config's dims, or those after a leading 1 for a model without
+        // batching whose graph has a fixed batch of one ([1, 3, 640, 640]).
+        let dims: &[i64] = match (cfg.max_batch_size, input.dims.as_slice()) {
+            (0, [1, rest @ ..]) if rest.len() == 3 => rest,
+            (_, d) => d,
+        };
+        let not_image = || {
+            bad(format!(
+                "input '{}' has dims {:?}; an image input has [3, H, W] (NCHW) or [H, W, 3] (NHWC) with fixed H and W",
+                input.name, input.dims
+            ))
+        };
+        let [d0, d1, d2] = <[i64; 3]>::try_from(dims).map_err(|_| not_image())?;
+        let layout = match param("image.layout") {
+            Some(v) if v.eq_ignore_ascii_case("NCHW") => Layout::Nchw,
+            Some(v) if v.eq_ignore_ascii_case("NHWC") => Layout::Nhwc,
+            Some(v) => return Err(bad(format!("image.layout '{v}' is not NCHW or NHWC"))),
+            None if input.format == model_input::Format::Nchw as i32 => Layout::Nchw,
+            None if input.format == model_input::Format::Nhwc as i32 => Layout::Nhwc,
+            None if d0 == 3 => Layout::Nchw,
+            None if d2 == 3 => Layout::Nhwc,
+            None => return Err(not_image()),
+        };
+        let (c, h, w) = match layout {
+            Layout::Nchw => (d0, d1, d2),
+            Layout::Nhwc => (d2, d0, d1),
+        };
+        if c != 3 || !(1..=MAX_INPUT_SIDE).contains(&h) || !(1..=MAX_INPUT_SIDE).contains(&w) {
+            return Err(not_image());
+        }
+        let shape = if cfg.max_batch_size > 0 {
+            std::iter::once(1).chain(input.dims.iter().copied()).collect()
+        } else {
+            input.dims.clone()
+        };
+
+        let color = match param("image.color") {
+            None => Color::Rgb,
+            Some(v) if v.eq_ignore_ascii_case("RGB") => Color::Rgb,
+            Some(v) if v.eq_ignore_ascii_case("BGR") => Color::Bgr,
+            Some(v) => return Err(bad(format!("image.color '{v}' is not RGB or BGR"))),
+        };
+        let resize = match param("image.resize") {
+            None => Resize::Stretch,
+            Some(v) if v.eq_ignore_ascii_case("stretch") => Resize::Stretch,
+            Some(v) if v.eq_ignore_ascii_case("letterbox") => Resize::Letterbox,
+            Some(v) if v.eq_ignore_ascii_case("center_crop") => Resize::CenterCrop,
+            Some(v) => return Err(bad(format!("image.resize '{v}' is not stretch, letterbox or center_crop"))),
+        };
+        let pad = match param("image.pad") {
+            None => 114,
+            Some(v) => v.parse::<u8>().map_err(|_| bad(format!("image.pad '{v}' is not an integer from 0 to 255")))?,
+        };
+        let scale = match param("image.scale") {
+            None if datatype == DataType::Uint8 => 1.0,
+            None => 1.0 / 255.0,
+            Some(v) => number(v).ok_or_else(|| bad(format!("image.scale '{v}' is not a finite number")))?,
+        };
+        let triple = |key: &str, default: f32| -> Result<[f32; 3]> {
+            let Some(v) = param(key) else { return Ok([default; 3]) };
+            let parsed: Option<Vec<f32>> = v.split(',').map(|s| number(s.trim())).collect();
+            match parsed.as_deref() {
+                Some(&[a, b, c]) => Ok([a, b, c]),
+                _ => Err(bad(format!("{key} '{v}' is not three comma-separated numbers"))),
+            }
+        };
+        let mean = triple("image.mean", 0.0)?;
+        let std = triple("image.std", 1.0)?;
+        if std.contains(&0.0) {
+            return Err(bad("image.std has a zero".into()));
+        }
+
+        let first_output = || cfg.output.first().map(|o| o.name.clone()).ok_or_else(|| bad("it has no outputs".into()));
+        let output = match param("image.output") {
+            None if cfg.output.len() == 1 => OutputKind::Classification { output: first_output()? },
+            None => OutputKind::Raw,
+            Some("classification") => OutputKind::Classification { output: first_output()? },
+            Some("yolo") => {
+                let objectness = match param("image.yolo_objectness") {
+                    None => false,
+                    Some(v) => v
+                        .parse::<bool>()
+                        .map_err(|_| bad(format!("image.yolo_objectness '{v}' is not true or false")))?,
+                };
+                OutputKind::Yolo { output: first_output()?, objectness }
+            }
+            Some("efficient_nms") => {
+                let missing: Vec<&str> =
+                    NMS_OUTPUTS.iter().copied().filter(|n| !cfg.output.iter().any(|o| o.name == *n)).collect();
+                if !missing.is_empty() {
+                    return Err(bad(format!("image.output 'efficient_nms' needs the outputs {}", missing.join(", "))));
+                }
+                OutputKind::EfficientNms
+            }
+            Some("raw") => OutputKind::Raw,
+            Some(v) => {
+                return Err(bad(format!("image.output '{v}' is not classification, yolo, efficient_nms or raw")))
+            }
+        };
+        let threshold = |key: &str, default: f32| -> Result<f32> {
+            match param(key) {
+                None => Ok(default),
+                Some(v) => number(v)
+                    .filter(|t| (0.0..=1.0).contains(t))
+                    .ok_or_else(|| bad(format!("{key} '{v}' is not a number from 0 to 1"))),
+            }
+        };
+        Ok(ImageSpec {
+            input: input.name.clone(),
+            datatype,
+            shape,
+            layout,
+            width: w as u32,
+            height: h as u32,
+            color,
+            resize,
+            pad,
+            scale,
+            mean,
+            std,
+            output,
+            score_threshold: threshold("detection.score_threshold", 0.25)?,
+            iou_threshold: threshold("detection.iou_threshold", 0.45)?,
+        })
+    }
+}
+
+/// A finite number, also written as a fraction ("1/255").
+fn number(s: &str) -> Option<f32> {
+    let v = match s.split_once('/') {
+        Some((a, b)) => a.trim().parse::<f64>().ok()? / b.trim().parse::<f64>().ok()?,
+        None => s.parse::<f64>().ok()?,
+    };
+    Some(v as f32).filter(|v| v.is_finite())
+}
