@@ -356,6 +356,7 @@ async fn run(
             log: log.clone(),
             max_body: args.http_max_input_size,
             restricted: http_restricted,
+            deepstack_detection_model: args.deepstack_detection_model.clone(),
         };
         let header_timeout = listener.limits().header_timeout;
         let task = match http_tls {

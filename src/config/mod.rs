@@ -202,6 +202,11 @@ pub struct ServeArgs {
     /// model-repository, statistics, trace, logging.
     #[arg(long, env = "TRITONRS_HTTP_RESTRICTED_API", value_delimiter = ';')]
     pub http_restricted_api: Vec<String>,
+    /// The image model that DeepStack's `POST /v1/vision/detection` runs (Frigate's, Blue Iris's and
+    /// Double Take's deepstack detectors); unset, that endpoint answers 404.
+    /// `/v1/vision/custom/<model>` serves any image model either way.
+    #[arg(long, env = "TRITONRS_DEEPSTACK_DETECTION_MODEL")]
+    pub deepstack_detection_model: Option<String>,
     /// Serve gRPC (Triton's GRPCInferenceService and grpc.health.v1).
     #[arg(long, env = "TRITONRS_ALLOW_GRPC", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]

@@ -90,6 +90,8 @@ pub fn http_api(path: &str) -> Option<Api> {
         ["v2", "repository", ..] => Api::ModelRepository,
         ["v2", "systemsharedmemory", ..] | ["v2", "cudasharedmemory", ..] => Api::SharedMemory,
         ["v2", "models", "stats"] => Api::Statistics,
+        // DeepStack's image endpoints run models.
+        ["v1", "vision", ..] => Api::Inference,
         ["v2", "models", _, rest @ ..] => {
             let rest = match rest {
                 ["versions", _, tail @ ..] => tail,

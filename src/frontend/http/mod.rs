@@ -2,6 +2,7 @@
 //! model repository, configuration, statistics, trace, logging).
 
 pub mod codec;
+mod deepstack;
 
 use crate::core::lifecycle::LoadOptions;
 use crate::core::repository::pbtxt::config_to_json;
@@ -35,6 +36,8 @@ pub struct HttpState {
     pub max_body: usize,
     /// `--http-restricted-api`.
     pub restricted: crate::frontend::restrict::Restrictions,
+    /// `--deepstack-detection-model`: the model `/v1/vision/detection` runs.
+    pub deepstack_detection_model: Option<String>,
 }
 
 const HEADER_LEN: &str = "inference-header-content-length";
@@ -92,6 +95,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/logging", get(log_get).post(log_post))
         .route("/v2/trace/setting", get(trace_get).post(trace_post))
         .route("/v2/models/{name}/trace/setting", get(trace_get_model).post(trace_post_model))
+        .route("/v1/vision/detection", deepstack::detection(state.max_body))
+        .route("/v1/vision/custom/{model}", deepstack::custom(state.max_body))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
     let state = Arc::new(state);

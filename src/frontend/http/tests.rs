@@ -26,7 +26,7 @@ async fn app(max_body: usize) -> Router {
     });
     server.startup().await.unwrap();
     let log = LogControl::detached(LogSettings::default());
-    router(HttpState { server, log, max_body, restricted: Default::default() })
+    router(HttpState { server, log, max_body, restricted: Default::default(), deepstack_detection_model: None })
 }
 
 async fn call(app: &Router, req: Request<Body>) -> (StatusCode, Value) {

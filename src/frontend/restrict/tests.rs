@@ -47,6 +47,8 @@ fn every_endpoint_has_its_group() {
         ("/v2/models/m/trace/setting", Api::Trace),
         ("/v2/logging", Api::Logging),
         ("/v2/systemsharedmemory/status", Api::SharedMemory),
+        ("/v1/vision/detection", Api::Inference),
+        ("/v1/vision/custom/m", Api::Inference),
     ] {
         assert_eq!(http_api(path), Some(api), "{path}");
     }
