@@ -160,7 +160,8 @@ pub fn yolo_candidates(
             }
         }
         let score = best * obj;
-        if !(score >= threshold) {
+        // NaN scores are never kept.
+        if score.is_nan() || score < threshold {
             continue;
         }
         let (cx, cy, w, h) = (at(i, 0), at(i, 1), at(i, 2), at(i, 3));
@@ -183,7 +184,7 @@ pub fn efficient_nms_candidates(
 ) -> Result<Vec<Candidate>> {
     let k = scores.len().min(classes.len()).min(boxes.len() / 4);
     let n = num.first().copied().unwrap_or(0.0);
-    if !(n >= 0.0) {
+    if n.is_nan() || n < 0.0 {
         return Err(Error::invalid(format!("EfficientNMS num_detections is {n}")));
     }
     let n = (n as usize).min(k);
@@ -191,7 +192,8 @@ pub fn efficient_nms_candidates(
     for i in 0..n {
         let (score, class) = (scores[i], classes[i]);
         let b = &boxes[i * 4..i * 4 + 4];
-        if !(score >= threshold) || !(class >= 0.0) || !b.iter().all(|v| v.is_finite()) {
+        let usable = score >= threshold && class >= 0.0 && b.iter().all(|v| v.is_finite());
+        if !usable {
             continue;
         }
         out.push(Candidate { x1: b[0], y1: b[1], x2: b[2], y2: b[3], score, class: class as usize });

@@ -71,8 +71,11 @@ async fn read_form(mut form: Multipart) -> Result<(bytes::Bytes, PostOptions), E
 }
 
 fn multipart_error(e: axum::extract::multipart::MultipartError) -> Error {
-    let kind =
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE { ErrorKind::PayloadTooLarge } else { ErrorKind::InvalidArgument };
+    let kind = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ErrorKind::PayloadTooLarge
+    } else {
+        ErrorKind::InvalidArgument
+    };
     Error::new(kind, format!("malformed multipart form: {}", e.body_text()))
 }
 
