@@ -138,6 +138,36 @@ pub struct ModelManager {
     waits: parking_lot::Mutex<HashMap<String, String>>,
     /// The last generation handed out (see `ModelEntry::generation`).
     generations: std::sync::atomic::AtomicU64,
+    /// Bumped after every change to the table (a state, a version, a model added or removed), for
+    /// front-ends that follow model states (the MQTT bridge's subscriptions and state topic).
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+/// The table, locked for writing; tells the followers of [`ModelManager::changes`] when dropped.
+struct TableWrite<'a> {
+    /// Always `Some` until dropped.
+    guard: Option<parking_lot::RwLockWriteGuard<'a, HashMap<String, ModelEntry>>>,
+    changes: &'a tokio::sync::watch::Sender<u64>,
+}
+
+impl std::ops::Deref for TableWrite<'_> {
+    type Target = HashMap<String, ModelEntry>;
+    fn deref(&self) -> &Self::Target {
+        self.guard.as_deref().expect("the table guard is held until drop; this is a bug")
+    }
+}
+
+impl std::ops::DerefMut for TableWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.guard.as_deref_mut().expect("the table guard is held until drop; this is a bug")
+    }
+}
+
+impl Drop for TableWrite<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
 }
 
 impl ModelManager {
@@ -154,7 +184,18 @@ impl ModelManager {
             load_composing: false,
             waits: parking_lot::Mutex::new(HashMap::new()),
             generations: std::sync::atomic::AtomicU64::new(0),
+            changes: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Locks the table for a change; followers of [`Self::changes`] hear of it once the lock is released.
+    fn write(&self) -> TableWrite<'_> {
+        TableWrite { guard: Some(self.table.write()), changes: &self.changes }
+    }
+
+    /// A receiver that sees a new value after every change of a model's state.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Makes every instance whose group has a `rate_limiter` hold its resources while it executes.
@@ -247,8 +288,24 @@ impl ModelManager {
     /// The repository index: every model folder in the repositories plus every model the server knows.
     pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
         let (on_disk, _) = repository::scan(&self.repos);
+        let mut out = self.rows(on_disk.keys().map(String::as_str));
+        if ready_only {
+            out.retain(|e| e.state == Some(ModelState::Ready));
+        }
+        out
+    }
+
+    /// Every model the server knows (loaded, loading or failed) with its versions' states, without
+    /// reading the repositories.
+    pub fn states(&self) -> Vec<IndexEntry> {
+        self.rows(std::iter::empty())
+    }
+
+    /// Index rows of the known models plus `also` (names found on disk).
+    fn rows<'a>(&self, also: impl Iterator<Item = &'a str>) -> Vec<IndexEntry> {
         let table = self.table.read();
-        let mut names: Vec<&str> = on_disk.keys().map(String::as_str).chain(table.keys().map(String::as_str)).collect();
+        let mut names: Vec<&str> = also.collect();
+        names.extend(table.keys().map(String::as_str));
         names.sort();
         names.dedup();
         let mut out = Vec::new();
@@ -278,9 +335,6 @@ impl ModelManager {
                 }
                 None => out.push(row(None, "")),
             }
-        }
-        if ready_only {
-            out.retain(|e| e.state == Some(ModelState::Ready));
         }
         out
     }
@@ -352,14 +406,14 @@ impl ModelManager {
     /// [`Self::load_with`] for a caller that already holds the model's lock.
     async fn load_holding_lock(self: &Arc<Self>, name: &str, opts: LoadOptions, remember_missing: bool) -> Result<()> {
         {
-            let mut table = self.table.write();
+            let mut table = self.write();
             let entry = table.entry(name.to_string()).or_default();
             entry.loading = true;
             entry.unloaded = false;
             entry.awaiting_composing.clear();
         }
         let result = self.load_inner(name, opts).await;
-        let mut table = self.table.write();
+        let mut table = self.write();
         let forget = match (table.get_mut(name), &result) {
             // A name that matches no model folder is not remembered.
             (Some(e), Err(err)) if !remember_missing && e.versions.is_empty() && err.kind == ErrorKind::NotFound => {
@@ -475,7 +529,7 @@ impl ModelManager {
             None
         };
         {
-            let mut table = self.table.write();
+            let mut table = self.write();
             let entry = table.entry(name.to_string()).or_default();
             entry.error = None;
             for v in &wanted {
@@ -519,7 +573,7 @@ impl ModelManager {
         let mut retired = Vec::new();
         for t in tasks {
             let (v, res) = t.await.map_err(|e| Error::internal(format!("model load task failed: {e}")))?;
-            let mut table = self.table.write();
+            let mut table = self.write();
             let entry = table.entry(name.to_string()).or_default();
             let slot = entry.versions.entry(v).or_insert_with(VersionSlot::loading);
             match res {
@@ -551,7 +605,7 @@ impl ModelManager {
         }
         // Versions the policy no longer selects are unloaded once the new ones are in place.
         {
-            let mut table = self.table.write();
+            let mut table = self.write();
             let entry = table.entry(name.to_string()).or_default();
             entry.fingerprint = Some(fingerprint);
             if files_dir.is_some() {
@@ -583,7 +637,7 @@ impl ModelManager {
     /// earlier load keep serving; otherwise the model shows UNAVAILABLE with this reason.
     fn model_failed(&self, name: &str, fingerprint: u64, e: Error) -> Error {
         tracing::error!("Model '{name}' failed to load: {}", e.message);
-        let mut table = self.table.write();
+        let mut table = self.write();
         let entry = table.entry(name.to_string()).or_default();
         entry.fingerprint = Some(fingerprint);
         if entry.versions.values().all(|s| s.model.is_none()) {
@@ -598,7 +652,7 @@ impl ModelManager {
     /// earlier versions still serve.
     fn version_failed(&self, name: &str, fingerprint: u64, version: i64, e: Error) -> Error {
         tracing::error!("Model '{name}' version {version} failed to load: {}", e.message);
-        let mut table = self.table.write();
+        let mut table = self.write();
         let entry = table.entry(name.to_string()).or_default();
         entry.fingerprint = Some(fingerprint);
         if entry.versions.values().all(|s| s.model.is_none()) {
@@ -657,7 +711,7 @@ impl ModelManager {
             None => "unloaded".to_string(),
         };
         {
-            let mut table = self.table.write();
+            let mut table = self.write();
             let Some(entry) = table.get_mut(name) else {
                 return Err(Error::not_found(format!("failed to unload '{name}': unknown model")));
             };
@@ -693,7 +747,7 @@ impl ModelManager {
 
     /// Marks versions whose instances have finished unloading as UNAVAILABLE.
     fn finish_unloading(&self, name: &str) {
-        if let Some(entry) = self.table.write().get_mut(name) {
+        if let Some(entry) = self.write().get_mut(name) {
             for slot in entry.versions.values_mut().filter(|s| s.state == ModelState::Unloading) {
                 slot.state = ModelState::Unavailable;
             }
@@ -703,7 +757,7 @@ impl ModelManager {
     /// Forgets a model that vanished from the repositories (poll mode).
     pub async fn remove(self: &Arc<Self>, name: &str) -> Result<()> {
         let r = self.unload_with(name, None).await;
-        self.table.write().remove(name);
+        self.write().remove(name);
         self.composing_changed(name, None).await;
         match r {
             Err(e) if e.kind == ErrorKind::NotFound => Ok(()),

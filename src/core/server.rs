@@ -251,6 +251,11 @@ impl Server {
         }
     }
 
+    /// Whether start-up loading has finished (whatever its outcome).
+    pub fn is_started(&self) -> bool {
+        self.inner.started.load(Ordering::SeqCst)
+    }
+
     pub fn is_live(&self) -> bool {
         true
     }
@@ -555,6 +560,18 @@ impl Server {
             self.inner.models.get(name, None)?;
         }
         self.inner.tracer.update(model, update)
+    }
+
+    /// A receiver that sees a new value after every change of a model's state (loads, unloads,
+    /// failures, versions coming and going).
+    pub fn model_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.models.changes()
+    }
+
+    /// Every model version the server knows with its state, without reading the repositories
+    /// (unlike [`Self::repository_index`]).
+    pub fn model_states(&self) -> Vec<IndexEntry> {
+        self.inner.models.states()
     }
 
     pub fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
