@@ -3,21 +3,25 @@
 # the real binary on ephemeral ports and talks to it with the official tritonclient.
 # Sets up what it needs on a fresh Debian machine (a Python venv with tritonclient and the
 # onnxruntime wheel that provides libonnxruntime.so) through scripts/env.sh, and Debian's systemd
-# package for systemd-analyze (as root, with apt-get).
+# (for systemd-analyze) and mosquitto packages (as root, with apt-get).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
-# systemd-analyze checks the unit in systemd/ (tests/python/test_systemd.py); Debian's systemd package
-# has it and needs no running systemd.
-if ! command -v systemd-analyze >/dev/null 2>&1; then
+# Debian packages the black-box tests use: systemd-analyze checks the unit in systemd/
+# (tests/python/test_systemd.py; no running systemd needed) and mosquitto is the broker of the MQTT
+# tests (started per test on an ephemeral port; the package's own service is not used).
+missing=()
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
+if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "== apt-get install systemd (for systemd-analyze)"
+        echo "== apt-get install ${missing[*]}"
         apt-get -o DPkg::Lock::Timeout=900 -o Acquire::Retries=3 update -qq
         DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 -o Acquire::Retries=3 \
-            install -y -qq --no-install-recommends systemd >/dev/null
+            install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     else
-        echo "systemd-analyze is missing: install Debian's systemd package (sudo apt-get install systemd)" >&2
+        echo "missing Debian packages for the tests: sudo apt-get install ${missing[*]}" >&2
         exit 1
     fi
 fi

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 use tritonrs::backend::BackendConfig;
 use tritonrs::config::file::ConfigFile;
@@ -341,6 +342,9 @@ async fn run(
         .map_err(|e| anyhow::anyhow!(e))?;
     let grpc_restricted = Restrictions::parse(&args.grpc_restricted_protocol, "--grpc-restricted-protocol", true)
         .map_err(|e| anyhow::anyhow!(e))?;
+    let mqtt_settings = tritonrs::frontend::mqtt::Settings::from_args(&args.mqtt).map_err(|e| anyhow::anyhow!(e))?;
+    let mqtt_metrics =
+        mqtt_settings.as_ref().map(|_| Arc::new(tritonrs::frontend::mqtt::metrics::MqttMetrics::default()));
     let server = Server::new(opts);
     // From the start, so a SIGHUP while models load is kept for later instead of killing the server.
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
@@ -395,10 +399,15 @@ async fn run(
         } else {
             None
         };
-        let app = metrics::router(metrics::MetricsState { server: server.clone(), cpu });
+        let app = metrics::router(metrics::MetricsState { server: server.clone(), cpu, mqtt: mqtt_metrics.clone() });
         let header_timeout = listener.limits().header_timeout;
         tasks.push(("metrics", serve_axum(listener, header_timeout, app, stop_rx.clone())));
     }
+    // The bridge subscribes to each model's requests as it becomes READY.
+    let bridge = match (mqtt_settings, mqtt_metrics) {
+        (Some(settings), Some(m)) => Some(tritonrs::frontend::mqtt::Bridge::start(settings, server.clone(), m)),
+        _ => None,
+    };
     if let Some(interval) = systemd::watchdog_interval() {
         tokio::spawn(systemd::watchdog(interval));
     }
@@ -422,9 +431,13 @@ async fn run(
     }
     // Stop accepting, let in-flight requests finish, unload every model; a second signal exits at once.
     systemd::stopping();
+    let timeout = Duration::from_secs(args.exit_timeout_secs);
+    if let Some(b) = bridge {
+        // Its requests in progress finish while the core still accepts them; then `offline`.
+        b.stop(timeout.min(Duration::from_secs(10))).await;
+    }
     server.stop_accepting();
     let _ = stop_tx.send(true);
-    let timeout = Duration::from_secs(args.exit_timeout_secs);
     let drain = async {
         for (name, task) in tasks {
             match task.await {

@@ -3,6 +3,7 @@
 //! the environment, which wins over the file.
 
 pub mod file;
+pub mod mqtt;
 
 use crate::core::trace::{self, TraceLevel, TraceSettings, TRACE_MODE};
 use crate::core::ControlMode;
@@ -358,6 +359,8 @@ pub struct ServeArgs {
     /// Deprecated: use --trace-config triton,log-frequency=<N>.
     #[arg(long, env = "TRITONRS_TRACE_LOG_FREQUENCY")]
     pub trace_log_frequency: Option<u32>,
+    #[command(flatten)]
+    pub mqtt: mqtt::MqttArgs,
 }
 
 /// A `--trace-config` number, with the flag in the error.

@@ -39,6 +39,8 @@ pub struct MetricsState {
     pub server: Server,
     /// `None` with `--allow-cpu-metrics=false`.
     pub cpu: Option<Arc<CpuMonitor>>,
+    /// The MQTT bridge's counters, when it runs.
+    pub mqtt: Option<Arc<crate::frontend::mqtt::metrics::MqttMetrics>>,
 }
 
 pub fn router(state: MetricsState) -> Router {
@@ -49,6 +51,9 @@ async fn scrape(axum::extract::State(s): axum::extract::State<MetricsState>) -> 
     let stats = s.server.statistics(None, "").unwrap_or_default();
     let mut body = render(&stats, s.cpu.as_ref().map(|c| c.reading()));
     s.server.custom_metrics().render(&mut body);
+    if let Some(m) = &s.mqtt {
+        m.render(&mut body);
+    }
     let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     r

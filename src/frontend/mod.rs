@@ -5,5 +5,6 @@ pub mod conn;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
+pub mod mqtt;
 pub mod restrict;
 pub mod tls;

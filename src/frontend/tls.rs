@@ -151,3 +151,52 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsL
         stream.remote_addr().clone()
     }
 }
+
+/// CA bundles tried, in order, when a TLS client is given no CA file (Debian/Ubuntu, then Fedora).
+const SYSTEM_CA_BUNDLES: &[&str] = &["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"];
+
+/// A rustls client configuration (for the MQTT bridge): the broker's certificate must chain to `ca`
+/// (PEM, default: the system's bundle); `client` is a PEM certificate and key for brokers that ask.
+pub fn client_config(
+    ca: Option<&std::path::Path>,
+    client: Option<(&std::path::Path, &std::path::Path)>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("cannot read '{}': {e}", p.display()));
+    let (ca_path, ca_pem) = match ca {
+        Some(p) => (p.to_path_buf(), read(p)?),
+        None => SYSTEM_CA_BUNDLES
+            .iter()
+            .find_map(|p| std::fs::read(p).ok().map(|b| (std::path::PathBuf::from(p), b)))
+            .ok_or_else(|| "no CA certificates: give --mqtt-ca-file (no system bundle found)".to_string())?,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(&ca_pem) {
+        let c = c.map_err(|e| format!("'{}' is not a PEM certificate file: {e}", ca_path.display()))?;
+        // A bundle may hold certificates webpki cannot use; the usable ones are enough.
+        let _ = roots.add(c);
+    }
+    if roots.is_empty() {
+        return Err(format!("'{}' holds no usable CA certificate", ca_path.display()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS setup failed: {e}"))?
+        .with_root_certificates(roots);
+    let config = match client {
+        Some((cert, key)) => {
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("'{}' is not a PEM certificate: {e}", cert.display()))?;
+            let k = PrivateKeyDer::from_pem_slice(&read(key)?)
+                .map_err(|e| format!("'{}' is not a PEM private key: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(certs, k)
+                .map_err(|e| format!("the client certificate and key do not fit: {e}"))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}

@@ -1,6 +1,7 @@
 //! The machine the server runs on: CPU and memory readings for the metrics endpoint, and the systemd
 //! service protocol (systemd.rs).
 
+pub mod info;
 pub mod systemd;
 
 use std::sync::atomic::{AtomicU64, Ordering};

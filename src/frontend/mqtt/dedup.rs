@@ -1,0 +1,352 @@
+//! Recognises requests delivered twice (the same correlation data, the same request id, or a DUP
+//! re-delivery of the same message) and keeps their results, so a duplicate gets the stored result
+//! instead of a second run. Bounded in entries and bytes; optionally journaled to a file so that a
+//! restarted server still knows what it answered before it died.
+
+use super::ledger::Outgoing;
+use base64::Engine;
+use bytes::Bytes;
+use lru::LruCache;
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Identifies a job while it runs.
+pub type JobId = u64;
+
+/// What is known about a request key.
+#[derive(Debug, Clone)]
+pub enum Seen {
+    /// Answered: publish this again.
+    Answered(Arc<Outgoing>),
+    /// Still running as this job.
+    Running(JobId),
+    /// Started before this process restarted and never answered: it may have run, so it is not
+    /// run again.
+    Interrupted,
+}
+
+/// One journal line.
+#[derive(Default, Serialize, Deserialize)]
+struct Line {
+    k: String,
+    /// A start line: the request began running (nothing else is set).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    s: bool,
+    #[serde(default)]
+    t: String,
+    #[serde(default)]
+    q: u8,
+    #[serde(default)]
+    p: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    c: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ct: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    u: Vec<(String, String)>,
+    /// A forget line: the key is no longer known.
+    #[serde(default, skip_serializing)]
+    f: bool,
+}
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+impl Line {
+    fn new(key: &str, m: &Outgoing) -> Line {
+        Line {
+            k: key.into(),
+            t: m.topic.clone(),
+            q: m.qos,
+            p: B64.encode(&m.payload),
+            c: m.correlation.as_ref().map(|c| B64.encode(c)),
+            ct: m.content_type.clone(),
+            u: m.user.clone(),
+            ..Line::default()
+        }
+    }
+
+    fn into_entry(self) -> Option<(String, Outgoing)> {
+        let payload = B64.decode(&self.p).ok()?;
+        let correlation = match self.c {
+            Some(c) => Some(Bytes::from(B64.decode(c).ok()?)),
+            None => None,
+        };
+        let m = Outgoing {
+            topic: self.t,
+            payload: payload.into(),
+            qos: self.q,
+            retain: false,
+            correlation,
+            content_type: self.ct,
+            user: self.u,
+        };
+        Some((self.k, m))
+    }
+}
+
+/// See the module documentation.
+pub struct Dedup {
+    lru: LruCache<String, Seen>,
+    /// Payload bytes of the answered entries.
+    bytes: usize,
+    max_bytes: usize,
+    journal: Option<Journal>,
+}
+
+struct Journal {
+    path: PathBuf,
+    file: File,
+    /// Lines in the file; it is rewritten from the cache when this grows past twice the cache.
+    lines: usize,
+}
+
+/// Results bigger than this are not kept (a duplicate of such a request runs again).
+const MAX_KEPT_RESULT: usize = 256 * 1024;
+
+impl Dedup {
+    /// A cache of `entries` keys and `max_bytes` of results. With a journal path, the journal's
+    /// entries are read back and new answers appended; a journal that cannot be used is reported
+    /// in the returned warning and the cache works in memory only.
+    pub fn new(entries: usize, max_bytes: usize, journal: Option<&Path>) -> (Dedup, Option<String>) {
+        let cap = NonZeroUsize::new(entries.max(1)).unwrap_or(NonZeroUsize::MIN);
+        let mut d = Dedup { lru: LruCache::new(cap), bytes: 0, max_bytes, journal: None };
+        let Some(path) = journal else { return (d, None) };
+        match d.open_journal(path) {
+            Ok(()) => (d, None),
+            Err(e) => (d, Some(format!("the MQTT journal '{}' cannot be used: {e}", path.display()))),
+        }
+    }
+
+    fn open_journal(&mut self, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut lines = 0;
+        if let Ok(f) = File::open(path) {
+            // Only the newest entries fit anyway; a journal much larger than the cache is cut short.
+            for line in BufReader::new(f).lines().map_while(|l| l.ok()).take(self.lru.cap().get() * 4) {
+                lines += 1;
+                match serde_json::from_str::<Line>(&line) {
+                    Ok(l) if l.f => {
+                        self.lru.pop(&l.k);
+                    }
+                    Ok(l) if l.s => {
+                        self.lru.push(l.k, Seen::Interrupted);
+                    }
+                    Ok(l) => {
+                        if let Some((k, m)) = l.into_entry() {
+                            self.put(k, Arc::new(m));
+                        }
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        self.journal = Some(Journal { path: path.to_path_buf(), file, lines });
+        Ok(())
+    }
+
+    pub fn lookup(&mut self, key: &str) -> Option<Seen> {
+        self.lru.get(key).cloned()
+    }
+
+    /// `key` is being answered by `job`; journaled first, so that a crash while it runs is known
+    /// after the restart.
+    pub fn running(&mut self, key: String, job: JobId) {
+        if let Some(j) = self.journal.as_mut() {
+            let start = Line { k: key.clone(), s: true, ..Line::default() };
+            if let Ok(mut line) = serde_json::to_string(&start) {
+                line.push('\n');
+                if j.file.write_all(line.as_bytes()).is_ok() {
+                    j.lines += 1;
+                }
+            }
+        }
+        if let Some((_, Seen::Answered(old))) = self.lru.push(key, Seen::Running(job)) {
+            self.bytes = self.bytes.saturating_sub(old.payload.len());
+        }
+    }
+
+    /// `key` has its result, kept for duplicates (and journaled).
+    pub fn answered(&mut self, key: String, msg: Arc<Outgoing>) {
+        if msg.payload.len() > MAX_KEPT_RESULT {
+            self.forget(&key);
+            return;
+        }
+        if let Some(j) = self.journal.as_mut() {
+            if let Ok(mut line) = serde_json::to_string(&Line::new(&key, &msg)) {
+                line.push('\n');
+                // The page cache keeps the line across a crash of this process; a failed write only
+                // loses the protection against a re-run.
+                if j.file.write_all(line.as_bytes()).is_ok() {
+                    j.lines += 1;
+                }
+            }
+        }
+        self.put(key, msg);
+        self.compact();
+    }
+
+    /// Drops `key` (its job ended without a result worth keeping, e.g. `expired`): a later
+    /// delivery runs again. Journaled, so a restart does not take it for interrupted.
+    pub fn forget(&mut self, key: &str) {
+        if let Some(j) = self.journal.as_mut() {
+            let gone = serde_json::json!({ "k": key, "f": true });
+            if j.file.write_all(format!("{gone}\n").as_bytes()).is_ok() {
+                j.lines += 1;
+            }
+        }
+        if let Some(Seen::Answered(old)) = self.lru.pop(key) {
+            self.bytes = self.bytes.saturating_sub(old.payload.len());
+        }
+    }
+
+    fn put(&mut self, key: String, msg: Arc<Outgoing>) {
+        self.bytes += msg.payload.len();
+        if let Some((_, Seen::Answered(old))) = self.lru.push(key, Seen::Answered(msg)) {
+            self.bytes = self.bytes.saturating_sub(old.payload.len());
+        }
+        while self.bytes > self.max_bytes {
+            match self.lru.pop_lru() {
+                Some((_, Seen::Answered(old))) => self.bytes = self.bytes.saturating_sub(old.payload.len()),
+                Some(_) => {}
+                None => break,
+            }
+        }
+    }
+
+    /// Rewrites the journal from the cache once it holds twice as many lines.
+    fn compact(&mut self) {
+        let cap = self.lru.cap().get();
+        let Some(j) = self.journal.as_mut() else { return };
+        if j.lines <= cap * 2 {
+            return;
+        }
+        let tmp = j.path.with_extension("tmp");
+        let mut out = String::new();
+        let mut lines = 0;
+        for (k, v) in self.lru.iter().rev() {
+            let line = match v {
+                Seen::Answered(m) => Line::new(k, m),
+                // Still running, or interrupted by a crash: kept as started.
+                Seen::Running(_) | Seen::Interrupted => Line { k: k.clone(), s: true, ..Line::default() },
+            };
+            if let Ok(l) = serde_json::to_string(&line) {
+                out.push_str(&l);
+                out.push('\n');
+                lines += 1;
+            }
+        }
+        let rewritten = std::fs::write(&tmp, out)
+            .and_then(|()| std::fs::rename(&tmp, &j.path))
+            .and_then(|()| std::fs::OpenOptions::new().append(true).open(&j.path));
+        if let Ok(file) = rewritten {
+            j.file = file;
+            j.lines = lines;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(payload: &str) -> Arc<Outgoing> {
+        Arc::new(Outgoing {
+            topic: "res".into(),
+            payload: Bytes::copy_from_slice(payload.as_bytes()),
+            qos: 1,
+            retain: false,
+            correlation: Some(Bytes::from_static(b"\x00\xffc")),
+            content_type: Some("application/json".into()),
+            user: vec![("a".into(), "b".into())],
+        })
+    }
+
+    #[test]
+    fn running_then_answered_then_evicted() {
+        let (mut d, w) = Dedup::new(2, 1 << 20, None);
+        assert!(w.is_none());
+        assert!(d.lookup("k").is_none());
+        d.running("k".into(), 7);
+        assert!(matches!(d.lookup("k"), Some(Seen::Running(7))));
+        d.answered("k".into(), msg("one"));
+        assert!(matches!(d.lookup("k"), Some(Seen::Answered(m)) if &m.payload[..] == b"one"));
+        d.answered("x".into(), msg("x"));
+        d.answered("y".into(), msg("y"));
+        assert!(d.lookup("k").is_none(), "the least recently used key goes first");
+    }
+
+    #[test]
+    fn the_byte_budget_bounds_kept_results() {
+        let (mut d, _) = Dedup::new(100, 10, None);
+        d.answered("a".into(), msg("123456"));
+        d.answered("b".into(), msg("123456"));
+        assert!(d.lookup("a").is_none());
+        assert!(d.lookup("b").is_some());
+        d.forget("b");
+        assert!(d.lookup("b").is_none());
+        assert_eq!(d.bytes, 0);
+    }
+
+    #[test]
+    fn the_journal_survives_a_restart_and_is_compacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/journal.jsonl");
+        {
+            let (mut d, w) = Dedup::new(3, 1 << 20, Some(&path));
+            assert!(w.is_none(), "{w:?}");
+            for i in 0..10 {
+                d.answered(format!("k{i}"), msg(&format!("r{i}")));
+            }
+        }
+        let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+        assert!(lines <= 6, "compacted to the cache, got {lines} lines");
+        let (mut d, _) = Dedup::new(3, 1 << 20, Some(&path));
+        match d.lookup("k9") {
+            Some(Seen::Answered(m)) => assert_eq!(*m, *msg("r9")),
+            other => panic!("k9 should be answered after a restart, got {other:?}"),
+        }
+        assert!(d.lookup("k0").is_none());
+    }
+
+    #[test]
+    fn a_request_started_before_a_crash_is_interrupted_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        {
+            let (mut d, _) = Dedup::new(8, 1 << 20, Some(&path));
+            d.running("ran".into(), 1);
+            d.running("done".into(), 2);
+            d.answered("done".into(), msg("r"));
+            d.running("dropped".into(), 3);
+            d.forget("dropped");
+        }
+        let (mut d, _) = Dedup::new(8, 1 << 20, Some(&path));
+        assert!(matches!(d.lookup("ran"), Some(Seen::Interrupted)));
+        assert!(matches!(d.lookup("done"), Some(Seen::Answered(_))));
+        assert!(d.lookup("dropped").is_none());
+    }
+
+    #[test]
+    fn a_corrupt_journal_line_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        std::fs::write(&path, "not json\n{\"k\":\"a\",\"t\":\"t\",\"q\":1,\"p\":\"!!\"}\n").unwrap();
+        let (mut d, w) = Dedup::new(3, 1 << 20, Some(&path));
+        assert!(w.is_none());
+        assert!(d.lookup("a").is_none());
+    }
+
+    #[test]
+    fn an_unusable_journal_is_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, w) = Dedup::new(3, 1 << 20, Some(dir.path()));
+        assert!(w.is_some_and(|w| w.contains("cannot be used")));
+    }
+}

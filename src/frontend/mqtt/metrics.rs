@@ -1,0 +1,125 @@
+//! The bridge's Prometheus metrics: connection state, messages by result and request durations.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+pub const CONNECTED: &str = "tritonrs_mqtt_connected";
+pub const MESSAGES: &str = "tritonrs_mqtt_messages_total";
+pub const DURATION: &str = "tritonrs_mqtt_request_duration_seconds";
+
+/// How a request message ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Error,
+    Expired,
+    Rejected,
+    Duplicate,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 5] =
+        [Outcome::Ok, Outcome::Error, Outcome::Expired, Outcome::Rejected, Outcome::Duplicate];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::Expired => "expired",
+            Outcome::Rejected => "rejected",
+            Outcome::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// Upper bounds of the duration histogram's buckets, in seconds.
+const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
+/// Shared between the bridge (writer) and the metrics endpoint (reader).
+#[derive(Default)]
+pub struct MqttMetrics {
+    connected: AtomicBool,
+    messages: [AtomicU64; 5],
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl MqttMetrics {
+    pub fn set_connected(&self, up: bool) {
+        self.connected.store(up, Ordering::Relaxed);
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
+    }
+
+    pub fn count(&self, o: Outcome) {
+        self.messages[o as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn messages(&self, o: Outcome) -> u64 {
+        self.messages[o as usize].load(Ordering::Relaxed)
+    }
+
+    /// Records a request's time from arrival to its result being handed to the broker.
+    pub fn observe(&self, secs: f64) {
+        if let Some(i) = BUCKETS.iter().position(|&b| secs <= b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add((secs * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    /// Appends the families in the text exposition format.
+    pub fn render(&self, out: &mut String) {
+        let _ = writeln!(out, "# HELP {CONNECTED} Whether the MQTT bridge is connected to its broker");
+        let _ = writeln!(out, "# TYPE {CONNECTED} gauge");
+        let _ = writeln!(out, "{CONNECTED} {}", u8::from(self.is_connected()));
+        let _ = writeln!(out, "# HELP {MESSAGES} MQTT request messages by how they ended");
+        let _ = writeln!(out, "# TYPE {MESSAGES} counter");
+        for o in Outcome::ALL {
+            let _ = writeln!(out, "{MESSAGES}{{result=\"{}\"}} {}", o.as_str(), self.messages(o));
+        }
+        let _ = writeln!(out, "# HELP {DURATION} Time from an MQTT request's arrival to its result's publish");
+        let _ = writeln!(out, "# TYPE {DURATION} histogram");
+        let mut cumulative = 0;
+        for (b, n) in BUCKETS.iter().zip(&self.buckets) {
+            cumulative += n.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{DURATION}_bucket{{le=\"{b}\"}} {cumulative}");
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{DURATION}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{DURATION}_sum {}", self.sum_us.load(Ordering::Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{DURATION}_count {count}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_a_cumulative_histogram() {
+        let m = MqttMetrics::default();
+        m.set_connected(true);
+        m.count(Outcome::Ok);
+        m.count(Outcome::Ok);
+        m.count(Outcome::Rejected);
+        m.observe(0.003);
+        m.observe(0.2);
+        m.observe(60.0);
+        let mut s = String::new();
+        m.render(&mut s);
+        assert!(s.contains("tritonrs_mqtt_connected 1\n"));
+        assert!(s.contains("tritonrs_mqtt_messages_total{result=\"ok\"} 2\n"));
+        assert!(s.contains("tritonrs_mqtt_messages_total{result=\"rejected\"} 1\n"));
+        assert!(s.contains("tritonrs_mqtt_messages_total{result=\"duplicate\"} 0\n"));
+        assert!(s.contains("tritonrs_mqtt_request_duration_seconds_bucket{le=\"0.0025\"} 0\n"));
+        assert!(s.contains("tritonrs_mqtt_request_duration_seconds_bucket{le=\"0.005\"} 1\n"));
+        assert!(s.contains("tritonrs_mqtt_request_duration_seconds_bucket{le=\"0.25\"} 2\n"));
+        assert!(s.contains("tritonrs_mqtt_request_duration_seconds_bucket{le=\"10\"} 2\n"));
+        assert!(s.contains("tritonrs_mqtt_request_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
+        assert!(s.contains("tritonrs_mqtt_request_duration_seconds_count 3\n"));
+    }
+}

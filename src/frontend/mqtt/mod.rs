@@ -1,0 +1,836 @@
+//! MQTT front-end: subscribes to a broker, runs what cameras and apps publish through the core, and
+//! publishes the results (see README "Images, MQTT and DeepStack"). One task owns the connection and
+//! all state; inference runs on spawned tasks that report back, so the MQTT loop never waits on a
+//! model.
+
+pub mod dedup;
+pub mod ledger;
+pub mod link;
+pub mod metrics;
+pub mod request;
+pub mod status;
+pub mod topics;
+
+use crate::config::mqtt::MqttArgs;
+use crate::core::lifecycle::ModelState;
+use crate::core::Server;
+use bytes::Bytes;
+use dedup::{Dedup, JobId, Seen};
+use ledger::{Accepted, Action, DeliveryId, Ledger, Outgoing};
+use link::{Link, LinkEvent, LinkOptions, Message, Protocol};
+use metrics::{MqttMetrics, Outcome};
+use serde_json::{Map, Value};
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use topics::{RequestTopic, Topics};
+
+/// Packet ids of our publishes; rumqttc numbers subscriptions below them.
+const PKIDS: std::ops::RangeInclusive<u16> = 100..=1123;
+/// Keys remembered for duplicate detection, and the bytes of results kept for them.
+const DEDUP_ENTRIES: usize = 4096;
+const DEDUP_BYTES: usize = 16 * 1024 * 1024;
+/// Back-off between connection attempts.
+const BACKOFF_MIN: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// The bridge's settings, checked.
+pub struct Settings {
+    pub link: LinkOptions,
+    pub topics: Topics,
+    pub broker: String,
+    pub qos: u8,
+    pub max_inflight: usize,
+    pub stats_interval: Option<Duration>,
+    /// Home Assistant's discovery prefix, when discovery is on.
+    pub homeassistant: Option<String>,
+    pub request_timeout: Option<Duration>,
+    pub max_payload: usize,
+    pub journal: Option<PathBuf>,
+}
+
+/// Splits a broker URL into TLS or not, host and port.
+pub fn parse_broker(url: &str) -> Result<(bool, String, u16), String> {
+    let (tls, rest) = match url.split_once("://") {
+        Some(("mqtt" | "tcp", r)) => (false, r),
+        Some(("mqtts" | "ssl" | "tls", r)) => (true, r),
+        Some((s, _)) => return Err(format!("--mqtt-broker '{url}': unknown scheme '{s}' (use mqtt:// or mqtts://)")),
+        None => (false, url),
+    };
+    let rest = rest.trim_end_matches('/');
+    let default_port = if tls { 8883 } else { 1883 };
+    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+        let (h, p) = v6.split_once(']').ok_or_else(|| format!("--mqtt-broker '{url}': unclosed '['"))?;
+        (h, p.strip_prefix(':'))
+    } else {
+        match rest.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (rest, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse::<u16>().map_err(|_| format!("--mqtt-broker '{url}': '{p}' is not a port"))?,
+        None => default_port,
+    };
+    if host.is_empty() || rest.contains('/') {
+        return Err(format!("--mqtt-broker '{url}': expected mqtt://host[:port] or mqtts://host[:port]"));
+    }
+    Ok((tls, host.to_string(), port))
+}
+
+impl Settings {
+    /// The settings of `--mqtt-*`, or `None` without a broker.
+    pub fn from_args(a: &MqttArgs) -> Result<Option<Settings>, String> {
+        let Some(broker) = a.mqtt_broker.as_deref().filter(|b| !b.is_empty()) else { return Ok(None) };
+        let (tls, host, port) = parse_broker(broker)?;
+        let protocol = match a.mqtt_protocol.as_str() {
+            "5" | "5.0" => Protocol::V5,
+            "3.1.1" | "3" | "4" => Protocol::V311,
+            p => return Err(format!("--mqtt-protocol '{p}': use 5 or 3.1.1")),
+        };
+        let device = match &a.mqtt_device_id {
+            Some(d) => d.clone(),
+            None => sysinfo::System::host_name().unwrap_or_else(|| "tritonrs".into()),
+        };
+        let topics = Topics::new(&a.mqtt_prefix, &device, &a.mqtt_group, true)?;
+        let qos = match a.mqtt_qos {
+            0 => 0,
+            1 | 2 => 1,
+            q => return Err(format!("--mqtt-qos {q}: use 0, 1 or 2")),
+        };
+        let password = match (&a.mqtt_password, &a.mqtt_password_file) {
+            (_, Some(f)) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| format!("--mqtt-password-file '{}': {e}", f.display()))?
+                    .trim_end_matches(['\r', '\n'])
+                    .to_string(),
+            ),
+            (Some(p), None) => Some(p.clone()),
+            (None, None) => None,
+        };
+        let credentials = match (&a.mqtt_username, password) {
+            (Some(u), p) => Some((u.clone(), p.unwrap_or_default())),
+            (None, Some(_)) => return Err("--mqtt-password needs --mqtt-username".into()),
+            (None, None) => None,
+        };
+        let client = match (&a.mqtt_client_cert, &a.mqtt_client_key) {
+            (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+            (None, None) => None,
+            _ => return Err("--mqtt-client-cert and --mqtt-client-key go together".into()),
+        };
+        let tls_config = if tls {
+            Some(crate::frontend::tls::client_config(a.mqtt_ca_file.as_deref(), client)?)
+        } else {
+            if a.mqtt_ca_file.is_some() || client.is_some() {
+                return Err(format!("--mqtt-ca-file and client certificates need an mqtts:// broker, not '{broker}'"));
+            }
+            None
+        };
+        if a.mqtt_max_inflight == 0 {
+            return Err("--mqtt-max-inflight must be at least 1".into());
+        }
+        let max_payload = a.mqtt_max_payload_bytes.max(1024);
+        let link = LinkOptions {
+            protocol,
+            host,
+            port,
+            tls: tls_config,
+            client_id: format!("tritonrs-{device}"),
+            credentials,
+            keep_alive: Duration::from_secs(a.mqtt_keep_alive_secs.max(5)),
+            session_expiry: a.mqtt_session_expiry_secs,
+            receive_max: a.mqtt_max_inflight,
+            // Payloads a little over the limit still arrive, to be answered with an error; the
+            // broker drops larger ones for us (MQTT 5 Maximum Packet Size).
+            max_packet: max_payload.saturating_mul(2).saturating_add(64 * 1024),
+            will: (topics.available(), Bytes::from_static(b"offline")),
+            max_pkid: *PKIDS.end(),
+        };
+        let journal = a
+            .mqtt_state_dir
+            .clone()
+            .or_else(|| std::env::var_os("STATE_DIRECTORY").map(|d| PathBuf::from(d).join("mqtt")))
+            .map(|d| d.join(format!("answered-{device}.jsonl")));
+        Ok(Some(Settings {
+            link,
+            broker: broker.to_string(),
+            topics,
+            qos,
+            max_inflight: usize::from(a.mqtt_max_inflight),
+            stats_interval: (a.mqtt_stats_interval_secs > 0).then(|| Duration::from_secs(a.mqtt_stats_interval_secs)),
+            homeassistant: a.mqtt_homeassistant.then(|| a.mqtt_homeassistant_prefix.clone()),
+            request_timeout: (a.mqtt_request_timeout_ms > 0).then(|| Duration::from_millis(a.mqtt_request_timeout_ms)),
+            max_payload,
+            journal,
+        }))
+    }
+}
+
+/// A running bridge.
+pub struct Bridge {
+    stop: Option<oneshot::Sender<Duration>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Bridge {
+    /// Starts the bridge; it connects (and reconnects) on its own.
+    pub fn start(settings: Settings, server: Server, metrics: Arc<MqttMetrics>) -> Bridge {
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let task = tokio::spawn(Actor::new(settings, server, metrics).run(stop_rx));
+        Bridge { stop: Some(stop_tx), task }
+    }
+
+    /// Finishes the requests in progress (up to `grace`), publishes `offline` and disconnects.
+    pub async fn stop(mut self, grace: Duration) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(grace);
+        }
+        let _ = tokio::time::timeout(grace + Duration::from_secs(3), &mut self.task).await;
+    }
+}
+
+/// A request being answered.
+struct Job {
+    key: Option<String>,
+    /// Deliveries waiting for this job's result.
+    deliveries: Vec<DeliveryId>,
+    /// Duplicates that arrived while it ran: each gets the result too, on its own reply topic.
+    duplicates: Vec<(Reply, Vec<DeliveryId>)>,
+}
+
+/// A job's end, sent back to the actor.
+struct Done {
+    job: JobId,
+    outcome: Outcome,
+    msg: Outgoing,
+    /// Keep the result for duplicates (not for `rejected`, `expired` or passing failures).
+    keep: bool,
+    received: Instant,
+}
+
+/// Where a request's result goes.
+#[derive(Clone)]
+struct Reply {
+    topic: String,
+    correlation: Option<Bytes>,
+}
+
+struct Actor {
+    s: Settings,
+    server: Server,
+    metrics: Arc<MqttMetrics>,
+    link: Link,
+    ledger: Ledger,
+    dedup: Dedup,
+    jobs: HashMap<JobId, Job>,
+    next_job: JobId,
+    done_tx: mpsc::Sender<Done>,
+    done_rx: mpsc::Receiver<Done>,
+    /// Models whose fleet topic is subscribed.
+    subscribed: BTreeSet<String>,
+    backoff: Duration,
+    /// When to try connecting again.
+    retry_at: Option<tokio::time::Instant>,
+    /// When to send Home Assistant discovery again.
+    discovery_at: Option<tokio::time::Instant>,
+    /// The stats totals and time of the last stats message.
+    stats_before: (Instant, status::Totals),
+    platform: Value,
+    /// Set once a shutdown begins: no new work.
+    stopping: bool,
+    /// Log the next connection failure (the first of a series).
+    log_failure: bool,
+}
+
+impl Actor {
+    fn new(s: Settings, server: Server, metrics: Arc<MqttMetrics>) -> Actor {
+        let (dedup, warning) = Dedup::new(DEDUP_ENTRIES, DEDUP_BYTES, s.journal.as_deref());
+        if let Some(w) = warning {
+            tracing::warn!("{w}; duplicates are recognised in memory only.");
+        }
+        let (done_tx, done_rx) = mpsc::channel(s.max_inflight.max(1));
+        let stats_before = (Instant::now(), status::Totals::of(&server.statistics(None, "").unwrap_or_default()));
+        Actor {
+            link: Link::new(&s.link),
+            s,
+            server,
+            metrics,
+            ledger: Ledger::new(PKIDS),
+            dedup,
+            jobs: HashMap::new(),
+            next_job: 1,
+            done_tx,
+            done_rx,
+            subscribed: BTreeSet::new(),
+            backoff: BACKOFF_MIN,
+            retry_at: None,
+            discovery_at: None,
+            stats_before,
+            platform: crate::platform::info::describe(),
+            stopping: false,
+            log_failure: true,
+        }
+    }
+
+    async fn run(mut self, mut stop: oneshot::Receiver<Duration>) {
+        tracing::info!(
+            "MQTT bridge: connecting to {} as '{}' (prefix '{}', group '{}').",
+            self.s.broker,
+            self.s.link.client_id,
+            self.s.topics.prefix,
+            self.s.topics.group
+        );
+        let mut changes = self.server.model_changes();
+        let mut stats_tick = self.s.stats_interval.map(|d| {
+            let mut i = tokio::time::interval_at(tokio::time::Instant::now() + d, d);
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i
+        });
+        let mut grace: Option<tokio::time::Instant> = None;
+        loop {
+            let connecting = self.retry_at.is_none();
+            tokio::select! {
+                ev = self.link.poll(), if connecting => match ev {
+                    Ok(ev) => self.on_event(ev),
+                    Err(e) => self.on_failure(e),
+                },
+                _ = sleep_until(self.retry_at) => {
+                    self.retry_at = None;
+                }
+                Some(done) = self.done_rx.recv() => self.on_done(done),
+                Ok(()) = changes.changed() => self.on_models_changed(),
+                _ = tick(&mut stats_tick) => self.publish_stats(),
+                _ = sleep_until(self.discovery_at) => {
+                    self.discovery_at = None;
+                    self.publish_discovery();
+                }
+                g = &mut stop, if grace.is_none() => {
+                    let g = g.unwrap_or(Duration::ZERO);
+                    grace = Some(tokio::time::Instant::now() + g);
+                    self.begin_stop();
+                }
+                _ = sleep_until(grace), if grace.is_some() => break,
+            }
+            if grace.is_some() && self.jobs.is_empty() && self.ledger.unsent() == 0 {
+                break;
+            }
+        }
+        self.finish().await;
+    }
+
+    /// Stops taking fleet work (other devices get it) and lets running jobs finish.
+    fn begin_stop(&mut self) {
+        self.stopping = true;
+        if self.ledger.is_connected() {
+            for m in std::mem::take(&mut self.subscribed) {
+                let [fleet, _] = self.s.topics.request_filters(&m);
+                self.link.unsubscribe(&fleet);
+            }
+        }
+    }
+
+    /// Publishes `offline` and disconnects, giving the broker a moment to take both.
+    async fn finish(&mut self) {
+        if !self.ledger.is_connected() {
+            return;
+        }
+        self.publish(self.s.topics.available(), Bytes::from_static(b"offline"), true);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while self.ledger.unsent() > 0 {
+            match tokio::time::timeout_at(deadline, self.link.poll()).await {
+                Ok(Ok(ev)) => self.on_event(ev),
+                _ => break,
+            }
+        }
+        self.link.disconnect();
+        while self.link.queued() > 0 {
+            match tokio::time::timeout_at(deadline, self.link.poll()).await {
+                Ok(Ok(_)) => {}
+                _ => break,
+            }
+        }
+        self.metrics.set_connected(false);
+        tracing::info!("MQTT bridge: disconnected from {}.", self.s.broker);
+    }
+
+    fn apply(&mut self, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Publish { pkid, msg } => self.link.publish(pkid, &msg),
+                Action::Ack { pkid, qos } => self.link.ack(pkid, qos),
+            }
+        }
+    }
+
+    /// Publishes a message of our own: availability (plain text), state, stats, discovery (JSON).
+    fn publish(&mut self, topic: String, payload: Bytes, retain: bool) {
+        let json = payload.first() == Some(&b'{');
+        let msg = Outgoing {
+            topic,
+            payload,
+            qos: self.s.qos,
+            retain,
+            correlation: None,
+            content_type: json.then(|| "application/json".into()),
+            user: Vec::new(),
+        };
+        let a = self.ledger.publish(msg, Vec::new());
+        self.apply(a);
+    }
+
+    fn on_failure(&mut self, e: String) {
+        let was = self.ledger.is_connected();
+        self.ledger.disconnected();
+        self.metrics.set_connected(false);
+        let jitter = 0.5 + fastrand::f64();
+        let wait = self.backoff.mul_f64(jitter);
+        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+        self.retry_at = Some(tokio::time::Instant::now() + wait);
+        if was {
+            tracing::warn!("MQTT bridge: lost the connection to {}: {e}; reconnecting.", self.s.broker);
+        } else if self.log_failure || wait >= BACKOFF_MAX / 2 {
+            tracing::warn!(
+                "MQTT bridge: cannot connect to {}: {e}; retrying in {:.1} s (and on, backing off up to {} s).",
+                self.s.broker,
+                wait.as_secs_f64(),
+                BACKOFF_MAX.as_secs()
+            );
+        }
+        self.log_failure = false;
+    }
+
+    fn on_event(&mut self, ev: LinkEvent) {
+        match ev {
+            LinkEvent::Connected { session_present, receive_max } => self.on_connected(session_present, receive_max),
+            LinkEvent::Message(m) => self.on_message(m),
+            LinkEvent::PubAck(pkid) => {
+                let a = self.ledger.puback(pkid);
+                self.apply(a);
+            }
+            LinkEvent::Other => {}
+        }
+    }
+
+    fn on_connected(&mut self, session_present: bool, receive_max: u16) {
+        tracing::info!(
+            "MQTT bridge: connected to {} ({}session kept).",
+            self.s.broker,
+            if session_present { "" } else { "no " }
+        );
+        self.metrics.set_connected(true);
+        self.backoff = BACKOFF_MIN;
+        self.log_failure = true;
+        let a = self.ledger.connected(session_present, receive_max);
+        self.apply(a);
+        let t = &self.s.topics;
+        self.link.subscribe(&format!("{}/{}/infer/#", t.prefix, t.device), self.s.qos);
+        if let Some(ha) = &self.s.homeassistant {
+            self.link.subscribe(&format!("{ha}/status"), 1);
+        }
+        // The broker may still hold fleet subscriptions of models that went away meanwhile.
+        let ready = self.ready_models();
+        let previous = std::mem::take(&mut self.subscribed);
+        for m in previous.difference(&ready) {
+            let [fleet, _] = self.s.topics.request_filters(m);
+            self.link.unsubscribe(&fleet);
+        }
+        self.subscribed = BTreeSet::new();
+        self.sync_subscriptions(ready);
+        self.publish(self.s.topics.available(), Bytes::from_static(b"online"), true);
+        self.publish_state();
+        self.publish_discovery();
+    }
+
+    /// Models READY in some version whose names fit in a topic.
+    fn ready_models(&self) -> BTreeSet<String> {
+        self.server
+            .model_states()
+            .into_iter()
+            .filter(|e| e.state == Some(ModelState::Ready) && topics::check_level("model", &e.name).is_ok())
+            .map(|e| e.name)
+            .collect()
+    }
+
+    /// Subscribes the fleet topics of newly ready models and drops those of models gone.
+    fn sync_subscriptions(&mut self, ready: BTreeSet<String>) {
+        if self.stopping {
+            return;
+        }
+        for m in ready.difference(&self.subscribed) {
+            let [fleet, _] = self.s.topics.request_filters(m);
+            self.link.subscribe(&fleet, self.s.qos);
+        }
+        for m in self.subscribed.difference(&ready) {
+            let [fleet, _] = self.s.topics.request_filters(m);
+            self.link.unsubscribe(&fleet);
+        }
+        self.subscribed = ready;
+    }
+
+    fn on_models_changed(&mut self) {
+        if !self.ledger.is_connected() {
+            return;
+        }
+        let ready = self.ready_models();
+        if ready != self.subscribed {
+            self.sync_subscriptions(ready);
+        }
+        self.publish_state();
+    }
+
+    fn publish_state(&mut self) {
+        let v = status::state(&self.s.topics.device, &self.server.model_states(), &self.platform);
+        self.publish(self.s.topics.state(), Bytes::from(v.to_string()), true);
+    }
+
+    fn publish_stats(&mut self) {
+        if !self.ledger.is_connected() {
+            return;
+        }
+        let models = self.server.statistics(None, "").unwrap_or_default();
+        let (then, before) = self.stats_before;
+        let v = status::stats(&self.s.topics.device, &models, before, then.elapsed().as_secs_f64(), &self.metrics);
+        self.stats_before = (Instant::now(), status::Totals::of(&models));
+        self.publish(self.s.topics.stats(), Bytes::from(v.to_string()), false);
+    }
+
+    fn publish_discovery(&mut self) {
+        let Some(ha) = self.s.homeassistant.clone() else { return };
+        if !self.ledger.is_connected() {
+            return;
+        }
+        let (topic, payload) = status::discovery(&self.s.topics, &ha);
+        self.publish(topic, Bytes::from(payload.to_string()), true);
+    }
+
+    fn on_message(&mut self, m: Message) {
+        let delivery = match self.ledger.delivery(m.pkid, m.qos) {
+            Accepted::AlreadyHeld => return,
+            Accepted::Tracked(d) => Some(d),
+            Accepted::Untracked => None,
+        };
+        let deliveries: Vec<DeliveryId> = delivery.into_iter().collect();
+        if let Some(ha) = &self.s.homeassistant {
+            if m.topic == format!("{ha}/status") {
+                if m.payload.as_ref() == b"online" {
+                    // Home Assistant restarted: every device answers, spread over 0-5 s.
+                    let wait = Duration::from_millis(fastrand::u64(0..5000));
+                    self.discovery_at = Some(tokio::time::Instant::now() + wait);
+                }
+                let a = self.ledger.complete(&deliveries);
+                self.apply(a);
+                return;
+            }
+        }
+        let Some(req) = self.s.topics.parse_request(&m.topic) else {
+            let a = self.ledger.complete(&deliveries);
+            self.apply(a);
+            return;
+        };
+        self.on_request(m, req, deliveries);
+    }
+
+    fn on_request(&mut self, m: Message, req: RequestTopic, deliveries: Vec<DeliveryId>) {
+        let received = Instant::now();
+        let reply = Reply {
+            topic: m.response_topic.clone().filter(|t| !t.is_empty()).unwrap_or_else(|| self.s.topics.result(&req)),
+            correlation: m.correlation.clone(),
+        };
+        let id = request::user_prop(&m.user, "request_id")
+            .map(str::to_string)
+            .or_else(|| (m.payload.first() == Some(&b'{')).then(|| request::json_request_id(&m.payload)).flatten());
+        let key = match (&m.correlation, &id) {
+            (Some(c), _) => Some(format!("c:{}:{}", reply.topic, hex(c))),
+            (None, Some(id)) => Some(format!("r:{}:{}:{id}", req.model, req.source.as_deref().unwrap_or(""))),
+            (None, None) => Some(format!("d:{}:{:016x}", m.topic, digest(&m.payload))),
+        };
+        // A message without correlation data or id counts as a duplicate only when the broker says
+        // it re-sends it (DUP): the same frame twice from a camera is two requests.
+        let match_key = key.as_ref().filter(|k| !k.starts_with("d:") || m.dup);
+        if let Some(k) = match_key {
+            match self.dedup.lookup(k) {
+                Some(Seen::Answered(msg)) => {
+                    self.metrics.count(Outcome::Duplicate);
+                    let msg = Outgoing {
+                        topic: reply.topic.clone(),
+                        correlation: reply.correlation.clone(),
+                        ..(*msg).clone()
+                    };
+                    let a = self.ledger.publish(msg, deliveries);
+                    self.apply(a);
+                    return;
+                }
+                Some(Seen::Interrupted) => {
+                    self.metrics.count(Outcome::Duplicate);
+                    let common = request::Common {
+                        model: &req.model,
+                        device: &self.s.topics.device,
+                        source: req.source.as_deref(),
+                        id: id.as_deref().unwrap_or(""),
+                    };
+                    let fields = common.error(
+                        "interrupted",
+                        "the server stopped while this request was running; it is not run again, so that it never runs \
+                         twice (send it with a new id or correlation data to run it)",
+                    );
+                    let msg = self.result_message(&reply, fields, None);
+                    self.dedup.answered(k.clone(), Arc::new(msg.clone()));
+                    let a = self.ledger.publish(msg, deliveries);
+                    self.apply(a);
+                    return;
+                }
+                Some(Seen::Running(job)) => {
+                    if let Some(j) = self.jobs.get_mut(&job) {
+                        self.metrics.count(Outcome::Duplicate);
+                        j.duplicates.push((reply, deliveries));
+                        return;
+                    }
+                }
+                None => {}
+            }
+        }
+        let id = id.unwrap_or_else(new_id);
+        let job = self.next_job;
+        self.next_job += 1;
+        let common = OwnedCommon {
+            model: req.model.clone(),
+            device: self.s.topics.device.clone(),
+            source: req.source.clone(),
+            id,
+        };
+        // Refusals answered at once.
+        let refusal = if self.stopping {
+            Some((Outcome::Rejected, "rejected", "the server is shutting down".to_string()))
+        } else if m.payload.len() > self.s.max_payload {
+            Some((
+                Outcome::Error,
+                "payload_too_large",
+                format!("the payload of {} bytes is over the limit of {} bytes", m.payload.len(), self.s.max_payload),
+            ))
+        } else if self.jobs.len() >= self.s.max_inflight {
+            Some((
+                Outcome::Rejected,
+                "rejected",
+                format!(
+                    "{} requests are in progress, the most this bridge takes (--mqtt-max-inflight)",
+                    self.jobs.len()
+                ),
+            ))
+        } else if m.expiry == Some(0) {
+            Some((Outcome::Expired, "expired", "the request expired before it arrived".to_string()))
+        } else {
+            None
+        };
+        if let Some((outcome, code, message)) = refusal {
+            let fields = common.borrow().error(code, &message);
+            let msg = self.result_message(&reply, fields, None);
+            let keep = outcome == Outcome::Error;
+            if let Some(k) = &key {
+                if keep {
+                    self.dedup.answered(k.clone(), Arc::new(msg.clone()));
+                }
+            }
+            self.finish_result(outcome, received, msg, deliveries);
+            return;
+        }
+        if let Some(k) = &key {
+            self.dedup.running(k.clone(), job);
+        }
+        self.jobs.insert(job, Job { key, deliveries, duplicates: Vec::new() });
+        let deadline = [m.expiry.map(|s| Duration::from_secs(u64::from(s))), self.s.request_timeout]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|d| received + d);
+        let server = self.server.clone();
+        let tx = self.done_tx.clone();
+        let qos = self.s.qos;
+        tokio::spawn(async move {
+            let (outcome, fields, binary, keep) = execute(&server, &common, &m, deadline).await;
+            let msg = result_message(qos, &reply, fields, binary);
+            let _ = tx.send(Done { job, outcome, msg, keep, received }).await;
+        });
+    }
+
+    fn result_message(&self, reply: &Reply, fields: Map<String, Value>, binary: Option<Bytes>) -> Outgoing {
+        result_message(self.s.qos, reply, fields, binary)
+    }
+
+    fn on_done(&mut self, d: Done) {
+        let Some(job) = self.jobs.remove(&d.job) else { return };
+        if let Some(k) = job.key {
+            if d.keep {
+                self.dedup.answered(k, Arc::new(d.msg.clone()));
+            } else {
+                self.dedup.forget(&k);
+            }
+        }
+        for (reply, deliveries) in job.duplicates {
+            let msg = Outgoing { topic: reply.topic, correlation: reply.correlation, ..d.msg.clone() };
+            let a = self.ledger.publish(msg, deliveries);
+            self.apply(a);
+        }
+        self.finish_result(d.outcome, d.received, d.msg, job.deliveries);
+    }
+
+    fn finish_result(&mut self, outcome: Outcome, received: Instant, msg: Outgoing, deliveries: Vec<DeliveryId>) {
+        self.metrics.count(outcome);
+        self.metrics.observe(received.elapsed().as_secs_f64());
+        let a = self.ledger.publish(msg, deliveries);
+        self.apply(a);
+    }
+}
+
+/// [`request::Common`] with owned strings, for a spawned job.
+struct OwnedCommon {
+    model: String,
+    device: String,
+    source: Option<String>,
+    id: String,
+}
+
+impl OwnedCommon {
+    fn borrow(&self) -> request::Common<'_> {
+        request::Common { model: &self.model, device: &self.device, source: self.source.as_deref(), id: &self.id }
+    }
+}
+
+/// Runs one request: its outcome, result fields, binary tail, and whether to keep it for duplicates.
+async fn execute(
+    server: &Server,
+    c: &OwnedCommon,
+    m: &Message,
+    deadline: Option<Instant>,
+) -> (Outcome, Map<String, Value>, Option<Bytes>, bool) {
+    let common = c.borrow();
+    let run = async {
+        // A kept session delivers requests as soon as the server connects, before its models load.
+        while !server.is_started() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let kind = request::kind(&m.payload, &m.user)?;
+        let opts = request::Options::from_user(&m.user)?;
+        let timeout_us = deadline.map(|d| d.saturating_duration_since(Instant::now()).as_micros() as u64);
+        request::run(server, kind, &c.model, &c.id, &opts, m.payload.clone(), timeout_us).await
+    };
+    let result = match deadline {
+        Some(d) => match tokio::time::timeout_at(d.into(), run).await {
+            Ok(r) => r,
+            Err(_) => {
+                let f = common.error("expired", "the request expired before its result was ready");
+                return (Outcome::Expired, f, None, false);
+            }
+        },
+        None => run.await,
+    };
+    match result {
+        Ok(mut a) => {
+            common.write(&mut a.fields);
+            (Outcome::Ok, a.fields, a.binary, true)
+        }
+        Err(e) => {
+            use crate::error::ErrorKind;
+            // A client's mistake is answered the same way again; a passing failure is not kept.
+            let keep =
+                matches!(e.kind, ErrorKind::InvalidArgument | ErrorKind::Unsupported | ErrorKind::PayloadTooLarge);
+            (Outcome::Error, common.error(request::error_code(e.kind), &e.message), None, keep)
+        }
+    }
+}
+
+fn result_message(qos: u8, reply: &Reply, fields: Map<String, Value>, binary: Option<Bytes>) -> Outgoing {
+    let json = serde_json::to_vec(&Value::Object(fields)).unwrap_or_else(|_| b"{}".to_vec());
+    let (payload, user, content_type) = match binary {
+        Some(b) => {
+            let len = json.len();
+            let mut all = Vec::with_capacity(len + b.len());
+            all.extend_from_slice(&json);
+            all.extend_from_slice(&b);
+            (Bytes::from(all), vec![(request::HEADER_LEN.to_string(), len.to_string())], "application/octet-stream")
+        }
+        None => (Bytes::from(json), Vec::new(), "application/json"),
+    };
+    Outgoing {
+        topic: reply.topic.clone(),
+        payload,
+        qos,
+        retain: false,
+        correlation: reply.correlation.clone(),
+        content_type: Some(content_type.into()),
+        user,
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn tick(i: &mut Option<tokio::time::Interval>) {
+    match i {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A stable digest of a payload (FNV-1a), for recognising re-deliveries across restarts.
+fn digest(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// A fresh request id (random, UUID-shaped).
+fn new_id() -> String {
+    let v = fastrand::u128(..);
+    let h = format!("{v:032x}");
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn broker_urls() {
+        assert_eq!(parse_broker("mqtt://localhost:1884").unwrap(), (false, "localhost".into(), 1884));
+        assert_eq!(parse_broker("mqtts://broker.lan").unwrap(), (true, "broker.lan".into(), 8883));
+        assert_eq!(parse_broker("tcp://10.0.0.2").unwrap(), (false, "10.0.0.2".into(), 1883));
+        assert_eq!(parse_broker("[::1]:1999").unwrap(), (false, "::1".into(), 1999));
+        assert_eq!(parse_broker("mqtt://host/").unwrap(), (false, "host".into(), 1883));
+        assert!(parse_broker("http://host").is_err());
+        assert!(parse_broker("mqtt://host:x").is_err());
+        assert!(parse_broker("mqtt://:1883").is_err());
+        assert!(parse_broker("mqtt://host/path").is_err());
+    }
+
+    #[test]
+    fn ids_and_digests() {
+        let a = new_id();
+        assert_eq!(a.len(), 36);
+        assert_ne!(a, new_id());
+        assert_eq!(digest(b""), 0xcbf2_9ce4_8422_2325);
+        assert_ne!(digest(b"a"), digest(b"b"));
+        assert_eq!(hex(&[0, 255, 16]), "00ff10");
+    }
+
+    #[test]
+    fn binary_results_carry_their_header_length() {
+        let reply = Reply { topic: "t".into(), correlation: Some(Bytes::from_static(b"c")) };
+        let mut f = Map::new();
+        f.insert("a".into(), json!(1));
+        let m = result_message(1, &reply, f, Some(Bytes::from_static(b"\x01\x02")));
+        assert_eq!(&m.payload[..], b"{\"a\":1}\x01\x02");
+        assert_eq!(m.user, vec![(request::HEADER_LEN.to_string(), "7".to_string())]);
+        assert_eq!(m.correlation.as_deref(), Some(&b"c"[..]));
+    }
+}

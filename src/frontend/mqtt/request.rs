@@ -1,0 +1,250 @@
+//! Request payloads and result messages: what a PUBLISH asks for (an image, a KServe v2 JSON request
+//! or a binary-tensor request) and the JSON that answers it.
+
+use crate::core::Server;
+use crate::error::{Error, ErrorKind, Result};
+use crate::frontend::http::codec;
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+use std::time::Instant;
+
+/// The user property that carries a binary-tensor request's JSON length, as the HTTP header does.
+pub const HEADER_LEN: &str = "Inference-Header-Content-Length";
+
+/// What a payload is, recognised by content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A JPEG or PNG image.
+    Image,
+    /// A KServe v2 JSON inference request.
+    Json,
+    /// A JSON header of this many bytes, then tensor data.
+    Binary(usize),
+}
+
+/// A user property by name (names compared without case).
+pub fn user_prop<'a>(user: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    user.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+}
+
+/// Recognises the payload.
+pub fn kind(payload: &[u8], user: &[(String, String)]) -> Result<Kind> {
+    if let Some(v) = user_prop(user, HEADER_LEN) {
+        let n = v
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| Error::invalid(format!("{HEADER_LEN} must be a non-negative integer, got '{v}'")))?;
+        return Ok(Kind::Binary(n));
+    }
+    if crate::vision::is_image(payload) {
+        return Ok(Kind::Image);
+    }
+    if payload.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        return Ok(Kind::Json);
+    }
+    Err(Error::invalid(
+        "the payload is neither a JPEG or PNG image nor a KServe v2 JSON request (a binary-tensor request needs \
+         the user property Inference-Header-Content-Length)",
+    ))
+}
+
+/// The `id` of a JSON request, read without decoding its tensors.
+pub fn json_request_id(payload: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct IdOnly {
+        #[serde(default)]
+        id: Option<String>,
+    }
+    serde_json::from_slice::<IdOnly>(payload).ok().and_then(|r| r.id).filter(|id| !id.is_empty())
+}
+
+/// Request options from user properties.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub version: Option<i64>,
+    pub min_confidence: Option<f32>,
+    pub top_k: Option<usize>,
+}
+
+impl Options {
+    pub fn from_user(user: &[(String, String)]) -> Result<Options> {
+        let version = match user_prop(user, "model_version") {
+            Some(v) => crate::core::server::parse_version(v.trim())?,
+            None => None,
+        };
+        let min_confidence =
+            match user_prop(user, "min_confidence") {
+                Some(v) => Some(v.trim().parse::<f32>().ok().filter(|c| (0.0..=1.0).contains(c)).ok_or_else(|| {
+                    Error::invalid(format!("min_confidence must be a number from 0 to 1, got '{v}'"))
+                })?),
+                None => None,
+            };
+        let top_k = match user_prop(user, "top_k") {
+            Some(v) => Some(
+                v.trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&k| k > 0)
+                    .ok_or_else(|| Error::invalid(format!("top_k must be a positive integer, got '{v}'")))?,
+            ),
+            None => None,
+        };
+        Ok(Options { version, min_confidence, top_k })
+    }
+}
+
+/// The answer to run, before the common fields are added.
+pub struct Answer {
+    pub fields: Map<String, Value>,
+    /// Binary output data after the JSON (tensor requests asking for binary outputs).
+    pub binary: Option<Bytes>,
+}
+
+/// Runs one request through the core.
+pub async fn run(
+    server: &Server,
+    kind: Kind,
+    model: &str,
+    id: &str,
+    opts: &Options,
+    payload: Bytes,
+    timeout_us: Option<u64>,
+) -> Result<Answer> {
+    match kind {
+        Kind::Image => {
+            let post = crate::vision::PostOptions { min_confidence: opts.min_confidence, top_k: opts.top_k };
+            let r = crate::vision::infer_image(server, model, opts.version, id, payload, &post).await?;
+            let mut fields = Map::new();
+            fields.insert("model_version".into(), json!(r.model_version.to_string()));
+            r.write_json(&mut fields);
+            Ok(Answer { fields, binary: None })
+        }
+        Kind::Json | Kind::Binary(_) => {
+            let start = Instant::now();
+            let header_len = match kind {
+                Kind::Binary(n) => Some(n),
+                _ => None,
+            };
+            let mut decoded = codec::decode_request(payload, header_len, model, opts.version)?;
+            if decoded.request.id.is_empty() {
+                decoded.request.id = id.to_string();
+            }
+            if let Some(t) = timeout_us {
+                decoded.request.parameters.insert("timeout".into(), crate::core::types::ParamValue::Uint(t));
+            }
+            if server.is_decoupled(model, opts.version) {
+                return Err(Error::unsupported("the MQTT bridge does not serve decoupled models"));
+            }
+            let flags: Vec<(String, bool)> =
+                decoded.request.outputs.iter().map(|o| (o.name.clone(), decoded.output_is_binary(&o.name))).collect();
+            let binary_default = decoded.binary_default;
+            let resp = server.infer(decoded.request).await?;
+            let is_binary = |n: &str| flags.iter().find(|(o, _)| o == n).map_or(binary_default, |(_, b)| *b);
+            let enc = codec::encode_response(&resp, is_binary)?;
+            let (json_part, binary) = match enc.header_len {
+                Some(n) => (enc.body.slice(..n), Some(enc.body.slice(n..))),
+                None => (enc.body, None),
+            };
+            let mut fields: Map<String, Value> = serde_json::from_slice(&json_part)
+                .map_err(|e| Error::internal(format!("cannot re-read the encoded response: {e}")))?;
+            let total = start.elapsed().as_secs_f64() * 1e3;
+            fields.insert("timings_ms".into(), json!({ "total": total }));
+            Ok(Answer { fields, binary })
+        }
+    }
+}
+
+/// The code of an error result.
+pub fn error_code(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::InvalidArgument => "bad_request",
+        ErrorKind::NotFound => "not_found",
+        ErrorKind::Unavailable => "unavailable",
+        ErrorKind::PayloadTooLarge => "payload_too_large",
+        ErrorKind::Unsupported => "unsupported",
+        ErrorKind::AlreadyExists => "conflict",
+        ErrorKind::PermissionDenied => "forbidden",
+        ErrorKind::Internal => "internal",
+    }
+}
+
+/// Fields every result carries.
+pub struct Common<'a> {
+    pub model: &'a str,
+    pub device: &'a str,
+    pub source: Option<&'a str>,
+    pub id: &'a str,
+}
+
+impl Common<'_> {
+    /// Adds the common fields (keeping a `model_version` the answer has).
+    pub fn write(&self, m: &mut Map<String, Value>) {
+        m.insert("model".into(), json!(self.model));
+        m.entry("model_version").or_insert(Value::Null);
+        m.insert("device".into(), json!(self.device));
+        m.insert("source".into(), json!(self.source));
+        m.insert("id".into(), json!(self.id));
+        m.insert("ts".into(), json!(humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()));
+    }
+
+    /// An error result: `success: false, error: {code, message}`.
+    pub fn error(&self, code: &str, message: &str) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert("success".into(), json!(false));
+        m.insert("error".into(), json!({ "code": code, "message": message }));
+        self.write(&mut m);
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn payloads_are_recognised_by_content() {
+        assert_eq!(kind(b"\xff\xd8\xff\xe0rest", &[]).unwrap(), Kind::Image);
+        assert_eq!(kind(b"\x89PNG\r\n\x1a\nrest", &[]).unwrap(), Kind::Image);
+        assert_eq!(kind(b"  \n{\"inputs\": []}", &[]).unwrap(), Kind::Json);
+        assert_eq!(kind(b"{}xx", &props(&[("inference-header-content-length", "2")])).unwrap(), Kind::Binary(2));
+        let e = kind(b"GIF89a", &[]).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert!(kind(b"{}", &props(&[(HEADER_LEN, "-1")])).is_err());
+    }
+
+    #[test]
+    fn request_ids_come_from_json_without_decoding_tensors() {
+        assert_eq!(json_request_id(br#"{"id": "r1", "inputs": [{"data": [1,2,3]}]}"#).as_deref(), Some("r1"));
+        assert_eq!(json_request_id(br#"{"id": "", "inputs": []}"#), None);
+        assert_eq!(json_request_id(b"not json"), None);
+    }
+
+    #[test]
+    fn user_properties_set_options_or_explain() {
+        let o =
+            Options::from_user(&props(&[("model_version", "2"), ("min_confidence", "0.5"), ("top_k", "3")])).unwrap();
+        assert_eq!((o.version, o.min_confidence, o.top_k), (Some(2), Some(0.5), Some(3)));
+        for bad in [("model_version", "x"), ("min_confidence", "2"), ("top_k", "0")] {
+            let e = Options::from_user(&props(&[bad])).unwrap_err();
+            assert!(e.message.contains(bad.0) || e.message.contains("version"), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn error_results_carry_the_common_fields() {
+        let c = Common { model: "m", device: "d", source: Some("cam"), id: "r" };
+        let m = c.error("rejected", "the queue is full");
+        assert_eq!(m["success"], json!(false));
+        assert_eq!(m["error"]["code"], json!("rejected"));
+        assert_eq!(
+            (m["model"].as_str(), m["device"].as_str(), m["source"].as_str()),
+            (Some("m"), Some("d"), Some("cam"))
+        );
+        assert!(m["ts"].as_str().is_some_and(|t| t.ends_with('Z') && t.contains('T')));
+        assert_eq!(m["model_version"], Value::Null);
+    }
+}

@@ -1,0 +1,140 @@
+//! The bridge's topic names: where requests arrive, where results, availability, state and stats go.
+
+/// Topic names of one device (`P` = prefix, `D` = device id).
+#[derive(Debug, Clone)]
+pub struct Topics {
+    pub prefix: String,
+    pub device: String,
+    pub group: String,
+    /// Fleet requests go through a shared subscription (`$share/<group>/...`).
+    pub shared: bool,
+}
+
+/// Where a request came in: the model and the optional source (camera) after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestTopic {
+    pub model: String,
+    pub source: Option<String>,
+}
+
+/// Checks a name used as one topic level: not empty, no `/`, no wildcards, no NUL.
+pub fn check_level(what: &str, v: &str) -> Result<(), String> {
+    if v.is_empty() || v.contains(['/', '+', '#', '\0']) {
+        return Err(format!("{what} '{v}' cannot be used in MQTT topics: it must be non-empty without '/', '+', '#'"));
+    }
+    Ok(())
+}
+
+impl Topics {
+    /// Checks the names; the prefix may have several levels but no wildcards.
+    pub fn new(prefix: &str, device: &str, group: &str, shared: bool) -> Result<Topics, String> {
+        for level in prefix.split('/') {
+            check_level("--mqtt-prefix", level)?;
+        }
+        if prefix.starts_with('$') {
+            return Err(format!("--mqtt-prefix '{prefix}' cannot start with '$' (reserved by brokers)"));
+        }
+        check_level("--mqtt-device-id", device)?;
+        check_level("--mqtt-group", group)?;
+        Ok(Topics { prefix: prefix.into(), device: device.into(), group: group.into(), shared })
+    }
+
+    /// The subscriptions that bring requests for `model`: the fleet's (shared) and this device's.
+    pub fn request_filters(&self, model: &str) -> [String; 2] {
+        let fleet = format!("{}/infer/{model}/#", self.prefix);
+        let fleet = if self.shared { format!("$share/{}/{fleet}", self.group) } else { fleet };
+        [fleet, format!("{}/{}/infer/{model}/#", self.prefix, self.device)]
+    }
+
+    /// Parses a request topic: `P/infer/<model>[/<source>]` or `P/D/infer/<model>[/<source>]`.
+    /// A source may have several levels (`cams/front`).
+    pub fn parse_request(&self, topic: &str) -> Option<RequestTopic> {
+        let rest = topic.strip_prefix(self.prefix.as_str())?.strip_prefix('/')?;
+        let rest = match rest.strip_prefix("infer/") {
+            Some(r) => r,
+            None => rest.strip_prefix(self.device.as_str())?.strip_prefix("/infer/")?,
+        };
+        let (model, source) = match rest.split_once('/') {
+            Some((m, s)) => (m, Some(s).filter(|s| !s.is_empty()).map(str::to_string)),
+            None => (rest, None),
+        };
+        (!model.is_empty()).then(|| RequestTopic { model: model.to_string(), source })
+    }
+
+    /// The result topic of requests without a response topic: `P/result/<model>[/<source>]`.
+    pub fn result(&self, req: &RequestTopic) -> String {
+        match &req.source {
+            Some(s) => format!("{}/result/{}/{s}", self.prefix, req.model),
+            None => format!("{}/result/{}", self.prefix, req.model),
+        }
+    }
+
+    /// `P/D/available`: `online` (retained) while connected, `offline` otherwise (the will).
+    pub fn available(&self) -> String {
+        format!("{}/{}/available", self.prefix, self.device)
+    }
+
+    /// `P/D/state`: models, versions and states, retained.
+    pub fn state(&self) -> String {
+        format!("{}/{}/state", self.prefix, self.device)
+    }
+
+    /// `P/D/stats`: the counters of /metrics as JSON.
+    pub fn stats(&self) -> String {
+        format!("{}/{}/stats", self.prefix, self.device)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t() -> Topics {
+        Topics::new("tritonrs", "cam-box", "fleet", true).unwrap()
+    }
+
+    #[test]
+    fn request_filters_share_the_fleet_topic_only() {
+        assert_eq!(
+            t().request_filters("yolo"),
+            ["$share/fleet/tritonrs/infer/yolo/#".to_string(), "tritonrs/cam-box/infer/yolo/#".to_string()]
+        );
+        let plain = Topics::new("a/b", "d", "g", false).unwrap();
+        assert_eq!(plain.request_filters("m")[0], "a/b/infer/m/#");
+    }
+
+    #[test]
+    fn request_topics_parse_with_and_without_source() {
+        let t = t();
+        let r = |m: &str, s: Option<&str>| Some(RequestTopic { model: m.into(), source: s.map(Into::into) });
+        assert_eq!(t.parse_request("tritonrs/infer/yolo"), r("yolo", None));
+        assert_eq!(t.parse_request("tritonrs/infer/yolo/front"), r("yolo", Some("front")));
+        assert_eq!(t.parse_request("tritonrs/infer/yolo/cams/back"), r("yolo", Some("cams/back")));
+        assert_eq!(t.parse_request("tritonrs/cam-box/infer/yolo/door"), r("yolo", Some("door")));
+        assert_eq!(t.parse_request("tritonrs/infer/yolo/"), r("yolo", None));
+        assert_eq!(t.parse_request("tritonrs/infer/"), None);
+        assert_eq!(t.parse_request("tritonrs/other/infer/yolo"), None);
+        assert_eq!(t.parse_request("tritonrsx/infer/yolo"), None);
+        assert_eq!(t.parse_request("tritonrs/result/yolo"), None);
+    }
+
+    #[test]
+    fn result_and_device_topics() {
+        let t = t();
+        assert_eq!(t.result(&RequestTopic { model: "m".into(), source: None }), "tritonrs/result/m");
+        assert_eq!(t.result(&RequestTopic { model: "m".into(), source: Some("c".into()) }), "tritonrs/result/m/c");
+        assert_eq!(t.available(), "tritonrs/cam-box/available");
+        assert_eq!(t.state(), "tritonrs/cam-box/state");
+        assert_eq!(t.stats(), "tritonrs/cam-box/stats");
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        assert!(Topics::new("a/+", "d", "g", true).is_err());
+        assert!(Topics::new("", "d", "g", true).is_err());
+        assert!(Topics::new("$SYS", "d", "g", true).is_err());
+        assert!(Topics::new("p", "a/b", "g", true).is_err());
+        assert!(Topics::new("p", "d", "#", true).is_err());
+        assert!(Topics::new("p/q", "d", "g", true).is_ok());
+    }
+}
