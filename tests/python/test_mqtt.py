@@ -437,3 +437,51 @@ def test_expired_requests_get_an_expired_result(start_server, broker, tmp_path):
     r.publish("tritonrs/exp/infer/slow", slow, response_topic="app/exp", correlation=b"e1")
     b = body(r.wait_for("app/exp"))
     assert b["success"] is False and b["error"]["code"] == "expired"
+
+
+# ---- images -------------------------------------------------------------------------------------
+
+IMAGES = EXAMPLES.parent.parent / "tests" / "data" / "images"
+
+
+def test_jpeg_and_png_frames_are_classified_with_labels(start_server, broker, tmp_path):
+    repo = copy_models(tmp_path / "repo", "image_classifier")
+    mqtt_server(start_server, broker, repo, "cams")
+    r = Requester(broker.port)
+    wait_online(r, "cams")
+    r.subscribe("tritonrs/result/#")
+    r.publish("tritonrs/infer/image_classifier/front_door", (IMAGES / "red_64x48.jpg").read_bytes())
+    b = body(r.wait_for("tritonrs/result/image_classifier/front_door"))
+    assert b["classes"][0]["label"] == "red" and b["classes"][0]["index"] == 0
+    assert abs(b["classes"][0]["score"] - 1.0) < 0.01
+    assert b["image"] == {"width": 64, "height": 48} and b["source"] == "front_door"
+    assert set(b["timings_ms"]) == {"decode", "preprocess", "queue", "infer", "postprocess", "total"}
+    # PNG, with user properties: top_k and a request id.
+    r.publish("tritonrs/cams/infer/image_classifier", (IMAGES / "green_40x30.png").read_bytes(),
+              user={"top_k": 2, "request_id": "frame-1"})
+    b = body(r.wait_for("tritonrs/result/image_classifier"))
+    assert b["id"] == "frame-1"
+    assert b["classes"] == [{"index": 1, "label": "green", "score": 1.0}, {"index": 0, "label": "red", "score": 0.0}]
+
+
+def test_letterboxed_detections_come_back_in_picture_pixels(start_server, broker, tmp_path):
+    repo = copy_models(tmp_path / "repo", "image_detector")
+    mqtt_server(start_server, broker, repo, "det")
+    r = Requester(broker.port)
+    wait_online(r, "det")
+    r.subscribe("app/det")
+    r.publish("tritonrs/det/infer/image_detector/yard", (IMAGES / "red_320x240.jpg").read_bytes(),
+              response_topic="app/det", correlation=b"f1")
+    b = body(r.wait_for("app/det"))
+    assert b["success"] is True and b["image"] == {"width": 320, "height": 240}
+    boxes = [(p["label"], round(p["x_min"]), round(p["y_min"]), round(p["x_max"]), round(p["y_max"]))
+             for p in b["predictions"]]
+    # See test_deepstack.py: the model's boxes are constants of its 32x32 input, so the letterbox
+    # alone decides them in the picture's pixels.
+    assert boxes == [("red", 80, 80, 240, 160), ("red", 0, 200, 80, 240)], b
+    assert all("class_id" in p and "confidence" in p for p in b["predictions"])
+    # min_confidence as a user property.
+    r.publish("tritonrs/det/infer/image_detector/yard", (IMAGES / "red_320x240.jpg").read_bytes(),
+              response_topic="app/det", correlation=b"f2", user={"min_confidence": "0.6"})
+    b = body(r.wait_for("app/det"))
+    assert len(b["predictions"]) == 1
