@@ -159,7 +159,8 @@ def main():
     write_model(repo)
     jpegs = frames(a.frames)
     print(f"{a.frames} frames of 640x480 JPEG (~{len(jpegs[0]) // 1024} KiB) at {a.fps} fps")
-    broker = Mosquitto(tmp / "broker").start()
+    # Without TCP_NODELAY, mosquitto holds small packets for delayed ACKs (~40 ms per hop).
+    broker = Mosquitto(tmp / "broker", extra="set_tcp_nodelay true\n").start()
     procs = []
     try:
         procs.append(start_tritonrs(a.bin, repo, broker, "bench0"))

@@ -95,6 +95,13 @@ fn transport(tls: &Option<Arc<rustls::ClientConfig>>) -> rumqttc::Transport {
     }
 }
 
+/// Small packets (acknowledgements, results) go out at once instead of waiting for delayed ACKs.
+fn nodelay() -> rumqttc::NetworkOptions {
+    let mut n = rumqttc::NetworkOptions::new();
+    n.set_tcp_nodelay(true);
+    n
+}
+
 impl Link {
     pub fn new(o: &LinkOptions) -> Link {
         match o.protocol {
@@ -115,7 +122,9 @@ impl Link {
                 if let Some((u, p)) = &o.credentials {
                     m.set_credentials(u, p);
                 }
-                Link::V311(Box::new(rumqttc::EventLoop::new(m, 1)))
+                let mut el = rumqttc::EventLoop::new(m, 1);
+                el.set_network_options(nodelay());
+                Link::V311(Box::new(el))
             }
             Protocol::V5 => {
                 let mut m = rumqttc::v5::MqttOptions::new(&o.client_id, &o.host, o.port);
@@ -127,6 +136,7 @@ impl Link {
                     .set_manual_acks(true)
                     .set_outgoing_inflight_upper_limit(o.max_pkid)
                     .set_transport(transport(&o.tls))
+                    .set_network_options(nodelay())
                     .set_last_will(p5::LastWill::new(&o.will.0, o.will.1.clone(), QoS5::AtLeastOnce, true, None));
                 if let Some((u, p)) = &o.credentials {
                     m.set_credentials(u, p);
