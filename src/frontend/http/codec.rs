@@ -21,7 +21,26 @@ pub struct DecodedRequest {
     pub binary_default: bool,
 }
 
+/// Which outputs go out as binary data; taken before the request moves into the core.
+pub struct BinaryOutputs {
+    named: Vec<(String, bool)>,
+    default: bool,
+}
+
+impl BinaryOutputs {
+    /// Whether output `name` goes out as binary data.
+    pub fn is_binary(&self, name: &str) -> bool {
+        self.named.iter().find(|(o, _)| o == name).map_or(self.default, |(_, b)| *b)
+    }
+}
+
 impl DecodedRequest {
+    /// The binary choice of every output, for encoding the response.
+    pub fn binary_outputs(&self) -> BinaryOutputs {
+        let named = self.request.outputs.iter().map(|o| (o.name.clone(), self.output_is_binary(&o.name))).collect();
+        BinaryOutputs { named, default: self.binary_default }
+    }
+
     /// Whether output `name` goes out as binary data.
     pub fn output_is_binary(&self, name: &str) -> bool {
         self.request

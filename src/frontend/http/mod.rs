@@ -393,9 +393,7 @@ async fn do_infer(
         // Triton's status and words for it.
         return Err(Error::unsupported("HTTP end point doesn't support models with decoupled transaction policy"));
     }
-    let binary_default = decoded.binary_default;
-    let flags: Vec<(String, bool)> =
-        decoded.request.outputs.iter().map(|o| (o.name.clone(), decoded.output_is_binary(&o.name))).collect();
+    let binary = decoded.binary_outputs();
     if let (Some(start), Some(end)) = (recv_start, recv_end) {
         *trace = s.server.tracer().sample(name, &decoded.request.id).map(|mut t| {
             t.stamp(Activity::HttpRecvStart, start);
@@ -407,8 +405,7 @@ async fn do_infer(
     if let Some(t) = trace.as_mut() {
         t.stamp_now(Activity::InferResponseComplete);
     }
-    let is_binary = |n: &str| flags.iter().find(|(o, _)| o == n).map(|(_, b)| *b).unwrap_or(binary_default);
-    let enc = codec::encode_response(&resp, is_binary)?;
+    let enc = codec::encode_response(&resp, |n| binary.is_binary(n))?;
     let mut r = Response::new(Body::from(enc.body));
     match enc.header_len {
         Some(n) => {

@@ -48,8 +48,8 @@ struct Line {
     ct: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     u: Vec<(String, String)>,
-    /// A forget line: the key is no longer known.
-    #[serde(default, skip_serializing)]
+    /// A forget line: the key is no longer known (nothing else is set).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     f: bool,
 }
 
@@ -158,15 +158,7 @@ impl Dedup {
     /// `key` is being answered by `job`; journaled first, so that a crash while it runs is known
     /// after the restart.
     pub fn running(&mut self, key: String, job: JobId) {
-        if let Some(j) = self.journal.as_mut() {
-            let start = Line { k: key.clone(), s: true, ..Line::default() };
-            if let Ok(mut line) = serde_json::to_string(&start) {
-                line.push('\n');
-                if j.file.write_all(line.as_bytes()).is_ok() {
-                    j.lines += 1;
-                }
-            }
-        }
+        self.journal(&Line { k: key.clone(), s: true, ..Line::default() });
         if let Some((_, Seen::Answered(old))) = self.lru.push(key, Seen::Running(job)) {
             self.bytes = self.bytes.saturating_sub(old.payload.len());
         }
@@ -178,16 +170,7 @@ impl Dedup {
             self.forget(&key);
             return;
         }
-        if let Some(j) = self.journal.as_mut() {
-            if let Ok(mut line) = serde_json::to_string(&Line::new(&key, &msg)) {
-                line.push('\n');
-                // The page cache keeps the line across a crash of this process; a failed write only
-                // loses the protection against a re-run.
-                if j.file.write_all(line.as_bytes()).is_ok() {
-                    j.lines += 1;
-                }
-            }
-        }
+        self.journal(&Line::new(&key, &msg));
         self.put(key, msg);
         self.compact();
     }
@@ -195,14 +178,21 @@ impl Dedup {
     /// Drops `key` (its job ended without a result worth keeping, e.g. `expired`): a later
     /// delivery runs again. Journaled, so a restart does not take it for interrupted.
     pub fn forget(&mut self, key: &str) {
-        if let Some(j) = self.journal.as_mut() {
-            let gone = serde_json::json!({ "k": key, "f": true });
-            if j.file.write_all(format!("{gone}\n").as_bytes()).is_ok() {
-                j.lines += 1;
-            }
-        }
+        self.journal(&Line { k: key.to_string(), f: true, ..Line::default() });
         if let Some(Seen::Answered(old)) = self.lru.pop(key) {
             self.bytes = self.bytes.saturating_sub(old.payload.len());
+        }
+    }
+
+    /// Appends a line to the journal, if there is one. The page cache keeps it across a crash of
+    /// this process; a failed write only loses the protection against a re-run.
+    fn journal(&mut self, line: &Line) {
+        let Some(j) = self.journal.as_mut() else { return };
+        if let Ok(mut text) = serde_json::to_string(line) {
+            text.push('\n');
+            if j.file.write_all(text.as_bytes()).is_ok() {
+                j.lines += 1;
+            }
         }
     }
 

@@ -193,7 +193,8 @@ impl Bridge {
 
 /// A request being answered.
 struct Job {
-    key: Option<String>,
+    /// Its duplicate-detection key.
+    key: String,
     /// Deliveries waiting for this job's result.
     deliveries: Vec<DeliveryId>,
     /// Duplicates that arrived while it ran: each gets the result too, on its own reply topic.
@@ -376,8 +377,7 @@ impl Actor {
             content_type: json.then(|| "application/json".into()),
             user: Vec::new(),
         };
-        let a = self.ledger.publish(msg, Vec::new());
-        self.apply(a);
+        self.send(msg, Vec::new());
     }
 
     fn on_failure(&mut self, e: String) {
@@ -542,24 +542,18 @@ impl Actor {
             .map(str::to_string)
             .or_else(|| (m.payload.first() == Some(&b'{')).then(|| request::json_request_id(&m.payload)).flatten());
         let key = match (&m.correlation, &id) {
-            (Some(c), _) => Some(format!("c:{}:{}", reply.topic, hex(c))),
-            (None, Some(id)) => Some(format!("r:{}:{}:{id}", req.model, req.source.as_deref().unwrap_or(""))),
-            (None, None) => Some(format!("d:{}:{:016x}", m.topic, digest(&m.payload))),
+            (Some(c), _) => format!("c:{}:{}", reply.topic, hex(c)),
+            (None, Some(id)) => format!("r:{}:{}:{id}", req.model, req.source.as_deref().unwrap_or("")),
+            (None, None) => format!("d:{}:{:016x}", m.topic, digest(&m.payload)),
         };
         // A message without correlation data or id counts as a duplicate only when the broker says
         // it re-sends it (DUP): the same frame twice from a camera is two requests.
-        let match_key = key.as_ref().filter(|k| !k.starts_with("d:") || m.dup);
-        if let Some(k) = match_key {
-            match self.dedup.lookup(k) {
+        if !key.starts_with("d:") || m.dup {
+            match self.dedup.lookup(&key) {
                 Some(Seen::Answered(msg)) => {
                     self.metrics.count(Outcome::Duplicate);
-                    let msg = Outgoing {
-                        topic: reply.topic.clone(),
-                        correlation: reply.correlation.clone(),
-                        ..(*msg).clone()
-                    };
-                    let a = self.ledger.publish(msg, deliveries);
-                    self.apply(a);
+                    let msg = Outgoing { topic: reply.topic, correlation: reply.correlation, ..(*msg).clone() };
+                    self.send(msg, deliveries);
                     return;
                 }
                 Some(Seen::Interrupted) => {
@@ -575,10 +569,9 @@ impl Actor {
                         "the server stopped while this request was running; it is not run again, so that it never runs \
                          twice (send it with a new id or correlation data to run it)",
                     );
-                    let msg = self.result_message(&reply, fields, None);
-                    self.dedup.answered(k.clone(), Arc::new(msg.clone()));
-                    let a = self.ledger.publish(msg, deliveries);
-                    self.apply(a);
+                    let msg = result_message(self.s.qos, &reply, fields, None);
+                    self.dedup.answered(key, Arc::new(msg.clone()));
+                    self.send(msg, deliveries);
                     return;
                 }
                 Some(Seen::Running(job)) => {
@@ -625,19 +618,15 @@ impl Actor {
         };
         if let Some((outcome, code, message)) = refusal {
             let fields = common.borrow().error(code, &message);
-            let msg = self.result_message(&reply, fields, None);
-            let keep = outcome == Outcome::Error;
-            if let Some(k) = &key {
-                if keep {
-                    self.dedup.answered(k.clone(), Arc::new(msg.clone()));
-                }
+            let msg = result_message(self.s.qos, &reply, fields, None);
+            // A payload over the limit is refused the same way again; a full queue or an expiry passes.
+            if outcome == Outcome::Error {
+                self.dedup.answered(key, Arc::new(msg.clone()));
             }
             self.finish_result(outcome, received, msg, deliveries);
             return;
         }
-        if let Some(k) = &key {
-            self.dedup.running(k.clone(), job);
-        }
+        self.dedup.running(key.clone(), job);
         self.jobs.insert(job, Job { key, deliveries, duplicates: Vec::new() });
         let deadline = [m.expiry.map(|s| Duration::from_secs(u64::from(s))), self.s.request_timeout]
             .into_iter()
@@ -654,23 +643,16 @@ impl Actor {
         });
     }
 
-    fn result_message(&self, reply: &Reply, fields: Map<String, Value>, binary: Option<Bytes>) -> Outgoing {
-        result_message(self.s.qos, reply, fields, binary)
-    }
-
     fn on_done(&mut self, d: Done) {
         let Some(job) = self.jobs.remove(&d.job) else { return };
-        if let Some(k) = job.key {
-            if d.keep {
-                self.dedup.answered(k, Arc::new(d.msg.clone()));
-            } else {
-                self.dedup.forget(&k);
-            }
+        if d.keep {
+            self.dedup.answered(job.key, Arc::new(d.msg.clone()));
+        } else {
+            self.dedup.forget(&job.key);
         }
         for (reply, deliveries) in job.duplicates {
             let msg = Outgoing { topic: reply.topic, correlation: reply.correlation, ..d.msg.clone() };
-            let a = self.ledger.publish(msg, deliveries);
-            self.apply(a);
+            self.send(msg, deliveries);
         }
         self.finish_result(d.outcome, d.received, d.msg, job.deliveries);
     }
@@ -678,6 +660,11 @@ impl Actor {
     fn finish_result(&mut self, outcome: Outcome, received: Instant, msg: Outgoing, deliveries: Vec<DeliveryId>) {
         self.metrics.count(outcome);
         self.metrics.observe(received.elapsed().as_secs_f64());
+        self.send(msg, deliveries);
+    }
+
+    /// Publishes `msg` through the ledger; once the broker has it, `deliveries` are done.
+    fn send(&mut self, msg: Outgoing, deliveries: Vec<DeliveryId>) {
         let a = self.ledger.publish(msg, deliveries);
         self.apply(a);
     }

@@ -135,12 +135,9 @@ pub async fn run(
             if server.is_decoupled(model, opts.version) {
                 return Err(Error::unsupported("the MQTT bridge does not serve decoupled models"));
             }
-            let flags: Vec<(String, bool)> =
-                decoded.request.outputs.iter().map(|o| (o.name.clone(), decoded.output_is_binary(&o.name))).collect();
-            let binary_default = decoded.binary_default;
+            let outputs = decoded.binary_outputs();
             let resp = server.infer(decoded.request).await?;
-            let is_binary = |n: &str| flags.iter().find(|(o, _)| o == n).map_or(binary_default, |(_, b)| *b);
-            let enc = codec::encode_response(&resp, is_binary)?;
+            let enc = codec::encode_response(&resp, |n| outputs.is_binary(n))?;
             let (json_part, binary) = match enc.header_len {
                 Some(n) => (enc.body.slice(..n), Some(enc.body.slice(n..))),
                 None => (enc.body, None),
