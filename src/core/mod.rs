@@ -9,6 +9,7 @@ pub mod rate_limiter;
 pub mod repository;
 pub mod scheduler;
 pub mod server;
+pub mod shm;
 pub mod stats;
 pub mod trace;
 pub mod types;

@@ -9,11 +9,13 @@ use crate::core::rate_limiter::RateLimiter;
 use crate::core::repository::RepoOptions;
 use crate::core::scheduler::ensemble::StepRunner;
 use crate::core::scheduler::Job;
+use crate::core::shm;
 use crate::core::stats::{FailureReason, StatsSnapshot};
 use crate::core::trace::{Activity, Trace, TraceSettings, TraceUpdate, Tracer};
 use crate::core::types::{InferRequest, InferResponse, Parameters, RequestedOutput, StreamResponse, Tensor};
 use crate::core::validate::{self, resolve_wildcards};
 use crate::error::{Error, ErrorKind, Result};
+use crate::memory::shm::SharedMemoryManager;
 use crate::proto::inference::ModelConfig;
 use futures_util::stream::{BoxStream, StreamExt};
 use std::path::PathBuf;
@@ -61,6 +63,8 @@ pub const EXTENSIONS: &[&str] = &[
     "sequence",
     "model_repository",
     "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -116,6 +120,8 @@ struct Inner {
     tracer: Tracer,
     /// Metrics models create (Python's `pb_utils.MetricFamily`).
     custom_metrics: Arc<CustomMetrics>,
+    /// The system and CUDA shared-memory regions clients registered.
+    shm: SharedMemoryManager,
 }
 
 /// The server core. Cheap to clone; every front-end holds one.
@@ -155,6 +161,7 @@ impl Server {
                 accepting: AtomicBool::new(true),
                 tracer,
                 custom_metrics: Arc::new(CustomMetrics::new()),
+                shm: SharedMemoryManager::default(),
             }
         });
         Server { inner }
@@ -395,6 +402,11 @@ impl Server {
             model.stats.record_failure(start.elapsed(), FailureReason::Other);
             return Err(e);
         }
+        let mut req = req;
+        if let Err(e) = shm::resolve(&self.inner.shm, &mut req) {
+            model.stats.record_failure(start.elapsed(), FailureReason::Other);
+            return Err(e);
+        }
         let id = req.id.clone();
         let mut prepared = match validate::prepare(&model.io, &model.name, req) {
             Ok(p) => p,
@@ -445,6 +457,8 @@ impl Server {
             ))));
         }
         refuse_reentry(model, &req).map_err(other)?;
+        let mut req = req;
+        shm::resolve(&self.inner.shm, &mut req).map_err(other)?;
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
         // A cache hit answers without queueing; a miss remembers the key to store the result.
@@ -519,10 +533,14 @@ impl Server {
                 }
             }
             // By name: a backend may leave out an output it did not produce (Python models can).
-            let class_count = requested.iter().find(|r| r.name == t.name).map_or(0, |r| r.class_count);
+            let req = requested.iter().find(|r| r.name == t.name);
+            let class_count = req.map_or(0, |r| r.class_count);
             if class_count > 0 {
                 let labels = model.labels.get(&t.name).map(|l| l.as_slice());
                 t = classify(&t, class_count, batched, labels)?;
+            }
+            if let Some(slice) = req.and_then(|r| r.shared_memory.as_ref()) {
+                shm::place_output(&mut t, slice)?;
             }
             outputs.push(t);
         }
@@ -533,6 +551,11 @@ impl Server {
             outputs,
             parameters: Parameters::new(),
         })
+    }
+
+    /// The shared-memory regions (system and CUDA) clients registered: register, unregister, status.
+    pub fn shared_memory(&self) -> &SharedMemoryManager {
+        &self.inner.shm
     }
 
     /// The metrics models created, for `/metrics`.

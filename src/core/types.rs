@@ -192,14 +192,18 @@ pub struct RequestedOutput {
     pub class_count: u32,
     /// Front-end specific hints (e.g. `binary_data`), passed through untouched.
     pub parameters: Parameters,
+    /// Where to write the output instead of returning it: set by the core from the request's
+    /// `shared_memory_*` parameters (see `core::shm`).
+    pub shared_memory: Option<crate::memory::shm::ShmSlice>,
 }
 
 impl RequestedOutput {
     /// Builds a requested output from its protocol parameters: `classification` sets `class_count`;
-    /// shared-memory outputs are refused until the shared memory extension exists.
+    /// the `shared_memory_*` parameters are checked here and resolved by the core.
     pub fn from_parameters(name: String, parameters: Parameters) -> Result<RequestedOutput> {
-        if parameters.contains_key("shared_memory_region") {
-            return Err(shared_memory_unsupported("output", &name));
+        let in_shm = crate::core::shm::shm_ref(&parameters, &name)?.is_some();
+        if in_shm && parameters.contains_key("classification") {
+            return Err(Error::invalid("Output can't set both 'shared_memory_region' and 'classification'"));
         }
         let class_count = match parameters.get("classification") {
             None => 0,
@@ -207,13 +211,8 @@ impl RequestedOutput {
                 Error::invalid(format!("output '{name}': classification must be a non-negative integer"))
             })?,
         };
-        Ok(RequestedOutput { name, class_count, parameters })
+        Ok(RequestedOutput { name, class_count, parameters, shared_memory: None })
     }
-}
-
-/// The error for a tensor placed in shared memory, which this server cannot read or write yet.
-pub fn shared_memory_unsupported(what: &str, name: &str) -> Error {
-    Error::unsupported(format!("{what} '{name}' uses shared memory, which this server does not support yet"))
 }
 
 /// An inference request, decoded once from whichever transport it arrived on.

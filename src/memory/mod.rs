@@ -3,6 +3,8 @@
 //! Every tensor in the server carries a [`Buffer`]. Today requests arrive in host memory, but the type
 //! already says where its bytes are, so GPU and unified-memory pools can plug in without changing the API.
 
+pub mod shm;
+
 use bytes::Bytes;
 use std::fmt;
 use std::sync::Arc;
@@ -44,6 +46,8 @@ enum Repr {
     Host { bytes: Bytes, pinned: bool },
     /// Device memory owned by a pool.
     Device(Arc<dyn DeviceMemory>),
+    /// An output already written into a client's shared-memory region: the response carries no bytes.
+    SharedMemory(shm::ShmSlice),
 }
 
 impl Buffer {
@@ -57,9 +61,22 @@ impl Buffer {
         Buffer { repr: Repr::Device(mem) }
     }
 
+    /// An output written into a client's shared-memory region (`slice` holds exactly its bytes).
+    pub fn in_shared_memory(slice: shm::ShmSlice) -> Self {
+        Buffer { repr: Repr::SharedMemory(slice) }
+    }
+
+    /// The shared-memory region this output was written to, if it was.
+    pub fn shared_memory(&self) -> Option<&shm::ShmSlice> {
+        match &self.repr {
+            Repr::SharedMemory(s) => Some(s),
+            _ => None,
+        }
+    }
+
     pub fn memory_type(&self) -> MemoryType {
         match &self.repr {
-            Repr::Host { pinned: false, .. } => MemoryType::Cpu,
+            Repr::Host { pinned: false, .. } | Repr::SharedMemory(_) => MemoryType::Cpu,
             Repr::Host { pinned: true, .. } => MemoryType::CpuPinned,
             Repr::Device(d) => d.memory_type(),
         }
@@ -69,6 +86,7 @@ impl Buffer {
         match &self.repr {
             Repr::Host { bytes, .. } => bytes.len(),
             Repr::Device(d) => d.len(),
+            Repr::SharedMemory(s) => s.len(),
         }
     }
 
@@ -80,7 +98,7 @@ impl Buffer {
     pub fn as_host(&self) -> Option<&Bytes> {
         match &self.repr {
             Repr::Host { bytes, .. } => Some(bytes),
-            Repr::Device(_) => None,
+            Repr::Device(_) | Repr::SharedMemory(_) => None,
         }
     }
 
@@ -89,6 +107,7 @@ impl Buffer {
         match &self.repr {
             Repr::Host { bytes, .. } => Ok(bytes.clone()),
             Repr::Device(d) => d.to_host(),
+            Repr::SharedMemory(s) => s.to_bytes(),
         }
     }
 }

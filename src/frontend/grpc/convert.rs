@@ -7,7 +7,7 @@
 
 use crate::core::server::parse_version;
 use crate::core::types::{
-    serialize_bytes, shared_memory_unsupported, DataType, InferRequest, InferResponse, ParamValue, Parameters,
+    serialize_bytes, DataType, InferRequest, InferResponse, ParamValue, Parameters,
     RequestedOutput, Tensor,
 };
 use crate::error::{Error, Result};
@@ -52,23 +52,24 @@ pub fn params_to_proto(params: &Parameters) -> HashMap<String, InferParameter> {
         .collect()
 }
 
-/// Decodes one gRPC inference request.
+/// Decodes one gRPC inference request. `raw_input_contents` holds the data of the inputs that have
+/// neither typed contents nor shared memory, in input order (tritonclient sends none for an input in
+/// shared memory).
 pub fn request_from_proto(req: ModelInferRequest) -> Result<InferRequest> {
     let model_version = parse_version(&req.model_version)?;
     let parameters = params_from_proto(req.parameters)?;
-    let raw = req.raw_input_contents;
-    if !raw.is_empty() && raw.len() != req.inputs.len() {
-        return Err(Error::invalid(format!(
-            "expected {} raw_input_contents entries, one for each input, got {}",
-            req.inputs.len(),
-            raw.len()
-        )));
-    }
-    let mut raw = raw.into_iter();
+    let raw_count = req.raw_input_contents.len();
+    let mut raw = req.raw_input_contents.into_iter();
     let mut inputs = Vec::with_capacity(req.inputs.len());
     for input in req.inputs {
-        let data = raw.next();
-        inputs.push(input_from_proto(input, data)?);
+        inputs.push(input_from_proto(input, &req.model_name, raw_count, &mut raw)?);
+    }
+    if raw.len() > 0 {
+        return Err(Error::invalid(format!(
+            "expected {} raw_input_contents entries, one for each input without typed contents or shared \
+             memory, got {raw_count}",
+            raw_count - raw.len()
+        )));
     }
     let mut outputs = Vec::with_capacity(req.outputs.len());
     for o in req.outputs {
@@ -85,27 +86,35 @@ pub fn request_from_proto(req: ModelInferRequest) -> Result<InferRequest> {
     })
 }
 
-fn input_from_proto(input: InferInputTensor, raw: Option<Bytes>) -> Result<Tensor> {
+fn input_from_proto(
+    input: InferInputTensor,
+    model: &str,
+    raw_count: usize,
+    raw: &mut impl Iterator<Item = Bytes>,
+) -> Result<Tensor> {
     let name = input.name;
     let datatype = DataType::parse(&input.datatype)
         .ok_or_else(|| Error::invalid(format!("input '{name}' has an unknown datatype '{}'", input.datatype)))?;
     let parameters = params_from_proto(input.parameters)?;
-    if parameters.contains_key("shared_memory_region") {
-        return Err(shared_memory_unsupported("input", &name));
-    }
-    let data = match (raw, input.contents) {
-        (Some(_), Some(_)) => {
+    let data = if crate::core::shm::shm_ref(&parameters, &name)?.is_some() {
+        // The core reads the bytes from the region.
+        if input.contents.is_some() {
             return Err(Error::invalid(format!(
-                "input '{name}' has both typed contents and raw_input_contents; send one of them"
-            )))
+                "unexpected 'content' provided when using shared memory for input tensor '{name}' for model '{model}'"
+            )));
         }
-        (Some(raw), None) => raw,
-        (None, Some(contents)) => contents_to_bytes(&name, datatype, contents)?,
-        (None, None) => {
+        Bytes::new()
+    } else if let Some(contents) = input.contents {
+        if raw_count > 0 {
             return Err(Error::invalid(format!(
-                "input '{name}' has no data: set its contents or send raw_input_contents"
-            )))
+                "contents field must not be specified when using raw_input_contents for '{name}' for model '{model}'"
+            )));
         }
+        contents_to_bytes(&name, datatype, contents)?
+    } else {
+        raw.next().ok_or_else(|| {
+            Error::invalid(format!("input '{name}' has no data: set its contents or send raw_input_contents"))
+        })?
     };
     let mut t = Tensor::new(name, datatype, input.shape, data);
     t.parameters = parameters;
@@ -209,7 +218,9 @@ pub fn response_to_proto(resp: InferResponse) -> Result<ModelInferResponse> {
     let mut outputs = Vec::with_capacity(resp.outputs.len());
     let mut raw = Vec::with_capacity(resp.outputs.len());
     for t in resp.outputs {
-        raw.push(t.data.to_host()?);
+        // An output written into the client's shared memory gets an empty entry, as in Triton, so the
+        // entries stay in output order.
+        raw.push(if t.data.shared_memory().is_some() { Bytes::new() } else { t.data.to_host()? });
         outputs.push(InferOutputTensor {
             name: t.name,
             datatype: t.datatype.as_str().to_string(),
@@ -294,6 +305,52 @@ mod tests {
             let e = request_from_proto(req).unwrap_err();
             assert_eq!(e.grpc_code(), 3, "{e}");
         }
+    }
+
+    #[test]
+    fn raw_contents_go_to_the_inputs_outside_shared_memory_in_order() {
+        let shm = |region: &str| {
+            let mut p = HashMap::new();
+            p.insert(
+                "shared_memory_region".to_string(),
+                InferParameter { parameter_choice: Some(ParameterChoice::StringParam(region.into())) },
+            );
+            p.insert(
+                "shared_memory_byte_size".to_string(),
+                InferParameter { parameter_choice: Some(ParameterChoice::Int64Param(4)) },
+            );
+            p
+        };
+        let mut a = input("A", "INT32", vec![1], None);
+        a.parameters = shm("r");
+        let req = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![a.clone(), input("B", "INT32", vec![1], None)],
+            raw_input_contents: vec![Bytes::from_static(&[7, 0, 0, 0])],
+            ..Default::default()
+        };
+        let r = request_from_proto(req).unwrap();
+        assert!(r.inputs[0].data.is_empty());
+        assert_eq!(&r.inputs[1].data.as_host().unwrap()[..], &[7, 0, 0, 0]);
+
+        // Typed contents beside raw contents, and contents on an input in shared memory: Triton's messages.
+        let c = InferTensorContents { int_contents: vec![1], ..Default::default() };
+        let req = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![input("A", "INT32", vec![1], Some(c.clone())), input("B", "INT32", vec![1], None)],
+            raw_input_contents: vec![Bytes::from_static(&[7, 0, 0, 0])],
+            ..Default::default()
+        };
+        assert_eq!(
+            request_from_proto(req).unwrap_err().message,
+            "contents field must not be specified when using raw_input_contents for 'A' for model 'm'"
+        );
+        a.contents = Some(c);
+        let req = ModelInferRequest { model_name: "m".into(), inputs: vec![a], ..Default::default() };
+        assert_eq!(
+            request_from_proto(req).unwrap_err().message,
+            "unexpected 'content' provided when using shared memory for input tensor 'A' for model 'm'"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! gRPC front-end (tonic): Triton's `inference.GRPCInferenceService` and `grpc.health.v1.Health`.
 //!
 //! Every method mirrors its HTTP counterpart (src/frontend/http): same core calls, same errors, with
-//! `Error::grpc_code` as the status code. Shared memory answers UNIMPLEMENTED.
+//! `Error::grpc_code` as the status code.
 
 pub mod convert;
 
@@ -52,8 +52,9 @@ fn ok<T>(v: T) -> GrpcResult<T> {
     Ok(Response::new(v))
 }
 
-fn unimplemented(what: &str) -> Status {
-    Status::unimplemented(format!("{what} is not supported by this server yet"))
+/// A region name from a shared-memory request: empty means every region.
+fn named(name: &str) -> Option<&str> {
+    (!name.is_empty()).then_some(name)
 }
 
 /// HTTP/2 connection settings (tritonserver's `--grpc-keepalive-*` and `--grpc-max-connection-age*`).
@@ -526,44 +527,82 @@ impl GrpcInferenceService for InferenceService {
 
     async fn system_shared_memory_status(
         &self,
-        _: Request<pb::SystemSharedMemoryStatusRequest>,
+        req: Request<pb::SystemSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryStatusResponse> {
-        Err(unimplemented("system shared memory"))
+        let name = req.into_inner().name;
+        let regions = self.server().shared_memory().system_status(named(&name)).map_err(status)?;
+        let regions = regions
+            .into_iter()
+            .map(|r| {
+                let st = pb::system_shared_memory_status_response::RegionStatus {
+                    name: r.name.clone(),
+                    key: r.key,
+                    offset: r.offset,
+                    byte_size: r.byte_size,
+                };
+                (r.name, st)
+            })
+            .collect();
+        ok(pb::SystemSharedMemoryStatusResponse { regions })
     }
 
     async fn system_shared_memory_register(
         &self,
-        _: Request<pb::SystemSharedMemoryRegisterRequest>,
+        req: Request<pb::SystemSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryRegisterResponse> {
-        Err(unimplemented("system shared memory"))
+        let r = req.into_inner();
+        self.server().shared_memory().register_system(&r.name, &r.key, r.offset, r.byte_size).map_err(status)?;
+        ok(pb::SystemSharedMemoryRegisterResponse {})
     }
 
     async fn system_shared_memory_unregister(
         &self,
-        _: Request<pb::SystemSharedMemoryUnregisterRequest>,
+        req: Request<pb::SystemSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<pb::SystemSharedMemoryUnregisterResponse> {
-        Err(unimplemented("system shared memory"))
+        let name = req.into_inner().name;
+        self.server().shared_memory().unregister_system(named(&name)).map_err(status)?;
+        ok(pb::SystemSharedMemoryUnregisterResponse {})
     }
 
     async fn cuda_shared_memory_status(
         &self,
-        _: Request<pb::CudaSharedMemoryStatusRequest>,
+        req: Request<pb::CudaSharedMemoryStatusRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryStatusResponse> {
-        Err(unimplemented("CUDA shared memory"))
+        let name = req.into_inner().name;
+        let regions = self.server().shared_memory().cuda_status(named(&name)).map_err(status)?;
+        let regions = regions
+            .into_iter()
+            .map(|r| {
+                let st = pb::cuda_shared_memory_status_response::RegionStatus {
+                    name: r.name.clone(),
+                    device_id: u64::try_from(r.device_id).unwrap_or_default(),
+                    byte_size: r.byte_size,
+                };
+                (r.name, st)
+            })
+            .collect();
+        ok(pb::CudaSharedMemoryStatusResponse { regions })
     }
 
     async fn cuda_shared_memory_register(
         &self,
-        _: Request<pb::CudaSharedMemoryRegisterRequest>,
+        req: Request<pb::CudaSharedMemoryRegisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryRegisterResponse> {
-        Err(unimplemented("CUDA shared memory"))
+        let r = req.into_inner();
+        self.server()
+            .shared_memory()
+            .register_cuda(&r.name, &r.raw_handle, r.device_id, r.byte_size)
+            .map_err(status)?;
+        ok(pb::CudaSharedMemoryRegisterResponse {})
     }
 
     async fn cuda_shared_memory_unregister(
         &self,
-        _: Request<pb::CudaSharedMemoryUnregisterRequest>,
+        req: Request<pb::CudaSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<pb::CudaSharedMemoryUnregisterResponse> {
-        Err(unimplemented("CUDA shared memory"))
+        let name = req.into_inner().name;
+        self.server().shared_memory().unregister_cuda(named(&name)).map_err(status)?;
+        ok(pb::CudaSharedMemoryUnregisterResponse {})
     }
 
     async fn trace_setting(&self, req: Request<pb::TraceSettingRequest>) -> GrpcResult<pb::TraceSettingResponse> {

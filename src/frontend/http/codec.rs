@@ -2,7 +2,7 @@
 //! Pure functions over bytes, so they are unit-tested and fuzzed without a server.
 
 use crate::core::types::{
-    bytes_elements, element_count, shared_memory_unsupported, DataType, InferRequest, InferResponse, ParamValue,
+    bytes_elements, element_count, DataType, InferRequest, InferResponse, ParamValue,
     Parameters, RequestedOutput, Tensor,
 };
 use crate::error::{Error, Result};
@@ -133,11 +133,29 @@ pub fn decode_request(
         let datatype = DataType::parse(&inp.datatype)
             .ok_or_else(|| Error::invalid(format!("input '{}' has unknown datatype '{}'", inp.name, inp.datatype)))?;
         let params = json_params(inp.parameters)?;
-        if params.contains_key("shared_memory_region") {
-            return Err(shared_memory_unsupported("input", &inp.name));
-        }
         let count = element_count(&inp.shape)
             .ok_or_else(|| Error::invalid(format!("input '{}' has an invalid shape {:?}", inp.name, inp.shape)))?;
+        if crate::core::shm::shm_ref(&params, &inp.name)?.is_some() {
+            // The core reads the bytes from the region; nothing else may carry them.
+            let mut set = Vec::new();
+            if inp.data.is_some() {
+                set.push("'data'");
+            }
+            if params.contains_key("binary_data_size") {
+                set.push("'binary_data_size'");
+            }
+            if !set.is_empty() {
+                return Err(Error::invalid(format!(
+                    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', \
+                     'shared_memory_region' in 'parameters'. But set {} 'shared_memory_region'",
+                    set.join(" ")
+                )));
+            }
+            let mut t = Tensor::new(inp.name, datatype, inp.shape, Bytes::new());
+            t.parameters = params;
+            inputs.push(t);
+            continue;
+        }
         let data: Bytes = match (params.get("binary_data_size"), inp.data) {
             (Some(size), None) => {
                 let size = size.as_i64().and_then(|s| usize::try_from(s).ok()).ok_or_else(|| {
@@ -175,6 +193,9 @@ pub fn decode_request(
         let parameters = json_params(o.parameters)?;
         if parameters.get("binary_data").is_some_and(|v| v.as_bool().is_none()) {
             return Err(Error::invalid(format!("output '{}': binary_data must be a bool", o.name)));
+        }
+        if parameters.contains_key("binary_data") && parameters.contains_key(crate::core::shm::REGION) {
+            return Err(Error::invalid("Output can't set both 'shared_memory_region' and 'binary_data'"));
         }
         outputs.push(RequestedOutput::from_parameters(o.name, parameters)?);
     }
@@ -409,14 +430,20 @@ struct JsonResponse<'a> {
 
 /// Encodes a response: outputs for which `binary(name)` is true go after the JSON as binary data.
 pub fn encode_response(resp: &InferResponse, binary: impl Fn(&str) -> bool) -> Result<EncodedResponse> {
-    let hosts: Vec<Bytes> = resp.outputs.iter().map(|t| t.data.to_host()).collect::<Result<_>>()?;
+    // An output written into the client's shared memory goes back as its name, datatype and shape only.
+    let binary = |t: &Tensor| t.data.shared_memory().is_none() && binary(&t.name);
+    let hosts: Vec<Bytes> = resp
+        .outputs
+        .iter()
+        .map(|t| if t.data.shared_memory().is_some() { Ok(Bytes::new()) } else { t.data.to_host() })
+        .collect::<Result<_>>()?;
     let sizes: Vec<Parameters> = resp
         .outputs
         .iter()
         .zip(&hosts)
         .map(|(t, b)| {
             let mut p = t.parameters.clone();
-            if binary(&t.name) {
+            if binary(t) {
                 p.insert("binary_data_size".into(), ParamValue::Int(b.len() as i64));
             }
             p
@@ -429,14 +456,15 @@ pub fn encode_response(resp: &InferResponse, binary: impl Fn(&str) -> bool) -> R
         .zip(&hosts)
         .zip(&sizes)
         .map(|((t, b), p)| {
-            let is_bin = binary(&t.name);
+            let is_bin = binary(t);
             any_binary |= is_bin;
+            let placed = t.data.shared_memory().is_some();
             JsonOutputOut {
                 name: &t.name,
                 datatype: t.datatype.as_str(),
                 shape: &t.shape,
                 parameters: (!p.is_empty()).then_some(JsonParams(p)),
-                data: (!is_bin).then_some(JsonData { dt: t.datatype, bytes: b }),
+                data: (!is_bin && !placed).then_some(JsonData { dt: t.datatype, bytes: b }),
             }
         })
         .collect();
@@ -453,12 +481,12 @@ pub fn encode_response(resp: &InferResponse, binary: impl Fn(&str) -> bool) -> R
     }
     let header_len = buf.len();
     let total: usize = header_len
-        + resp.outputs.iter().zip(&hosts).filter(|(t, _)| binary(&t.name)).map(|(_, b)| b.len()).sum::<usize>();
+        + resp.outputs.iter().zip(&hosts).filter(|(t, _)| binary(t)).map(|(_, b)| b.len()).sum::<usize>();
     let mut out = BytesMut::with_capacity(total);
     out.extend_from_slice(&buf);
     buf.clear();
     for (t, b) in resp.outputs.iter().zip(&hosts) {
-        if binary(&t.name) {
+        if binary(t) {
             out.extend_from_slice(b);
         }
     }

@@ -1,8 +1,9 @@
 //! HTTP/REST front-end (axum): KServe v2 plus Triton's extensions (binary tensor data, classification,
-//! model repository, configuration, statistics, trace, logging).
+//! model repository, configuration, statistics, trace, logging, system and CUDA shared memory).
 
 pub mod codec;
 mod deepstack;
+mod shm;
 
 use crate::core::lifecycle::LoadOptions;
 use crate::core::repository::pbtxt::config_to_json;
@@ -96,7 +97,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/trace/setting", get(trace_get).post(trace_post))
         .route("/v2/models/{name}/trace/setting", get(trace_get_model).post(trace_post_model))
         .route("/v1/vision/detection", deepstack::detection(state.max_body))
-        .route("/v1/vision/custom/{model}", deepstack::custom(state.max_body))
+        .route("/v1/vision/custom/{model}", deepstack::custom(state.max_body));
+    let router = shm::routes(router)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
     let state = Arc::new(state);

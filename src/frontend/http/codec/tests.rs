@@ -85,7 +85,23 @@ fn malformed_requests_are_invalid_argument() {
         None,
     )
     .unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Unsupported);
+    assert_eq!(e.kind, ErrorKind::InvalidArgument);
+    assert!(e.message.contains("'shared_memory_byte_size' must be specified"), "{e}");
+    let e = decode(
+        br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":[1],"parameters":{"shared_memory_region":"r","shared_memory_byte_size":4}}]}"#,
+        None,
+    )
+    .unwrap_err();
+    assert!(e.message.starts_with("Input must set only one of the following fields"), "{e}");
+    // A request that names a region carries no data of its own; the core reads the region.
+    let ok = decode(
+        br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","parameters":{"shared_memory_region":"r","shared_memory_byte_size":4}}],"outputs":[{"name":"B","parameters":{"shared_memory_region":"o","shared_memory_byte_size":4}}]}"#,
+        None,
+    )
+    .unwrap();
+    assert!(ok.request.inputs[0].data.is_empty());
+    assert!(ok.request.inputs[0].parameters.contains_key("shared_memory_region"));
+    assert!(ok.request.outputs[0].parameters.contains_key("shared_memory_region"));
 }
 
 #[test]
