@@ -194,7 +194,9 @@ pub fn decode_request(
         if parameters.get("binary_data").is_some_and(|v| v.as_bool().is_none()) {
             return Err(Error::invalid(format!("output '{}': binary_data must be a bool", o.name)));
         }
-        if parameters.contains_key("binary_data") && parameters.contains_key(crate::core::shm::REGION) {
+        // tritonclient sends `binary_data: false` with a shared-memory output; only `true` conflicts.
+        let binary = parameters.get("binary_data").and_then(ParamValue::as_bool) == Some(true);
+        if binary && parameters.contains_key(crate::core::shm::REGION) {
             return Err(Error::invalid("Output can't set both 'shared_memory_region' and 'binary_data'"));
         }
         outputs.push(RequestedOutput::from_parameters(o.name, parameters)?);
