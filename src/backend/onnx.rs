@@ -9,11 +9,12 @@ use super::{
     Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
     ModelInstance,
 };
-use crate::core::types::{serialize_bytes, DataType, Tensor};
+use crate::core::types::{DataType, Tensor};
 use crate::error::{Error, Result};
 use ort::environment::Environment;
 use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::{Session, SessionInputValue};
+use ort::AsPointer;
 use ort::value::{DynTensor, DynValue, Shape, TensorElementType, TensorRefMut, ValueType};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -311,20 +312,7 @@ fn input_value(t: &Tensor) -> Result<SessionInputValue<'_>> {
     })?;
     let shape = Shape::new(t.shape.iter().copied());
     if t.datatype == DataType::Bytes {
-        let elems = crate::core::types::bytes_elements(bytes)?;
-        if elems.iter().any(|e| e.contains(&0)) {
-            return Err(Error::invalid(format!(
-                "input '{}': ONNX string tensors cannot hold NUL bytes (ONNX Runtime stores C strings)",
-                t.name
-            )));
-        }
-        let strings = elems
-            .into_iter()
-            .map(|e| std::str::from_utf8(e).map(str::to_owned))
-            .collect::<std::result::Result<Vec<String>, _>>()
-            .map_err(|_| Error::invalid(format!("input '{}': ONNX string tensors must hold UTF-8 text", t.name)))?;
-        let v = ort::value::Tensor::from_string_array((shape, strings.as_slice())).map_err(ort_value_err)?;
-        return Ok(v.into_dyn().into());
+        return Ok(string_tensor(&t.name, shape, bytes)?.into());
     }
     let Some(elem) = to_element_type(t.datatype) else {
         return Err(Error::invalid(format!("input '{}': unsupported datatype {}", t.name, t.datatype)));
@@ -385,10 +373,7 @@ fn output_tensor(name: &str, value: &DynValue) -> Result<Tensor> {
     let dims: Vec<i64> = shape.iter().copied().collect();
     let extract_err = |e: ort::Error| Error::internal(format!("cannot read output '{name}': {e}"));
     let data: Vec<u8> = match dt {
-        DataType::Bytes => {
-            let (_, strings) = value.try_extract_strings().map_err(extract_err)?;
-            serialize_bytes(strings.iter()).to_vec()
-        }
+        DataType::Bytes => string_elements(name, value)?,
         DataType::Bool => {
             let (_, v) = value.try_extract_tensor::<bool>().map_err(extract_err)?;
             v.iter().map(|&b| b as u8).collect()
@@ -418,6 +403,83 @@ fn output_tensor(name: &str, value: &DynValue) -> Result<Tensor> {
         }
     };
     Ok(Tensor::new(name, dt, dims, data))
+}
+
+/// Turns an ONNX Runtime status into a result; a failure carries ORT's message.
+fn ort_status(status: ort::sys::OrtStatusPtr, what: &str) -> Result<()> {
+    if status.0.is_null() {
+        return Ok(());
+    }
+    let api = ort::api();
+    // SAFETY: `status` is a non-null status ORT just returned; its message is a NUL-terminated string
+    // owned by the status, copied out before the status is released (once, here).
+    let message = unsafe {
+        let m = std::ffi::CStr::from_ptr((api.GetErrorMessage)(status.0)).to_string_lossy().into_owned();
+        (api.ReleaseStatus)(status.0);
+        m
+    };
+    Err(Error::internal(format!("{what}: {message}")))
+}
+
+/// A string tensor holding BYTES elements exactly: each element is stored with its length through
+/// ORT's `GetResizedStringTensorElementBuffer` (ORT >= 1.15), so NUL bytes and non-UTF-8 bytes pass
+/// through (ort's own constructor goes through C strings).
+fn string_tensor(name: &str, shape: Shape, bytes: &[u8]) -> Result<DynValue> {
+    let elems = crate::core::types::bytes_elements(bytes)?;
+    let empty: Vec<&str> = vec![""; elems.len()];
+    let mut v = ort::value::Tensor::from_string_array((shape, empty.as_slice())).map_err(ort_value_err)?.into_dyn();
+    let api = ort::api();
+    for (i, e) in elems.iter().enumerate() {
+        let mut buf: *mut std::ffi::c_char = std::ptr::null_mut();
+        // SAFETY: `v` is a string tensor ORT just created with `elems.len()` elements, so index `i` is in
+        // range; ORT resizes that element to `e.len()` bytes and returns a buffer of exactly that size,
+        // owned by the tensor, which lives (and is not otherwise touched) while we fill it.
+        let status = unsafe { (api.GetResizedStringTensorElementBuffer)(v.ptr_mut(), i, e.len(), &mut buf) };
+        ort_status(status, &format!("cannot build string input '{name}'"))?;
+        if !e.is_empty() {
+            if buf.is_null() {
+                return Err(Error::internal(format!("ONNX Runtime gave no buffer for element {i} of '{name}'")));
+            }
+            // SAFETY: `buf` holds `e.len()` writable bytes (above); `e` is request memory, a different
+            // allocation, so the ranges cannot overlap.
+            unsafe { std::ptr::copy_nonoverlapping(e.as_ptr(), buf.cast::<u8>(), e.len()) };
+        }
+    }
+    Ok(v)
+}
+
+/// The elements of a string output in Triton's BYTES layout, read with their lengths
+/// (`GetStringTensorContent`), so NUL and non-UTF-8 bytes come back intact.
+fn string_elements(name: &str, value: &DynValue) -> Result<Vec<u8>> {
+    let count = match value.dtype() {
+        ValueType::Tensor { shape, .. } => shape.iter().try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?)),
+        _ => None,
+    }
+    .ok_or_else(|| Error::internal(format!("output '{name}' has no valid shape")))?;
+    let api = ort::api();
+    let what = format!("cannot read string output '{name}'");
+    let mut total = 0usize;
+    // SAFETY: `value` is a live string tensor (its dtype says so) and `total` a valid out pointer.
+    ort_status(unsafe { (api.GetStringTensorDataLength)(value.ptr(), &mut total) }, &what)?;
+    let mut data = vec![0u8; total];
+    let mut offsets = vec![0usize; count];
+    if count > 0 {
+        // SAFETY: `data` holds the `total` bytes ORT just reported for this tensor and `offsets` one slot
+        // per element (`count`, from the tensor's own shape); ORT writes at most that much into each.
+        let status = unsafe {
+            (api.GetStringTensorContent)(value.ptr(), data.as_mut_ptr().cast(), total, offsets.as_mut_ptr(), count)
+        };
+        ort_status(status, &what)?;
+    }
+    let mut out = Vec::with_capacity(total + 4 * count);
+    for i in 0..count {
+        let start = offsets[i];
+        let end = if i + 1 < count { offsets[i + 1] } else { total };
+        let e = data.get(start..end).ok_or_else(|| Error::internal(format!("{what}: bad element offsets")))?;
+        out.extend_from_slice(&(e.len() as u32).to_le_bytes());
+        out.extend_from_slice(e);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

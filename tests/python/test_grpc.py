@@ -249,6 +249,34 @@ def test_bad_requests_are_invalid_argument(gclient, case):
     np.testing.assert_array_equal(gclient.infer("simple", inputs).as_numpy("OUTPUT0"), in0 + in1)
 
 
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests(examples_server, algorithm):
+    # tritonclient's compression_algorithm compresses the request, and the server answers in kind
+    # (tritonserver accepts both; this server refused them with UNIMPLEMENTED before).
+    c = examples_server.grpc_client()
+    big = np.arange(16, dtype=np.int32).reshape(1, 16)
+    ins = []
+    for name in ("INPUT0", "INPUT1"):
+        i = grpcclient.InferInput(name, [1, 16], "INT32")
+        i.set_data_from_numpy(big)
+        ins.append(i)
+    r = c.infer("simple", ins, compression_algorithm=algorithm)
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), big * 2)
+    assert c.get_model_metadata("simple", as_json=True)["name"] == "simple"
+
+
+def test_compressed_request_over_the_limit_once_decompressed(start_server, repo):
+    # 256 KiB of zeros compresses to a few hundred bytes; the limit applies to the decompressed size.
+    s = start_server("--model-repository", copy_models(repo, "bytes_identity"), "--grpc-max-message-size", "65536")
+    c = s.grpc_client()
+    i = grpcclient.InferInput("INPUT", [1, 1], "BYTES")
+    i.set_data_from_numpy(np.array([[b"\0" * (256 << 10)]], dtype=np.object_))
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("bytes_identity", [i], compression_algorithm="gzip")
+    assert_code(e, "RESOURCE_EXHAUSTED")
+    assert c.is_server_live()
+
+
 def test_shared_memory_rpcs_answer(gclient):
     """The shared-memory RPCs are implemented (tests/python/test_shared_memory.py covers them); on the
     shared examples server only read-only calls and harmless failures are made."""

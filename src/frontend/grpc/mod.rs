@@ -57,6 +57,13 @@ fn named(name: &str) -> Option<&str> {
     (!name.is_empty()).then_some(name)
 }
 
+/// The HTTP/2 flow-control window of each call (bytes it may send before the server acknowledges).
+const HTTP2_STREAM_WINDOW: u32 = 8 << 20;
+/// The window shared by all calls of a connection.
+const HTTP2_CONNECTION_WINDOW: u32 = 32 << 20;
+/// Largest HTTP/2 frame the server accepts (the protocol allows up to 16 MiB - 1).
+const HTTP2_MAX_FRAME: u32 = 1 << 20;
+
 /// HTTP/2 connection settings (tritonserver's `--grpc-keepalive-*` and `--grpc-max-connection-age*`).
 #[derive(Clone, Debug, Default)]
 pub struct Http2Options {
@@ -81,9 +88,17 @@ pub async fn serve(
     let restricted = std::sync::Arc::new(state.restricted.clone());
     let health = HealthServer::new(HealthService { server: state.server.clone() });
     let server = state.server.clone();
+    use tonic::codec::CompressionEncoding::{Deflate, Gzip};
+    // As tritonserver: gzip and deflate requests are accepted, and their responses are compressed the
+    // same way (tritonclient's `compression_algorithm`; see `compress_replies_to_compressed_calls`).
+    // The size limit applies after decompression.
     let inference = GrpcInferenceServiceServer::new(InferenceService { state })
         .max_decoding_message_size(limit)
-        .max_encoding_message_size(limit);
+        .max_encoding_message_size(limit)
+        .accept_compressed(Gzip)
+        .accept_compressed(Deflate)
+        .send_compressed(Gzip)
+        .send_compressed(Deflate);
     // Runs when a call's headers arrive, before its message is read: a trace's GRPC_WAITREAD_START.
     let inference = tonic::service::interceptor::InterceptedService::new(inference, move |mut req: Request<()>| {
         if server.tracer().enabled() {
@@ -93,7 +108,14 @@ pub async fn serve(
     });
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(http2.keepalive_interval)
-        .http2_keepalive_timeout(Some(http2.keepalive_timeout));
+        .http2_keepalive_timeout(Some(http2.keepalive_timeout))
+        // HTTP/2's default 64 KiB windows make every large tensor wait for window updates, one round
+        // trip per 64 KiB. Fixed windows sized for several camera frames, and 1 MiB frames, let a 600 KB
+        // request arrive in one flight. (Adaptive windows would start again from 64 KiB on every
+        // connection.) A window is a permission to send, not memory set aside.
+        .initial_stream_window_size(Some(HTTP2_STREAM_WINDOW))
+        .initial_connection_window_size(Some(HTTP2_CONNECTION_WINDOW))
+        .max_frame_size(Some(HTTP2_MAX_FRAME));
     if let Some(age) = http2.max_connection_age {
         builder = builder.max_connection_age(age);
     }
@@ -110,6 +132,7 @@ pub async fn serve(
         .layer(TrackLayer)
         .layer(tower::layer::layer_fn(move |inner| Restrict { inner, rules: restricted.clone() }))
         .layer(tower::util::MapResponseLayer::new(too_large_is_resource_exhausted))
+        .layer(tower::util::MapRequestLayer::new(compress_replies_to_compressed_calls))
         .add_service(inference)
         .add_service(health)
         // The guarded listener caps connections, times out slow ones and backs off on accept errors;
@@ -151,6 +174,17 @@ where
         }
         futures_util::future::Either::Right(self.inner.call(req))
     }
+}
+
+/// gRPC clients list gzip and deflate in `grpc-accept-encoding` on every call, so tonic would compress
+/// every response. As tritonserver does, only a call whose request is compressed gets a compressed
+/// response: for the others the header is dropped before tonic reads it.
+fn compress_replies_to_compressed_calls<B>(mut req: axum::http::Request<B>) -> axum::http::Request<B> {
+    let compressed = req.headers().get("grpc-encoding").is_some_and(|v| v.as_bytes() != b"identity");
+    if !compressed {
+        req.headers_mut().remove("grpc-accept-encoding");
+    }
+    req
 }
 
 /// tonic's decoder rejects a message over the size limit before any handler runs, with OUT_OF_RANGE; gRPC
@@ -796,6 +830,21 @@ mod tests {
     use super::*;
     use pb::log_settings_request::setting_value::ParameterChoice as P;
     use pb::log_settings_request::SettingValue;
+
+    #[test]
+    fn only_compressed_calls_may_get_compressed_replies() {
+        let call = |encoding: Option<&str>| {
+            let mut b = axum::http::Request::builder().header("grpc-accept-encoding", "identity,deflate,gzip");
+            if let Some(e) = encoding {
+                b = b.header("grpc-encoding", e);
+            }
+            compress_replies_to_compressed_calls(b.body(()).unwrap())
+        };
+        assert!(call(Some("gzip")).headers().contains_key("grpc-accept-encoding"));
+        assert!(call(Some("deflate")).headers().contains_key("grpc-accept-encoding"));
+        assert!(!call(Some("identity")).headers().contains_key("grpc-accept-encoding"));
+        assert!(!call(None).headers().contains_key("grpc-accept-encoding"));
+    }
 
     #[test]
     fn an_answer_too_large_to_send_becomes_that_request_s_error() {

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""A camera-sized input (FP32 [1,3,224,224], 588 KiB) into a small conv net: how close does the served
+throughput come to running the same model in-process with ONNX Runtime? perf_analyzer at concurrency 1
+over gRPC, HTTP and gRPC with system shared memory, against the in-process floor measured in the same
+run, with the server's own per-stage times.
+
+  source scripts/env.sh && cargo build --release --bin tritonrs && python benches/large_tensor.py
+
+The in-process floor is onnxruntime's Python API in this venv (the same libonnxruntime.so the server
+loads, default session options on both sides), timing `session.run` on one pre-built input. The model
+is generated into a temporary folder (weights fixed by a seed). Machines here are shared and noisy:
+compare the ratios of one run, not absolute numbers across runs.
+
+Environment: BENCH_INTERVAL_MS (3000), BENCH_STABILITY_PERCENT (40), BENCH_RUNS (in-process runs, 300).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from side_by_side import PERF, TRITONRS, Server, free_port  # noqa: E402
+from shm_compare import perf_cmd  # noqa: E402
+
+TRITONRS = Path(os.environ.get("TRITONRS_BIN", TRITONRS))
+INTERVAL_MS = os.environ.get("BENCH_INTERVAL_MS", "3000")
+STABILITY = os.environ.get("BENCH_STABILITY_PERCENT", "40")
+RUNS = int(os.environ.get("BENCH_RUNS", "300"))
+SHAPE = [1, 3, 224, 224]
+NAME = "camera_conv"
+
+
+def write_model(repo: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    w1 = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3), dtype=np.float32) * 0.1, "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3), dtype=np.float32) * 0.1, "w2")
+    nodes = [
+        helper.make_node("Conv", ["INPUT", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["OUTPUT"]),
+    ]
+    graph = helper.make_graph(nodes, NAME, [helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, SHAPE)],
+                              [helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, [1, 8])], [w1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    d = repo / NAME
+    (d / "1").mkdir(parents=True)
+    onnx.save(model, str(d / "1/model.onnx"))
+    (d / "config.pbtxt").write_text(
+        f'name: "{NAME}"\nbackend: "onnxruntime"\nmax_batch_size: 0\n'
+        f'input [ {{ name: "INPUT" data_type: TYPE_FP32 dims: {SHAPE} }} ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1, 8 ] } ]\n')
+    return d / "1/model.onnx"
+
+
+def in_process(model: Path) -> float:
+    """Runs per second of `session.run` in this process, after a warm-up."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).random(SHAPE, dtype=np.float32)
+    for _ in range(20):
+        sess.run(None, {"INPUT": x})
+    t = time.perf_counter()
+    for _ in range(RUNS):
+        sess.run(None, {"INPUT": x})
+    return RUNS / (time.perf_counter() - t)
+
+
+def stats(server: Server) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.http}/v2/models/{NAME}/stats") as r:
+        s = json.load(r)["model_stats"][0]["inference_stats"]
+    return {k: (int(v["count"]), int(v["ns"])) for k, v in s.items() if isinstance(v, dict) and "ns" in v}
+
+
+def perf(pa: list[str], server: Server, protocol: str, shm: bool) -> dict | None:
+    port = server.grpc if protocol == "grpc" else server.http
+    before = stats(server)
+    with tempfile.NamedTemporaryFile(suffix=".csv") as f:
+        cmd = [*pa, "-m", NAME, "-u", f"127.0.0.1:{port}", "-i", protocol, "--concurrency-range", "1:1",
+               "--measurement-interval", INTERVAL_MS, "--stability-percentage", STABILITY, "--max-trials", "20",
+               "-f", f.name]
+        if shm:
+            cmd += ["--shared-memory", "system", "--output-shared-memory-size", "32"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            print(f"perf_analyzer failed for {protocol} shm={shm}:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+            return None
+        row = next(csv.DictReader(open(f.name)))
+    after = stats(server)
+    # The server's mean per-request times over the whole perf_analyzer run (warm-up trials included).
+    n = max(1, after["success"][0] - before["success"][0])
+    per = {k: (after[k][1] - before[k][1]) / n / 1000 for k in ("success", "queue", "compute_input", "compute_infer",
+                                                                "compute_output")}
+    return {"thr": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]), "server": per}
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        model = write_model(tmp / "repo")
+        floor = in_process(model)
+        http, grpc = free_port(), free_port()
+        rs = Server("tritonrs", [str(TRITONRS), "--model-repository", str(tmp / "repo"), "--http-port", str(http),
+                                 "--grpc-port", str(grpc), "--metrics-port", "0", "--log-info=false"],
+                    http, grpc, dict(os.environ))
+        try:
+            shm_pa = perf_cmd(tmp)
+            rows = [("grpc", perf([str(PERF)], rs, "grpc", False)),
+                    ("http", perf([str(PERF)], rs, "http", False)),
+                    ("grpc + system shm", perf(shm_pa, rs, "grpc", True))]
+            floor_after = in_process(model)
+        finally:
+            rs.stop()
+    floor = (floor + floor_after) / 2
+    print()
+    print(f"FP32 {SHAPE} into a 2-layer conv net, concurrency 1; in-process ONNX Runtime floor: {floor:,.1f} runs/s "
+          f"({1000 / floor:.2f} ms)")
+    print(f"{'path':18} | {'inf/s':>8} {'p50 ms':>7} | {'served/in-process':>17} | server ms: {'request':>7} {'queue':>6} "
+          f"{'input':>6} {'infer':>6} {'output':>6}")
+    for name, r in rows:
+        if r is None:
+            print(f"{name:18} | n/a")
+            continue
+        s = r["server"]
+        print(f"{name:18} | {r['thr']:>8,.1f} {r['p50'] / 1000:>7.2f} | {r['thr'] / floor:>16.2f}x | "
+              f"{'':10} {s['success'] / 1000:>7.2f} {s['queue'] / 1000:>6.2f} {s['compute_input'] / 1000:>6.2f} "
+              f"{s['compute_infer'] / 1000:>6.2f} {s['compute_output'] / 1000:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
