@@ -161,7 +161,9 @@ impl Server {
                 accepting: AtomicBool::new(true),
                 tracer,
                 custom_metrics: Arc::new(CustomMetrics::new()),
-                shm: SharedMemoryManager::default(),
+                // CUDA regions open their IPC handles through the driver, loaded on first use; without
+                // one, registering a CUDA region says why.
+                shm: SharedMemoryManager::new(Some(crate::platform::cuda::ipc_opener()), String::new()),
             }
         });
         Server { inner }

@@ -1,6 +1,7 @@
 //! The machine the server runs on: CPU and memory readings for the metrics endpoint, and the systemd
 //! service protocol (systemd.rs).
 
+pub mod cuda;
 pub mod info;
 pub mod systemd;
 

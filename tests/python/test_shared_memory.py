@@ -334,6 +334,7 @@ def test_cuda_shared_memory_is_refused_clearly_without_a_gpu(server):
                     {"raw_handle": {"b64": handle}, "device_id": 0, "byte_size": 1024})
     assert r.status == 503, r
     assert r.json()["error"].startswith("failed to register CUDA shared memory region 'gpu': "), r
+    assert "no CUDA driver could be loaded (libcuda.so.1" in r.json()["error"], r
     r = server.post("/v2/cudasharedmemory/region/gpu/register",
                     {"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 1024})
     assert r.status == 400 and "cudaIpcMemHandle_t" in r.json()["error"], r
