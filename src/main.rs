@@ -162,6 +162,11 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
     for w in trace_warnings {
         tracing::warn!("{w}");
     }
+    let min_cc = args.memory.min_supported_compute_capability;
+    if !(min_cc.is_finite() && min_cc >= 0.0) {
+        anyhow::bail!("--min-supported-compute-capability must be a non-negative number, got {min_cc}");
+    }
+    tritonrs::platform::cuda::set_min_compute_capability(min_cc);
     let opts = ServerOptions {
         id: args.id.clone(),
         repositories: args.model_repository.clone(),
@@ -186,6 +191,7 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
         cache_bytes: tritonrs::core::cache::parse_cache_config(&args.cache_config)?
             .or(args.response_cache_byte_size.filter(|&n| n > 0)),
         trace,
+        pools: args.memory.pool_options(),
     };
     // After the flags are checked and before any port is bound: a repository that cannot be read is a
     // start-up error, said once.

@@ -5,6 +5,8 @@
 //! where the server looked; the server itself keeps running.
 #![allow(unsafe_code)]
 
+mod accelerators;
+
 use super::{
     Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
     ModelInstance,
@@ -196,22 +198,64 @@ impl Backend for OnnxBackend {
             builder =
                 builder.with_inter_threads(n).map_err(|e| ort_err("cannot set inter_op_thread_count", e.into()))?;
         }
-        if let InstanceKind::Gpu { device_id } = spec.kind {
-            use ort::ep::ExecutionProvider as _;
-            let available = ort::ep::CUDA::is_available().unwrap_or(false);
-            if !available {
-                return Err(Error::unavailable(format!(
-                    "instance '{}' is KIND_GPU but the loaded ONNX Runtime library has no CUDA execution provider \
-                     (use a GPU build of libonnxruntime, or KIND_CPU)",
-                    spec.name
-                )));
+        // A model's accelerator settings are checked before any hardware, so a typo is reported as such.
+        let cache_dir = accelerators::default_cache_dir().join("onnxruntime").join(&ctx.name).join(ctx.version.to_string());
+        let plan = accelerators::plan(&ctx.config, &cache_dir)?;
+        let mut providers = Vec::new();
+        match spec.kind {
+            InstanceKind::Gpu { device_id } => {
+                use ort::ep::ExecutionProvider as _;
+                crate::platform::cuda::check_gpu(device_id).map_err(|e| {
+                    Error::unavailable(format!("instance '{}' is KIND_GPU, but {}", spec.name, e.message))
+                })?;
+                if !ort::ep::CUDA::is_available().unwrap_or(false) {
+                    return Err(Error::unavailable(format!(
+                        "instance '{}' is KIND_GPU but the loaded ONNX Runtime library has no CUDA execution provider \
+                         (use a GPU build of libonnxruntime, or KIND_CPU)",
+                        spec.name
+                    )));
+                }
+                for accel in &plan.gpu {
+                    let accelerators::Accel::TensorRt(opts) = accel else { continue };
+                    if !ort::ep::TensorRT::is_available().unwrap_or(false) {
+                        return Err(no_provider(spec, accel));
+                    }
+                    if let Some((_, dir)) = opts.iter().find(|(k, _)| k == "trt_engine_cache_path") {
+                        // A cache folder that cannot be made is the model's problem, not a crash later.
+                        std::fs::create_dir_all(dir).map_err(|e| {
+                            Error::unavailable(format!("cannot create the TensorRT engine cache '{dir}': {e}"))
+                        })?;
+                    }
+                    let mut trt = ort::ep::TensorRT::default().with_device_id(device_id);
+                    for (k, v) in opts {
+                        use ort::ep::ArbitrarilyConfigurableExecutionProvider as _;
+                        trt = trt.with_arbitrary_config(k, v);
+                    }
+                    providers.push(trt.build().error_on_failure());
+                }
+                providers.push(ort::ep::CUDA::default().with_device_id(device_id).build().error_on_failure());
             }
+            InstanceKind::Cpu => {
+                use ort::ep::ExecutionProvider as _;
+                for accel in &plan.cpu {
+                    let accelerators::Accel::OpenVino(opts) = accel else { continue };
+                    if !ort::ep::OpenVINO::is_available().unwrap_or(false) {
+                        return Err(no_provider(spec, accel));
+                    }
+                    let mut ov = ort::ep::OpenVINO::default();
+                    for (k, v) in opts {
+                        use ort::ep::ArbitrarilyConfigurableExecutionProvider as _;
+                        ov = ov.with_arbitrary_config(k, v);
+                    }
+                    providers.push(ov.build().error_on_failure());
+                }
+            }
+        }
+        if !providers.is_empty() {
+            // `error_on_failure`: a provider that cannot start fails the load; never a silent CPU fallback.
             builder = builder
-                .with_execution_providers([ort::ep::CUDA::default()
-                    .with_device_id(device_id)
-                    .build()
-                    .error_on_failure()])
-                .map_err(|e| ort_err("cannot enable the CUDA execution provider", e.into()))?;
+                .with_execution_providers(providers)
+                .map_err(|e| Error::unavailable(format!("cannot enable the execution providers of '{}': {e}", spec.name)))?;
         }
         let session = builder
             .commit_from_file(&file)
@@ -219,6 +263,16 @@ impl Backend for OnnxBackend {
         check_io(ctx, &session)?;
         Ok(Box::new(OnnxInstance { session }))
     }
+}
+
+/// A model asks for an execution provider the loaded ONNX Runtime library was built without.
+fn no_provider(spec: &InstanceSpec, accel: &accelerators::Accel) -> Error {
+    Error::unavailable(format!(
+        "instance '{}' asks for the {p} execution accelerator, but the loaded ONNX Runtime library has no {p} \
+         execution provider (use an onnxruntime build with {p}, or remove the accelerator)",
+        spec.name,
+        p = accel.provider()
+    ))
 }
 
 /// Every configured tensor must exist in the model with the same datatype and a compatible shape, and

@@ -3,6 +3,7 @@
 //! the environment, which wins over the file.
 
 pub mod file;
+pub mod memory;
 pub mod mqtt;
 
 use crate::core::trace::{self, TraceLevel, TraceSettings, TRACE_MODE};
@@ -361,6 +362,8 @@ pub struct ServeArgs {
     pub trace_log_frequency: Option<u32>,
     #[command(flatten)]
     pub mqtt: mqtt::MqttArgs,
+    #[command(flatten)]
+    pub memory: memory::MemoryArgs,
 }
 
 /// A `--trace-config` number, with the flag in the error.

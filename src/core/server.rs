@@ -55,6 +55,8 @@ pub struct ServerOptions {
     pub cache_bytes: Option<usize>,
     /// The start-up trace settings (`--trace-config`).
     pub trace: TraceSettings,
+    /// `--pinned-memory-pool-byte-size`, `--cuda-memory-pool-byte-size`.
+    pub pools: crate::memory::pool::PoolOptions,
 }
 
 /// The protocol extensions this server implements, as listed in server metadata.
@@ -122,6 +124,8 @@ struct Inner {
     custom_metrics: Arc<CustomMetrics>,
     /// The system and CUDA shared-memory regions clients registered.
     shm: SharedMemoryManager,
+    /// Pinned host memory and device memory per GPU.
+    pools: crate::memory::pool::Pools,
 }
 
 /// The server core. Cheap to clone; every front-end holds one.
@@ -147,6 +151,7 @@ impl Server {
         let limiter = opts.rate_limit.as_ref().map(|fixed| Arc::new(RateLimiter::new(fixed)));
         let tracer = Tracer::new(opts.trace.clone());
         // Ensembles run their steps through this server; a weak handle keeps the models from owning it.
+        let pools = crate::memory::pool::Pools::new(&opts.pools);
         let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
             let steps = Arc::new(StepsThroughServer(me.clone()));
             let backends = BackendRegistry::new(&opts.backend_config, Some(Arc::new(ApiThroughServer(me.clone()))));
@@ -164,6 +169,7 @@ impl Server {
                 // CUDA regions open their IPC handles through the driver, loaded on first use; without
                 // one, registering a CUDA region says why.
                 shm: SharedMemoryManager::new(Some(crate::platform::cuda::ipc_opener()), String::new()),
+                pools,
             }
         });
         Server { inner }
@@ -553,6 +559,11 @@ impl Server {
             outputs,
             parameters: Parameters::new(),
         })
+    }
+
+    /// The memory pools (pinned host memory, device memory per GPU).
+    pub fn pools(&self) -> &crate::memory::pool::Pools {
+        &self.inner.pools
     }
 
     /// The shared-memory regions (system and CUDA) clients registered: register, unregister, status.

@@ -31,6 +31,11 @@ pub mod names {
     pub const CPU_UTILIZATION: &str = "nv_cpu_utilization";
     pub const CPU_MEMORY_TOTAL: &str = "nv_cpu_memory_total_bytes";
     pub const CPU_MEMORY_USED: &str = "nv_cpu_memory_used_bytes";
+    pub const PINNED_POOL_TOTAL: &str = "nv_pinned_memory_pool_total_bytes";
+    pub const PINNED_POOL_USED: &str = "nv_pinned_memory_pool_used_bytes";
+    pub const CUDA_POOL_TOTAL: &str = "tritonrs_cuda_memory_pool_total_bytes";
+    pub const CUDA_POOL_USED: &str = "tritonrs_cuda_memory_pool_used_bytes";
+    pub const POOL_FALLBACKS: &str = "tritonrs_memory_pool_fallback_total";
 }
 
 /// What the endpoint reads.
@@ -50,6 +55,7 @@ pub fn router(state: MetricsState) -> Router {
 async fn scrape(axum::extract::State(s): axum::extract::State<MetricsState>) -> Response {
     let stats = s.server.statistics(None, "").unwrap_or_default();
     let mut body = render(&stats, s.cpu.as_ref().map(|c| c.reading()));
+    render_pools(&mut body, s.server.pools());
     s.server.custom_metrics().render(&mut body);
     if let Some(m) = &s.mqtt {
         m.render(&mut body);
@@ -57,6 +63,38 @@ async fn scrape(axum::extract::State(s): axum::extract::State<MetricsState>) -> 
     let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     r
+}
+
+/// The memory pools: tritonserver's pinned-pool gauges, and ours for the device pools and fallbacks.
+pub fn render_pools(out: &mut String, pools: &crate::memory::pool::Pools) {
+    use names::*;
+    let pinned = pools.pinned.stats();
+    let _ = writeln!(
+        out,
+        "# HELP {PINNED_POOL_TOTAL} Pinned memory pool total memory size, in bytes\n# TYPE {PINNED_POOL_TOTAL} gauge\n\
+         {PINNED_POOL_TOTAL} {}\n# HELP {PINNED_POOL_USED} Pinned memory pool used memory size, in bytes\n\
+         # TYPE {PINNED_POOL_USED} gauge\n{PINNED_POOL_USED} {}",
+        pinned.total_bytes, pinned.used_bytes
+    );
+    if !pools.gpus.is_empty() {
+        let _ = writeln!(out, "# HELP {CUDA_POOL_TOTAL} CUDA memory pool size, in bytes\n# TYPE {CUDA_POOL_TOTAL} gauge");
+        for (_, p, uuid) in &pools.gpus {
+            let _ = writeln!(out, "{CUDA_POOL_TOTAL}{{gpu_uuid=\"{}\"}} {}", label(uuid), p.stats().total_bytes);
+        }
+        let _ = writeln!(out, "# HELP {CUDA_POOL_USED} CUDA memory pool used, in bytes\n# TYPE {CUDA_POOL_USED} gauge");
+        for (_, p, uuid) in &pools.gpus {
+            let _ = writeln!(out, "{CUDA_POOL_USED}{{gpu_uuid=\"{}\"}} {}", label(uuid), p.stats().used_bytes);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP {POOL_FALLBACKS} Allocations served outside a memory pool because it was full\n# TYPE {POOL_FALLBACKS} counter"
+    );
+    let _ = writeln!(out, "{POOL_FALLBACKS}{{pool=\"{}\"}} {}", pinned.name, pinned.fallbacks);
+    for (_, p, _) in &pools.gpus {
+        let st = p.stats();
+        let _ = writeln!(out, "{POOL_FALLBACKS}{{pool=\"{}\"}} {}", label(&st.name), st.fallbacks);
+    }
 }
 
 /// Escapes a label value for the text exposition format.

@@ -3,6 +3,7 @@
 //! Every tensor in the server carries a [`Buffer`]. Today requests arrive in host memory, but the type
 //! already says where its bytes are, so GPU and unified-memory pools can plug in without changing the API.
 
+pub mod pool;
 pub mod shm;
 
 use bytes::Bytes;

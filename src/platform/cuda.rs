@@ -147,6 +147,41 @@ pub fn driver() -> std::result::Result<&'static Driver, &'static str> {
     DRIVER.get_or_init(load).as_ref().map_err(String::as_str)
 }
 
+/// `--min-supported-compute-capability` as f64 bits (tritonserver's default 6.0; the Nano is 5.3).
+static MIN_COMPUTE_CAPABILITY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x4018_0000_0000_0000);
+
+/// Sets `--min-supported-compute-capability` (once, at start-up).
+pub fn set_min_compute_capability(v: f64) {
+    MIN_COMPUTE_CAPABILITY.store(v.to_bits(), std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn min_compute_capability() -> f64 {
+    f64::from_bits(MIN_COMPUTE_CAPABILITY.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// The GPUs the server may use: those at or above `--min-supported-compute-capability`.
+pub fn usable_gpus() -> Vec<Gpu> {
+    let min = min_compute_capability();
+    driver().map(|d| d.gpus.iter().filter(|g| g.capability() + 1e-9 >= min).cloned().collect()).unwrap_or_default()
+}
+
+/// GPU `index`, when the server may use it; otherwise why not (for a KIND_GPU instance's reason).
+pub fn check_gpu(index: i32) -> Result<Gpu> {
+    let d = driver().map_err(|why| Error::unavailable(why.to_string()))?;
+    let gpu = d.gpus.iter().find(|g| g.index == index).ok_or_else(|| {
+        Error::unavailable(format!("GPU {index} does not exist; this machine has {} GPU(s)", d.gpus.len()))
+    })?;
+    let min = min_compute_capability();
+    if gpu.capability() + 1e-9 < min {
+        return Err(Error::unavailable(format!(
+            "GPU {index} ({}) has compute capability {}.{}, below --min-supported-compute-capability {min} (set it \
+             to {}.{} to use this GPU)",
+            gpu.name, gpu.compute_capability.0, gpu.compute_capability.1, gpu.compute_capability.0, gpu.compute_capability.1
+        )));
+    }
+    Ok(gpu.clone())
+}
+
 /// Why CUDA cannot be used, or `None` when it can.
 pub fn unavailable_reason() -> Option<String> {
     driver().err().map(str::to_string)

@@ -382,10 +382,24 @@ fn normalize(cfg: &mut ModelConfig) {
         if g.count < 1 {
             g.count = 1;
         }
-        // No GPU is visible to a CPU build, so KIND_AUTO resolves to KIND_CPU (Triton does the same
-        // on machines without GPUs).
+        // As Triton: KIND_AUTO runs on the GPUs where usable ones exist (a CUDA driver, and compute
+        // capability at or above --min-supported-compute-capability), on the CPU otherwise.
         if g.kind == Kind::Auto as i32 {
-            g.kind = Kind::Cpu as i32;
+            let gpus = crate::platform::cuda::usable_gpus();
+            if gpus.is_empty() {
+                g.kind = Kind::Cpu as i32;
+            } else {
+                g.kind = Kind::Gpu as i32;
+                if g.gpus.is_empty() {
+                    g.gpus = gpus.iter().map(|gpu| gpu.index).collect();
+                }
+            }
+        }
+        // KIND_GPU without `gpus`: every usable GPU, as Triton (GPU 0 where none is usable, so the
+        // instance fails to load saying why).
+        if g.kind == Kind::Gpu as i32 && g.gpus.is_empty() {
+            let gpus: Vec<i32> = crate::platform::cuda::usable_gpus().iter().map(|gpu| gpu.index).collect();
+            g.gpus = if gpus.is_empty() { vec![0] } else { gpus };
         }
     }
     if cfg.default_model_filename.is_empty() && matches!(cfg.backend.as_str(), "onnxruntime" | "python") {

@@ -23,6 +23,7 @@ async fn app(max_body: usize) -> Router {
         rate_limit: None,
         cache_bytes: None,
         trace: Default::default(),
+        pools: Default::default(),
     });
     server.startup().await.unwrap();
     let log = LogControl::detached(LogSettings::default());

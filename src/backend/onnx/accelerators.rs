@@ -1,0 +1,268 @@
+//! `optimization { execution_accelerators { ... } }` for ONNX models, with the names and parameters of
+//! Triton's onnxruntime backend: `tensorrt` for GPU instances (ONNX Runtime's TensorRT execution
+//! provider, also the TensorRT path of JetPack's onnxruntime-gpu) and `openvino` for CPU instances.
+//! Parsed and checked here without ONNX Runtime, so a bad parameter is a clear load error.
+
+use crate::error::{Error, Result};
+use crate::proto::inference::model_optimization_policy::execution_accelerators::Accelerator;
+use crate::proto::inference::ModelConfig;
+use std::path::{Path, PathBuf};
+
+/// An execution provider a model asks for, with ONNX Runtime's option names and values.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Accel {
+    TensorRt(Vec<(String, String)>),
+    OpenVino(Vec<(String, String)>),
+}
+
+impl Accel {
+    /// The provider's name for messages.
+    pub fn provider(&self) -> &'static str {
+        match self {
+            Accel::TensorRt(_) => "TensorRT",
+            Accel::OpenVino(_) => "OpenVINO",
+        }
+    }
+}
+
+/// The accelerators of a model: for GPU instances and for CPU instances, in priority order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    pub gpu: Vec<Accel>,
+    pub cpu: Vec<Accel>,
+}
+
+/// How a TensorRT parameter's value is checked and passed on.
+enum Kind {
+    Bool,
+    Int,
+    Text,
+}
+
+/// Triton's TensorRT accelerator parameters → ONNX Runtime's option names. `precision_mode` is handled
+/// on its own (it sets `trt_fp16_enable` / `trt_int8_enable`).
+const TENSORRT: &[(&str, &str, Kind)] = &[
+    ("max_workspace_size_bytes", "trt_max_workspace_size", Kind::Int),
+    ("trt_max_partition_iterations", "trt_max_partition_iterations", Kind::Int),
+    ("trt_min_subgraph_size", "trt_min_subgraph_size", Kind::Int),
+    ("int8_calibration_table_name", "trt_int8_calibration_table_name", Kind::Text),
+    ("int8_use_native_calibration_table", "trt_int8_use_native_calibration_table", Kind::Bool),
+    ("trt_dla_enable", "trt_dla_enable", Kind::Bool),
+    ("trt_dla_core", "trt_dla_core", Kind::Int),
+    ("trt_engine_cache_enable", "trt_engine_cache_enable", Kind::Bool),
+    ("trt_engine_cache_path", "trt_engine_cache_path", Kind::Text),
+    ("trt_dump_subgraphs", "trt_dump_subgraphs", Kind::Bool),
+    ("trt_force_sequential_engine_build", "trt_force_sequential_engine_build", Kind::Bool),
+    ("trt_context_memory_sharing_enable", "trt_context_memory_sharing_enable", Kind::Bool),
+    ("trt_layer_norm_fp32_fallback", "trt_layer_norm_fp32_fallback", Kind::Bool),
+    ("trt_timing_cache_enable", "trt_timing_cache_enable", Kind::Bool),
+    ("trt_timing_cache_path", "trt_timing_cache_path", Kind::Text),
+    ("trt_force_timing_cache", "trt_force_timing_cache", Kind::Bool),
+    ("trt_detailed_build_log", "trt_detailed_build_log", Kind::Bool),
+    ("trt_build_heuristics_enable", "trt_build_heuristics_enable", Kind::Bool),
+    ("trt_sparsity_enable", "trt_sparsity_enable", Kind::Bool),
+    ("trt_builder_optimization_level", "trt_builder_optimization_level", Kind::Int),
+    ("trt_auxiliary_streams", "trt_auxiliary_streams", Kind::Int),
+    ("trt_tactic_sources", "trt_tactic_sources", Kind::Text),
+    ("trt_extra_plugin_lib_paths", "trt_extra_plugin_lib_paths", Kind::Text),
+    ("trt_profile_min_shapes", "trt_profile_min_shapes", Kind::Text),
+    ("trt_profile_max_shapes", "trt_profile_max_shapes", Kind::Text),
+    ("trt_profile_opt_shapes", "trt_profile_opt_shapes", Kind::Text),
+    ("trt_cuda_graph_enable", "trt_cuda_graph_enable", Kind::Bool),
+];
+
+/// OpenVINO parameters Triton's backend passes on (`device_type`, `precision`, ...), as ONNX Runtime
+/// names them.
+const OPENVINO: &[(&str, Kind)] = &[
+    ("device_type", Kind::Text),
+    ("precision", Kind::Text),
+    ("num_of_threads", Kind::Int),
+    ("num_streams", Kind::Int),
+    ("cache_dir", Kind::Text),
+    ("enable_opencl_throttling", Kind::Bool),
+    ("enable_qdq_optimizer", Kind::Bool),
+    ("disable_dynamic_shapes", Kind::Bool),
+];
+
+/// Where TensorRT engines are cached unless `trt_engine_cache_path` says: the service's cache
+/// directory (systemd's `CacheDirectory=`), else `$XDG_CACHE_HOME/tritonrs` or `~/.cache/tritonrs`.
+pub fn default_cache_dir() -> PathBuf {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(d) = env("CACHE_DIRECTORY") {
+        // systemd may list several directories separated by ':'; ours is the first.
+        let first = d.to_string_lossy().split(':').next().unwrap_or_default().to_string();
+        return PathBuf::from(first);
+    }
+    env("XDG_CACHE_HOME")
+        .map(|d| d.join("tritonrs"))
+        .or_else(|| env("HOME").map(|h| h.join(".cache/tritonrs")))
+        .unwrap_or_else(|| std::env::temp_dir().join("tritonrs-cache"))
+}
+
+fn value(model: &str, accel: &str, key: &str, v: &str, kind: &Kind) -> Result<String> {
+    let bad = |what: &str| {
+        Error::invalid(format!(
+            "model '{model}': execution accelerator '{accel}' parameter '{key}' must be {what}, got '{v}'"
+        ))
+    };
+    match kind {
+        Kind::Bool => match v.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" => Ok("1".into()),
+            "false" | "0" => Ok("0".into()),
+            _ => Err(bad("true or false")),
+        },
+        Kind::Int => v.trim().parse::<i64>().map(|n| n.to_string()).map_err(|_| bad("an integer")),
+        Kind::Text => Ok(v.to_string()),
+    }
+}
+
+fn tensorrt(model: &str, a: &Accelerator, cache_dir: &Path) -> Result<Accel> {
+    let mut opts = Vec::new();
+    let mut keys: Vec<&String> = a.parameters.keys().collect();
+    keys.sort();
+    for key in keys {
+        let v = &a.parameters[key];
+        if key == "precision_mode" {
+            match v.trim().to_ascii_uppercase().as_str() {
+                "FP32" => {}
+                "FP16" => opts.push(("trt_fp16_enable".to_string(), "1".to_string())),
+                "INT8" => opts.push(("trt_int8_enable".to_string(), "1".to_string())),
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "model '{model}': execution accelerator 'tensorrt' parameter 'precision_mode' must be FP32, \
+                         FP16 or INT8, got '{v}'"
+                    )))
+                }
+            }
+            continue;
+        }
+        let Some((_, ort_key, kind)) = TENSORRT.iter().find(|(k, _, _)| k == key) else {
+            let known: Vec<&str> =
+                std::iter::once("precision_mode").chain(TENSORRT.iter().map(|(k, _, _)| *k)).collect();
+            return Err(Error::invalid(format!(
+                "model '{model}': execution accelerator 'tensorrt' has no parameter '{key}' (known: {})",
+                known.join(", ")
+            )));
+        };
+        opts.push((ort_key.to_string(), value(model, "tensorrt", key, v, kind)?));
+    }
+    // Engines are built at load, which takes minutes on a Jetson: unless the model says otherwise, they
+    // are cached and reused across restarts.
+    if !opts.iter().any(|(k, _)| k == "trt_engine_cache_enable") {
+        opts.push(("trt_engine_cache_enable".into(), "1".into()));
+    }
+    if !opts.iter().any(|(k, _)| k == "trt_engine_cache_path") {
+        opts.push(("trt_engine_cache_path".into(), cache_dir.to_string_lossy().into_owned()));
+    }
+    Ok(Accel::TensorRt(opts))
+}
+
+fn openvino(model: &str, a: &Accelerator) -> Result<Accel> {
+    let mut opts = Vec::new();
+    let mut keys: Vec<&String> = a.parameters.keys().collect();
+    keys.sort();
+    for key in keys {
+        let Some((_, kind)) = OPENVINO.iter().find(|(k, _)| k == key) else {
+            let known: Vec<&str> = OPENVINO.iter().map(|(k, _)| *k).collect();
+            return Err(Error::invalid(format!(
+                "model '{model}': execution accelerator 'openvino' has no parameter '{key}' (known: {})",
+                known.join(", ")
+            )));
+        };
+        opts.push((key.clone(), value(model, "openvino", key, &a.parameters[key], kind)?));
+    }
+    Ok(Accel::OpenVino(opts))
+}
+
+/// Reads a model's accelerators; `cache_dir` is where its TensorRT engines go by default.
+pub fn plan(cfg: &ModelConfig, cache_dir: &Path) -> Result<Plan> {
+    let Some(ea) = cfg.optimization.as_ref().and_then(|o| o.execution_accelerators.as_ref()) else {
+        return Ok(Plan::default());
+    };
+    let model = cfg.name.as_str();
+    let mut plan = Plan::default();
+    for a in &ea.gpu_execution_accelerator {
+        plan.gpu.push(match a.name.as_str() {
+            "tensorrt" => tensorrt(model, a, cache_dir)?,
+            other => {
+                return Err(Error::invalid(format!(
+                    "model '{model}': unknown GPU execution accelerator '{other}' (the ONNX Runtime backend knows \
+                     'tensorrt'; the CUDA execution provider is used for KIND_GPU instances without one)"
+                )))
+            }
+        });
+    }
+    for a in &ea.cpu_execution_accelerator {
+        plan.cpu.push(match a.name.as_str() {
+            "openvino" => openvino(model, a)?,
+            other => {
+                return Err(Error::invalid(format!(
+                    "model '{model}': unknown CPU execution accelerator '{other}' (the ONNX Runtime backend knows \
+                     'openvino')"
+                )))
+            }
+        });
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(text: &str) -> ModelConfig {
+        crate::core::repository::pbtxt::parse_config(text, "config.pbtxt").unwrap()
+    }
+
+    #[test]
+    fn tensorrt_parameters_map_to_onnx_runtime_options() {
+        let c = cfg(r#"name: "m" optimization { execution_accelerators { gpu_execution_accelerator: [ {
+            name: "tensorrt"
+            parameters { key: "precision_mode" value: "FP16" }
+            parameters { key: "max_workspace_size_bytes" value: "1073741824" }
+            parameters { key: "trt_engine_cache_enable" value: "false" }
+        } ] } }"#);
+        let p = plan(&c, Path::new("/var/cache/tritonrs")).unwrap();
+        assert!(p.cpu.is_empty());
+        let Accel::TensorRt(opts) = &p.gpu[0] else { panic!("{p:?}") };
+        assert!(opts.contains(&("trt_fp16_enable".into(), "1".into())), "{opts:?}");
+        assert!(opts.contains(&("trt_max_workspace_size".into(), "1073741824".into())), "{opts:?}");
+        assert!(opts.contains(&("trt_engine_cache_enable".into(), "0".into())), "{opts:?}");
+        assert!(opts.contains(&("trt_engine_cache_path".into(), "/var/cache/tritonrs".into())), "{opts:?}");
+
+        // Without settings: engines cached in the server's cache directory.
+        let c = cfg(r#"name: "m" optimization { execution_accelerators { gpu_execution_accelerator: [ { name: "tensorrt" } ] } }"#);
+        let Accel::TensorRt(opts) = &plan(&c, Path::new("/c")).unwrap().gpu[0] else { panic!() };
+        assert_eq!(opts, &vec![("trt_engine_cache_enable".into(), "1".into()), ("trt_engine_cache_path".into(), "/c".into())]);
+    }
+
+    #[test]
+    fn bad_accelerators_are_clear_errors() {
+        for (text, want) in [
+            (r#"gpu_execution_accelerator: [ { name: "tensorrt" parameters { key: "precision_mode" value: "FP64" } } ]"#,
+             "must be FP32, FP16 or INT8"),
+            (r#"gpu_execution_accelerator: [ { name: "tensorrt" parameters { key: "max_workspace_size_bytes" value: "lots" } } ]"#,
+             "must be an integer"),
+            (r#"gpu_execution_accelerator: [ { name: "tensorrt" parameters { key: "trt_fp99" value: "1" } } ]"#,
+             "has no parameter 'trt_fp99'"),
+            (r#"gpu_execution_accelerator: [ { name: "cuda" } ]"#, "unknown GPU execution accelerator 'cuda'"),
+            (r#"cpu_execution_accelerator: [ { name: "tensorrt" } ]"#, "unknown CPU execution accelerator 'tensorrt'"),
+            (r#"cpu_execution_accelerator: [ { name: "openvino" parameters { key: "x" value: "1" } } ]"#,
+             "'openvino' has no parameter 'x'"),
+        ] {
+            let c = cfg(&format!(r#"name: "m" optimization {{ execution_accelerators {{ {text} }} }}"#));
+            let e = plan(&c, Path::new("/c")).unwrap_err();
+            assert!(e.message.contains(want), "{text}: {e}");
+            assert!(e.message.starts_with("model 'm': "), "{e}");
+        }
+        let c = cfg(r#"name: "m" optimization { execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" parameters { key: "device_type" value: "CPU" } } ] } }"#);
+        assert_eq!(plan(&c, Path::new("/c")).unwrap().cpu, vec![Accel::OpenVino(vec![("device_type".into(), "CPU".into())])]);
+    }
+
+    #[test]
+    fn the_cache_directory_follows_systemd_then_xdg() {
+        // Only reads the environment; the test does not change it (other tests run in parallel).
+        let d = default_cache_dir();
+        assert!(d.is_absolute() || d.starts_with(std::env::temp_dir()), "{d:?}");
+    }
+}
