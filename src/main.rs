@@ -405,7 +405,13 @@ async fn run(
         } else {
             None
         };
-        let app = metrics::router(metrics::MetricsState { server: server.clone(), cpu, mqtt: mqtt_metrics.clone() });
+        let gpu = if args.allow_gpu_metrics {
+            tritonrs::platform::gpu::GpuMonitor::start(Duration::from_millis(args.metrics_interval_ms))?
+        } else {
+            None
+        };
+        let app =
+            metrics::router(metrics::MetricsState { server: server.clone(), cpu, gpu, mqtt: mqtt_metrics.clone() });
         let header_timeout = listener.limits().header_timeout;
         tasks.push(("metrics", serve_axum(listener, header_timeout, app, stop_rx.clone())));
     }

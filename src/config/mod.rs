@@ -297,7 +297,12 @@ pub struct ServeArgs {
     #[arg(long, env = "TRITONRS_ALLOW_CPU_METRICS", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub allow_cpu_metrics: bool,
-    /// How often CPU and memory readings are refreshed, in milliseconds.
+    /// Report GPU utilization, memory and power (nv_gpu_*, from NVML), and on Jetson the GPU load,
+    /// clock, temperatures, power rails and power mode from sysfs (tritonrs_jetson_*).
+    #[arg(long, env = "TRITONRS_ALLOW_GPU_METRICS", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
+    pub allow_gpu_metrics: bool,
+    /// How often CPU, memory and GPU readings are refreshed, in milliseconds.
     #[arg(long, env = "TRITONRS_METRICS_INTERVAL_MS", default_value_t = 2000)]
     pub metrics_interval_ms: u64,
     /// Verbose logging level; 0 is off.

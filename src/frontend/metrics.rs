@@ -44,6 +44,8 @@ pub struct MetricsState {
     pub server: Server,
     /// `None` with `--allow-cpu-metrics=false`.
     pub cpu: Option<Arc<CpuMonitor>>,
+    /// GPU readings (NVML, Jetson sysfs); `None` with `--allow-gpu-metrics=false` or without a GPU.
+    pub gpu: Option<Arc<crate::platform::gpu::GpuMonitor>>,
     /// The MQTT bridge's counters, when it runs.
     pub mqtt: Option<Arc<crate::frontend::mqtt::metrics::MqttMetrics>>,
 }
@@ -55,6 +57,9 @@ pub fn router(state: MetricsState) -> Router {
 async fn scrape(axum::extract::State(s): axum::extract::State<MetricsState>) -> Response {
     let stats = s.server.statistics(None, "").unwrap_or_default();
     let mut body = render(&stats, s.cpu.as_ref().map(|c| c.reading()));
+    if let Some(g) = &s.gpu {
+        crate::platform::gpu::render(&mut body, &g.readings());
+    }
     render_pools(&mut body, s.server.pools());
     s.server.custom_metrics().render(&mut body);
     if let Some(m) = &s.mqtt {

@@ -1,8 +1,11 @@
-//! The machine the server runs on: CPU and memory readings for the metrics endpoint, and the systemd
-//! service protocol (systemd.rs).
+//! The machine the server runs on: CPU and memory readings for the metrics endpoint, GPU readings
+//! (gpu.rs: NVML, and Jetson sysfs in jetson.rs), the CUDA driver (cuda.rs), and the systemd service
+//! protocol (systemd.rs).
 
 pub mod cuda;
+pub mod gpu;
 pub mod info;
+pub mod jetson;
 pub mod systemd;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,233 @@
+//! GPU readings for the metrics endpoint, refreshed in the background every `--metrics-interval-ms`:
+//! NVML on discrete GPUs (`nvml-wrapper`, which loads `libnvidia-ml.so.1` at run time), Jetson sysfs
+//! on integrated ones (see `jetson.rs`). Neither is required: without them there are no GPU metrics.
+
+use super::jetson::{Jetson, JetsonReading};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One discrete GPU as NVML reports it; a value the GPU does not support is `None`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NvmlReading {
+    pub uuid: String,
+    /// In [0, 1].
+    pub utilization: Option<f64>,
+    pub memory_total_bytes: Option<u64>,
+    pub memory_used_bytes: Option<u64>,
+    pub power_watts: Option<f64>,
+    pub power_limit_watts: Option<f64>,
+    /// Joules since the server started (NVML counts since the driver loaded).
+    pub energy_joules: Option<f64>,
+}
+
+/// Everything the GPU metrics show.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuReadings {
+    pub nvml: Vec<NvmlReading>,
+    /// The Jetson's readings and the label its GPU gets (`gpu_uuid`).
+    pub jetson: Option<(String, JetsonReading)>,
+}
+
+/// The latest readings, refreshed on their own thread (NVML calls and sysfs reads block).
+#[derive(Debug, Default)]
+pub struct GpuMonitor {
+    latest: Mutex<GpuReadings>,
+}
+
+struct Sources {
+    nvml: Option<nvml_wrapper::Nvml>,
+    /// NVML's energy counter of each GPU at start, in mJ, to report energy since start as Triton does.
+    energy_start: Vec<Option<u64>>,
+    jetson: Option<(String, Jetson)>,
+}
+
+impl GpuMonitor {
+    /// Finds the GPUs' sources; `None` when there is nothing to report (no NVML, not a Jetson).
+    pub fn start(interval: Duration) -> std::io::Result<Option<Arc<GpuMonitor>>> {
+        let nvml = match nvml_wrapper::Nvml::init() {
+            Ok(n) if n.device_count().unwrap_or(0) > 0 => Some(n),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!("No NVML GPU metrics: {e}");
+                None
+            }
+        };
+        let jetson = Jetson::detect(&Jetson::root_from_env()).map(|j| {
+            // The CUDA driver's uuid when it answers, so the label matches other tools; else the SoC's GPU.
+            let name = j.read().gpu.unwrap_or_else(|| "gpu".into());
+            let uuid = crate::platform::cuda::driver()
+                .ok()
+                .and_then(|d| d.gpus.iter().find(|g| g.integrated).map(|g| g.uuid.clone()))
+                .filter(|u| !u.is_empty())
+                .unwrap_or_else(|| format!("jetson-{name}"));
+            (uuid, j)
+        });
+        if nvml.is_none() && jetson.is_none() {
+            return Ok(None);
+        }
+        let energy_start = match &nvml {
+            Some(n) => (0..n.device_count().unwrap_or(0))
+                .map(|i| n.device_by_index(i).ok().and_then(|d| d.total_energy_consumption().ok()))
+                .collect(),
+            None => Vec::new(),
+        };
+        let mut sources = Sources { nvml, energy_start, jetson };
+        let monitor = Arc::new(GpuMonitor::default());
+        *monitor.latest.lock() = sources.read();
+        let m = monitor.clone();
+        std::thread::Builder::new().name("gpu-metrics".into()).spawn(move || loop {
+            std::thread::sleep(interval.max(Duration::from_millis(100)));
+            let r = sources.read();
+            *m.latest.lock() = r;
+        })?;
+        Ok(Some(monitor))
+    }
+
+    pub fn readings(&self) -> GpuReadings {
+        self.latest.lock().clone()
+    }
+}
+
+impl Sources {
+    fn read(&mut self) -> GpuReadings {
+        let mut out = GpuReadings::default();
+        if let Some(n) = &self.nvml {
+            for i in 0..n.device_count().unwrap_or(0) {
+                let Ok(d) = n.device_by_index(i) else { continue };
+                let Ok(uuid) = d.uuid() else { continue };
+                let memory = d.memory_info().ok();
+                let energy = d.total_energy_consumption().ok();
+                let start = self.energy_start.get(i as usize).copied().flatten();
+                out.nvml.push(NvmlReading {
+                    uuid,
+                    utilization: d.utilization_rates().ok().map(|u| f64::from(u.gpu) / 100.0),
+                    memory_total_bytes: memory.as_ref().map(|m| m.total),
+                    memory_used_bytes: memory.as_ref().map(|m| m.used),
+                    power_watts: d.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
+                    power_limit_watts: d.enforced_power_limit().ok().map(|mw| f64::from(mw) / 1000.0),
+                    energy_joules: energy.map(|e| e.saturating_sub(start.unwrap_or(e)) as f64 / 1000.0),
+                });
+            }
+        }
+        if let Some((uuid, j)) = &self.jetson {
+            out.jetson = Some((uuid.clone(), j.read()));
+        }
+        out
+    }
+}
+
+/// Renders the readings with Triton's `nv_gpu_*` names and our `tritonrs_jetson_*` ones.
+pub fn render(out: &mut String, r: &GpuReadings) {
+    use std::fmt::Write;
+    let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
+        if samples.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, v) in samples {
+            let _ = writeln!(out, "{name}{{{labels}}} {v}");
+        }
+    };
+    let gpu = |u: &str| format!("gpu_uuid=\"{}\"", esc(u));
+    let nvml = |f: &dyn Fn(&NvmlReading) -> Option<f64>| -> Vec<(String, f64)> {
+        r.nvml.iter().filter_map(|g| f(g).map(|v| (gpu(&g.uuid), v))).collect()
+    };
+    let mut utilization = nvml(&|g| g.utilization);
+    if let Some((uuid, j)) = &r.jetson {
+        if let Some(load) = j.gpu_load {
+            utilization.push((gpu(uuid), load));
+        }
+    }
+    family("nv_gpu_utilization", "gauge", "GPU utilization rate [0.0 - 1.0)", utilization);
+    family("nv_gpu_memory_total_bytes", "gauge", "GPU total memory, in bytes", nvml(&|g| g.memory_total_bytes.map(|v| v as f64)));
+    family("nv_gpu_memory_used_bytes", "gauge", "GPU used memory, in bytes", nvml(&|g| g.memory_used_bytes.map(|v| v as f64)));
+    family("nv_gpu_power_usage", "gauge", "GPU power usage in watts", nvml(&|g| g.power_watts));
+    family("nv_gpu_power_limit", "gauge", "GPU power management limit in watts", nvml(&|g| g.power_limit_watts));
+    family(
+        "nv_energy_consumption",
+        "counter",
+        "GPU energy consumption in joules since the Triton Server started",
+        nvml(&|g| g.energy_joules),
+    );
+    if let Some((uuid, j)) = &r.jetson {
+        family(
+            "tritonrs_jetson_gpu_frequency_hertz",
+            "gauge",
+            "Jetson GPU clock frequency, in hertz",
+            j.gpu_frequency_hz.map(|f| (gpu(uuid), f as f64)).into_iter().collect(),
+        );
+        family(
+            "tritonrs_jetson_temperature_celsius",
+            "gauge",
+            "Jetson thermal zone temperature, in degrees Celsius",
+            j.temperatures.iter().map(|(z, c)| (format!("zone=\"{}\"", esc(z)), *c)).collect(),
+        );
+        family(
+            "tritonrs_jetson_power_watts",
+            "gauge",
+            "Jetson power rail (INA3221), in watts",
+            j.rails.iter().map(|(rail, w)| (format!("rail=\"{}\"", esc(rail)), *w)).collect(),
+        );
+        family(
+            "tritonrs_jetson_nvpmodel_mode",
+            "gauge",
+            "Jetson power mode (nvpmodel): 1 for the current mode",
+            j.power_mode.iter().map(|(id, name)| (format!("id=\"{id}\",name=\"{}\"", esc(name)), 1.0)).collect(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_nvml_and_jetson_readings() {
+        let r = GpuReadings {
+            nvml: vec![NvmlReading {
+                uuid: "GPU-1".into(),
+                utilization: Some(0.5),
+                memory_total_bytes: Some(1024),
+                memory_used_bytes: Some(512),
+                power_watts: Some(70.5),
+                power_limit_watts: Some(300.0),
+                energy_joules: Some(12.0),
+            }],
+            jetson: Some((
+                "jetson-57000000.gpu".into(),
+                JetsonReading {
+                    gpu: Some("57000000.gpu".into()),
+                    gpu_load: Some(0.25),
+                    gpu_frequency_hz: Some(921600000),
+                    temperatures: vec![("GPU-therm".into(), 30.5)],
+                    rails: vec![("POM_5V_IN".into(), 3.8)],
+                    power_mode: Some((0, "MAXN".into())),
+                },
+            )),
+        };
+        let mut out = String::new();
+        render(&mut out, &r);
+        for line in [
+            "# TYPE nv_gpu_utilization gauge",
+            "nv_gpu_utilization{gpu_uuid=\"GPU-1\"} 0.5",
+            "nv_gpu_utilization{gpu_uuid=\"jetson-57000000.gpu\"} 0.25",
+            "nv_gpu_memory_total_bytes{gpu_uuid=\"GPU-1\"} 1024",
+            "nv_gpu_memory_used_bytes{gpu_uuid=\"GPU-1\"} 512",
+            "nv_gpu_power_usage{gpu_uuid=\"GPU-1\"} 70.5",
+            "nv_gpu_power_limit{gpu_uuid=\"GPU-1\"} 300",
+            "# TYPE nv_energy_consumption counter",
+            "nv_energy_consumption{gpu_uuid=\"GPU-1\"} 12",
+            "tritonrs_jetson_gpu_frequency_hertz{gpu_uuid=\"jetson-57000000.gpu\"} 921600000",
+            "tritonrs_jetson_temperature_celsius{zone=\"GPU-therm\"} 30.5",
+            "tritonrs_jetson_power_watts{rail=\"POM_5V_IN\"} 3.8",
+            "tritonrs_jetson_nvpmodel_mode{id=\"0\",name=\"MAXN\"} 1",
+        ] {
+            assert!(out.lines().any(|l| l == line), "missing {line}:\n{out}");
+        }
+        let mut empty = String::new();
+        render(&mut empty, &GpuReadings::default());
+        assert!(empty.is_empty());
+    }
+}
