@@ -36,13 +36,29 @@ const WELL_KNOWN: &[&str] = &[
 pub struct OnnxBackend {
     /// `--backend-config=onnxruntime,library=...`.
     explicit_library: Option<PathBuf>,
+    /// `--backend-config=onnxruntime,allow_spinning=true`: ONNX Runtime's thread pools spin after each
+    /// run by default, which on a device with 2 to 6 cores takes the CPU from the threads receiving
+    /// the next request. Off unless asked for (measured in benches/large_tensor.py).
+    allow_spinning: bool,
     /// The process-wide ORT environment, created on first use; an `Err` records why loading failed.
     env: OnceLock<std::result::Result<Environment, String>>,
 }
 
 impl OnnxBackend {
     pub fn new(config: &BackendConfig) -> Self {
-        OnnxBackend { explicit_library: config.get("onnxruntime", "library").map(PathBuf::from), env: OnceLock::new() }
+        let allow_spinning = match config.get("onnxruntime", "allow_spinning") {
+            None | Some("false" | "0") => false,
+            Some("true" | "1") => true,
+            Some(other) => {
+                tracing::warn!("--backend-config=onnxruntime,allow_spinning={other} is not true or false; spinning stays off.");
+                false
+            }
+        };
+        OnnxBackend {
+            explicit_library: config.get("onnxruntime", "library").map(PathBuf::from),
+            allow_spinning,
+            env: OnceLock::new(),
+        }
     }
 
     fn environment(&self) -> Result<&Environment> {
@@ -190,6 +206,12 @@ impl Backend for OnnxBackend {
         }
         let ort_err = |what: &str, e: ort::Error| Error::internal(format!("{what} for model '{}': {e}", ctx.name));
         let mut builder = Session::builder(env).map_err(|e| ort_err("cannot create an ONNX Runtime session", e))?;
+        if !self.allow_spinning {
+            builder = builder
+                .with_intra_op_spinning(false)
+                .and_then(|b| b.with_inter_op_spinning(false))
+                .map_err(|e| ort_err("cannot turn off thread-pool spinning", e.into()))?;
+        }
         if let Some(n) = param_threads(ctx, "intra_op_thread_count")?.filter(|&n| n > 0) {
             builder =
                 builder.with_intra_threads(n).map_err(|e| ort_err("cannot set intra_op_thread_count", e.into()))?;
