@@ -209,8 +209,10 @@ impl Backend for OnnxBackend {
         if !self.allow_spinning {
             builder = builder
                 .with_intra_op_spinning(false)
-                .and_then(|b| b.with_inter_op_spinning(false))
-                .map_err(|e| ort_err("cannot turn off thread-pool spinning", e.into()))?;
+                .map_err(|e| ort_err("cannot turn off intra-op thread-pool spinning", e.into()))?;
+            builder = builder
+                .with_inter_op_spinning(false)
+                .map_err(|e| ort_err("cannot turn off inter-op thread-pool spinning", e.into()))?;
         }
         if let Some(n) = param_threads(ctx, "intra_op_thread_count")?.filter(|&n| n > 0) {
             builder =

@@ -411,7 +411,7 @@ impl Server {
             return Err(e);
         }
         let mut req = req;
-        if let Err(e) = shm::resolve(&self.inner.shm, &mut req) {
+        if let Err(e) = shm::resolve(&self.inner.shm, Some(&self.inner.pools.pinned), &mut req) {
             model.stats.record_failure(start.elapsed(), FailureReason::Other);
             return Err(e);
         }
@@ -466,7 +466,7 @@ impl Server {
         }
         refuse_reentry(model, &req).map_err(other)?;
         let mut req = req;
-        shm::resolve(&self.inner.shm, &mut req).map_err(other)?;
+        shm::resolve(&self.inner.shm, Some(&self.inner.pools.pinned), &mut req).map_err(other)?;
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
         // A cache hit answers without queueing; a miss remembers the key to store the result.

@@ -4,6 +4,7 @@
 
 use crate::core::types::{InferRequest, ParamValue, Parameters, Tensor};
 use crate::error::{Error, Result};
+use crate::memory::pool::Pool;
 use crate::memory::shm::{SharedMemoryManager, ShmSlice};
 use crate::memory::Buffer;
 
@@ -73,13 +74,13 @@ fn strip(params: &mut Parameters) {
 }
 
 /// Replaces the data of every input in shared memory with the region's bytes (in place for system
-/// memory), and attaches the region slice to every output to be written into one. The slices keep their
+/// memory; CUDA memory is copied into a block of `staging`, the pinned pool), and attaches the region slice to every output to be written into one. The slices keep their
 /// regions mapped until the request is done, even if a client unregisters them meanwhile.
-pub fn resolve(manager: &SharedMemoryManager, req: &mut InferRequest) -> Result<()> {
+pub fn resolve(manager: &SharedMemoryManager, staging: Option<&Pool>, req: &mut InferRequest) -> Result<()> {
     for t in &mut req.inputs {
         if let Some(r) = shm_ref(&t.parameters, &t.name)? {
             let slice = manager.slice(&r.region, r.offset, r.byte_size)?;
-            t.data = Buffer::host(slice.to_bytes()?);
+            t.data = slice.to_buffer(staging)?;
             strip(&mut t.parameters);
         }
     }

@@ -1,7 +1,8 @@
 //! Tensor memory: buffers tagged with the kind of memory they live in.
 //!
-//! Every tensor in the server carries a [`Buffer`]. Today requests arrive in host memory, but the type
-//! already says where its bytes are, so GPU and unified-memory pools can plug in without changing the API.
+//! Every tensor in the server carries a [`Buffer`] that says where its bytes are (host, pinned host,
+//! device, or a client's shared-memory region), so each consumer picks the right copy, or none. The
+//! pools (`pool.rs`) hand out pinned and device memory; `shm.rs` holds the regions clients register.
 
 pub mod pool;
 pub mod shm;
@@ -62,6 +63,16 @@ impl Buffer {
         Buffer { repr: Repr::Device(mem) }
     }
 
+    /// A block from a memory pool, keeping its memory type: host blocks (plain or pinned) are shared
+    /// as bytes without copying, device blocks stay on the device until someone needs them on the host.
+    pub fn from_block(block: pool::Block) -> Self {
+        match block.memory_type() {
+            MemoryType::Cpu => Buffer { repr: Repr::Host { bytes: Bytes::from_owner(block), pinned: false } },
+            MemoryType::CpuPinned => Buffer { repr: Repr::Host { bytes: Bytes::from_owner(block), pinned: true } },
+            MemoryType::Gpu { .. } => Buffer::device(Arc::new(DeviceBlock(block))),
+        }
+    }
+
     /// An output written into a client's shared-memory region (`slice` holds exactly its bytes).
     pub fn in_shared_memory(slice: shm::ShmSlice) -> Self {
         Buffer { repr: Repr::SharedMemory(slice) }
@@ -110,6 +121,33 @@ impl Buffer {
             Repr::Device(d) => d.to_host(),
             Repr::SharedMemory(s) => s.to_bytes(),
         }
+    }
+}
+
+/// A device-memory block of a pool, seen as [`DeviceMemory`].
+struct DeviceBlock(pool::Block);
+
+impl fmt::Debug for DeviceBlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DeviceBlock({:?}, {} bytes)", self.0.memory_type(), self.0.len())
+    }
+}
+
+impl DeviceMemory for DeviceBlock {
+    fn memory_type(&self) -> MemoryType {
+        self.0.memory_type()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn to_host(&self) -> crate::error::Result<Bytes> {
+        let MemoryType::Gpu { device_id } = self.0.memory_type() else {
+            return Ok(Bytes::copy_from_slice(self.0.as_ref()));
+        };
+        let d = crate::platform::cuda::driver().map_err(|why| crate::error::Error::unavailable(why.to_string()))?;
+        let mut host = vec![0u8; self.0.len()];
+        d.copy_to_host(device_id, self.0.addr() as u64, &mut host)?;
+        Ok(Bytes::from(host))
     }
 }
 

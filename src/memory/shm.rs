@@ -107,6 +107,22 @@ impl ShmSlice {
         }
     }
 
+    /// The input as a buffer: the region itself for system memory (no copy); for CUDA memory, a copy
+    /// into a block of `staging` (the pinned pool, so the copy is DMA) when one is given.
+    pub fn to_buffer(&self, staging: Option<&super::pool::Pool>) -> Result<super::Buffer> {
+        match (&self.region.backing, staging) {
+            (Backing::Cuda(mem), Some(pool)) if self.len > 0 => {
+                let mut block = pool.allocate(self.len)?;
+                let dst = block
+                    .as_mut_slice()
+                    .ok_or_else(|| Error::internal("the staging pool for CUDA shared memory is not host memory"))?;
+                mem.copy_to_host(self.offset, dst)?;
+                Ok(super::Buffer::from_block(block))
+            }
+            _ => Ok(super::Buffer::host(self.to_bytes()?)),
+        }
+    }
+
     /// Writes an output into the slice; `data` must fit.
     pub fn write(&self, data: &[u8]) -> Result<()> {
         if data.len() > self.len {

@@ -159,3 +159,32 @@ fn cuda_regions_copy_through_the_driver() {
     m.unregister_cuda(None).unwrap();
     assert!(m.cuda_status(None).unwrap().is_empty());
 }
+
+#[test]
+fn cuda_inputs_are_staged_in_the_pinned_pool() {
+    let opener: CudaIpcOpener = Arc::new(|_: &[u8], _dev: i64, size: usize| {
+        let mut mem = vec![0u8; size];
+        mem[..5].copy_from_slice(b"frame");
+        Ok(Box::new(FakeDevice(parking_lot::Mutex::new(mem))) as Box<dyn CudaIpcMemory>)
+    });
+    let m = SharedMemoryManager::new(Some(opener), String::new());
+    m.register_cuda("c", &[0; 64], 0, 64).unwrap();
+    let pool = crate::memory::pool::Pool::new(
+        "pinned",
+        1 << 20,
+        Box::new(crate::memory::pool::HostAllocator),
+        Box::new(crate::memory::pool::HostAllocator),
+    );
+    let buf = m.slice("c", 0, 5).unwrap().to_buffer(Some(&pool)).unwrap();
+    assert_eq!(&buf.as_host().unwrap()[..], b"frame");
+    assert_eq!(pool.stats().used_bytes, 4096);
+    drop(buf);
+    assert_eq!(pool.stats().used_bytes, 0);
+    // System memory is never staged: the buffer is the mapping itself.
+    let obj = Object::new(16);
+    obj.write(0, b"abc");
+    m.register_system("s", &obj.0, 0, 16).unwrap();
+    let buf = m.slice("s", 0, 3).unwrap().to_buffer(Some(&pool)).unwrap();
+    assert_eq!(&buf.as_host().unwrap()[..], b"abc");
+    assert_eq!(pool.stats().used_bytes, 0);
+}
