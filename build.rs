@@ -45,7 +45,77 @@ fn main() -> Result<(), Box<dyn Error>> {
         .bytes(".inference.ModelInferResponse.raw_output_contents")
         .compile_fds(fds)?;
 
+    tensorrt_shim()?;
     Ok(())
+}
+
+/// The crate whose files hold the TensorRT 10 headers, and the folder in it.
+const TRT_HEADERS_CRATE: &str = "trtx-sys-0.4.0";
+const TRT_HEADERS_DIR: &str = "TensorRT-Headers/TRT-Enterprise-10.16";
+const SHIM_DIR: &str = "src/backend/tensorrt/shim";
+
+/// Compiles the TensorRT shim (src/backend/tensorrt/shim) against TensorRT 10 headers and sets
+/// `cfg(tritonrs_trt_shim)`. The headers come from `TRITONRS_TENSORRT_INCLUDE` (a folder holding
+/// NvInferRuntime.h, e.g. JetPack 6's /usr/include/aarch64-linux-gnu), else from the trtx-sys crate
+/// in cargo's registry (see Cargo.toml; `cargo fetch` puts it there). Without headers the build goes
+/// on without the shim, and TensorRT 10 plans are refused at run time saying so; with
+/// `TRITONRS_REQUIRE_TRT_SHIM=1` (the test script sets it) that is an error instead.
+fn tensorrt_shim() -> Result<(), Box<dyn Error>> {
+    println!("cargo:rustc-check-cfg=cfg(tritonrs_trt_shim)");
+    println!("cargo:rerun-if-changed={SHIM_DIR}");
+    println!("cargo:rerun-if-env-changed=TRITONRS_TENSORRT_INCLUDE");
+    let include = match env::var_os("TRITONRS_TENSORRT_INCLUDE") {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => registry_headers(),
+    };
+    let Some(include) = include.filter(|d| d.join("NvInferRuntime.h").is_file()) else {
+        if env::var_os("TRITONRS_REQUIRE_TRT_SHIM").is_some_and(|v| v == "1") {
+            return Err(format!(
+                "TRITONRS_REQUIRE_TRT_SHIM=1 but no TensorRT 10 headers were found: run `cargo fetch` (it unpacks \
+                 {TRT_HEADERS_CRATE}) or set TRITONRS_TENSORRT_INCLUDE"
+            )
+            .into());
+        }
+        println!(
+            "cargo:warning=TensorRT shim not built: no TensorRT 10 headers (run `cargo fetch`, or set \
+             TRITONRS_TENSORRT_INCLUDE); tensorrt_plan models on TensorRT 10 will be refused"
+        );
+        return Ok(());
+    };
+    println!("cargo:rerun-if-changed={}", include.display());
+    cc::Build::new()
+        .cpp(true)
+        // No C++ standard library: the shim defines the two runtime hooks it needs (see its source).
+        .cpp_link_stdlib(None)
+        .file(Path::new(SHIM_DIR).join("trt_shim.cpp"))
+        // First, so the two-typedef cuda_runtime_api.h stand-in is the one TensorRT's headers include.
+        .include(SHIM_DIR)
+        .include(&include)
+        .flag("-std=c++14")
+        .flag("-fno-exceptions")
+        .flag("-fno-rtti")
+        .flag("-fvisibility=hidden")
+        .flag_if_supported("-Wno-deprecated-declarations")
+        .flag_if_supported("-Wno-unused-parameter")
+        .compile("tritonrs_trt_shim");
+    println!("cargo:rustc-cfg=tritonrs_trt_shim");
+    Ok(())
+}
+
+/// The TensorRT 10 headers in cargo's registry, where `cargo fetch` unpacked trtx-sys.
+fn registry_headers() -> Option<PathBuf> {
+    let home = env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
+    let src = home.join("registry").join("src");
+    let mut found: Vec<PathBuf> = fs::read_dir(&src)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join(TRT_HEADERS_CRATE).join(TRT_HEADERS_DIR))
+        .filter(|d| d.join("NvInferRuntime.h").is_file())
+        .collect();
+    found.sort();
+    found.into_iter().next()
 }
 
 /// Every `.proto` file directly in `dir`, sorted so the output does not depend on directory

@@ -22,14 +22,15 @@ fn bench(c: &mut Criterion) {
         version_dir: dir.join("1"),
     };
     let backend = OnnxBackend::new(&BackendConfig::default());
-    let mut instance =
-        match backend.create_instance(&ctx, &InstanceSpec { name: "simple_0".into(), kind: InstanceKind::Cpu }) {
-            Ok(i) => i,
-            Err(e) => {
-                eprintln!("skipping ort_run: {e} (source scripts/env.sh first)");
-                return;
-            }
-        };
+    let mut instance = match backend
+        .create_instance(&ctx, &InstanceSpec { name: "simple_0".into(), kind: InstanceKind::Cpu, profiles: Vec::new() })
+    {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("skipping ort_run: {e} (source scripts/env.sh first)");
+            return;
+        }
+    };
     let input = |name: &str| {
         Tensor::new(name, DataType::Int32, vec![1, 16], (0..16i32).flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
     };

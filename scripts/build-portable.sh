@@ -100,6 +100,10 @@ smoke() {
     rm -f "$log"
 }
 
+# Unpacks the TensorRT 10 headers the TensorRT shim compiles against (see Cargo.toml); required here,
+# so a release binary always has its shim.
+cargo fetch -q
+export TRITONRS_REQUIRE_TRT_SHIM=1
 for arch in "${ARCHES[@]}"; do
     triple=$arch-unknown-linux-gnu
     t=$(now)
@@ -114,6 +118,12 @@ for arch in "${ARCHES[@]}"; do
         die "$bin needs GLIBC_$glibc, above the $FLOOR floor"
     fi
     log "$arch needs GLIBC_$glibc at most (floor $FLOOR): OK"
+    # The TensorRT shim is C++ built without the C++ runtime: no libstdc++/libc++ may creep in.
+    if objdump -p "$bin" | grep -E 'NEEDED.*lib(std)?c\+\+' >&2 || objdump -T "$bin" | grep -E 'GLIBCXX|CXXABI' >&2; then
+        die "$bin needs a C++ runtime library"
+    fi
+    objdump -t "$bin" 2>/dev/null | grep -q trs_engine_deserialize || nm "$bin" 2>/dev/null | grep -q trs_engine_deserialize \
+        || log "note: symbols stripped; cannot confirm the TensorRT shim by name"
 
     if [ "$arch" = aarch64 ]; then
         wheel_dir="$TARGET_DIR/ort-aarch64"

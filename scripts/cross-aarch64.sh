@@ -30,7 +30,8 @@ TARGET=aarch64-unknown-linux-gnu
 PROFILE=${CROSS_PROFILE:-debug}
 TARGET_DIR=${CROSS_TARGET_DIR:-target/aarch64}
 RUSTC_BIN=${CROSS_RUSTC:-/usr/bin/rustc}
-PACKAGES=(rustc-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+# g++ for the TensorRT shim (C++, built without the C++ standard library).
+PACKAGES=(rustc-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 
 log() { printf '[cross-aarch64] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -115,6 +116,9 @@ log "RUSTC=$RUSTC CARGO_INCREMENTAL=$CARGO_INCREMENTAL CARGO_PROFILE_DEV_DEBUG=$
 
 # --- 3. build -------------------------------------------------------------------------------
 t=$(now)
+# Also unpacks the TensorRT 10 headers the TensorRT shim compiles against (see Cargo.toml).
+run cargo fetch -q
+export TRITONRS_REQUIRE_TRT_SHIM=1
 run cargo build "${profile_flag[@]}" --target "$TARGET" --bin tritonrs
 log "build: $(( $(now) - t )) s"
 

@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
+# Unpacks the TensorRT 10 headers the TensorRT shim compiles against (see Cargo.toml).
+cargo fetch -q
 exec cargo run --release --bin tritonrs -- --model-repository model-repos/examples "$@"

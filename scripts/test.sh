@@ -25,6 +25,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
         exit 1
     fi
 fi
+# `cargo fetch` also unpacks the TensorRT 10 headers the TensorRT shim compiles against (see
+# Cargo.toml); the tests insist that the shim was built.
+echo "== cargo fetch"
+cargo fetch -q
+export TRITONRS_REQUIRE_TRT_SHIM=1
 echo "== cargo build"
 cargo build --bins
 echo "== cargo test"

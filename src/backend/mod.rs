@@ -5,6 +5,7 @@
 
 pub mod onnx;
 pub mod python;
+pub mod tensorrt;
 
 use crate::core::lifecycle::LoadOptions;
 use crate::core::scheduler::SequenceId;
@@ -29,6 +30,8 @@ pub struct InstanceSpec {
     /// e.g. "simple_0_1": group name plus index, as Triton names instances.
     pub name: String,
     pub kind: InstanceKind,
+    /// The group's TensorRT optimization profiles (`instance_group { profile: [...] }`).
+    pub profiles: Vec<String>,
 }
 
 /// What a backend needs to know to create instances of one model version.
@@ -251,8 +254,15 @@ pub struct BackendRegistry {
 
 impl BackendRegistry {
     /// The backends of this build; `api` lets them call back into the server (BLS), when there is one.
-    pub fn new(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>) -> Self {
+    pub fn new(
+        config: &BackendConfig,
+        api: Option<Arc<dyn ServerApi>>,
+        pools: Option<crate::memory::pool::Pools>,
+    ) -> Self {
         let mut backends: HashMap<&'static str, Arc<dyn Backend>> = HashMap::new();
+        let trt = Arc::new(tensorrt::TensorRtBackend::new(config, pools));
+        tensorrt::register(&trt);
+        backends.insert("tensorrt", trt);
         let ort: Arc<dyn Backend> = Arc::new(onnx::OnnxBackend::new(config));
         backends.insert(ort.name(), ort);
         let python: Arc<dyn Backend> = Arc::new(python::PythonBackend::new(config, api));

@@ -16,8 +16,8 @@ use crate::error::{Error, Result};
 use ort::environment::Environment;
 use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::{Session, SessionInputValue};
-use ort::AsPointer;
 use ort::value::{DynTensor, DynValue, Shape, TensorElementType, TensorRefMut, ValueType};
+use ort::AsPointer;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -50,7 +50,9 @@ impl OnnxBackend {
             None | Some("false" | "0") => false,
             Some("true" | "1") => true,
             Some(other) => {
-                tracing::warn!("--backend-config=onnxruntime,allow_spinning={other} is not true or false; spinning stays off.");
+                tracing::warn!(
+                    "--backend-config=onnxruntime,allow_spinning={other} is not true or false; spinning stays off."
+                );
                 false
             }
         };
@@ -223,7 +225,8 @@ impl Backend for OnnxBackend {
                 builder.with_inter_threads(n).map_err(|e| ort_err("cannot set inter_op_thread_count", e.into()))?;
         }
         // A model's accelerator settings are checked before any hardware, so a typo is reported as such.
-        let cache_dir = accelerators::default_cache_dir().join("onnxruntime").join(&ctx.name).join(ctx.version.to_string());
+        let cache_dir =
+            accelerators::default_cache_dir().join("onnxruntime").join(&ctx.name).join(ctx.version.to_string());
         let plan = accelerators::plan(&ctx.config, &cache_dir)?;
         let mut providers = Vec::new();
         match spec.kind {
@@ -277,9 +280,9 @@ impl Backend for OnnxBackend {
         }
         if !providers.is_empty() {
             // `error_on_failure`: a provider that cannot start fails the load; never a silent CPU fallback.
-            builder = builder
-                .with_execution_providers(providers)
-                .map_err(|e| Error::unavailable(format!("cannot enable the execution providers of '{}': {e}", spec.name)))?;
+            builder = builder.with_execution_providers(providers).map_err(|e| {
+                Error::unavailable(format!("cannot enable the execution providers of '{}': {e}", spec.name))
+            })?;
         }
         let session = builder
             .commit_from_file(&file)
@@ -530,7 +533,9 @@ fn string_tensor(name: &str, shape: Shape, bytes: &[u8]) -> Result<DynValue> {
 /// (`GetStringTensorContent`), so NUL and non-UTF-8 bytes come back intact.
 fn string_elements(name: &str, value: &DynValue) -> Result<Vec<u8>> {
     let count = match value.dtype() {
-        ValueType::Tensor { shape, .. } => shape.iter().try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?)),
+        ValueType::Tensor { shape, .. } => {
+            shape.iter().try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
+        }
         _ => None,
     }
     .ok_or_else(|| Error::internal(format!("output '{name}' has no valid shape")))?;

@@ -888,6 +888,7 @@ pub fn instance_specs(cfg: &ModelConfig) -> Vec<InstanceSpec> {
                         Some(device_id) => InstanceKind::Gpu { device_id },
                         None => InstanceKind::Cpu,
                     },
+                    profiles: g.profile.clone(),
                 });
                 idx += 1;
             }

@@ -154,7 +154,11 @@ impl Server {
         let pools = crate::memory::pool::Pools::new(&opts.pools);
         let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
             let steps = Arc::new(StepsThroughServer(me.clone()));
-            let backends = BackendRegistry::new(&opts.backend_config, Some(Arc::new(ApiThroughServer(me.clone()))));
+            let backends = BackendRegistry::new(
+                &opts.backend_config,
+                Some(Arc::new(ApiThroughServer(me.clone()))),
+                Some(pools.clone()),
+            );
             let models = ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads)
                 .with_rate_limiter(limiter)
                 .with_ensembles(steps, opts.control_mode == ControlMode::Explicit);

@@ -82,7 +82,8 @@ pub fn render_pools(out: &mut String, pools: &crate::memory::pool::Pools) {
         pinned.total_bytes, pinned.used_bytes
     );
     if !pools.gpus.is_empty() {
-        let _ = writeln!(out, "# HELP {CUDA_POOL_TOTAL} CUDA memory pool size, in bytes\n# TYPE {CUDA_POOL_TOTAL} gauge");
+        let _ =
+            writeln!(out, "# HELP {CUDA_POOL_TOTAL} CUDA memory pool size, in bytes\n# TYPE {CUDA_POOL_TOTAL} gauge");
         for (_, p, uuid) in &pools.gpus {
             let _ = writeln!(out, "{CUDA_POOL_TOTAL}{{gpu_uuid=\"{}\"}} {}", label(uuid), p.stats().total_bytes);
         }

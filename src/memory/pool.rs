@@ -136,7 +136,12 @@ pub struct PoolStats {
 }
 
 impl Pool {
-    pub fn new(name: impl Into<String>, capacity: usize, allocator: Box<dyn Allocator>, fallback: Box<dyn Allocator>) -> Pool {
+    pub fn new(
+        name: impl Into<String>,
+        capacity: usize,
+        allocator: Box<dyn Allocator>,
+        fallback: Box<dyn Allocator>,
+    ) -> Pool {
         Pool {
             inner: Arc::new(Inner {
                 name: name.into(),
@@ -268,7 +273,9 @@ impl Block {
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
         match self.memory_type() {
             // SAFETY: host blocks are `class >= len` bytes of memory this block owns exclusively.
-            MemoryType::Cpu | MemoryType::CpuPinned => Some(unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }),
+            MemoryType::Cpu | MemoryType::CpuPinned => {
+                Some(unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) })
+            }
             MemoryType::Gpu { .. } => None,
         }
     }
@@ -278,7 +285,9 @@ impl AsRef<[u8]> for Block {
     fn as_ref(&self) -> &[u8] {
         match self.memory_type() {
             // SAFETY: as in `as_mut_slice`; shared access through `&self`.
-            MemoryType::Cpu | MemoryType::CpuPinned => unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) },
+            MemoryType::Cpu | MemoryType::CpuPinned => unsafe {
+                std::slice::from_raw_parts(self.addr as *const u8, self.len)
+            },
             MemoryType::Gpu { .. } => &[],
         }
     }
@@ -335,7 +344,8 @@ impl Pools {
         let clamp = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
         let mut gpus = Vec::new();
         for gpu in crate::platform::cuda::usable_gpus() {
-            let bytes = opts.cuda_bytes.iter().rev().find(|(g, _)| *g == gpu.index).map_or(DEFAULT_CUDA_POOL_BYTES, |x| x.1);
+            let bytes =
+                opts.cuda_bytes.iter().rev().find(|(g, _)| *g == gpu.index).map_or(DEFAULT_CUDA_POOL_BYTES, |x| x.1);
             let pool = Pool::new(
                 format!("cuda:{}", gpu.index),
                 clamp(bytes),
@@ -349,14 +359,18 @@ impl Pools {
 
     /// Host-only pools (tests, and machines without CUDA).
     pub fn host(pinned_bytes: usize) -> Pools {
-        Pools { pinned: Pool::new("pinned", pinned_bytes, Box::new(HostAllocator), Box::new(HostAllocator)), gpus: Vec::new() }
+        Pools {
+            pinned: Pool::new("pinned", pinned_bytes, Box::new(HostAllocator), Box::new(HostAllocator)),
+            gpus: Vec::new(),
+        }
     }
 }
 
 /// Parses `--cuda-memory-pool-byte-size <gpu>:<bytes>`.
 pub fn parse_cuda_pool(s: &str) -> std::result::Result<(i32, u64), String> {
     let (gpu, bytes) = s.split_once(':').ok_or_else(|| format!("'{s}' is not <gpu>:<bytes> (e.g. 0:67108864)"))?;
-    let gpu: i32 = gpu.trim().parse().ok().filter(|g| *g >= 0).ok_or_else(|| format!("'{gpu}' in '{s}' is not a GPU index"))?;
+    let gpu: i32 =
+        gpu.trim().parse().ok().filter(|g| *g >= 0).ok_or_else(|| format!("'{gpu}' in '{s}' is not a GPU index"))?;
     let bytes: u64 = bytes.trim().parse().map_err(|_| format!("'{bytes}' in '{s}' is not a byte count"))?;
     Ok((gpu, bytes))
 }

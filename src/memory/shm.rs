@@ -38,8 +38,7 @@ pub trait CudaIpcMemory: Send + Sync {
 }
 
 /// Opens CUDA IPC handles: the CUDA driver when one is loaded, or an explanation of why not.
-pub type CudaIpcOpener =
-    Arc<dyn Fn(&[u8], i64, usize) -> Result<Box<dyn CudaIpcMemory>> + Send + Sync>;
+pub type CudaIpcOpener = Arc<dyn Fn(&[u8], i64, usize) -> Result<Box<dyn CudaIpcMemory>> + Send + Sync>;
 
 /// The bytes behind a region: a mapping of a POSIX shared-memory object, or GPU memory.
 enum Backing {
@@ -257,8 +256,14 @@ impl SharedMemoryManager {
             .map_err(|_| Error::invalid(format!("byte_size {byte_size} is too large for this machine")))?;
         let mem = open(raw_handle, device_id, size)
             .map_err(|e| e.context(format!("failed to register CUDA shared memory region '{name}'")))?;
-        let region =
-            Region { name: name.to_string(), key: String::new(), offset: 0, device_id, byte_size: size, backing: Backing::Cuda(mem) };
+        let region = Region {
+            name: name.to_string(),
+            key: String::new(),
+            offset: 0,
+            device_id,
+            byte_size: size,
+            backing: Backing::Cuda(mem),
+        };
         self.insert(region)
     }
 
@@ -275,7 +280,12 @@ impl SharedMemoryManager {
         if regions.contains_key(&region.name) {
             return Err(already(&region.name));
         }
-        tracing::debug!("Registered {} shared memory region '{}' ({} bytes).", Kind::of(&region).name(), region.name, region.byte_size);
+        tracing::debug!(
+            "Registered {} shared memory region '{}' ({} bytes).",
+            Kind::of(&region).name(),
+            region.name,
+            region.byte_size
+        );
         regions.insert(region.name.clone(), Arc::new(region));
         Ok(())
     }

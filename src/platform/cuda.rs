@@ -21,6 +21,9 @@
 //! | `cuIpcOpenMemHandle_v2` / `cuIpcOpenMemHandle` | 11.0 / 4.1 | CUDA shared memory        |
 //! | `cuIpcCloseMemHandle`           | 4.1  | CUDA shared memory                         |
 //! | `cuGetErrorString`              | 6.0  | error messages (optional)                  |
+//! | `cuStreamCreate`, `cuStreamSynchronize` | 2.0 | a stream per TensorRT instance      |
+//! | `cuStreamDestroy_v2`            | 4.0  | TensorRT instances                         |
+//! | `cuMemHostGetDevicePointer_v2`  | 3.2  | mapped pinned memory as TensorRT I/O       |
 #![allow(unsafe_code)]
 
 use crate::error::{Error, Result};
@@ -77,6 +80,10 @@ struct Api {
     cuIpcOpenMemHandle: Option<unsafe extern "C" fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult>,
     cuIpcCloseMemHandle: Option<unsafe extern "C" fn(CuDevicePtr) -> CuResult>,
     cuGetErrorString: Option<unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult>,
+    cuStreamCreate: Option<unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CuResult>,
+    cuStreamDestroy: Option<unsafe extern "C" fn(*mut c_void) -> CuResult>,
+    cuStreamSynchronize: Option<unsafe extern "C" fn(*mut c_void) -> CuResult>,
+    cuMemHostGetDevicePointer: Option<unsafe extern "C" fn(*mut CuDevicePtr, *mut c_void, c_uint) -> CuResult>,
 }
 
 /// One GPU as the driver describes it.
@@ -176,7 +183,11 @@ pub fn check_gpu(index: i32) -> Result<Gpu> {
         return Err(Error::unavailable(format!(
             "GPU {index} ({}) has compute capability {}.{}, below --min-supported-compute-capability {min} (set it \
              to {}.{} to use this GPU)",
-            gpu.name, gpu.compute_capability.0, gpu.compute_capability.1, gpu.compute_capability.0, gpu.compute_capability.1
+            gpu.name,
+            gpu.compute_capability.0,
+            gpu.compute_capability.1,
+            gpu.compute_capability.0,
+            gpu.compute_capability.1
         )));
     }
     Ok(gpu.clone())
@@ -254,6 +265,10 @@ impl Driver {
             cuIpcOpenMemHandle: optional!(lib, "cuIpcOpenMemHandle_v2" | "cuIpcOpenMemHandle"),
             cuIpcCloseMemHandle: optional!(lib, "cuIpcCloseMemHandle"),
             cuGetErrorString: optional!(lib, "cuGetErrorString"),
+            cuStreamCreate: optional!(lib, "cuStreamCreate"),
+            cuStreamDestroy: optional!(lib, "cuStreamDestroy_v2"),
+            cuStreamSynchronize: optional!(lib, "cuStreamSynchronize"),
+            cuMemHostGetDevicePointer: optional!(lib, "cuMemHostGetDevicePointer_v2"),
         };
         let mut d = Driver { api, version: 0, gpus: Vec::new(), contexts: Default::default(), _lib: lib };
         // SAFETY: plain driver calls with valid out pointers; flags must be 0 for cuInit.
@@ -334,7 +349,10 @@ impl Driver {
             index,
             name,
             uuid,
-            compute_capability: (attribute(attr::COMPUTE_CAPABILITY_MAJOR)?, attribute(attr::COMPUTE_CAPABILITY_MINOR)?),
+            compute_capability: (
+                attribute(attr::COMPUTE_CAPABILITY_MAJOR)?,
+                attribute(attr::COMPUTE_CAPABILITY_MINOR)?,
+            ),
             total_memory: total as u64,
             integrated: attribute(attr::INTEGRATED)? != 0,
             can_map_host_memory: attribute(attr::CAN_MAP_HOST_MEMORY)? != 0,
@@ -342,13 +360,18 @@ impl Driver {
         })
     }
 
-    /// Runs `f` with device `index`'s primary context current on this thread.
-    fn with_context<T>(&self, index: i32, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let retain = self.api.cuDevicePrimaryCtxRetain.ok_or_else(|| self.missing("cuDevicePrimaryCtxRetain", "7.0"))?;
+    /// Runs `f` with device `index`'s primary context current on this thread (the CUDA runtime inside
+    /// libraries such as TensorRT then uses that context too).
+    pub fn with_context<T>(&self, index: i32, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let retain =
+            self.api.cuDevicePrimaryCtxRetain.ok_or_else(|| self.missing("cuDevicePrimaryCtxRetain", "7.0"))?;
         let push = self.api.cuCtxPushCurrent.ok_or_else(|| self.missing("cuCtxPushCurrent_v2", "4.0"))?;
         let pop = self.api.cuCtxPopCurrent.ok_or_else(|| self.missing("cuCtxPopCurrent_v2", "4.0"))?;
         if !self.gpus.iter().any(|g| g.index == index) {
-            return Err(Error::invalid(format!("GPU {index} does not exist; this machine has {} GPU(s)", self.gpus.len())));
+            return Err(Error::invalid(format!(
+                "GPU {index} does not exist; this machine has {} GPU(s)",
+                self.gpus.len()
+            )));
         }
         let ctx = {
             let mut contexts = self.contexts.lock();
@@ -439,6 +462,46 @@ impl Driver {
         })
     }
 
+    /// A new stream on GPU `device` (`CU_STREAM_NON_BLOCKING`), as an opaque address.
+    pub fn stream_create(&self, device: i32) -> Result<usize> {
+        let create = self.api.cuStreamCreate.ok_or_else(|| self.missing("cuStreamCreate", "2.0"))?;
+        self.with_context(device, || {
+            let mut s: *mut c_void = std::ptr::null_mut();
+            // SAFETY: valid out pointer; the context is current. 0x1 is CU_STREAM_NON_BLOCKING.
+            self.check(unsafe { create(&mut s, 0x1) }, "cuStreamCreate")?;
+            Ok(s as usize)
+        })
+    }
+
+    /// Destroys a stream from [`Driver::stream_create`].
+    pub fn stream_destroy(&self, device: i32, stream: usize) {
+        if let Some(destroy) = self.api.cuStreamDestroy {
+            let _ = self.with_context(device, || {
+                // SAFETY: `stream` came from cuStreamCreate on this device and is destroyed once.
+                let _ = unsafe { destroy(stream as *mut c_void) };
+                Ok(())
+            });
+        }
+    }
+
+    /// Waits for the work queued on `stream`; the caller has the stream's context current.
+    pub fn stream_sync(&self, stream: usize) -> Result<()> {
+        let sync = self.api.cuStreamSynchronize.ok_or_else(|| self.missing("cuStreamSynchronize", "2.0"))?;
+        // SAFETY: `stream` is a live stream from cuStreamCreate.
+        self.check(unsafe { sync(stream as *mut c_void) }, "cuStreamSynchronize")
+    }
+
+    /// The device address of mapped pinned memory from [`Driver::host_alloc`] (`mapped`); the caller
+    /// has the device's context current.
+    pub fn mapped_device_pointer(&self, host: *mut u8) -> Result<u64> {
+        let get =
+            self.api.cuMemHostGetDevicePointer.ok_or_else(|| self.missing("cuMemHostGetDevicePointer_v2", "3.2"))?;
+        let mut p: CuDevicePtr = 0;
+        // SAFETY: valid out pointer; `host` is mapped page-locked memory (the caller's contract).
+        self.check(unsafe { get(&mut p, host.cast(), 0) }, "cuMemHostGetDevicePointer")?;
+        Ok(p)
+    }
+
     /// Whether CUDA IPC (CUDA shared memory) can work on GPU `device`, or why not.
     pub fn ipc_supported(&self, device: i32) -> Result<()> {
         let gpu = self.gpus.iter().find(|g| g.index == device).ok_or_else(|| {
@@ -505,7 +568,8 @@ impl IpcMemory {
     /// Opens a `cudaIpcMemHandle_t` of `len` bytes on GPU `device`.
     pub fn open(handle: &[u8], device: i64, len: usize) -> Result<IpcMemory> {
         let d = driver().map_err(|why| Error::unavailable(why.to_string()))?;
-        let device = i32::try_from(device).map_err(|_| Error::invalid(format!("device_id {device} is out of range")))?;
+        let device =
+            i32::try_from(device).map_err(|_| Error::invalid(format!("device_id {device} is out of range")))?;
         let raw: [u8; 64] = handle
             .try_into()
             .map_err(|_| Error::invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"))?;

@@ -141,8 +141,18 @@ pub fn render(out: &mut String, r: &GpuReadings) {
         }
     }
     family("nv_gpu_utilization", "gauge", "GPU utilization rate [0.0 - 1.0)", utilization);
-    family("nv_gpu_memory_total_bytes", "gauge", "GPU total memory, in bytes", nvml(&|g| g.memory_total_bytes.map(|v| v as f64)));
-    family("nv_gpu_memory_used_bytes", "gauge", "GPU used memory, in bytes", nvml(&|g| g.memory_used_bytes.map(|v| v as f64)));
+    family(
+        "nv_gpu_memory_total_bytes",
+        "gauge",
+        "GPU total memory, in bytes",
+        nvml(&|g| g.memory_total_bytes.map(|v| v as f64)),
+    );
+    family(
+        "nv_gpu_memory_used_bytes",
+        "gauge",
+        "GPU used memory, in bytes",
+        nvml(&|g| g.memory_used_bytes.map(|v| v as f64)),
+    );
     family("nv_gpu_power_usage", "gauge", "GPU power usage in watts", nvml(&|g| g.power_watts));
     family("nv_gpu_power_limit", "gauge", "GPU power management limit in watts", nvml(&|g| g.power_limit_watts));
     family(

@@ -48,7 +48,8 @@ fn number<T: std::str::FromStr>(p: &Path) -> Option<T> {
 
 /// Folder entries sorted by name (stable output), or nothing.
 fn entries(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
+    let mut v: Vec<PathBuf> =
+        fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
     v.sort();
     v
 }
@@ -75,7 +76,10 @@ impl Jetson {
 
     /// The root from `TRITONRS_SYSFS_ROOT` (tests point it at a fixture tree), else `/`.
     pub fn root_from_env() -> PathBuf {
-        std::env::var_os("TRITONRS_SYSFS_ROOT").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| "/".into())
+        std::env::var_os("TRITONRS_SYSFS_ROOT")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/".into())
     }
 
     pub fn read(&self) -> JetsonReading {
@@ -140,7 +144,8 @@ impl Jetson {
                 for f in entries(&iio) {
                     let name = file_name(&f);
                     let Some(n) = name.strip_prefix("rail_name_") else { continue };
-                    let (Some(rail), Some(mw)) = (read(&f), number::<f64>(&iio.join(format!("in_power{n}_input")))) else {
+                    let (Some(rail), Some(mw)) = (read(&f), number::<f64>(&iio.join(format!("in_power{n}_input"))))
+                    else {
                         continue;
                     };
                     out.push((rail, mw / 1000.0));
@@ -214,7 +219,11 @@ mod tests {
         );
         assert_eq!(
             r.rails,
-            vec![("POM_5V_IN".to_string(), 3.812), ("POM_5V_GPU".to_string(), 1.244), ("POM_5V_CPU".to_string(), 0.826)]
+            vec![
+                ("POM_5V_IN".to_string(), 3.812),
+                ("POM_5V_GPU".to_string(), 1.244),
+                ("POM_5V_CPU".to_string(), 0.826)
+            ]
         );
         assert_eq!(r.power_mode, Some((0, "MAXN".to_string())));
     }

@@ -50,7 +50,7 @@ impl Default for RepoOptions {
 }
 
 /// The backends this build can serve.
-pub const SUPPORTED_BACKENDS: &[&str] = &["onnxruntime", "python"];
+pub const SUPPORTED_BACKENDS: &[&str] = &["onnxruntime", "python", "tensorrt"];
 
 /// Finds the model folders in every repository. A model name found in more than one repository is an
 /// error for that model only.
@@ -213,6 +213,23 @@ pub fn read_model_config_detailed(
                 let io =
                     autocomplete::read_onnx_io(&file).map_err(|error| ConfigFailure { error, version: Some(v) })?;
                 autocomplete::complete_onnx(&mut cfg, &io, opts.default_max_batch_size);
+            }
+        }
+    }
+    if opts.autocomplete && cfg.backend == "tensorrt" {
+        // Only where TensorRT and a GPU are here to read the engine; elsewhere the load says why.
+        if let Some(&v) = versions.iter().next_back() {
+            let file = model_file(&dir.join(v.to_string()), &cfg)?;
+            if file.is_file() {
+                if let Err(e) = crate::backend::tensorrt::auto_complete_registered(&file, &mut cfg) {
+                    // Only a configuration that cannot do without the engine's description fails here.
+                    if cfg.input.is_empty() || cfg.output.is_empty() {
+                        return Err(e
+                            .context(format!("model '{name}': cannot complete the configuration from the engine"))
+                            .into());
+                    }
+                    tracing::debug!("model '{name}': auto-complete from the engine skipped: {}", e.message);
+                }
             }
         }
     }
@@ -402,7 +419,7 @@ fn normalize(cfg: &mut ModelConfig) {
             g.gpus = if gpus.is_empty() { vec![0] } else { gpus };
         }
     }
-    if cfg.default_model_filename.is_empty() && matches!(cfg.backend.as_str(), "onnxruntime" | "python") {
+    if cfg.default_model_filename.is_empty() && matches!(cfg.backend.as_str(), "onnxruntime" | "python" | "tensorrt") {
         cfg.default_model_filename = model_filename(cfg);
     }
     // Triton reports the sequence batcher's defaults in the configuration: one second of idle time, and

@@ -7,8 +7,7 @@
 
 use crate::core::server::parse_version;
 use crate::core::types::{
-    serialize_bytes, DataType, InferRequest, InferResponse, ParamValue, Parameters,
-    RequestedOutput, Tensor,
+    serialize_bytes, DataType, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, Tensor,
 };
 use crate::error::{Error, Result};
 use crate::proto::inference::infer_parameter::ParameterChoice;

@@ -2,8 +2,8 @@
 //! Pure functions over bytes, so they are unit-tested and fuzzed without a server.
 
 use crate::core::types::{
-    bytes_elements, element_count, DataType, InferRequest, InferResponse, ParamValue,
-    Parameters, RequestedOutput, Tensor,
+    bytes_elements, element_count, DataType, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput,
+    Tensor,
 };
 use crate::error::{Error, Result};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -482,8 +482,8 @@ pub fn encode_response(resp: &InferResponse, binary: impl Fn(&str) -> bool) -> R
         return Ok(EncodedResponse { body: Bytes::from(buf), header_len: None });
     }
     let header_len = buf.len();
-    let total: usize = header_len
-        + resp.outputs.iter().zip(&hosts).filter(|(t, _)| binary(t)).map(|(_, b)| b.len()).sum::<usize>();
+    let total: usize =
+        header_len + resp.outputs.iter().zip(&hosts).filter(|(t, _)| binary(t)).map(|(_, b)| b.len()).sum::<usize>();
     let mut out = BytesMut::with_capacity(total);
     out.extend_from_slice(&buf);
     buf.clear();

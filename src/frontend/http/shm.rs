@@ -70,9 +70,9 @@ fn field<'a>(body: &'a Value, key: &str) -> Result<&'a Value> {
 }
 
 fn unsigned(body: &Value, key: &str) -> Result<u64> {
-    field(body, key)?
-        .as_u64()
-        .ok_or_else(|| Error::invalid(format!("'{key}' of a shared memory register request must be a non-negative integer")))
+    field(body, key)?.as_u64().ok_or_else(|| {
+        Error::invalid(format!("'{key}' of a shared memory register request must be a non-negative integer"))
+    })
 }
 
 async fn system_register(State(s): St, Path(name): Path<String>, headers: HeaderMap, body: Body) -> ApiResult {

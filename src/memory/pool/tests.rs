@@ -23,14 +23,18 @@ impl Allocator for Limited {
 
 #[test]
 fn blocks_come_from_the_budget_then_from_the_fallback() {
-    let pool = Pool::new("pinned", 16 << 10, Box::new(Limited { left: AtomicUsize::new(1 << 30) }), Box::new(HostAllocator));
+    let pool =
+        Pool::new("pinned", 16 << 10, Box::new(Limited { left: AtomicUsize::new(1 << 30) }), Box::new(HostAllocator));
     let mut a = pool.allocate(5000).unwrap(); // an 8 KiB class
     assert_eq!(a.memory_type(), MemoryType::CpuPinned);
     assert_eq!(a.len(), 5000);
     a.as_mut_slice().unwrap().fill(7);
     assert!(a.as_ref().iter().all(|&b| b == 7));
     let b = pool.allocate(8192).unwrap();
-    assert_eq!(pool.stats(), PoolStats { name: "pinned".into(), total_bytes: 16 << 10, used_bytes: 16 << 10, fallbacks: 0 });
+    assert_eq!(
+        pool.stats(),
+        PoolStats { name: "pinned".into(), total_bytes: 16 << 10, used_bytes: 16 << 10, fallbacks: 0 }
+    );
     // The budget is spent: plain host memory, counted.
     let c = pool.allocate(100).unwrap();
     assert_eq!(c.memory_type(), MemoryType::Cpu);
@@ -49,7 +53,8 @@ fn blocks_come_from_the_budget_then_from_the_fallback() {
 
 #[test]
 fn a_failing_allocator_falls_back_and_returns_its_budget() {
-    let pool = Pool::new("pinned", 1 << 20, Box::new(Limited { left: AtomicUsize::new(4096) }), Box::new(HostAllocator));
+    let pool =
+        Pool::new("pinned", 1 << 20, Box::new(Limited { left: AtomicUsize::new(4096) }), Box::new(HostAllocator));
     let a = pool.allocate(10).unwrap();
     assert_eq!(a.memory_type(), MemoryType::CpuPinned);
     let b = pool.allocate(10).unwrap(); // the allocator is out: fallback

@@ -17,12 +17,16 @@ impl Object {
     }
     fn write(&self, at: u64, data: &[u8]) {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::File::from(rustix::shm::open(self.0.as_str(), rustix::shm::OFlags::RDWR, rustix::fs::Mode::empty()).unwrap());
+        let f = std::fs::File::from(
+            rustix::shm::open(self.0.as_str(), rustix::shm::OFlags::RDWR, rustix::fs::Mode::empty()).unwrap(),
+        );
         f.write_all_at(data, at).unwrap();
     }
     fn read(&self, at: u64, len: usize) -> Vec<u8> {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::File::from(rustix::shm::open(self.0.as_str(), rustix::shm::OFlags::RDWR, rustix::fs::Mode::empty()).unwrap());
+        let f = std::fs::File::from(
+            rustix::shm::open(self.0.as_str(), rustix::shm::OFlags::RDWR, rustix::fs::Mode::empty()).unwrap(),
+        );
         let mut buf = vec![0; len];
         f.read_exact_at(&mut buf, at).unwrap();
         buf
@@ -103,9 +107,15 @@ fn bad_registrations_and_slices_are_client_errors_with_tritons_messages() {
     }
     assert!(m.slice("r", 128, 0).is_ok());
     let e = m.slice("nope", 0, 1).unwrap_err();
-    assert_eq!((e.kind, e.message.as_str()), (ErrorKind::InvalidArgument, "Unable to find shared memory region: 'nope'"));
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (ErrorKind::InvalidArgument, "Unable to find shared memory region: 'nope'")
+    );
     let e = m.system_status(Some("nope")).unwrap_err();
-    assert_eq!((e.kind, e.message.as_str()), (ErrorKind::NotFound, "Unable to find system shared memory region: 'nope'"));
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (ErrorKind::NotFound, "Unable to find system shared memory region: 'nope'")
+    );
     // Unregistering an unknown name succeeds, as in Triton; unregistering all clears the table.
     m.unregister_system(Some("nope")).unwrap();
     m.unregister_system(None).unwrap();

@@ -1,0 +1,751 @@
+//! TensorRT at run time: libnvinfer is dlopened (`libnvinfer.so.10`, then `.so.8`), its version read
+//! with `getInferLibVersion()`, and every call goes through our C-ABI shim (`shim/trt_shim.h`):
+//! linked into this binary for TensorRT 10 (when the build found TensorRT 10 headers), or
+//! `libtritonrs_trt8.so`, built on the device by `jetson/build-trt8-shim.sh`, for TensorRT 8.2-8.6.
+//! Both shims export the same functions, held here in one table. This is the only module of the
+//! backend with unsafe code.
+#![allow(unsafe_code)]
+
+use super::engine::{EngineDesc, IoDesc, Range};
+use super::{Context, Engine, RunInput, RunOutput, Runtime};
+use crate::error::{Error, Result};
+use crate::memory::pool::{Block, Pools};
+use crate::memory::{Buffer, MemoryType};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void, CStr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const ABI_VERSION: i32 = 1; // TRS_ABI_VERSION
+const MAX_DIMS: usize = 8; // TRS_MAX_DIMS
+const IO_INPUT: i32 = 1;
+const IO_SHAPE_TENSOR: i32 = 2;
+const IO_HOST: i32 = 4;
+const IO_NOT_LINEAR: i32 = 8;
+
+#[repr(C)]
+struct RawRuntime {
+    _private: [u8; 0],
+}
+#[repr(C)]
+struct RawEngine {
+    _private: [u8; 0],
+}
+#[repr(C)]
+struct RawContext {
+    _private: [u8; 0],
+}
+
+type LogFn = extern "C" fn(i32, *const c_char);
+type CreateRuntimeFn = unsafe extern "C" fn(*mut c_void, i32) -> *mut c_void;
+
+/// The shim's functions (trt_shim.h), from the linked TensorRT 10 shim or a dlopened TensorRT 8 one.
+#[derive(Clone, Copy)]
+struct Shim {
+    abi_version: unsafe extern "C" fn() -> i32,
+    header_version: unsafe extern "C" fn() -> i32,
+    logger: unsafe extern "C" fn(LogFn) -> *mut c_void,
+    runtime_create: unsafe extern "C" fn(CreateRuntimeFn, i32) -> *mut RawRuntime,
+    runtime_destroy: unsafe extern "C" fn(*mut RawRuntime),
+    engine_deserialize: unsafe extern "C" fn(*mut RawRuntime, *const c_void, usize) -> *mut RawEngine,
+    engine_destroy: unsafe extern "C" fn(*mut RawEngine),
+    engine_num_io: unsafe extern "C" fn(*const RawEngine) -> i32,
+    engine_io_name: unsafe extern "C" fn(*const RawEngine, i32) -> *const c_char,
+    engine_io_flags: unsafe extern "C" fn(*const RawEngine, i32) -> i32,
+    engine_io_dtype: unsafe extern "C" fn(*const RawEngine, i32) -> i32,
+    engine_io_shape: unsafe extern "C" fn(*const RawEngine, i32, *mut i64) -> i32,
+    engine_num_profiles: unsafe extern "C" fn(*const RawEngine) -> i32,
+    engine_profile_shape: unsafe extern "C" fn(*const RawEngine, i32, i32, i32, *mut i64) -> i32,
+    engine_implicit_batch: unsafe extern "C" fn(*const RawEngine) -> i32,
+    context_create: unsafe extern "C" fn(*mut RawEngine) -> *mut RawContext,
+    context_destroy: unsafe extern "C" fn(*mut RawContext),
+    context_set_profile: unsafe extern "C" fn(*mut RawContext, i32, *mut c_void) -> i32,
+    context_set_input_shape: unsafe extern "C" fn(*mut RawContext, i32, *const i64, i32) -> i32,
+    context_tensor_shape: unsafe extern "C" fn(*mut RawContext, i32, *mut i64) -> i32,
+    context_set_address: unsafe extern "C" fn(*mut RawContext, i32, *mut c_void) -> i32,
+    context_enqueue: unsafe extern "C" fn(*mut RawContext, *mut c_void) -> i32,
+}
+
+#[cfg(tritonrs_trt_shim)]
+mod linked {
+    use super::*;
+    extern "C" {
+        pub fn trs_abi_version() -> i32;
+        pub fn trs_header_version() -> i32;
+        pub fn trs_logger(log: LogFn) -> *mut c_void;
+        pub fn trs_runtime_create(create: CreateRuntimeFn, version: i32) -> *mut RawRuntime;
+        pub fn trs_runtime_destroy(rt: *mut RawRuntime);
+        pub fn trs_engine_deserialize(rt: *mut RawRuntime, blob: *const c_void, len: usize) -> *mut RawEngine;
+        pub fn trs_engine_destroy(e: *mut RawEngine);
+        pub fn trs_engine_num_io(e: *const RawEngine) -> i32;
+        pub fn trs_engine_io_name(e: *const RawEngine, io: i32) -> *const c_char;
+        pub fn trs_engine_io_flags(e: *const RawEngine, io: i32) -> i32;
+        pub fn trs_engine_io_dtype(e: *const RawEngine, io: i32) -> i32;
+        pub fn trs_engine_io_shape(e: *const RawEngine, io: i32, dims: *mut i64) -> i32;
+        pub fn trs_engine_num_profiles(e: *const RawEngine) -> i32;
+        pub fn trs_engine_profile_shape(e: *const RawEngine, io: i32, profile: i32, which: i32, dims: *mut i64) -> i32;
+        pub fn trs_engine_implicit_batch(e: *const RawEngine) -> i32;
+        pub fn trs_context_create(e: *mut RawEngine) -> *mut RawContext;
+        pub fn trs_context_destroy(c: *mut RawContext);
+        pub fn trs_context_set_profile(c: *mut RawContext, profile: i32, stream: *mut c_void) -> i32;
+        pub fn trs_context_set_input_shape(c: *mut RawContext, io: i32, dims: *const i64, nb: i32) -> i32;
+        pub fn trs_context_tensor_shape(c: *mut RawContext, io: i32, dims: *mut i64) -> i32;
+        pub fn trs_context_set_address(c: *mut RawContext, io: i32, ptr: *mut c_void) -> i32;
+        pub fn trs_context_enqueue(c: *mut RawContext, stream: *mut c_void) -> i32;
+    }
+
+    pub fn shim() -> Shim {
+        Shim {
+            abi_version: trs_abi_version,
+            header_version: trs_header_version,
+            logger: trs_logger,
+            runtime_create: trs_runtime_create,
+            runtime_destroy: trs_runtime_destroy,
+            engine_deserialize: trs_engine_deserialize,
+            engine_destroy: trs_engine_destroy,
+            engine_num_io: trs_engine_num_io,
+            engine_io_name: trs_engine_io_name,
+            engine_io_flags: trs_engine_io_flags,
+            engine_io_dtype: trs_engine_io_dtype,
+            engine_io_shape: trs_engine_io_shape,
+            engine_num_profiles: trs_engine_num_profiles,
+            engine_profile_shape: trs_engine_profile_shape,
+            engine_implicit_batch: trs_engine_implicit_batch,
+            context_create: trs_context_create,
+            context_destroy: trs_context_destroy,
+            context_set_profile: trs_context_set_profile,
+            context_set_input_shape: trs_context_set_input_shape,
+            context_tensor_shape: trs_context_tensor_shape,
+            context_set_address: trs_context_set_address,
+            context_enqueue: trs_context_enqueue,
+        }
+    }
+}
+
+/// The TensorRT 10 shim linked into this binary, if the build had TensorRT 10 headers.
+fn linked_shim() -> Option<Shim> {
+    #[cfg(tritonrs_trt_shim)]
+    {
+        Some(linked::shim())
+    }
+    #[cfg(not(tritonrs_trt_shim))]
+    {
+        None
+    }
+}
+
+/// The `NV_TENSORRT_VERSION` of the headers the linked shim was built with (the shim compiles in CI).
+pub fn linked_shim_header_version() -> Option<i32> {
+    // SAFETY: a function of the linked shim without arguments or state.
+    linked_shim().map(|s| unsafe { (s.header_version)() })
+}
+
+/// Loads a TensorRT 8 shim library and resolves every function of the table.
+fn load_shim(path: &Path) -> std::result::Result<(libloading::Library, Shim), String> {
+    // SAFETY: loading our own shim runs no initializers beyond its C++ statics (a logger object).
+    let lib = unsafe { libloading::Library::new(path) }
+        .map_err(|e| format!("cannot load '{}': {}", path.display(), dl_error(&e)))?;
+    macro_rules! sym {
+        ($name:literal) => {{
+            // SAFETY: the shim declares every function with the signature of the field it fills (trt_shim.h).
+            let s = unsafe { lib.get(concat!($name, "\0").as_bytes()) }
+                .map_err(|e| format!("'{}' lacks {}: {e}", path.display(), $name))?;
+            *s
+        }};
+    }
+    let shim = Shim {
+        abi_version: sym!("trs_abi_version"),
+        header_version: sym!("trs_header_version"),
+        logger: sym!("trs_logger"),
+        runtime_create: sym!("trs_runtime_create"),
+        runtime_destroy: sym!("trs_runtime_destroy"),
+        engine_deserialize: sym!("trs_engine_deserialize"),
+        engine_destroy: sym!("trs_engine_destroy"),
+        engine_num_io: sym!("trs_engine_num_io"),
+        engine_io_name: sym!("trs_engine_io_name"),
+        engine_io_flags: sym!("trs_engine_io_flags"),
+        engine_io_dtype: sym!("trs_engine_io_dtype"),
+        engine_io_shape: sym!("trs_engine_io_shape"),
+        engine_num_profiles: sym!("trs_engine_num_profiles"),
+        engine_profile_shape: sym!("trs_engine_profile_shape"),
+        engine_implicit_batch: sym!("trs_engine_implicit_batch"),
+        context_create: sym!("trs_context_create"),
+        context_destroy: sym!("trs_context_destroy"),
+        context_set_profile: sym!("trs_context_set_profile"),
+        context_set_input_shape: sym!("trs_context_set_input_shape"),
+        context_tensor_shape: sym!("trs_context_tensor_shape"),
+        context_set_address: sym!("trs_context_set_address"),
+        context_enqueue: sym!("trs_context_enqueue"),
+    };
+    Ok((lib, shim))
+}
+
+thread_local! {
+    /// TensorRT's error messages on this thread since the last [`take_errors`].
+    static ERRORS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// TensorRT's log, into ours; errors are also kept for the message of the call that failed.
+extern "C" fn log_message(severity: i32, msg: *const c_char) {
+    if msg.is_null() {
+        return;
+    }
+    // SAFETY: TensorRT passes a NUL-terminated string valid for the call.
+    let text = unsafe { CStr::from_ptr(msg) }.to_string_lossy();
+    match severity {
+        0 | 1 => {
+            tracing::error!("TensorRT: {text}");
+            ERRORS.with(|e| {
+                let mut e = e.borrow_mut();
+                if e.len() < 16 {
+                    e.push(text.into_owned());
+                }
+            });
+        }
+        2 => tracing::warn!("TensorRT: {text}"),
+        3 => tracing::debug!("TensorRT: {text}"),
+        _ => tracing::trace!("TensorRT: {text}"),
+    }
+}
+
+fn take_errors() -> String {
+    let e = ERRORS.with(|e| std::mem::take(&mut *e.borrow_mut()));
+    if e.is_empty() {
+        "TensorRT logged no reason".into()
+    } else {
+        e.join("; ")
+    }
+}
+
+fn clear_errors() {
+    ERRORS.with(|e| e.borrow_mut().clear());
+}
+
+/// The dynamic loader's own words (libloading keeps dlerror's text in the error's source).
+fn dl_error(e: &libloading::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(why) => why.to_string(),
+        None => e.to_string(),
+    }
+}
+
+/// `getInferLibVersion()` as (major, minor, patch): TensorRT 10 encodes major*10000 + minor*100 +
+/// patch, TensorRT 8 major*1000 + minor*100 + patch.
+pub fn split_version(v: i32) -> (i32, i32, i32) {
+    if v >= 10000 {
+        (v / 10000, (v / 100) % 100, v % 100)
+    } else {
+        (v / 1000, (v / 100) % 10, v % 100)
+    }
+}
+
+/// Where the backend looks for its libraries, from `--backend-config=tensorrt,...`.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// `library=PATH`: libnvinfer itself.
+    pub library: Option<PathBuf>,
+    /// `shim=PATH`: libtritonrs_trt8.so.
+    pub shim: Option<PathBuf>,
+    /// `plugins=a.so;b.so`: loaded before any engine is deserialized.
+    pub plugins: Vec<PathBuf>,
+}
+
+/// The loaded TensorRT: libnvinfer, the shim, plugins, and one IRuntime.
+pub struct Nvinfer {
+    shim: Shim,
+    runtime: *mut RawRuntime,
+    version: (i32, i32, i32),
+    pools: Option<Pools>,
+    // Kept loaded for the process's life: engines and plugins point into them.
+    _libs: Vec<libloading::Library>,
+}
+
+// SAFETY: IRuntime::deserializeCudaEngine may be called from several threads (TensorRT documents the
+// runtime as thread-safe for deserialization); every other object is owned by one engine or context.
+unsafe impl Send for Nvinfer {}
+// SAFETY: as above.
+unsafe impl Sync for Nvinfer {}
+
+impl Nvinfer {
+    /// Loads TensorRT, or says exactly what is missing.
+    pub fn load(opts: &LoadOptions, pools: Option<Pools>) -> std::result::Result<Nvinfer, String> {
+        let mut libs = Vec::new();
+        let candidates: Vec<PathBuf> = match &opts.library {
+            Some(p) => vec![p.clone()],
+            None => vec!["libnvinfer.so.10".into(), "libnvinfer.so.8".into()],
+        };
+        let mut why = Vec::new();
+        let mut found = None;
+        for c in &candidates {
+            // SAFETY: loading libnvinfer runs its initializers, which only set up its own state.
+            match unsafe { libloading::Library::new(c) } {
+                Ok(lib) => {
+                    found = Some(lib);
+                    break;
+                }
+                Err(e) => why.push(dl_error(&e)),
+            }
+        }
+        let Some(nvinfer) = found else {
+            return Err(format!(
+                "TensorRT is not installed: no libnvinfer could be loaded ({}); install TensorRT (JetPack ships it) \
+                 or point --backend-config=tensorrt,library=PATH at libnvinfer.so",
+                why.join("; ")
+            ));
+        };
+        // SAFETY: `getInferLibVersion` is exported with C linkage as `int32_t getInferLibVersion(void)`.
+        let get_version: unsafe extern "C" fn() -> i32 = *unsafe { nvinfer.get(b"getInferLibVersion\0") }
+            .map_err(|e| format!("libnvinfer has no getInferLibVersion: {e}"))?;
+        // SAFETY: `createInferRuntime_INTERNAL(void* logger, int32_t version)`, exported with C linkage.
+        let create: CreateRuntimeFn = *unsafe { nvinfer.get(b"createInferRuntime_INTERNAL\0") }
+            .map_err(|e| format!("libnvinfer has no createInferRuntime_INTERNAL: {e}"))?;
+        // SAFETY: a pure query.
+        let raw_version = unsafe { get_version() };
+        let version = split_version(raw_version);
+        let (major, minor, patch) = version;
+        let shim = match major {
+            10 => linked_shim().ok_or_else(|| {
+                format!(
+                    "TensorRT {major}.{minor}.{patch} is installed, but this tritonrs was built without its TensorRT 10 shim \
+                     (no TensorRT 10 headers at build time)"
+                )
+            })?,
+            8 if minor >= 2 => {
+                let path = opts.shim.clone().or_else(find_trt8_shim).ok_or_else(|| {
+                    format!(
+                        "TensorRT {major}.{minor}.{patch} needs libtritonrs_trt8.so, which is not installed: build it on the \
+                         device with jetson/build-trt8-shim.sh (or name it with --backend-config=tensorrt,shim=PATH)"
+                    )
+                })?;
+                let (lib, shim) = load_shim(&path)?;
+                libs.push(lib);
+                shim
+            }
+            _ => {
+                return Err(format!(
+                    "TensorRT {major}.{minor}.{patch} is not supported: this server serves TensorRT 8.2 to 8.6 and 10.x"
+                ))
+            }
+        };
+        // SAFETY: functions of the shim without arguments.
+        let (abi, headers) = unsafe { ((shim.abi_version)(), (shim.header_version)()) };
+        if abi != ABI_VERSION {
+            return Err(format!("the TensorRT shim speaks ABI version {abi}, this server {ABI_VERSION}; rebuild it"));
+        }
+        let header_major = split_version(headers).0;
+        if header_major != major {
+            return Err(format!(
+                "the TensorRT shim was built for TensorRT {header_major}, but TensorRT {major}.{minor}.{patch} is installed"
+            ));
+        }
+        // SAFETY: installs our callback in the shim's static logger; returns that logger.
+        let logger = unsafe { (shim.logger)(log_message) };
+        // TensorRT's own plugins, where installed, then the user's (their static initializers register
+        // their creators with TensorRT's plugin registry, so they load with RTLD_GLOBAL).
+        for name in [format!("libnvinfer_plugin.so.{major}")] {
+            // SAFETY: libnvinfer_plugin's initializers only register plugin creators.
+            if let Ok(lib) = unsafe { libloading::Library::new(&name) } {
+                // SAFETY: `bool initLibNvInferPlugins(void* logger, char const* libNamespace)`, C linkage.
+                if let Ok(init) = unsafe {
+                    lib.get::<unsafe extern "C" fn(*mut c_void, *const c_char) -> bool>(b"initLibNvInferPlugins\0")
+                } {
+                    // SAFETY: the logger lives for the process; "" is the default namespace.
+                    if !unsafe { init(logger, c"".as_ptr()) } {
+                        tracing::warn!(
+                            "TensorRT: initLibNvInferPlugins failed; engines using its plugins will not load"
+                        );
+                    }
+                }
+                libs.push(lib);
+            }
+        }
+        for p in &opts.plugins {
+            #[cfg(unix)]
+            {
+                use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+                // SAFETY: a plugin library's initializers register its creators with TensorRT.
+                let lib = unsafe { Library::open(Some(p), RTLD_NOW | RTLD_GLOBAL) }
+                    .map_err(|e| format!("cannot load TensorRT plugin '{}': {}", p.display(), dl_error(&e)))?;
+                libs.push(lib.into());
+                tracing::info!("TensorRT plugin library '{}' loaded.", p.display());
+            }
+        }
+        clear_errors();
+        // SAFETY: `create` is libnvinfer's entry point; the version is the library's own.
+        let runtime = unsafe { (shim.runtime_create)(create, raw_version) };
+        if runtime.is_null() {
+            return Err(format!("TensorRT {major}.{minor}.{patch} could not create a runtime: {}", take_errors()));
+        }
+        libs.push(nvinfer);
+        tracing::info!("TensorRT {major}.{minor}.{patch} loaded (shim built against {}).", headers);
+        Ok(Nvinfer { shim, runtime, version, pools, _libs: libs })
+    }
+
+    pub fn version(&self) -> (i32, i32, i32) {
+        self.version
+    }
+}
+
+/// libtritonrs_trt8.so next to the binary, in /usr/lib/tritonrs, or where the loader finds it.
+fn find_trt8_shim() -> Option<PathBuf> {
+    let name = "libtritonrs_trt8.so";
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+        dirs.push(dir);
+    }
+    dirs.extend(["/usr/lib/tritonrs", "/usr/local/lib/tritonrs", "/usr/local/lib", "/usr/lib"].map(PathBuf::from));
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+impl Drop for Nvinfer {
+    fn drop(&mut self) {
+        // SAFETY: the runtime was created by this shim and every engine holds an Arc to us.
+        unsafe { (self.shim.runtime_destroy)(self.runtime) };
+    }
+}
+
+fn cuda() -> Result<&'static crate::platform::cuda::Driver> {
+    crate::platform::cuda::driver().map_err(|why| Error::unavailable(why.to_string()))
+}
+
+impl Runtime for Arc<Nvinfer> {
+    fn deserialize(&self, device: i32, plan: &[u8]) -> Result<Arc<dyn Engine>> {
+        let d = cuda()?;
+        let shim = self.shim;
+        let raw = d.with_context(device, || {
+            clear_errors();
+            // SAFETY: `plan` is readable for its length; the runtime is live.
+            let e = unsafe { (shim.engine_deserialize)(self.runtime, plan.as_ptr().cast(), plan.len()) };
+            if e.is_null() {
+                let (a, b, c) = self.version;
+                return Err(Error::invalid(format!(
+                    "TensorRT {a}.{b}.{c} cannot deserialize the engine (built for another TensorRT version or GPU, or \
+                     not an engine): {}",
+                    take_errors()
+                )));
+            }
+            Ok(e)
+        })?;
+        // Dropped (destroying the engine) if describing it fails.
+        let mut engine = RealEngine { rt: self.clone(), raw, device, desc: EngineDesc::default() };
+        engine.desc = engine.describe()?;
+        Ok(Arc::new(engine))
+    }
+}
+
+struct RealEngine {
+    rt: Arc<Nvinfer>,
+    raw: *mut RawEngine,
+    device: i32,
+    desc: EngineDesc,
+}
+
+// SAFETY: an ICudaEngine may create execution contexts from any thread; it is not mutated otherwise.
+unsafe impl Send for RealEngine {}
+// SAFETY: as above.
+unsafe impl Sync for RealEngine {}
+
+impl RealEngine {
+    fn describe(&self) -> Result<EngineDesc> {
+        let s = self.rt.shim;
+        let dims = |f: &dyn Fn(*mut i64) -> i32| -> Option<Vec<i64>> {
+            let mut buf = [0i64; MAX_DIMS];
+            let n = f(buf.as_mut_ptr());
+            usize::try_from(n).ok().filter(|&n| n <= MAX_DIMS).map(|n| buf[..n].to_vec())
+        };
+        // SAFETY (every call below): the engine is live; buffers hold MAX_DIMS dims as the shim expects.
+        let n = unsafe { (s.engine_num_io)(self.raw) };
+        let profiles = unsafe { (s.engine_num_profiles)(self.raw) }.max(1);
+        let mut desc =
+            EngineDesc { implicit_batch: unsafe { (s.engine_implicit_batch)(self.raw) } != 0, ..Default::default() };
+        for i in 0..n {
+            let name = unsafe { (s.engine_io_name)(self.raw, i) };
+            if name.is_null() {
+                return Err(Error::internal(format!("the engine's I/O tensor {i} has no name")));
+            }
+            // SAFETY: the engine owns the name for its lifetime.
+            let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+            let flags = unsafe { (s.engine_io_flags)(self.raw, i) };
+            let shape = dims(&|p| unsafe { (s.engine_io_shape)(self.raw, i, p) })
+                .ok_or_else(|| Error::internal(format!("the engine's tensor '{name}' has no shape")))?;
+            desc.io.push(IoDesc {
+                name,
+                input: flags & IO_INPUT != 0,
+                trt_dtype: unsafe { (s.engine_io_dtype)(self.raw, i) },
+                dims: shape,
+                shape_tensor: flags & IO_SHAPE_TENSOR != 0,
+                host: flags & IO_HOST != 0,
+                not_linear: flags & IO_NOT_LINEAR != 0,
+            });
+        }
+        for p in 0..profiles {
+            let mut ranges = Vec::new();
+            for (i, t) in desc.io.iter().enumerate() {
+                let i = i as i32;
+                let get = |which| dims(&|ptr| unsafe { (s.engine_profile_shape)(self.raw, i, p, which, ptr) });
+                ranges.push(if t.input {
+                    match (get(0), get(1), get(2)) {
+                        (Some(min), Some(opt), Some(max)) if !min.is_empty() => Some(Range { min, opt, max }),
+                        _ => None,
+                    }
+                } else {
+                    None
+                });
+            }
+            desc.profiles.push(ranges);
+        }
+        Ok(desc)
+    }
+}
+
+impl Drop for RealEngine {
+    fn drop(&mut self) {
+        let s = self.rt.shim;
+        let raw = self.raw;
+        if let Ok(d) = cuda() {
+            let _ = d.with_context(self.device, || {
+                // SAFETY: the engine is destroyed once, after its contexts (they hold an Arc to it).
+                unsafe { (s.engine_destroy)(raw) };
+                Ok(())
+            });
+        }
+    }
+}
+
+impl Engine for RealEngine {
+    fn desc(&self) -> &EngineDesc {
+        &self.desc
+    }
+
+    fn create_context(self: Arc<Self>, device: i32) -> Result<Box<dyn Context>> {
+        let d = cuda()?;
+        let s = self.rt.shim;
+        let raw = d.with_context(device, || {
+            clear_errors();
+            // SAFETY: the engine is live.
+            let c = unsafe { (s.context_create)(self.raw) };
+            if c.is_null() {
+                return Err(Error::unavailable(format!(
+                    "TensorRT cannot create an execution context: {}",
+                    take_errors()
+                )));
+            }
+            Ok(c)
+        })?;
+        let stream = match d.stream_create(device) {
+            Ok(s) => s,
+            Err(e) => {
+                // SAFETY: destroys the context just created.
+                let _ = d.with_context(device, || {
+                    unsafe { (s.context_destroy)(raw) };
+                    Ok(())
+                });
+                return Err(e);
+            }
+        };
+        let mapped = d
+            .gpus
+            .iter()
+            .find(|g| g.index == device)
+            .is_some_and(|g| g.pinned_strategy() == crate::platform::cuda::PinnedStrategy::Mapped);
+        let pools = self.rt.pools.clone();
+        Ok(Box::new(RealContext { engine: self, raw, stream, device, mapped, pools, profile: None }))
+    }
+}
+
+struct RealContext {
+    engine: Arc<RealEngine>,
+    raw: *mut RawContext,
+    stream: usize,
+    device: i32,
+    /// I/O in mapped pinned memory (Xavier, Orin), else device memory with copies.
+    mapped: bool,
+    pools: Option<Pools>,
+    profile: Option<usize>,
+}
+
+// SAFETY: an execution context is used by one instance thread at a time (`&mut self`).
+unsafe impl Send for RealContext {}
+
+impl Drop for RealContext {
+    fn drop(&mut self) {
+        if let Ok(d) = cuda() {
+            let (s, raw) = (self.engine.rt.shim, self.raw);
+            let _ = d.with_context(self.device, || {
+                // SAFETY: the context is destroyed once, before its engine (it holds the Arc).
+                unsafe { (s.context_destroy)(raw) };
+                Ok(())
+            });
+            d.stream_destroy(self.device, self.stream);
+        }
+    }
+}
+
+/// Memory for one tensor during a run.
+enum Slot {
+    /// Mapped pinned memory: the GPU reads and writes it in place.
+    Mapped(Block),
+    /// Device memory; outputs are copied back.
+    Device(Block),
+}
+
+impl RealContext {
+    fn allocate(&self, len: usize) -> Result<Slot> {
+        let pools = self.pools.as_ref().ok_or_else(|| Error::internal("the TensorRT backend has no memory pools"))?;
+        if self.mapped {
+            let block = pools.pinned.allocate(len)?;
+            // A block from the pool's fallback is ordinary host memory the GPU cannot address.
+            if block.memory_type() == MemoryType::CpuPinned {
+                return Ok(Slot::Mapped(block));
+            }
+        }
+        let pool = pools
+            .gpus
+            .iter()
+            .find(|(g, _, _)| *g == self.device)
+            .map(|(_, p, _)| p)
+            .ok_or_else(|| Error::unavailable(format!("GPU {} has no memory pool", self.device)))?;
+        Ok(Slot::Device(pool.allocate(len)?))
+    }
+
+    fn device_ptr(&self, d: &crate::platform::cuda::Driver, slot: &Slot) -> Result<u64> {
+        match slot {
+            Slot::Mapped(b) => d.mapped_device_pointer(b.addr() as *mut u8),
+            Slot::Device(b) => Ok(b.addr() as u64),
+        }
+    }
+}
+
+impl Context for RealContext {
+    fn run(&mut self, profile: usize, inputs: &[RunInput<'_>], outputs: &[usize]) -> Result<Vec<RunOutput>> {
+        let d = cuda()?;
+        let s = self.engine.rt.shim;
+        let engine = self.engine.clone();
+        let desc = &engine.desc;
+        d.with_context(self.device, || {
+            clear_errors();
+            let fail = |what: &str| Error::internal(format!("TensorRT {what} failed: {}", take_errors()));
+            if self.profile != Some(profile) {
+                // SAFETY: live context and stream; the index was checked against the engine's profiles.
+                if unsafe { (s.context_set_profile)(self.raw, profile as i32, self.stream as *mut c_void) } == 0 {
+                    return Err(fail("setOptimizationProfileAsync"));
+                }
+                self.profile = Some(profile);
+            }
+            let mut slots: Vec<(usize, Slot)> = Vec::with_capacity(desc.io.len());
+            for input in inputs {
+                let io = input.io as i32;
+                // SAFETY: `shape` is readable for its length (at most MAX_DIMS, checked by the core's shapes).
+                if unsafe { (s.context_set_input_shape)(self.raw, io, input.shape.as_ptr(), input.shape.len() as i32) }
+                    == 0
+                {
+                    return Err(Error::invalid(format!(
+                        "TensorRT refused shape {:?} for input '{}': {}",
+                        input.shape,
+                        desc.io[input.io].name,
+                        take_errors()
+                    )));
+                }
+                let bytes = input.data.to_host()?;
+                let mut slot = self.allocate(bytes.len())?;
+                match &mut slot {
+                    Slot::Mapped(b) => {
+                        if let Some(dst) = b.as_mut_slice() {
+                            dst.copy_from_slice(&bytes);
+                        }
+                    }
+                    Slot::Device(b) => d.copy_from_host(self.device, b.addr() as u64, &bytes)?,
+                }
+                let ptr = self.device_ptr(d, &slot)?;
+                // SAFETY: `ptr` addresses `bytes.len()` bytes of device-visible memory kept alive in `slots`.
+                if unsafe { (s.context_set_address)(self.raw, io, ptr as *mut c_void) } == 0 {
+                    return Err(fail("setTensorAddress"));
+                }
+                slots.push((input.io, slot));
+            }
+            // Every output needs an address, requested or not.
+            let mut shapes = Vec::new();
+            for (i, t) in desc.io.iter().enumerate().filter(|(_, t)| !t.input) {
+                let mut buf = [0i64; MAX_DIMS];
+                // SAFETY: `buf` holds MAX_DIMS dims.
+                let n = unsafe { (s.context_tensor_shape)(self.raw, i as i32, buf.as_mut_ptr()) };
+                let shape = usize::try_from(n)
+                    .ok()
+                    .filter(|&n| n <= MAX_DIMS)
+                    .map(|n| buf[..n].to_vec())
+                    .ok_or_else(|| fail("getTensorShape"))?;
+                let elems = shape
+                    .iter()
+                    .try_fold(1usize, |acc, &x| usize::try_from(x).ok().and_then(|x| acc.checked_mul(x)))
+                    .ok_or_else(|| Error::internal(format!("output '{}' has an unknown shape {shape:?}", t.name)))?;
+                let size = t.datatype().and_then(|dt| dt.byte_size()).unwrap_or(1);
+                let slot = self.allocate(elems.saturating_mul(size))?;
+                let ptr = self.device_ptr(d, &slot)?;
+                // SAFETY: as for inputs.
+                if unsafe { (s.context_set_address)(self.raw, i as i32, ptr as *mut c_void) } == 0 {
+                    return Err(fail("setTensorAddress"));
+                }
+                shapes.push((i, shape));
+                slots.push((i, slot));
+            }
+            // SAFETY: every tensor has an address that stays alive until the stream is synchronized.
+            if unsafe { (s.context_enqueue)(self.raw, self.stream as *mut c_void) } == 0 {
+                return Err(fail("enqueue"));
+            }
+            d.stream_sync(self.stream)?;
+            let mut out = Vec::with_capacity(outputs.len());
+            for &o in outputs {
+                let shape = shapes.iter().find(|(i, _)| *i == o).map(|(_, s)| s.clone()).unwrap_or_default();
+                let pos =
+                    slots.iter().position(|(i, _)| *i == o).ok_or_else(|| Error::internal("output without memory"))?;
+                let (_, slot) = slots.swap_remove(pos);
+                let data = match slot {
+                    // Zero-copy: the pinned block itself becomes the response's bytes.
+                    Slot::Mapped(b) => Buffer::from_block(b),
+                    Slot::Device(b) => {
+                        let mut host = vec![0u8; b.len()];
+                        d.copy_to_host(self.device, b.addr() as u64, &mut host)?;
+                        Buffer::from(host)
+                    }
+                };
+                out.push(RunOutput { shape, data });
+            }
+            Ok(out)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_split_as_tensorrt_encodes_them() {
+        assert_eq!(split_version(8201), (8, 2, 1));
+        assert_eq!(split_version(8601), (8, 6, 1));
+        assert_eq!(split_version(100300), (10, 3, 0));
+        assert_eq!(split_version(101600), (10, 16, 0));
+    }
+
+    #[test]
+    fn the_linked_shim_is_tensorrt_10() {
+        // CI builds with the TensorRT 10 headers (scripts/test.sh requires it), so the shim is linked and
+        // answers; a build without the headers has no shim and says so when a plan is loaded.
+        match linked_shim() {
+            Some(s) => {
+                // SAFETY: argument-less functions of the linked shim.
+                assert_eq!(unsafe { (s.abi_version)() }, ABI_VERSION);
+                assert_eq!(split_version(unsafe { (s.header_version)() }).0, 10);
+            }
+            None => assert!(std::env::var_os("TRITONRS_REQUIRE_TRT_SHIM").is_none(), "the TensorRT shim was not built"),
+        }
+    }
+
+    #[test]
+    fn missing_libnvinfer_is_a_clear_reason() {
+        let opts = LoadOptions { library: Some("/nonexistent/libnvinfer.so.10".into()), ..Default::default() };
+        let err = Nvinfer::load(&opts, None).err().expect("no TensorRT here");
+        assert!(err.contains("TensorRT is not installed"), "{err}");
+        assert!(err.contains("/nonexistent/libnvinfer.so.10"), "{err}");
+    }
+}

@@ -1,0 +1,278 @@
+//! The TensorRT backend: `platform: "tensorrt_plan"` / `backend: "tensorrt"` models, `model.plan`
+//! engines served on TensorRT 8.2 (Jetson Nano) through 10.x (Orin, x86).
+//!
+//! TensorRT is loaded at run time (`ffi.rs`); without it, or with an unsupported version, these models
+//! are UNAVAILABLE with a reason and the rest of the server serves. The decisions that do not need
+//! TensorRT (configuration checks, auto-complete, profile selection) live in `engine.rs` and run the
+//! same over the real engine and the mock one the tests use ([`Runtime`], [`Engine`], [`Context`]).
+//!
+//! Each instance owns one execution context on its own CUDA stream, on the GPU its instance group
+//! names, and runs on its own thread like every backend. Engines are shared by the instances of a
+//! model version on one GPU. Inputs and outputs live in the server's memory pools: mapped pinned
+//! memory on Xavier and Orin (the GPU reads the bytes where they are, and outputs go back to the
+//! client from the same block), device memory with copies elsewhere (the Nano, discrete GPUs).
+
+pub mod engine;
+mod ffi;
+#[cfg(test)]
+pub mod mock;
+
+use super::{
+    Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
+    ModelInstance,
+};
+use crate::core::types::Tensor;
+use crate::error::{Error, Result};
+use crate::memory::pool::Pools;
+use crate::memory::Buffer;
+use engine::EngineDesc;
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
+
+/// Deserializes engines (TensorRT's IRuntime, or the mock).
+pub trait Runtime: Send + Sync {
+    fn deserialize(&self, device: i32, plan: &[u8]) -> Result<Arc<dyn Engine>>;
+}
+
+/// A deserialized engine.
+pub trait Engine: Send + Sync {
+    fn desc(&self) -> &EngineDesc;
+    /// An execution context with its own stream on `device`.
+    fn create_context(self: Arc<Self>, device: i32) -> Result<Box<dyn Context>>;
+}
+
+/// One input of a run: the engine's I/O index, the full shape, the bytes.
+pub struct RunInput<'a> {
+    pub io: usize,
+    pub shape: &'a [i64],
+    pub data: &'a Buffer,
+}
+
+/// One output of a run.
+#[derive(Debug)]
+pub struct RunOutput {
+    pub shape: Vec<i64>,
+    pub data: Buffer,
+}
+
+/// An execution context.
+pub trait Context: Send {
+    /// Runs the engine with `profile` on `inputs` and returns `outputs` (I/O indices), in that order.
+    fn run(&mut self, profile: usize, inputs: &[RunInput<'_>], outputs: &[usize]) -> Result<Vec<RunOutput>>;
+}
+
+/// The largest plan file read (engines of big models run to a few hundred MB).
+const MAX_PLAN_BYTES: u64 = 4 << 30;
+
+type EngineKey = (PathBuf, i32);
+
+pub struct TensorRtBackend {
+    opts: ffi::LoadOptions,
+    pools: Option<Pools>,
+    /// TensorRT, loaded on first use; the error says what is missing.
+    runtime: OnceLock<std::result::Result<Arc<dyn Runtime>, String>>,
+    /// Engines by plan file and GPU, shared by instances while any holds them.
+    engines: Mutex<Vec<(EngineKey, Weak<dyn Engine>)>>,
+    /// Check the instance's GPU through the CUDA driver (not for the mock runtime).
+    check_gpus: bool,
+}
+
+impl TensorRtBackend {
+    pub fn new(config: &BackendConfig, pools: Option<Pools>) -> TensorRtBackend {
+        let get = |k: &str| config.get("tensorrt", k).map(str::trim).filter(|v| !v.is_empty());
+        let opts = ffi::LoadOptions {
+            library: get("library").map(PathBuf::from),
+            shim: get("shim").map(PathBuf::from),
+            plugins: get("plugins")
+                .map(|v| v.split(';').map(str::trim).filter(|p| !p.is_empty()).map(PathBuf::from).collect())
+                .unwrap_or_default(),
+        };
+        TensorRtBackend { opts, pools, runtime: OnceLock::new(), engines: Mutex::new(Vec::new()), check_gpus: true }
+    }
+
+    /// A backend over another runtime (the tests' mock).
+    pub fn with_runtime(runtime: Arc<dyn Runtime>) -> TensorRtBackend {
+        let mut b = TensorRtBackend::new(&BackendConfig::default(), None);
+        b.check_gpus = false;
+        let _ = b.runtime.set(Ok(runtime));
+        b
+    }
+
+    fn runtime(&self) -> Result<Arc<dyn Runtime>> {
+        self.runtime
+            .get_or_init(|| {
+                ffi::Nvinfer::load(&self.opts, self.pools.clone()).map(|n| Arc::new(Arc::new(n)) as Arc<dyn Runtime>)
+            })
+            .clone()
+            .map_err(Error::unavailable)
+    }
+
+    fn engine(&self, runtime: &dyn Runtime, file: &Path, device: i32) -> Result<Arc<dyn Engine>> {
+        let key = (file.to_path_buf(), device);
+        let mut engines = self.engines.lock();
+        engines.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(e) = engines.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
+            return Ok(e);
+        }
+        let plan = read_plan(file)?;
+        let engine = runtime.deserialize(device, &plan).map_err(|e| e.context(format!("'{}'", file.display())))?;
+        engines.push((key, Arc::downgrade(&engine)));
+        Ok(engine)
+    }
+}
+
+fn read_plan(file: &Path) -> Result<Vec<u8>> {
+    let meta = std::fs::metadata(file)
+        .map_err(|e| Error::invalid(format!("cannot read the TensorRT engine '{}': {e}", file.display())))?;
+    if meta.len() == 0 {
+        return Err(Error::invalid(format!("the TensorRT engine '{}' is empty", file.display())));
+    }
+    if meta.len() > MAX_PLAN_BYTES {
+        return Err(Error::invalid(format!(
+            "the TensorRT engine '{}' is {} bytes, over the {MAX_PLAN_BYTES}-byte limit",
+            file.display(),
+            meta.len()
+        )));
+    }
+    std::fs::read(file)
+        .map_err(|e| Error::invalid(format!("cannot read the TensorRT engine '{}': {e}", file.display())))
+}
+
+/// The server's TensorRT backend, for auto-complete while a repository is read.
+static REGISTERED: Mutex<Option<Weak<TensorRtBackend>>> = Mutex::new(None);
+
+/// Makes `backend` the one [`auto_complete_registered`] uses.
+pub fn register(backend: &Arc<TensorRtBackend>) {
+    *REGISTERED.lock() = Some(Arc::downgrade(backend));
+}
+
+/// [`auto_complete`] with the server's backend (none in `tritonrs validate`: nothing to do).
+pub fn auto_complete_registered(file: &Path, cfg: &mut crate::proto::inference::ModelConfig) -> Result<()> {
+    let backend = REGISTERED.lock().as_ref().and_then(Weak::upgrade);
+    match backend {
+        Some(b) => auto_complete(&b, file, cfg),
+        None => Ok(()),
+    }
+}
+
+/// Completes a configuration from its engine, which needs TensorRT and a GPU to read it; the error
+/// says which is missing (the configuration is left as it was).
+pub fn auto_complete(
+    backend: &TensorRtBackend,
+    file: &Path,
+    cfg: &mut crate::proto::inference::ModelConfig,
+) -> Result<()> {
+    let runtime = backend.runtime()?;
+    let gpu = crate::platform::cuda::usable_gpus().first().map(|g| g.index).ok_or_else(|| {
+        Error::unavailable(format!(
+            "reading the engine needs a usable GPU ({})",
+            crate::platform::cuda::unavailable_reason()
+                .unwrap_or_else(|| "none meets --min-supported-compute-capability".into())
+        ))
+    })?;
+    let engine = backend.engine(runtime.as_ref(), file, gpu)?;
+    engine::auto_complete(cfg, engine.desc());
+    Ok(())
+}
+
+impl Backend for TensorRtBackend {
+    fn name(&self) -> &'static str {
+        "tensorrt"
+    }
+
+    fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
+        let file = crate::core::repository::model_file(&ctx.version_dir, &ctx.config)?;
+        if !file.is_file() {
+            return Err(Error::invalid(format!("model file '{}' not found", file.display())));
+        }
+        // What is missing is said first: TensorRT, then the GPU.
+        let runtime = self.runtime()?;
+        let device = match spec.kind {
+            InstanceKind::Gpu { device_id } => device_id,
+            InstanceKind::Cpu => {
+                let why = crate::platform::cuda::unavailable_reason()
+                    .map(|r| format!(" (no usable GPU: {r})"))
+                    .unwrap_or_default();
+                return Err(Error::unavailable(format!(
+                    "instance '{}' is KIND_CPU{why}, but TensorRT engines run on a GPU",
+                    spec.name
+                )));
+            }
+        };
+        if self.check_gpus {
+            crate::platform::cuda::check_gpu(device)
+                .map_err(|e| Error::unavailable(format!("instance '{}' is KIND_GPU, but {}", spec.name, e.message)))?;
+        }
+        let engine = self.engine(runtime.as_ref(), &file, device)?;
+        let desc = engine.desc().clone();
+        let profiles = engine::instance_profiles(&desc, &ctx.name, &spec.profiles)?;
+        engine::check(&ctx.config, &desc, &profiles)?;
+        let context = engine.create_context(device)?;
+        Ok(Box::new(TensorRtInstance { desc, context, profiles }))
+    }
+}
+
+struct TensorRtInstance {
+    desc: EngineDesc,
+    context: Box<dyn Context>,
+    /// The profiles this instance may use, in the order they are tried.
+    profiles: Vec<usize>,
+}
+
+impl ModelInstance for TensorRtInstance {
+    fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult> {
+        let t0 = Instant::now();
+        let mut inputs = Vec::with_capacity(req.inputs.len());
+        for t in &req.inputs {
+            let io = self
+                .desc
+                .index(&t.name)
+                .filter(|&i| self.desc.io[i].input)
+                .ok_or_else(|| Error::invalid(format!("the engine has no input '{}'", t.name)))?;
+            inputs.push(RunInput { io, shape: &t.shape, data: &t.data });
+        }
+        let shapes: Vec<(usize, &[i64])> = inputs.iter().map(|i| (i.io, i.shape)).collect();
+        let profile = engine::select_profile(&self.desc, &self.profiles, &shapes)?;
+        let mut wanted = Vec::with_capacity(req.outputs.len());
+        for name in &req.outputs {
+            let io = self
+                .desc
+                .index(name)
+                .filter(|&i| !self.desc.io[i].input)
+                .ok_or_else(|| Error::invalid(format!("the engine has no output '{name}'")))?;
+            wanted.push(io);
+        }
+        let t1 = Instant::now();
+        let outs = self.context.run(profile, &inputs, &wanted)?;
+        let t2 = Instant::now();
+        let mut outputs = Vec::with_capacity(outs.len());
+        for (out, &io) in outs.into_iter().zip(&wanted) {
+            let t = &self.desc.io[io];
+            let datatype =
+                t.datatype().ok_or_else(|| Error::internal(format!("output '{}' has no Triton type", t.name)))?;
+            outputs.push(Tensor::new(t.name.clone(), datatype, out.shape, out.data));
+        }
+        let t3 = Instant::now();
+        Ok(ExecResult {
+            outputs,
+            timings: ExecTimings {
+                // The copies into device memory happen inside the run; the split is TensorRT's whole run.
+                compute_input_ns: (t1 - t0).as_nanos() as u64,
+                compute_infer_ns: (t2 - t1).as_nanos() as u64,
+                compute_output_ns: (t3 - t2).as_nanos() as u64,
+                started: None,
+            },
+            parameters: Default::default(),
+        })
+    }
+}
+
+/// The TensorRT version the linked shim was built against, for `--version`-style reports and tests.
+pub fn shim_header_version() -> Option<i32> {
+    ffi::linked_shim_header_version()
+}
+
+#[cfg(test)]
+mod tests;
