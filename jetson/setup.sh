@@ -6,7 +6,8 @@
 # 3. finds ONNX Runtime (>= 1.17: system, /opt, or a pip-installed onnxruntime), CUDA and TensorRT
 #    libraries, and writes ONNX Runtime's path into the configuration file as
 #    backend-config = ["onnxruntime,library=..."] unless one is set already; CUDA and TensorRT are
-#    recorded as comments for now (the TensorRT backend is being built);
+#    recorded as comments (tritonrs finds them by their sonames); with TensorRT 8 (JetPack 4.6 / 5)
+#    it says whether the TensorRT 8 shim is installed and how to build it;
 # 4. checks the configuration with `tritonrs validate --config`.
 # ROOT (default /) and CONFIG (default $ROOT/etc/tritonrs/tritonrs.toml) let tests run it on a fake tree.
 set -euo pipefail
@@ -56,6 +57,15 @@ trt=$(newest "$ROOT"/usr/lib/aarch64-linux-gnu/libnvinfer.so.* "$ROOT"/usr/lib/x
 say "ONNX Runtime: ${ort:-not found (see jetson/README.md: Which ONNX Runtime)}"
 say "CUDA runtime: ${cuda:-not found}"
 say "TensorRT: ${trt:-not found}"
+case "${trt##*libnvinfer.so.}" in
+    8.*)
+        if [ -f "$ROOT/usr/lib/tritonrs/libtritonrs_trt8.so" ]; then
+            say "TensorRT 8 shim: $ROOT/usr/lib/tritonrs/libtritonrs_trt8.so"
+        else
+            say "TensorRT 8 needs its shim for tensorrt_plan models: sudo /usr/share/tritonrs/trt-shim/build-trt8-shim.sh"
+        fi
+        ;;
+esac
 if [ -n "$ort" ]; then
     version=${ort##*libonnxruntime.so.}
     if [ "$version" != "$ort" ] && [ "$(printf '%s\n1.17\n' "$version" | sort -V | head -n1)" != "1.17" ]; then

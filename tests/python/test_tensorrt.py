@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +88,64 @@ def test_explicit_load_of_a_plan_fails_with_the_reason(start_server, repo):
     resp = s.post("/v2/repository/models/trt_plan/load")
     assert resp.status >= 400, resp
     assert "TensorRT is not installed" in resp.json()["error"], resp.json()
+    assert s.is_running()
+
+
+FAKE_NVINFER = r"""
+#include <stddef.h>
+#include <stdint.h>
+int32_t getInferLibVersion(void) { return VERSION; }
+#ifndef NO_RUNTIME
+void* createInferRuntime_INTERNAL(void* logger, int32_t version) { (void)logger; (void)version; return NULL; }
+#endif
+"""
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def fake_nvinfer(tmp_path: Path, version: int, runtime: bool = True) -> Path:
+    """A stand-in libnvinfer exporting TensorRT's two C entry points: the version it reports, and a
+    createInferRuntime_INTERNAL that fails (returns NULL), so the loading path runs for real."""
+    src = tmp_path / "fake_nvinfer.c"
+    src.write_text(FAKE_NVINFER)
+    out = tmp_path / f"libnvinfer-{version}.so"
+    flags = [f"-DVERSION={version}"] + ([] if runtime else ["-DNO_RUNTIME"])
+    subprocess.run(["gcc", "-shared", "-fPIC", *flags, "-o", str(out), str(src)], check=True)
+    return out
+
+
+def trt10_headers() -> Path | None:
+    home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo"))
+    found = sorted(home.glob("registry/src/*/trtx-sys-0.4.0/TensorRT-Headers/TRT-Enterprise-10.16"))
+    return found[0] if found else None
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a stand-in libnvinfer")
+@pytest.mark.parametrize("version,runtime,shim,message", [
+    (100300, True, False, "TensorRT 10.3.0 could not create a runtime: TensorRT logged no reason"),
+    (101600, False, False, "libnvinfer has no createInferRuntime_INTERNAL"),
+    (8201, True, False, "TensorRT 8.2.1 needs libtritonrs_trt8.so, which is not installed: build it on the device "
+                        "with jetson/build-trt8-shim.sh"),
+    (8601, True, True, "the TensorRT shim was built for TensorRT 10, but TensorRT 8.6.1 is installed"),
+    (7103, True, False, "TensorRT 7.1.3 is not supported: this server serves TensorRT 8.2 to 8.6 and 10.x"),
+])
+def test_libnvinfer_versions_are_checked(start_server, repo, tmp_path, version, runtime, shim, message):
+    lib = fake_nvinfer(tmp_path, version, runtime)
+    args = [f"--backend-config=tensorrt,library={lib}"]
+    if shim:
+        headers = trt10_headers()
+        if headers is None:
+            pytest.skip("no TensorRT 10 headers (cargo fetch unpacks them)")
+        # jetson/build-trt8-shim.sh, run against TensorRT 10 headers: a shim of the wrong major version.
+        out = tmp_path / "libtritonrs_trt8.so"
+        subprocess.run([str(REPO_ROOT / "jetson/build-trt8-shim.sh"), str(out)], check=True,
+                       env=dict(os.environ, TRT_INCLUDE=str(headers)), capture_output=True)
+        args.append(f"--backend-config=tensorrt,shim={out}")
+    plan_model(repo, "trt_plan", b"\x03" * 64)
+    s = start_server("--model-repository", repo, "--strict-readiness=false", *args)
+    s.wait_until(lambda: settled(s), what="loads to finish")
+    r = row(s, "trt_plan")
+    assert r["state"] == "UNAVAILABLE" and message in r["reason"], r
     assert s.is_running()
 
 

@@ -185,3 +185,42 @@ fn the_first_profile_that_fits_every_input_serves_the_request() {
     let (a, b) = (vec![2, 5], s(2));
     assert!(select_profile(&d, &[0, 1], &[(0, &a), (1, &b)]).is_err());
 }
+
+#[test]
+fn implicit_state_tensors_need_no_configured_inputs_or_outputs() {
+    use crate::proto::inference::model_config::SchedulingChoice;
+    use crate::proto::inference::model_sequence_batching::State;
+    use crate::proto::inference::ModelSequenceBatching;
+    // An engine with a state input and output beside its data tensors, as the sequence batcher feeds
+    // ONNX models: the state pair is the server's business, so the configuration lists only the data.
+    let d = EngineDesc {
+        io: vec![
+            io("INPUT", true, &[-1, 4]),
+            io("STATE_IN", true, &[-1, 4]),
+            io("OUTPUT", false, &[-1, 4]),
+            io("STATE_OUT", false, &[-1, 4]),
+        ],
+        profiles: vec![vec![range(&[1, 4], &[1, 4], &[4, 4]), range(&[1, 4], &[1, 4], &[4, 4]), None, None]],
+        implicit_batch: false,
+    };
+    let mut c = cfg("acc", 4);
+    c.input = vec![tensor_in("INPUT", &[4])];
+    c.output = vec![tensor_out("OUTPUT", &[4])];
+    c.scheduling_choice = Some(SchedulingChoice::SequenceBatching(ModelSequenceBatching {
+        state: vec![State {
+            input_name: "STATE_IN".into(),
+            output_name: "STATE_OUT".into(),
+            data_type: DataType::Fp32.to_config(),
+            dims: vec![4],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }));
+    check(&c, &d, &[0]).expect("state tensors are fed by the sequence batcher");
+    // Auto-complete leaves them out too.
+    let mut bare = cfg("acc", 0);
+    bare.scheduling_choice = c.scheduling_choice.clone();
+    auto_complete(&mut bare, &d);
+    assert_eq!(bare.input.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), vec!["INPUT"]);
+    assert_eq!(bare.output.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), vec!["OUTPUT"]);
+}

@@ -19,6 +19,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Exported from libtritonrs_trt8.so even when built with -fvisibility=hidden. */
+#if defined(__GNUC__)
+#define TRS_API __attribute__((visibility("default")))
+#else
+#define TRS_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -43,41 +50,41 @@ typedef void (*trs_log_fn)(int32_t severity, const char* msg);
 /* libnvinfer's `createInferRuntime_INTERNAL(void* logger, int32_t version)`. */
 typedef void* (*trs_create_runtime_fn)(void* logger, int32_t version);
 
-int32_t trs_abi_version(void);
+TRS_API int32_t trs_abi_version(void);
 /* NV_TENSORRT_VERSION of the headers the shim was compiled against. */
-int32_t trs_header_version(void);
+TRS_API int32_t trs_header_version(void);
 /* The logger TensorRT calls (also for initLibNvInferPlugins); set its callback first. */
-void* trs_logger(trs_log_fn log);
+TRS_API void* trs_logger(trs_log_fn log);
 
-trs_runtime* trs_runtime_create(trs_create_runtime_fn create, int32_t lib_version);
-void trs_runtime_destroy(trs_runtime* rt);
+TRS_API trs_runtime* trs_runtime_create(trs_create_runtime_fn create, int32_t lib_version);
+TRS_API void trs_runtime_destroy(trs_runtime* rt);
 
 /* NULL on failure; TensorRT logs the reason as an error first. */
-trs_engine* trs_engine_deserialize(trs_runtime* rt, const void* blob, size_t len);
-void trs_engine_destroy(trs_engine* e);
-int32_t trs_engine_num_io(const trs_engine* e);
-const char* trs_engine_io_name(const trs_engine* e, int32_t io);
-int32_t trs_engine_io_flags(const trs_engine* e, int32_t io);
+TRS_API trs_engine* trs_engine_deserialize(trs_runtime* rt, const void* blob, size_t len);
+TRS_API void trs_engine_destroy(trs_engine* e);
+TRS_API int32_t trs_engine_num_io(const trs_engine* e);
+TRS_API const char* trs_engine_io_name(const trs_engine* e, int32_t io);
+TRS_API int32_t trs_engine_io_flags(const trs_engine* e, int32_t io);
 /* nvinfer1::DataType value. */
-int32_t trs_engine_io_dtype(const trs_engine* e, int32_t io);
+TRS_API int32_t trs_engine_io_dtype(const trs_engine* e, int32_t io);
 /* Writes up to TRS_MAX_DIMS dims (-1 for dynamic) and returns their count, or -1. */
-int32_t trs_engine_io_shape(const trs_engine* e, int32_t io, int64_t* dims);
-int32_t trs_engine_num_profiles(const trs_engine* e);
+TRS_API int32_t trs_engine_io_shape(const trs_engine* e, int32_t io, int64_t* dims);
+TRS_API int32_t trs_engine_num_profiles(const trs_engine* e);
 /* which: 0 min, 1 opt, 2 max. Returns the rank, or -1 (a tensor with no profile shapes). */
-int32_t trs_engine_profile_shape(const trs_engine* e, int32_t io, int32_t profile, int32_t which, int64_t* dims);
+TRS_API int32_t trs_engine_profile_shape(const trs_engine* e, int32_t io, int32_t profile, int32_t which, int64_t* dims);
 /* 1 for an implicit-batch engine (TensorRT < 10), else 0. */
-int32_t trs_engine_implicit_batch(const trs_engine* e);
+TRS_API int32_t trs_engine_implicit_batch(const trs_engine* e);
 
 /* NULL on failure. */
-trs_context* trs_context_create(trs_engine* e);
-void trs_context_destroy(trs_context* c);
+TRS_API trs_context* trs_context_create(trs_engine* e);
+TRS_API void trs_context_destroy(trs_context* c);
 /* These return 1 on success, 0 on failure. stream is a cudaStream_t (CUstream). */
-int32_t trs_context_set_profile(trs_context* c, int32_t profile, void* stream);
-int32_t trs_context_set_input_shape(trs_context* c, int32_t io, const int64_t* dims, int32_t nb_dims);
+TRS_API int32_t trs_context_set_profile(trs_context* c, int32_t profile, void* stream);
+TRS_API int32_t trs_context_set_input_shape(trs_context* c, int32_t io, const int64_t* dims, int32_t nb_dims);
 /* The shape of a tensor under the current input shapes; returns the rank or -1. */
-int32_t trs_context_tensor_shape(trs_context* c, int32_t io, int64_t* dims);
-int32_t trs_context_set_address(trs_context* c, int32_t io, void* device_ptr);
-int32_t trs_context_enqueue(trs_context* c, void* stream);
+TRS_API int32_t trs_context_tensor_shape(trs_context* c, int32_t io, int64_t* dims);
+TRS_API int32_t trs_context_set_address(trs_context* c, int32_t io, void* device_ptr);
+TRS_API int32_t trs_context_enqueue(trs_context* c, void* stream);
 
 #ifdef __cplusplus
 }
