@@ -24,6 +24,7 @@
 //! | `cuStreamCreate`, `cuStreamSynchronize` | 2.0 | a stream per TensorRT instance      |
 //! | `cuStreamDestroy_v2`            | 4.0  | TensorRT instances                         |
 //! | `cuMemHostGetDevicePointer_v2`  | 3.2  | mapped pinned memory as TensorRT I/O       |
+//! | `cuMemcpyHtoDAsync_v2`, `cuMemcpyDtoHAsync_v2` | 3.2 | TensorRT I/O copies on its stream |
 #![allow(unsafe_code)]
 
 use crate::error::{Error, Result};
@@ -84,6 +85,8 @@ struct Api {
     cuStreamDestroy: Option<unsafe extern "C" fn(*mut c_void) -> CuResult>,
     cuStreamSynchronize: Option<unsafe extern "C" fn(*mut c_void) -> CuResult>,
     cuMemHostGetDevicePointer: Option<unsafe extern "C" fn(*mut CuDevicePtr, *mut c_void, c_uint) -> CuResult>,
+    cuMemcpyHtoDAsync: Option<unsafe extern "C" fn(CuDevicePtr, *const c_void, usize, *mut c_void) -> CuResult>,
+    cuMemcpyDtoHAsync: Option<unsafe extern "C" fn(*mut c_void, CuDevicePtr, usize, *mut c_void) -> CuResult>,
 }
 
 /// One GPU as the driver describes it.
@@ -269,6 +272,8 @@ impl Driver {
             cuStreamDestroy: optional!(lib, "cuStreamDestroy_v2"),
             cuStreamSynchronize: optional!(lib, "cuStreamSynchronize"),
             cuMemHostGetDevicePointer: optional!(lib, "cuMemHostGetDevicePointer_v2"),
+            cuMemcpyHtoDAsync: optional!(lib, "cuMemcpyHtoDAsync_v2"),
+            cuMemcpyDtoHAsync: optional!(lib, "cuMemcpyDtoHAsync_v2"),
         };
         let mut d = Driver { api, version: 0, gpus: Vec::new(), contexts: Default::default(), _lib: lib };
         // SAFETY: plain driver calls with valid out pointers; flags must be 0 for cuInit.
@@ -462,7 +467,8 @@ impl Driver {
         })
     }
 
-    /// A new stream on GPU `device` (`CU_STREAM_NON_BLOCKING`), as an opaque address.
+    /// A new stream on GPU `device` (`CU_STREAM_NON_BLOCKING`: it does not wait on other threads'
+    /// default-stream work), as an opaque address. Everything a run does goes on it, copies included.
     pub fn stream_create(&self, device: i32) -> Result<usize> {
         let create = self.api.cuStreamCreate.ok_or_else(|| self.missing("cuStreamCreate", "2.0"))?;
         self.with_context(device, || {
@@ -482,6 +488,22 @@ impl Driver {
                 Ok(())
             });
         }
+    }
+
+    /// Queues a copy of `src` into device memory on `stream`; the caller has the stream's context
+    /// current and keeps `src` alive and unchanged until the stream is synchronized.
+    pub fn copy_from_host_async(&self, dst: u64, src: &[u8], stream: usize) -> Result<()> {
+        let copy = self.api.cuMemcpyHtoDAsync.ok_or_else(|| self.missing("cuMemcpyHtoDAsync_v2", "3.2"))?;
+        // SAFETY: `src` is readable for its length until the caller synchronizes the stream; `dst` has room.
+        self.check(unsafe { copy(dst, src.as_ptr().cast(), src.len(), stream as *mut c_void) }, "cuMemcpyHtoDAsync")
+    }
+
+    /// Queues a copy of device memory into `dst` on `stream`; the caller has the context current and
+    /// reads `dst` only after synchronizing the stream.
+    pub fn copy_to_host_async(&self, dst: &mut [u8], src: u64, stream: usize) -> Result<()> {
+        let copy = self.api.cuMemcpyDtoHAsync.ok_or_else(|| self.missing("cuMemcpyDtoHAsync_v2", "3.2"))?;
+        // SAFETY: `dst` is writable for its length until the stream is synchronized; `src` has that many bytes.
+        self.check(unsafe { copy(dst.as_mut_ptr().cast(), src, dst.len(), stream as *mut c_void) }, "cuMemcpyDtoHAsync")
     }
 
     /// Waits for the work queued on `stream`; the caller has the stream's context current.

@@ -633,6 +633,8 @@ impl Context for RealContext {
                 self.profile = Some(profile);
             }
             let mut slots: Vec<(usize, Slot)> = Vec::with_capacity(desc.io.len());
+            // Input bytes queued for copying stay here until the stream is synchronized.
+            let mut held = Vec::with_capacity(inputs.len());
             for input in inputs {
                 let io = input.io as i32;
                 // SAFETY: `shape` is readable for its length (at most MAX_DIMS, checked by the core's shapes).
@@ -654,8 +656,10 @@ impl Context for RealContext {
                             dst.copy_from_slice(&bytes);
                         }
                     }
-                    Slot::Device(b) => d.copy_from_host(self.device, b.addr() as u64, &bytes)?,
+                    // On the instance's stream, ordered before the run; `bytes` lives past the sync.
+                    Slot::Device(b) => d.copy_from_host_async(b.addr() as u64, &bytes, self.stream)?,
                 }
+                held.push(bytes);
                 let ptr = self.device_ptr(d, &slot)?;
                 // SAFETY: `ptr` addresses `bytes.len()` bytes of device-visible memory kept alive in `slots`.
                 if unsafe { (s.context_set_address)(self.raw, io, ptr as *mut c_void) } == 0 {
@@ -692,25 +696,32 @@ impl Context for RealContext {
             if unsafe { (s.context_enqueue)(self.raw, self.stream as *mut c_void) } == 0 {
                 return Err(fail("enqueue"));
             }
-            d.stream_sync(self.stream)?;
+            // Device outputs come back into pinned blocks, queued on the same stream.
             let mut out = Vec::with_capacity(outputs.len());
+            let mut keep = Vec::new();
             for &o in outputs {
                 let shape = shapes.iter().find(|(i, _)| *i == o).map(|(_, s)| s.clone()).unwrap_or_default();
                 let pos =
                     slots.iter().position(|(i, _)| *i == o).ok_or_else(|| Error::internal("output without memory"))?;
                 let (_, slot) = slots.swap_remove(pos);
-                let data = match slot {
-                    // Zero-copy: the pinned block itself becomes the response's bytes.
-                    Slot::Mapped(b) => Buffer::from_block(b),
+                match slot {
+                    // Zero-copy: the mapped block itself becomes the response's bytes.
+                    Slot::Mapped(b) => out.push((shape, b)),
                     Slot::Device(b) => {
-                        let mut host = vec![0u8; b.len()];
-                        d.copy_to_host(self.device, b.addr() as u64, &mut host)?;
-                        Buffer::from(host)
+                        let pools = self.pools.as_ref().ok_or_else(|| Error::internal("no memory pools"))?;
+                        let mut host = pools.pinned.allocate(b.len())?;
+                        let dst =
+                            host.as_mut_slice().ok_or_else(|| Error::internal("a pinned block is not host memory"))?;
+                        d.copy_to_host_async(dst, b.addr() as u64, self.stream)?;
+                        keep.push(b);
+                        out.push((shape, host));
                     }
-                };
-                out.push(RunOutput { shape, data });
+                }
             }
-            Ok(out)
+            // Inputs, unrequested outputs and device blocks stay alive until the stream is done.
+            d.stream_sync(self.stream)?;
+            drop((keep, slots, held));
+            Ok(out.into_iter().map(|(shape, b)| RunOutput { shape, data: Buffer::from_block(b) }).collect())
         })
     }
 }
