@@ -14,6 +14,8 @@ source scripts/env.sh
 missing=()
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
+# The TensorRT shim is C++ (the cc crate compiles it with c++).
+command -v c++ >/dev/null 2>&1 || missing+=(g++)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "== apt-get install ${missing[*]}"
