@@ -126,6 +126,23 @@ pub struct ExecTimings {
     pub started: Option<std::time::Instant>,
 }
 
+impl ExecTimings {
+    /// The phases between four instants: inputs ready at `t1`, inference done at `t2`, outputs at `t3`.
+    pub fn between(
+        t0: std::time::Instant,
+        t1: std::time::Instant,
+        t2: std::time::Instant,
+        t3: std::time::Instant,
+    ) -> Self {
+        ExecTimings {
+            compute_input_ns: (t1 - t0).as_nanos() as u64,
+            compute_infer_ns: (t2 - t1).as_nanos() as u64,
+            compute_output_ns: (t3 - t2).as_nanos() as u64,
+            started: None,
+        }
+    }
+}
+
 /// The outputs of one execution.
 #[derive(Debug, Clone, Default)]
 pub struct ExecResult {

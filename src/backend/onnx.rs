@@ -371,12 +371,7 @@ impl ModelInstance for OnnxInstance {
         let t3 = Instant::now();
         Ok(ExecResult {
             outputs: result,
-            timings: ExecTimings {
-                compute_input_ns: (t1 - t0).as_nanos() as u64,
-                compute_infer_ns: (t2 - t1).as_nanos() as u64,
-                compute_output_ns: (t3 - t2).as_nanos() as u64,
-                started: None,
-            },
+            timings: ExecTimings::between(t0, t1, t2, t3),
             parameters: Default::default(),
         })
     }

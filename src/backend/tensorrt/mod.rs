@@ -257,13 +257,8 @@ impl ModelInstance for TensorRtInstance {
         let t3 = Instant::now();
         Ok(ExecResult {
             outputs,
-            timings: ExecTimings {
-                // The copies into device memory happen inside the run; the split is TensorRT's whole run.
-                compute_input_ns: (t1 - t0).as_nanos() as u64,
-                compute_infer_ns: (t2 - t1).as_nanos() as u64,
-                compute_output_ns: (t3 - t2).as_nanos() as u64,
-                started: None,
-            },
+            // The copies to and from device memory happen inside the run, so they count as inference.
+            timings: ExecTimings::between(t0, t1, t2, t3),
             parameters: Default::default(),
         })
     }
