@@ -2,14 +2,17 @@
 //
 // Built with -fno-exceptions -fno-rtti and without the C++ standard library: nothing here allocates
 // with `new`, and the few runtime hooks the compiler may reference (vtables' deleting destructors and
-// pure-virtual slots) are defined at the bottom with hidden visibility, so the object file adds no
+// pure-virtual slots) are defined at the bottom, so the object file adds no
 // libstdc++ (GLIBCXX) requirement to the binary. libnvinfer brings its own libstdc++ when it is loaded.
 //
 // Versions:
 //   TensorRT >= 10    named I/O tensors, int64 dims, enqueueV3 (linked into tritonrs; built against
 //                     TensorRT 10 headers). Only methods present since 10.0 are called, so a binary
 //                     built against newer 10.x headers runs on JetPack 6's 10.3: TensorRT only appends
-//                     to its interfaces' virtual tables within a major version.
+//                     to its interfaces' virtual tables within a major version. (Checked on
+//                     2026-11-24: built against the 10.0, 10.3 and 10.16 headers, the shim's
+//                     machine code is the same instruction for instruction; the source also
+//                     compiles against the 8.0, 8.2, 8.4, 8.5 and 8.6 headers.)
 //   TensorRT 8.5-8.6  named I/O tensors with int32 dims, enqueueV3 (libtritonrs_trt8.so).
 //   TensorRT 8.2-8.4  bindings: one binding per tensor and profile, enqueueV2 (libtritonrs_trt8.so).
 
@@ -135,11 +138,8 @@ trs_engine* trs_engine_deserialize(trs_runtime* rt, const void* blob, size_t len
     if (rt == nullptr || blob == nullptr || len == 0) {
         return nullptr;
     }
-#if NV_TENSORRT_MAJOR >= 10
+    // The two-argument form exists in every supported version (8.0 deprecated the plugin-factory one).
     nv::ICudaEngine* engine = rt->rt->deserializeCudaEngine(blob, len);
-#else
-    nv::ICudaEngine* engine = rt->rt->deserializeCudaEngine(blob, len, nullptr);
-#endif
     if (engine == nullptr) {
         return nullptr;
     }
