@@ -100,8 +100,8 @@ smoke() {
     rm -f "$log"
 }
 
-# Unpacks the TensorRT 10 headers the TensorRT shim compiles against (see Cargo.toml); required here,
-# so a release binary always has its shim.
+# Unpacks the TensorRT 10 headers the TensorRT shim compiles against (see Cargo.toml); required here
+# (build.rs fails otherwise), so a release binary always has its shim.
 cargo fetch -q
 export TRITONRS_REQUIRE_TRT_SHIM=1
 for arch in "${ARCHES[@]}"; do
@@ -122,8 +122,6 @@ for arch in "${ARCHES[@]}"; do
     if objdump -p "$bin" | grep -E 'NEEDED.*lib(std)?c\+\+' >&2 || objdump -T "$bin" | grep -E 'GLIBCXX|CXXABI' >&2; then
         die "$bin needs a C++ runtime library"
     fi
-    objdump -t "$bin" 2>/dev/null | grep -q trs_engine_deserialize || nm "$bin" 2>/dev/null | grep -q trs_engine_deserialize \
-        || log "note: symbols stripped; cannot confirm the TensorRT shim by name"
 
     if [ "$arch" = aarch64 ]; then
         wheel_dir="$TARGET_DIR/ort-aarch64"
