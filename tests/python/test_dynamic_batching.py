@@ -7,8 +7,10 @@ copied into a temporary repository where a test needs another `dynamic_batching`
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -191,12 +193,24 @@ def test_timeout_rejects_requests_that_wait_too_long(start_server, repo):
         "dynamic_batching { default_queue_policy { timeout_action: REJECT allow_timeout_override: true "
         "max_queue_size: 100 } }"
     )
-    s = start_server("--model-repository", with_batching(repo, block, max_batch_size=1))
+    s = start_server("--model-repository", with_batching(repo, block, max_batch_size=1), "--allow-metrics=true",
+                     "--metrics-port", "0", "--metrics-address", "127.0.0.1")
+    metrics_port = int(s.wait_for_log(r"Started Metrics Service at \S+:(\d+)").group(1))
     c = s.grpc_client()
     results = queue.Queue()
     for k in range(30):
         inp, _ = inputs(grpcclient, float(k))
         c.async_infer(MODEL, [inp], callback=lambda result, error: results.put(("plain", result, error)))
+
+    def pending() -> int:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+        m = re.search(r'^nv_inference_pending_request_count\{model="%s",version="1"\} (\d+)' % MODEL, text, re.M)
+        return int(m.group(1)) if m else 0
+
+    # On a loaded machine the client may send slower than the model drains: wait until requests queue.
+    deadline = time.monotonic() + 10
+    while pending() < 5 and time.monotonic() < deadline:
+        time.sleep(0.002)
     inp, _ = inputs(grpcclient, 7.0)
     # 1 ms is far less than 30 executions ahead of it take.
     c.async_infer(MODEL, [inp], callback=lambda result, error: results.put(("timed", result, error)), timeout=1000)
