@@ -66,7 +66,13 @@ pub trait Context: Send {
 /// The largest plan file read (engines of big models run to a few hundred MB).
 const MAX_PLAN_BYTES: u64 = 4 << 30;
 
-type EngineKey = (PathBuf, i32);
+/// Which engine: the plan file (and its size and modification time) and the GPU.
+#[derive(PartialEq)]
+struct EngineKey {
+    file: PathBuf,
+    device: i32,
+    stamp: Option<(u64, Option<std::time::SystemTime>)>,
+}
 
 pub struct TensorRtBackend {
     opts: ffi::LoadOptions,
@@ -110,14 +116,24 @@ impl TensorRtBackend {
     }
 
     fn engine(&self, runtime: &dyn Runtime, file: &Path, device: i32) -> Result<Arc<dyn Engine>> {
-        let key = (file.to_path_buf(), device);
-        let mut engines = self.engines.lock();
-        engines.retain(|(_, w)| w.strong_count() > 0);
-        if let Some(e) = engines.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
+        // The file's size and time are in the key, so a reload of a changed model.plan deserializes the
+        // new engine while the old version's instances still hold the old one.
+        let stamp = std::fs::metadata(file).ok().map(|m| (m.len(), m.modified().ok()));
+        let key = EngineKey { file: file.to_path_buf(), device, stamp };
+        let cached = |engines: &mut Vec<(EngineKey, Weak<dyn Engine>)>| {
+            engines.retain(|(_, w)| w.strong_count() > 0);
+            engines.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade())
+        };
+        if let Some(e) = cached(&mut self.engines.lock()) {
             return Ok(e);
         }
+        // Deserializing takes seconds on a Jetson: other models' loads do not wait on the lock for it.
         let plan = read_plan(file)?;
         let engine = runtime.deserialize(device, &plan).map_err(|e| e.context(format!("'{}'", file.display())))?;
+        let mut engines = self.engines.lock();
+        if let Some(e) = cached(&mut engines) {
+            return Ok(e);
+        }
         engines.push((key, Arc::downgrade(&engine)));
         Ok(engine)
     }

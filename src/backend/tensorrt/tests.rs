@@ -188,3 +188,17 @@ fn plugins_are_listed_with_semicolons() {
             .unwrap();
     assert!(TensorRtBackend::new(&config, None).runtime().is_err());
 }
+
+#[test]
+fn a_changed_plan_is_deserialized_again() {
+    let mock = Arc::new(MockRuntime::default());
+    let backend = TensorRtBackend::with_runtime(Arc::new(mock.clone()));
+    let m = model(PLAN.as_bytes(), 16);
+    let old = backend.create_instance(&m.ctx, &gpu_spec(&[])).unwrap();
+    // A new model.plan (as a reload brings) while the old instance still serves: a new engine.
+    let file = m.ctx.version_dir.join("model.plan");
+    std::fs::write(&file, format!("{PLAN}\n")).unwrap();
+    let new = backend.create_instance(&m.ctx, &gpu_spec(&[])).unwrap();
+    assert_eq!(mock.devices.lock().len(), 2);
+    drop((old, new));
+}
