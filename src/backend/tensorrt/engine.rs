@@ -215,27 +215,22 @@ pub fn select_profile(desc: &EngineDesc, candidates: &[usize], inputs: &[(usize,
     if desc.profiles.is_empty() {
         return Ok(0);
     }
-    let fits = |p: usize| {
-        inputs.iter().all(|&(i, shape)| match desc.profiles.get(p).and_then(|r| r.get(i)) {
-            Some(Some(range)) => range.contains(shape),
-            // A static input: its shape must be the engine's.
-            _ => desc.io.get(i).is_some_and(|t| {
-                t.dims.len() == shape.len() && t.dims.iter().zip(shape).all(|(&a, &b)| a == -1 || a == b)
-            }),
-        })
+    // Whether profile `p` takes input `i` with `shape`.
+    let fits = |p: usize, i: usize, shape: &[i64]| match desc.profiles.get(p).and_then(|r| r.get(i)) {
+        Some(Some(range)) => range.contains(shape),
+        // A static input: its shape must be the engine's.
+        _ => desc
+            .io
+            .get(i)
+            .is_some_and(|t| t.dims.len() == shape.len() && t.dims.iter().zip(shape).all(|(&a, &b)| a == -1 || a == b)),
     };
-    if let Some(&p) = candidates.iter().find(|&&p| fits(p)) {
+    if let Some(&p) = candidates.iter().find(|&&p| inputs.iter().all(|&(i, shape)| fits(p, i, shape))) {
         return Ok(p);
     }
     // Name what does not fit, with the ranges on offer.
     let (i, shape) = inputs
         .iter()
-        .find(|&&(i, shape)| {
-            !candidates.iter().any(|&p| match desc.profiles.get(p).and_then(|r| r.get(i)) {
-                Some(Some(range)) => range.contains(shape),
-                _ => true,
-            })
-        })
+        .find(|&&(i, shape)| !candidates.iter().any(|&p| fits(p, i, shape)))
         .copied()
         .unwrap_or(inputs.first().copied().unwrap_or((0, &[])));
     let name = desc.io.get(i).map_or("?", |t| t.name.as_str());

@@ -134,12 +134,6 @@ fn linked_shim() -> Option<Shim> {
     }
 }
 
-/// The `NV_TENSORRT_VERSION` of the headers the linked shim was built with (the shim compiles in CI).
-pub fn linked_shim_header_version() -> Option<i32> {
-    // SAFETY: a function of the linked shim without arguments or state.
-    linked_shim().map(|s| unsafe { (s.header_version)() })
-}
-
 /// Loads a TensorRT 8 shim library and resolves every function of the table.
 fn load_shim(path: &Path) -> std::result::Result<(libloading::Library, Shim), String> {
     // SAFETY: loading our own shim runs no initializers beyond its C++ statics (a logger object).
@@ -380,10 +374,6 @@ impl Nvinfer {
         tracing::info!("TensorRT {major}.{minor}.{patch} loaded (shim built against {}).", headers);
         Ok(Nvinfer { shim, runtime, version, pools, _libs: libs })
     }
-
-    pub fn version(&self) -> (i32, i32, i32) {
-        self.version
-    }
 }
 
 /// libtritonrs_trt8.so next to the binary, in /usr/lib/tritonrs, or where the loader finds it.
@@ -433,6 +423,13 @@ impl Runtime for Arc<Nvinfer> {
     }
 }
 
+/// Dims a shim function writes into a MAX_DIMS buffer, returning their count (or -1).
+fn read_dims(f: impl FnOnce(*mut i64) -> i32) -> Option<Vec<i64>> {
+    let mut buf = [0i64; MAX_DIMS];
+    let n = f(buf.as_mut_ptr());
+    usize::try_from(n).ok().filter(|&n| n <= MAX_DIMS).map(|n| buf[..n].to_vec())
+}
+
 struct RealEngine {
     rt: Arc<Nvinfer>,
     raw: *mut RawEngine,
@@ -448,11 +445,6 @@ unsafe impl Sync for RealEngine {}
 impl RealEngine {
     fn describe(&self) -> Result<EngineDesc> {
         let s = self.rt.shim;
-        let dims = |f: &dyn Fn(*mut i64) -> i32| -> Option<Vec<i64>> {
-            let mut buf = [0i64; MAX_DIMS];
-            let n = f(buf.as_mut_ptr());
-            usize::try_from(n).ok().filter(|&n| n <= MAX_DIMS).map(|n| buf[..n].to_vec())
-        };
         // SAFETY (every call below): the engine is live; buffers hold MAX_DIMS dims as the shim expects.
         let n = unsafe { (s.engine_num_io)(self.raw) };
         let profiles = unsafe { (s.engine_num_profiles)(self.raw) }.max(1);
@@ -466,7 +458,7 @@ impl RealEngine {
             // SAFETY: the engine owns the name for its lifetime.
             let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
             let flags = unsafe { (s.engine_io_flags)(self.raw, i) };
-            let shape = dims(&|p| unsafe { (s.engine_io_shape)(self.raw, i, p) })
+            let shape = read_dims(|p| unsafe { (s.engine_io_shape)(self.raw, i, p) })
                 .ok_or_else(|| Error::internal(format!("the engine's tensor '{name}' has no shape")))?;
             desc.io.push(IoDesc {
                 name,
@@ -482,7 +474,7 @@ impl RealEngine {
             let mut ranges = Vec::new();
             for (i, t) in desc.io.iter().enumerate() {
                 let i = i as i32;
-                let get = |which| dims(&|ptr| unsafe { (s.engine_profile_shape)(self.raw, i, p, which, ptr) });
+                let get = |which| read_dims(|ptr| unsafe { (s.engine_profile_shape)(self.raw, i, p, which, ptr) });
                 ranges.push(if t.input {
                     match (get(0), get(1), get(2)) {
                         (Some(min), Some(opt), Some(max)) if !min.is_empty() => Some(Range { min, opt, max }),
@@ -670,13 +662,8 @@ impl Context for RealContext {
             // Every output needs an address, requested or not.
             let mut shapes = Vec::new();
             for (i, t) in desc.io.iter().enumerate().filter(|(_, t)| !t.input) {
-                let mut buf = [0i64; MAX_DIMS];
-                // SAFETY: `buf` holds MAX_DIMS dims.
-                let n = unsafe { (s.context_tensor_shape)(self.raw, i as i32, buf.as_mut_ptr()) };
-                let shape = usize::try_from(n)
-                    .ok()
-                    .filter(|&n| n <= MAX_DIMS)
-                    .map(|n| buf[..n].to_vec())
+                // SAFETY: `read_dims` hands a buffer of MAX_DIMS dims; the context is live.
+                let shape = read_dims(|p| unsafe { (s.context_tensor_shape)(self.raw, i as i32, p) })
                     .ok_or_else(|| fail("getTensorShape"))?;
                 let elems = shape
                     .iter()

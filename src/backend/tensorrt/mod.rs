@@ -280,10 +280,5 @@ impl ModelInstance for TensorRtInstance {
     }
 }
 
-/// The TensorRT version the linked shim was built against, for `--version`-style reports and tests.
-pub fn shim_header_version() -> Option<i32> {
-    ffi::linked_shim_header_version()
-}
-
 #[cfg(test)]
 mod tests;

@@ -58,6 +58,13 @@ fn model(plan: &[u8], max_batch_size: i32) -> Model {
     Model { _dir: dir, ctx }
 }
 
+/// A backend over a fresh mock TensorRT, and the mock (for its recorded runs and devices).
+fn mock_backend() -> (Arc<MockRuntime>, TensorRtBackend) {
+    let mock = Arc::new(MockRuntime::default());
+    let backend = TensorRtBackend::with_runtime(Arc::new(mock.clone()));
+    (mock, backend)
+}
+
 fn gpu_spec(profiles: &[&str]) -> InstanceSpec {
     InstanceSpec {
         name: "trt_0".into(),
@@ -85,8 +92,7 @@ fn values(t: &Tensor) -> Vec<f32> {
 
 #[test]
 fn batches_run_on_the_profile_that_fits_them() {
-    let mock = Arc::new(MockRuntime::default());
-    let backend = TensorRtBackend::with_runtime(Arc::new(mock.clone()));
+    let (mock, backend) = mock_backend();
     let m = model(PLAN.as_bytes(), 16);
     let mut inst = backend.create_instance(&m.ctx, &gpu_spec(&[])).expect("loads");
     // A batch of 3 (as the dynamic batcher merges requests) runs on profile 0, 12 on profile 1.
@@ -107,8 +113,7 @@ fn batches_run_on_the_profile_that_fits_them() {
 
 #[test]
 fn an_instance_group_profile_list_is_honoured() {
-    let mock = Arc::new(MockRuntime::default());
-    let backend = TensorRtBackend::with_runtime(Arc::new(mock.clone()));
+    let (mock, backend) = mock_backend();
     // Limited to profile 1, max_batch_size 16 fits, and a batch of 2 (only profile 0's range) is refused.
     let m = model(PLAN.as_bytes(), 16);
     let mut inst = backend.create_instance(&m.ctx, &gpu_spec(&["1"])).expect("loads");
@@ -124,8 +129,7 @@ fn an_instance_group_profile_list_is_honoured() {
 
 #[test]
 fn instances_share_one_engine_per_gpu() {
-    let mock = Arc::new(MockRuntime::default());
-    let backend = TensorRtBackend::with_runtime(Arc::new(mock.clone()));
+    let (mock, backend) = mock_backend();
     let m = model(PLAN.as_bytes(), 16);
     let a = backend.create_instance(&m.ctx, &gpu_spec(&[])).unwrap();
     let b = backend.create_instance(&m.ctx, &gpu_spec(&[])).unwrap();
@@ -138,7 +142,7 @@ fn instances_share_one_engine_per_gpu() {
 
 #[test]
 fn corrupt_and_empty_plans_are_refused_cleanly() {
-    let backend = TensorRtBackend::with_runtime(Arc::new(Arc::new(MockRuntime::default())));
+    let (_, backend) = mock_backend();
     let m = model(b"\x00\x01not an engine", 16);
     let e = backend.create_instance(&m.ctx, &gpu_spec(&[])).err().expect("refused");
     assert!(e.message.contains("cannot deserialize the engine") && e.message.contains("model.plan"), "{}", e.message);
@@ -149,7 +153,7 @@ fn corrupt_and_empty_plans_are_refused_cleanly() {
 
 #[test]
 fn engines_and_configurations_must_agree() {
-    let backend = TensorRtBackend::with_runtime(Arc::new(Arc::new(MockRuntime::default())));
+    let (_, backend) = mock_backend();
     let mut m = model(PLAN.as_bytes(), 16);
     let mut cfg = (*m.ctx.config).clone();
     cfg.input[1].name = "NOPE".into();
@@ -159,7 +163,7 @@ fn engines_and_configurations_must_agree() {
 
 #[test]
 fn tensorrt_runs_on_gpus_only() {
-    let backend = TensorRtBackend::with_runtime(Arc::new(Arc::new(MockRuntime::default())));
+    let (_, backend) = mock_backend();
     let m = model(PLAN.as_bytes(), 16);
     let mut spec = gpu_spec(&[]);
     spec.kind = InstanceKind::Cpu;
@@ -191,8 +195,7 @@ fn plugins_are_listed_with_semicolons() {
 
 #[test]
 fn a_changed_plan_is_deserialized_again() {
-    let mock = Arc::new(MockRuntime::default());
-    let backend = TensorRtBackend::with_runtime(Arc::new(mock.clone()));
+    let (mock, backend) = mock_backend();
     let m = model(PLAN.as_bytes(), 16);
     let old = backend.create_instance(&m.ctx, &gpu_spec(&[])).unwrap();
     // A new model.plan (as a reload brings) while the old instance still serves: a new engine.
