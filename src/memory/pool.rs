@@ -18,6 +18,11 @@ use std::sync::Arc;
 pub trait Allocator: Send + Sync {
     /// The memory type of what it allocates.
     fn memory_type(&self) -> MemoryType;
+    /// Whether what it allocates is also mapped into a GPU's address space (`cuMemHostAlloc` with
+    /// DEVICEMAP), so a GPU can address it in place.
+    fn mapped(&self) -> bool {
+        false
+    }
     /// Allocates `len` bytes (`len > 0`); returns the address (a host pointer, or a device pointer).
     fn allocate(&self, len: usize) -> Result<usize>;
     /// Frees what `allocate` returned.
@@ -67,14 +72,18 @@ impl Allocator for PinnedAllocator {
     fn memory_type(&self) -> MemoryType {
         MemoryType::CpuPinned
     }
+    fn mapped(&self) -> bool {
+        self.mapped
+    }
     fn allocate(&self, len: usize) -> Result<usize> {
         let d = crate::platform::cuda::driver().map_err(|why| Error::unavailable(why.to_string()))?;
         Ok(d.host_alloc(self.device, len, self.mapped)? as usize)
     }
     unsafe fn release(&self, addr: usize, _len: usize) {
         if let Ok(d) = crate::platform::cuda::driver() {
-            // SAFETY: the caller passes an address `host_alloc` returned, released once.
-            unsafe { d.host_free(addr as *mut u8) };
+            // SAFETY: the caller passes an address `host_alloc(self.device, ..)` returned, released
+            // once; `host_free` makes that device's context current for the call.
+            unsafe { d.host_free(self.device, addr as *mut u8) };
         }
     }
 }
@@ -190,6 +199,12 @@ impl Pool {
         self.inner.allocator.memory_type()
     }
 
+    /// Whether the pool's own blocks are mapped into a GPU's address space. The pool decides this
+    /// once; users of its blocks ask it (or [`Block::is_mapped`]) rather than deciding again.
+    pub fn mapped(&self) -> bool {
+        self.inner.allocator.mapped()
+    }
+
     /// A block of at least `len` bytes: from the pool while its budget lasts, else from the fallback.
     pub fn allocate(&self, len: usize) -> Result<Block> {
         let i = &self.inner;
@@ -262,6 +277,12 @@ impl Block {
         } else {
             self.pool.fallback.memory_type()
         }
+    }
+
+    /// Whether the GPU can address this block in place (a pooled block of a mapped pool; never one
+    /// from the fallback).
+    pub fn is_mapped(&self) -> bool {
+        self.pooled && self.pool.allocator.mapped()
     }
 
     /// The address (host or device, as the memory type says).
@@ -373,6 +394,57 @@ pub fn parse_cuda_pool(s: &str) -> std::result::Result<(i32, u64), String> {
         gpu.trim().parse().ok().filter(|g| *g >= 0).ok_or_else(|| format!("'{gpu}' in '{s}' is not a GPU index"))?;
     let bytes: u64 = bytes.trim().parse().map_err(|_| format!("'{bytes}' in '{s}' is not a byte count"))?;
     Ok((gpu, bytes))
+}
+
+/// Allocators for tests elsewhere in the crate (this module holds the unsafe code they need).
+#[cfg(test)]
+pub mod testing {
+    use super::*;
+
+    /// A test allocator: host memory (`host`) or fake addresses that name no memory (a stand-in for
+    /// device memory that only a fake stream reads); `before` runs first and may fail the allocation.
+    pub struct TestAllocator {
+        pub memory_type: MemoryType,
+        pub mapped: bool,
+        pub host: bool,
+        pub before: Box<dyn Fn() -> Result<()> + Send + Sync>,
+        pub next: AtomicUsize,
+    }
+
+    impl TestAllocator {
+        pub fn new(memory_type: MemoryType, mapped: bool, host: bool) -> TestAllocator {
+            TestAllocator {
+                memory_type,
+                mapped,
+                host,
+                before: Box::new(|| Ok(())),
+                next: AtomicUsize::new(0x1000_0000),
+            }
+        }
+    }
+
+    impl Allocator for TestAllocator {
+        fn memory_type(&self) -> MemoryType {
+            self.memory_type
+        }
+        fn mapped(&self) -> bool {
+            self.mapped
+        }
+        fn allocate(&self, len: usize) -> Result<usize> {
+            (self.before)()?;
+            if self.host {
+                HostAllocator.allocate(len)
+            } else {
+                Ok(self.next.fetch_add(len.max(1).next_multiple_of(256), Ordering::Relaxed))
+            }
+        }
+        unsafe fn release(&self, addr: usize, len: usize) {
+            if self.host {
+                // SAFETY: the caller's contract: `addr` came from `allocate(len)`, i.e. from HostAllocator.
+                unsafe { HostAllocator.release(addr, len) };
+            }
+        }
+    }
 }
 
 #[cfg(test)]

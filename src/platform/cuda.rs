@@ -120,6 +120,13 @@ impl Gpu {
         self.integrated && self.compute_capability >= (7, 2)
     }
 
+    /// Whether the CPU reads page-locked memory at full speed: everywhere but on integrated GPUs
+    /// without I/O coherence (Nano, TX2), where page-locked memory is mapped uncached for the CPU
+    /// (CUDA for Tegra, "Memory Management"), so outputs the CPU reads go to pageable memory there.
+    pub fn cpu_caches_pinned(&self) -> bool {
+        !self.integrated || self.io_coherent()
+    }
+
     /// How the pinned pool should allocate for this GPU.
     pub fn pinned_strategy(&self) -> PinnedStrategy {
         if self.io_coherent() && self.can_map_host_memory {
@@ -416,14 +423,21 @@ impl Driver {
         })
     }
 
-    /// Frees memory from [`Driver::host_alloc`].
+    /// Frees memory from [`Driver::host_alloc`] on `device`, with that device's context current (as
+    /// every driver call here is: without a current context `cuMemFreeHost` fails with
+    /// CUDA_ERROR_INVALID_CONTEXT and the memory stays locked). A failure is logged.
     ///
     /// # Safety
-    /// `p` must come from `host_alloc` and not be used afterwards.
-    pub unsafe fn host_free(&self, p: *mut u8) {
-        if let Some(free) = self.api.cuMemFreeHost {
-            // SAFETY: the caller passes a pointer from cuMemHostAlloc, freed once.
-            let _ = unsafe { free(p.cast()) };
+    /// `p` must come from `host_alloc(device, ..)` and not be used afterwards.
+    pub unsafe fn host_free(&self, device: i32, p: *mut u8) {
+        let Some(free) = self.api.cuMemFreeHost else { return };
+        let freed = self.with_context(device, || {
+            // SAFETY: the caller passes a pointer from cuMemHostAlloc, freed once; the context that
+            // allocated it (the device's primary context) is current.
+            self.check(unsafe { free(p.cast()) }, "cuMemFreeHost")
+        });
+        if let Err(e) = freed {
+            tracing::warn!("Freeing page-locked memory on GPU {device} failed: {}", e.message);
         }
     }
 

@@ -7,10 +7,10 @@
 #![allow(unsafe_code)]
 
 use super::engine::{EngineDesc, IoDesc, Range};
+use super::run::{self, Memory, Readback, Stream};
 use super::{Context, Engine, RunInput, RunOutput, Runtime};
 use crate::error::{Error, Result};
-use crate::memory::pool::{Block, Pools};
-use crate::memory::{Buffer, MemoryType};
+use crate::memory::pool::Pools;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};
 use std::path::{Path, PathBuf};
@@ -535,13 +535,14 @@ impl Engine for RealEngine {
                 return Err(e);
             }
         };
-        let mapped = d
-            .gpus
-            .iter()
-            .find(|g| g.index == device)
-            .is_some_and(|g| g.pinned_strategy() == crate::platform::cuda::PinnedStrategy::Mapped);
+        // Mapped I/O only where the device is I/O-coherent and the pinned pool's blocks are mapped
+        // (the pool decides DEVICEMAP once, for the first GPU; a second, different GPU gets copies).
+        let gpu = d.gpus.iter().find(|g| g.index == device);
         let pools = self.rt.pools.clone();
-        Ok(Box::new(RealContext { engine: self, raw, stream, device, mapped, pools, profile: None }))
+        let mapped = gpu.is_some_and(|g| g.pinned_strategy() == crate::platform::cuda::PinnedStrategy::Mapped)
+            && pools.as_ref().is_some_and(|p| p.pinned.mapped());
+        let readback = if gpu.is_none_or(|g| g.cpu_caches_pinned()) { Readback::Pinned } else { Readback::Pageable };
+        Ok(Box::new(RealContext { engine: self, raw, stream, device, mapped, readback, pools, profile: None }))
     }
 }
 
@@ -552,7 +553,9 @@ struct RealContext {
     device: i32,
     /// I/O in mapped pinned memory (Xavier, Orin), else device memory with copies.
     mapped: bool,
+    readback: Readback,
     pools: Option<Pools>,
+    /// The profile selected on the context, once TensorRT accepted it.
     profile: Option<usize>,
 }
 
@@ -564,7 +567,8 @@ impl Drop for RealContext {
         if let Ok(d) = cuda() {
             let (s, raw) = (self.engine.rt.shim, self.raw);
             let _ = d.with_context(self.device, || {
-                // SAFETY: the context is destroyed once, before its engine (it holds the Arc).
+                // SAFETY: the context is destroyed once, before its engine (it holds the Arc). No run
+                // is in flight: `run` synchronizes the stream before it returns, on every path.
                 unsafe { (s.context_destroy)(raw) };
                 Ok(())
             });
@@ -573,142 +577,105 @@ impl Drop for RealContext {
     }
 }
 
-/// Memory for one tensor during a run.
-enum Slot {
-    /// Mapped pinned memory: the GPU reads and writes it in place.
-    Mapped(Block),
-    /// Device memory; outputs are copied back.
-    Device(Block),
+/// The real [`Stream`]: the shim's context calls and the driver's stream calls, made while the
+/// device's context is current (`RealContext::run` holds it for the whole run).
+struct RealStream<'a> {
+    d: &'a crate::platform::cuda::Driver,
+    shim: Shim,
+    raw: *mut RawContext,
+    stream: usize,
+    desc: &'a EngineDesc,
 }
 
-impl RealContext {
-    fn allocate(&self, len: usize) -> Result<Slot> {
-        let pools = self.pools.as_ref().ok_or_else(|| Error::internal("the TensorRT backend has no memory pools"))?;
-        if self.mapped {
-            let block = pools.pinned.allocate(len)?;
-            // A block from the pool's fallback is ordinary host memory the GPU cannot address.
-            if block.memory_type() == MemoryType::CpuPinned {
-                return Ok(Slot::Mapped(block));
-            }
+impl RealStream<'_> {
+    fn fail(what: &str) -> Error {
+        Error::internal(format!("TensorRT {what} failed: {}", take_errors()))
+    }
+}
+
+impl Stream for RealStream<'_> {
+    fn set_profile(&mut self, profile: usize) -> Result<()> {
+        let p = i32::try_from(profile).map_err(|_| Error::internal("profile index out of range"))?;
+        // SAFETY: live context and stream; `select_profile` chose the index among the engine's
+        // profiles. TensorRT may queue copies on the stream: `run` synchronizes before returning.
+        if unsafe { (self.shim.context_set_profile)(self.raw, p, self.stream as *mut c_void) } == 0 {
+            return Err(Self::fail("setOptimizationProfileAsync"));
         }
-        let pool = pools
-            .gpus
-            .iter()
-            .find(|(g, _, _)| *g == self.device)
-            .map(|(_, p, _)| p)
-            .ok_or_else(|| Error::unavailable(format!("GPU {} has no memory pool", self.device)))?;
-        Ok(Slot::Device(pool.allocate(len)?))
+        Ok(())
     }
 
-    fn device_ptr(&self, d: &crate::platform::cuda::Driver, slot: &Slot) -> Result<u64> {
-        match slot {
-            Slot::Mapped(b) => d.mapped_device_pointer(b.addr() as *mut u8),
-            Slot::Device(b) => Ok(b.addr() as u64),
+    fn set_input_shape(&mut self, io: usize, shape: &[i64]) -> Result<()> {
+        if shape.len() > MAX_DIMS {
+            return Err(Error::invalid(format!("shape {shape:?} has more than {MAX_DIMS} dimensions")));
         }
+        // SAFETY: `shape` is readable for `shape.len()` (<= MAX_DIMS) dims; `io` indexes the engine's
+        // I/O tensors (from `EngineDesc::index`); the context is live.
+        if unsafe { (self.shim.context_set_input_shape)(self.raw, io as i32, shape.as_ptr(), shape.len() as i32) } == 0
+        {
+            let name = self.desc.io.get(io).map_or("?", |t| t.name.as_str());
+            return Err(Error::invalid(format!(
+                "TensorRT refused shape {shape:?} for input '{name}': {}",
+                take_errors()
+            )));
+        }
+        Ok(())
+    }
+
+    fn tensor_shape(&mut self, io: usize) -> Result<Vec<i64>> {
+        // SAFETY: `read_dims` hands a buffer of MAX_DIMS dims, the shim writes at most that many;
+        // the context is live and `io` one of its tensors.
+        read_dims(|p| unsafe { (self.shim.context_tensor_shape)(self.raw, io as i32, p) })
+            .ok_or_else(|| Self::fail("getTensorShape"))
+    }
+
+    fn mapped_pointer(&mut self, host: usize) -> Result<u64> {
+        self.d.mapped_device_pointer(host as *mut u8)
+    }
+
+    fn set_address(&mut self, io: usize, ptr: u64) -> Result<()> {
+        // SAFETY: `ptr` addresses device-visible memory of the tensor's size that `run`'s guard keeps
+        // allocated until the stream is synchronized; the context is live.
+        if unsafe { (self.shim.context_set_address)(self.raw, io as i32, ptr as *mut c_void) } == 0 {
+            return Err(Self::fail("setTensorAddress"));
+        }
+        Ok(())
+    }
+
+    fn copy_in(&mut self, dst: u64, src: &[u8]) -> Result<()> {
+        // The guard keeps `src` and the block at `dst` until the stream is synchronized.
+        self.d.copy_from_host_async(dst, src, self.stream)
+    }
+
+    fn copy_out(&mut self, dst: &mut [u8], src: u64) -> Result<()> {
+        // The guard keeps `dst` and the block at `src` until the stream is synchronized.
+        self.d.copy_to_host_async(dst, src, self.stream)
+    }
+
+    fn enqueue(&mut self) -> Result<()> {
+        // SAFETY: every I/O tensor has an address (set above) that stays allocated until the stream
+        // is synchronized; the context and stream are live.
+        if unsafe { (self.shim.context_enqueue)(self.raw, self.stream as *mut c_void) } == 0 {
+            return Err(Self::fail("enqueue"));
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        self.d.stream_sync(self.stream)
     }
 }
 
 impl Context for RealContext {
     fn run(&mut self, profile: usize, inputs: &[RunInput<'_>], outputs: &[usize]) -> Result<Vec<RunOutput>> {
         let d = cuda()?;
-        let s = self.engine.rt.shim;
         let engine = self.engine.clone();
-        let desc = &engine.desc;
+        let pools = self.pools.as_ref().ok_or_else(|| Error::internal("the TensorRT backend has no memory pools"))?;
+        let memory = Memory { pools, device: self.device, mapped: self.mapped, readback: self.readback };
+        let current = &mut self.profile;
+        let mut stream = RealStream { d, shim: engine.rt.shim, raw: self.raw, stream: self.stream, desc: &engine.desc };
         d.with_context(self.device, || {
             clear_errors();
-            let fail = |what: &str| Error::internal(format!("TensorRT {what} failed: {}", take_errors()));
-            if self.profile != Some(profile) {
-                // SAFETY: live context and stream; the index was checked against the engine's profiles.
-                if unsafe { (s.context_set_profile)(self.raw, profile as i32, self.stream as *mut c_void) } == 0 {
-                    return Err(fail("setOptimizationProfileAsync"));
-                }
-                self.profile = Some(profile);
-            }
-            let mut slots: Vec<(usize, Slot)> = Vec::with_capacity(desc.io.len());
-            // Input bytes queued for copying stay here until the stream is synchronized.
-            let mut held = Vec::with_capacity(inputs.len());
-            for input in inputs {
-                let io = input.io as i32;
-                // SAFETY: `shape` is readable for its length (at most MAX_DIMS, checked by the core's shapes).
-                if unsafe { (s.context_set_input_shape)(self.raw, io, input.shape.as_ptr(), input.shape.len() as i32) }
-                    == 0
-                {
-                    return Err(Error::invalid(format!(
-                        "TensorRT refused shape {:?} for input '{}': {}",
-                        input.shape,
-                        desc.io[input.io].name,
-                        take_errors()
-                    )));
-                }
-                let bytes = input.data.to_host()?;
-                let mut slot = self.allocate(bytes.len())?;
-                match &mut slot {
-                    Slot::Mapped(b) => {
-                        if let Some(dst) = b.as_mut_slice() {
-                            dst.copy_from_slice(&bytes);
-                        }
-                    }
-                    // On the instance's stream, ordered before the run; `bytes` lives past the sync.
-                    Slot::Device(b) => d.copy_from_host_async(b.addr() as u64, &bytes, self.stream)?,
-                }
-                held.push(bytes);
-                let ptr = self.device_ptr(d, &slot)?;
-                // SAFETY: `ptr` addresses `bytes.len()` bytes of device-visible memory kept alive in `slots`.
-                if unsafe { (s.context_set_address)(self.raw, io, ptr as *mut c_void) } == 0 {
-                    return Err(fail("setTensorAddress"));
-                }
-                slots.push((input.io, slot));
-            }
-            // Every output needs an address, requested or not.
-            let mut shapes = Vec::new();
-            for (i, t) in desc.io.iter().enumerate().filter(|(_, t)| !t.input) {
-                // SAFETY: `read_dims` hands a buffer of MAX_DIMS dims; the context is live.
-                let shape = read_dims(|p| unsafe { (s.context_tensor_shape)(self.raw, i as i32, p) })
-                    .ok_or_else(|| fail("getTensorShape"))?;
-                let elems = shape
-                    .iter()
-                    .try_fold(1usize, |acc, &x| usize::try_from(x).ok().and_then(|x| acc.checked_mul(x)))
-                    .ok_or_else(|| Error::internal(format!("output '{}' has an unknown shape {shape:?}", t.name)))?;
-                let size = t.datatype().and_then(|dt| dt.byte_size()).unwrap_or(1);
-                let slot = self.allocate(elems.saturating_mul(size))?;
-                let ptr = self.device_ptr(d, &slot)?;
-                // SAFETY: as for inputs.
-                if unsafe { (s.context_set_address)(self.raw, i as i32, ptr as *mut c_void) } == 0 {
-                    return Err(fail("setTensorAddress"));
-                }
-                shapes.push((i, shape));
-                slots.push((i, slot));
-            }
-            // SAFETY: every tensor has an address that stays alive until the stream is synchronized.
-            if unsafe { (s.context_enqueue)(self.raw, self.stream as *mut c_void) } == 0 {
-                return Err(fail("enqueue"));
-            }
-            // Device outputs come back into pinned blocks, queued on the same stream.
-            let mut out = Vec::with_capacity(outputs.len());
-            let mut keep = Vec::new();
-            for &o in outputs {
-                let shape = shapes.iter().find(|(i, _)| *i == o).map(|(_, s)| s.clone()).unwrap_or_default();
-                let pos =
-                    slots.iter().position(|(i, _)| *i == o).ok_or_else(|| Error::internal("output without memory"))?;
-                let (_, slot) = slots.swap_remove(pos);
-                match slot {
-                    // Zero-copy: the mapped block itself becomes the response's bytes.
-                    Slot::Mapped(b) => out.push((shape, b)),
-                    Slot::Device(b) => {
-                        let pools = self.pools.as_ref().ok_or_else(|| Error::internal("no memory pools"))?;
-                        let mut host = pools.pinned.allocate(b.len())?;
-                        let dst =
-                            host.as_mut_slice().ok_or_else(|| Error::internal("a pinned block is not host memory"))?;
-                        d.copy_to_host_async(dst, b.addr() as u64, self.stream)?;
-                        keep.push(b);
-                        out.push((shape, host));
-                    }
-                }
-            }
-            // Inputs, unrequested outputs and device blocks stay alive until the stream is done.
-            d.stream_sync(self.stream)?;
-            drop((keep, slots, held));
-            Ok(out.into_iter().map(|(shape, b)| RunOutput { shape, data: Buffer::from_block(b) }).collect())
+            run::run(&mut stream, &memory, &engine.desc, current, profile, inputs, outputs)
         })
     }
 }

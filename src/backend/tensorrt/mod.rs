@@ -16,6 +16,7 @@ pub mod engine;
 mod ffi;
 #[cfg(test)]
 pub mod mock;
+mod run;
 
 use super::{
     Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
