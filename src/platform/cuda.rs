@@ -671,6 +671,12 @@ mod tests {
         assert_eq!(gpu((8, 7), true).pinned_strategy(), PinnedStrategy::Mapped); // Orin
         assert_eq!(gpu((9, 0), false).pinned_strategy(), PinnedStrategy::Copy); // H100
         assert!((gpu((5, 3), true).capability() - 5.3).abs() < 1e-9);
+        // Where page-locked memory is uncached for the CPU, outputs it reads go to pageable memory.
+        assert!(!gpu((5, 3), true).cpu_caches_pinned()); // Nano
+        assert!(!gpu((6, 2), true).cpu_caches_pinned()); // TX2
+        assert!(gpu((7, 2), true).cpu_caches_pinned()); // Xavier
+        assert!(gpu((8, 7), true).cpu_caches_pinned()); // Orin
+        assert!(gpu((9, 0), false).cpu_caches_pinned()); // H100
     }
 
     #[test]

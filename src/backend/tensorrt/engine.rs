@@ -149,6 +149,31 @@ pub fn instance_profiles(desc: &EngineDesc, model: &str, listed: &[String]) -> R
         .collect()
 }
 
+/// The profiles an instance takes among its `candidates`, given how many live instances of the same
+/// engine hold each profile (`held[p]`). TensorRT runs one execution context per optimization profile
+/// at a time, so instances should not share one; and an instance must still serve every shape its
+/// candidates serve. Candidates with the same ranges are interchangeable: the instance takes one of
+/// each such group, a free one where there is one (an engine built with N identical profiles serves N
+/// instances side by side), else the least held, which it then shares (runs on a shared profile take
+/// turns; see `TensorRtInstance`). Returned in candidate order.
+pub fn assign_profiles(desc: &EngineDesc, candidates: &[usize], held: &[usize]) -> Vec<usize> {
+    let ranges = |p: usize| desc.profiles.get(p);
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for &p in candidates {
+        match groups.iter_mut().find(|g| ranges(g[0]) == ranges(p)) {
+            Some(g) => g.push(p),
+            None => groups.push(vec![p]),
+        }
+    }
+    let count = |p: usize| held.get(p).copied().unwrap_or(0);
+    let mut out: Vec<usize> = groups
+        .iter()
+        .filter_map(|g| g.iter().copied().min_by_key(|&p| (count(p), candidates.iter().position(|&c| c == p))))
+        .collect();
+    out.sort_by_key(|&p| candidates.iter().position(|&c| c == p));
+    out
+}
+
 /// Checks a configuration against the engine at load: what TensorRT cannot serve, the tensors, and
 /// `max_batch_size` against the profiles the instance uses.
 pub fn check(cfg: &ModelConfig, desc: &EngineDesc, profiles: &[usize]) -> Result<()> {

@@ -250,8 +250,15 @@ pub struct Nvinfer {
     runtime: *mut RawRuntime,
     version: (i32, i32, i32),
     pools: Option<Pools>,
-    // Kept loaded for the process's life: engines and plugins point into them.
-    _libs: Vec<libloading::Library>,
+}
+
+/// Keeps a library loaded for the rest of the process (it is never closed). libnvinfer and its
+/// plugin libraries keep pointers to the logger that lives in the TensorRT 8 shim, to plugin creators
+/// and to each other, some of them past the runtime's destruction (static destructors at exit log
+/// through the logger). Closing them in any order could leave one calling into an unmapped library,
+/// so none is closed, as the CUDA driver is not.
+fn keep_loaded(lib: libloading::Library) {
+    std::mem::forget(lib);
 }
 
 // SAFETY: IRuntime::deserializeCudaEngine may be called from several threads (TensorRT documents the
@@ -263,7 +270,6 @@ unsafe impl Sync for Nvinfer {}
 impl Nvinfer {
     /// Loads TensorRT, or says exactly what is missing.
     pub fn load(opts: &LoadOptions, pools: Option<Pools>) -> std::result::Result<Nvinfer, String> {
-        let mut libs = Vec::new();
         let candidates: Vec<PathBuf> = match &opts.library {
             Some(p) => vec![p.clone()],
             None => vec!["libnvinfer.so.10".into(), "libnvinfer.so.8".into()],
@@ -312,7 +318,7 @@ impl Nvinfer {
                     )
                 })?;
                 let (lib, shim) = load_shim(&path)?;
-                libs.push(lib);
+                keep_loaded(lib);
                 shim
             }
             _ => {
@@ -350,7 +356,7 @@ impl Nvinfer {
                         );
                     }
                 }
-                libs.push(lib);
+                keep_loaded(lib);
             }
         }
         for p in &opts.plugins {
@@ -360,7 +366,7 @@ impl Nvinfer {
                 // SAFETY: a plugin library's initializers register its creators with TensorRT.
                 let lib = unsafe { Library::open(Some(p), RTLD_NOW | RTLD_GLOBAL) }
                     .map_err(|e| format!("cannot load TensorRT plugin '{}': {}", p.display(), dl_error(&e)))?;
-                libs.push(lib.into());
+                keep_loaded(lib.into());
                 tracing::info!("TensorRT plugin library '{}' loaded.", p.display());
             }
         }
@@ -370,9 +376,9 @@ impl Nvinfer {
         if runtime.is_null() {
             return Err(format!("TensorRT {major}.{minor}.{patch} could not create a runtime: {}", take_errors()));
         }
-        libs.push(nvinfer);
+        keep_loaded(nvinfer);
         tracing::info!("TensorRT {major}.{minor}.{patch} loaded (shim built against {}).", headers);
-        Ok(Nvinfer { shim, runtime, version, pools, _libs: libs })
+        Ok(Nvinfer { shim, runtime, version, pools })
     }
 }
 

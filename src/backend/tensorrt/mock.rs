@@ -34,6 +34,9 @@ struct Plan {
     profiles: Vec<HashMap<String, [Vec<i64>; 3]>>,
     #[serde(default)]
     implicit_batch: bool,
+    /// How long `enqueue` takes, so concurrent runs overlap.
+    #[serde(default)]
+    enqueue_ms: u64,
 }
 
 /// One recorded run: the profile and the input shapes.
@@ -89,14 +92,19 @@ impl MockRuntime {
 impl Runtime for Arc<MockRuntime> {
     fn deserialize(&self, device: i32, plan: &[u8]) -> Result<Arc<dyn Engine>> {
         let desc = MockRuntime::describe(plan)?;
+        let enqueue_ms = serde_json::from_slice::<Plan>(plan).map(|p| p.enqueue_ms).unwrap_or(0);
         self.devices.lock().push(device);
-        Ok(Arc::new(MockEngine { desc, runs: self.runs.clone() }))
+        let busy = Arc::new(Mutex::new(vec![0; desc.profiles.len().max(1)]));
+        Ok(Arc::new(MockEngine { desc, runs: self.runs.clone(), busy, enqueue_ms }))
     }
 }
 
 struct MockEngine {
     desc: EngineDesc,
     runs: Arc<Mutex<Vec<Run>>>,
+    /// Per profile: runs in flight on it, over all contexts (TensorRT allows one).
+    busy: Arc<Mutex<Vec<usize>>>,
+    enqueue_ms: u64,
 }
 
 impl Engine for MockEngine {
@@ -106,7 +114,9 @@ impl Engine for MockEngine {
     fn create_context(self: Arc<Self>, device: i32) -> Result<Box<dyn Context>> {
         let script = Script::new();
         let pools = fake_pools(device, 64 << 20, &script);
-        let stream = FakeStream::new(self.desc.clone(), self.runs.clone(), script);
+        let mut stream = FakeStream::new(self.desc.clone(), self.runs.clone(), script);
+        stream.busy = Some(self.busy.clone());
+        stream.enqueue_ms = self.enqueue_ms;
         Ok(Box::new(MockContext { engine: self, stream, pools, device, profile: None }))
     }
 }
@@ -199,6 +209,12 @@ pub struct FakeStream {
     addresses: HashMap<usize, u64>,
     /// Device memory by block address.
     memory: HashMap<u64, Vec<u8>>,
+    /// The engine's runs in flight per profile: a second one at once fails, as TensorRT requires one
+    /// execution context per profile at a time.
+    pub busy: Option<Arc<Mutex<Vec<usize>>>>,
+    /// The profile this stream's queued run holds in `busy` until `sync`.
+    running: Option<usize>,
+    pub enqueue_ms: u64,
 }
 
 impl FakeStream {
@@ -211,6 +227,9 @@ impl FakeStream {
             shapes: HashMap::new(),
             addresses: HashMap::new(),
             memory: HashMap::new(),
+            busy: None,
+            running: None,
+            enqueue_ms: 0,
         }
     }
 
@@ -279,6 +298,21 @@ impl Stream for FakeStream {
     fn enqueue(&mut self) -> Result<()> {
         self.step("enqueue")?;
         let profile = self.profile.unwrap_or(0);
+        if let Some(busy) = &self.busy {
+            let mut busy = busy.lock();
+            if busy.get(profile).copied().unwrap_or(0) > 0 {
+                return Err(Error::internal(format!(
+                    "mock TensorRT: profile {profile} is in use by another execution context"
+                )));
+            }
+            if let Some(b) = busy.get_mut(profile) {
+                *b += 1;
+                self.running = Some(profile);
+            }
+        }
+        if self.enqueue_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(self.enqueue_ms));
+        }
         let inputs: Vec<usize> = (0..self.desc.io.len()).filter(|&i| self.desc.io[i].input).collect();
         let shapes = inputs.iter().map(|i| self.shapes.get(i).cloned().unwrap_or_default()).collect();
         self.runs.lock().push((profile, shapes));
@@ -303,6 +337,12 @@ impl Stream for FakeStream {
     }
 
     fn sync(&mut self) -> Result<()> {
-        self.step("sync")
+        self.step("sync")?;
+        if let (Some(p), Some(busy)) = (self.running.take(), &self.busy) {
+            if let Some(b) = busy.lock().get_mut(p) {
+                *b -= 1;
+            }
+        }
+        Ok(())
     }
 }

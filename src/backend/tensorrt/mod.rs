@@ -81,7 +81,7 @@ pub struct TensorRtBackend {
     /// TensorRT, loaded on first use; the error says what is missing.
     runtime: OnceLock<std::result::Result<Arc<dyn Runtime>, String>>,
     /// Engines by plan file and GPU, shared by instances while any holds them.
-    engines: Mutex<Vec<(EngineKey, Weak<dyn Engine>)>>,
+    engines: Mutex<Vec<(EngineKey, Weak<SharedEngine>)>>,
     /// Check the instance's GPU through the CUDA driver (not for the mock runtime).
     check_gpus: bool,
 }
@@ -116,12 +116,12 @@ impl TensorRtBackend {
             .map_err(Error::unavailable)
     }
 
-    fn engine(&self, runtime: &dyn Runtime, file: &Path, device: i32) -> Result<Arc<dyn Engine>> {
+    fn engine(&self, runtime: &dyn Runtime, file: &Path, device: i32) -> Result<Arc<SharedEngine>> {
         // The file's size and time are in the key, so a reload of a changed model.plan deserializes the
         // new engine while the old version's instances still hold the old one.
         let stamp = std::fs::metadata(file).ok().map(|m| (m.len(), m.modified().ok()));
         let key = EngineKey { file: file.to_path_buf(), device, stamp };
-        let cached = |engines: &mut Vec<(EngineKey, Weak<dyn Engine>)>| {
+        let cached = |engines: &mut Vec<(EngineKey, Weak<SharedEngine>)>| {
             engines.retain(|(_, w)| w.strong_count() > 0);
             engines.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade())
         };
@@ -131,6 +131,7 @@ impl TensorRtBackend {
         // Deserializing takes seconds on a Jetson: other models' loads do not wait on the lock for it.
         let plan = read_plan(file)?;
         let engine = runtime.deserialize(device, &plan).map_err(|e| e.context(format!("'{}'", file.display())))?;
+        let engine = Arc::new(SharedEngine::new(engine));
         let mut engines = self.engines.lock();
         if let Some(e) = cached(&mut engines) {
             return Ok(e);
@@ -190,7 +191,7 @@ pub fn auto_complete(
         ))
     })?;
     let engine = backend.engine(runtime.as_ref(), file, gpu)?;
-    engine::auto_complete(cfg, engine.desc());
+    engine::auto_complete(cfg, engine.engine.desc());
     Ok(())
 }
 
@@ -222,20 +223,93 @@ impl Backend for TensorRtBackend {
             crate::platform::cuda::check_gpu(device)
                 .map_err(|e| Error::unavailable(format!("instance '{}' is KIND_GPU, but {}", spec.name, e.message)))?;
         }
-        let engine = self.engine(runtime.as_ref(), &file, device)?;
-        let desc = engine.desc().clone();
-        let profiles = engine::instance_profiles(&desc, &ctx.name, &spec.profiles)?;
-        engine::check(&ctx.config, &desc, &profiles)?;
-        let context = engine.create_context(device)?;
-        Ok(Box::new(TensorRtInstance { desc, context, profiles }))
+        let shared = self.engine(runtime.as_ref(), &file, device)?;
+        let desc = shared.engine.desc().clone();
+        let candidates = engine::instance_profiles(&desc, &ctx.name, &spec.profiles)?;
+        engine::check(&ctx.config, &desc, &candidates)?;
+        let context = shared.engine.clone().create_context(device)?;
+        let claim = ProfileClaim::take(&shared, &ctx.name, &spec.name, &desc, &candidates);
+        Ok(Box::new(TensorRtInstance { desc, context, claim }))
+    }
+}
+
+/// An engine shared by the instances of a model version on one GPU, and which of them holds which
+/// optimization profile.
+struct SharedEngine {
+    engine: Arc<dyn Engine>,
+    /// Per profile: the instances holding it.
+    holders: Mutex<Vec<Vec<String>>>,
+    /// Per profile: held by a run on it, so instances sharing a profile take turns.
+    turns: Vec<Mutex<()>>,
+}
+
+impl SharedEngine {
+    fn new(engine: Arc<dyn Engine>) -> SharedEngine {
+        let n = engine.desc().profiles.len().max(1);
+        SharedEngine {
+            engine,
+            holders: Mutex::new(vec![Vec::new(); n]),
+            turns: (0..n).map(|_| Mutex::new(())).collect(),
+        }
+    }
+}
+
+/// The profiles one instance holds, given back when it is dropped.
+struct ProfileClaim {
+    shared: Arc<SharedEngine>,
+    instance: String,
+    /// The profiles this instance may use, in the order they are tried.
+    profiles: Vec<usize>,
+}
+
+impl ProfileClaim {
+    fn take(shared: &Arc<SharedEngine>, model: &str, instance: &str, desc: &EngineDesc, candidates: &[usize]) -> Self {
+        let mut holders = shared.holders.lock();
+        let held: Vec<usize> = holders.iter().map(Vec::len).collect();
+        let profiles = engine::assign_profiles(desc, candidates, &held);
+        for &p in &profiles {
+            if let Some(h) = holders.get_mut(p) {
+                if !h.is_empty() {
+                    tracing::warn!(
+                        "TensorRT model '{model}': instance '{instance}' shares optimization profile {p} with {}; \
+                         TensorRT runs one execution context per profile at a time, so they take turns (and some \
+                         TensorRT 8 releases refuse the second context). Build the engine with one profile per \
+                         instance (e.g. trtexec --profile) to run them side by side.",
+                        h.join(", ")
+                    );
+                }
+                h.push(instance.to_string());
+            }
+        }
+        tracing::debug!("TensorRT model '{model}': instance '{instance}' uses optimization profile(s) {profiles:?}.");
+        ProfileClaim { shared: shared.clone(), instance: instance.to_string(), profiles }
+    }
+
+    /// The other instances holding `profile`.
+    fn sharers(&self, profile: usize) -> Vec<String> {
+        let holders = self.shared.holders.lock();
+        holders.get(profile).map(|h| h.iter().filter(|n| **n != self.instance).cloned().collect()).unwrap_or_default()
+    }
+}
+
+impl Drop for ProfileClaim {
+    fn drop(&mut self) {
+        let mut holders = self.shared.holders.lock();
+        for &p in &self.profiles {
+            if let Some(h) = holders.get_mut(p) {
+                if let Some(i) = h.iter().position(|n| *n == self.instance) {
+                    h.remove(i);
+                }
+            }
+        }
     }
 }
 
 struct TensorRtInstance {
     desc: EngineDesc,
+    // Dropped before the claim: the context's profile is free once it is gone.
     context: Box<dyn Context>,
-    /// The profiles this instance may use, in the order they are tried.
-    profiles: Vec<usize>,
+    claim: ProfileClaim,
 }
 
 impl ModelInstance for TensorRtInstance {
@@ -251,7 +325,7 @@ impl ModelInstance for TensorRtInstance {
             inputs.push(RunInput { io, shape: &t.shape, data: &t.data });
         }
         let shapes: Vec<(usize, &[i64])> = inputs.iter().map(|i| (i.io, i.shape)).collect();
-        let profile = engine::select_profile(&self.desc, &self.profiles, &shapes)?;
+        let profile = engine::select_profile(&self.desc, &self.claim.profiles, &shapes)?;
         let mut wanted = Vec::with_capacity(req.outputs.len());
         for name in &req.outputs {
             let io = self
@@ -262,7 +336,24 @@ impl ModelInstance for TensorRtInstance {
             wanted.push(io);
         }
         let t1 = Instant::now();
-        let outs = self.context.run(profile, &inputs, &wanted)?;
+        let outs = {
+            // Instances sharing this profile take turns (uncontended, this costs a few nanoseconds).
+            let _turn = self.claim.shared.turns.get(profile).map(|t| t.lock());
+            self.context.run(profile, &inputs, &wanted)
+        };
+        let outs = outs.map_err(|e| {
+            let sharers = self.claim.sharers(profile);
+            if sharers.is_empty() {
+                e
+            } else {
+                let note = format!(
+                    " (optimization profile {profile} is shared with instance(s) {}; build the engine with one \
+                     profile per instance)",
+                    sharers.join(", ")
+                );
+                Error { message: format!("{}{note}", e.message), ..e }
+            }
+        })?;
         let t2 = Instant::now();
         let mut outputs = Vec::with_capacity(outs.len());
         for (out, &io) in outs.into_iter().zip(&wanted) {

@@ -205,3 +205,80 @@ fn a_changed_plan_is_deserialized_again() {
     assert_eq!(mock.devices.lock().len(), 2);
     drop((old, new));
 }
+
+/// Two profiles with the same ranges (batch 1 to 8), as built for two instances; enqueue takes 3 ms.
+const TWIN_PLAN: &str = r#"{
+  "io": [
+    {"name": "INPUT0", "input": true, "dtype": 0, "dims": [-1, 4]},
+    {"name": "INPUT1", "input": true, "dtype": 0, "dims": [-1, 4]},
+    {"name": "OUTPUT0", "input": false, "dtype": 0, "dims": [-1, 4]}
+  ],
+  "profiles": [
+    {"INPUT0": [[1, 4], [2, 4], [8, 4]], "INPUT1": [[1, 4], [2, 4], [8, 4]]},
+    {"INPUT0": [[1, 4], [2, 4], [8, 4]], "INPUT1": [[1, 4], [2, 4], [8, 4]]}
+  ],
+  "enqueue_ms": 3
+}"#;
+
+fn named(name: &str) -> InstanceSpec {
+    InstanceSpec { name: name.into(), ..gpu_spec(&[]) }
+}
+
+/// The profile of each run so far, then forgets them.
+fn profiles_run(mock: &MockRuntime) -> Vec<usize> {
+    std::mem::take(&mut *mock.runs.lock()).into_iter().map(|r| r.0).collect()
+}
+
+#[test]
+fn instances_get_their_own_profile_where_the_engine_has_one_each() {
+    let (mock, backend) = mock_backend();
+    let m = model(TWIN_PLAN.as_bytes(), 8);
+    let mut a = backend.create_instance(&m.ctx, &named("trt_0")).unwrap();
+    let mut b = backend.create_instance(&m.ctx, &named("trt_1")).unwrap();
+    a.execute(&request(2)).unwrap();
+    b.execute(&request(2)).unwrap();
+    assert_eq!(profiles_run(&mock), vec![0, 1]);
+    // A third instance has no free profile left: it shares the least held one (0).
+    let mut c = backend.create_instance(&m.ctx, &named("trt_2")).unwrap();
+    c.execute(&request(2)).unwrap();
+    assert_eq!(profiles_run(&mock), vec![0]);
+    // Unloaded instances give their profiles back.
+    drop((a, c));
+    let mut d = backend.create_instance(&m.ctx, &named("trt_3")).unwrap();
+    d.execute(&request(2)).unwrap();
+    assert_eq!(profiles_run(&mock), vec![0]);
+    drop((b, d));
+}
+
+#[test]
+fn instances_on_distinct_profiles_run_side_by_side_and_sharers_take_turns() {
+    for (plan, max_batch, instances) in [(TWIN_PLAN, 8, 2), (TWIN_PLAN, 8, 4), (PLAN, 16, 3)] {
+        let (mock, backend) = mock_backend();
+        // PLAN's two profiles serve different batch sizes, so every instance holds both and shares them.
+        let plan = if plan.contains("enqueue_ms") {
+            plan.to_string()
+        } else {
+            plan.replace("\"profiles\"", "\"enqueue_ms\": 3, \"profiles\"")
+        };
+        let m = model(plan.as_bytes(), max_batch);
+        let insts: Vec<_> =
+            (0..instances).map(|i| backend.create_instance(&m.ctx, &named(&format!("trt_{i}"))).unwrap()).collect();
+        // Every instance runs 15 batches at once with the others; the mock fails a run that overlaps
+        // another on the same profile, as TensorRT requires.
+        let threads: Vec<_> = insts
+            .into_iter()
+            .map(|mut inst| {
+                std::thread::spawn(move || {
+                    for _ in 0..15 {
+                        let out = inst.execute(&request(3)).expect("no two contexts run one profile at once");
+                        assert_eq!(values(&out.outputs[0]), vec![3.5; 12]);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(mock.runs.lock().len(), 15 * instances);
+    }
+}

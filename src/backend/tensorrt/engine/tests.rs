@@ -224,3 +224,35 @@ fn implicit_state_tensors_need_no_configured_inputs_or_outputs() {
     assert_eq!(bare.input.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), vec!["INPUT"]);
     assert_eq!(bare.output.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), vec!["OUTPUT"]);
 }
+
+#[test]
+fn instances_are_assigned_one_profile_of_each_kind_preferring_free_ones() {
+    let r = |lo: i64, hi: i64| Some(Range { min: vec![lo, 4], opt: vec![lo, 4], max: vec![hi, 4] });
+    let io = vec![IoDesc {
+        name: "X".into(),
+        input: true,
+        trt_dtype: 0,
+        dims: vec![-1, 4],
+        shape_tensor: false,
+        host: false,
+        not_linear: false,
+    }];
+    // Profiles 0-2 are alike (batch 1-8), 3 serves large batches.
+    let desc = EngineDesc {
+        io,
+        profiles: vec![vec![r(1, 8)], vec![r(1, 8)], vec![r(1, 8)], vec![r(9, 64)]],
+        implicit_batch: false,
+    };
+    let all = [0, 1, 2, 3];
+    assert_eq!(assign_profiles(&desc, &all, &[0, 0, 0, 0]), vec![0, 3]);
+    assert_eq!(assign_profiles(&desc, &all, &[1, 0, 0, 1]), vec![1, 3]);
+    assert_eq!(assign_profiles(&desc, &all, &[1, 1, 0, 1]), vec![2, 3]);
+    // Nothing free: the least held is shared.
+    assert_eq!(assign_profiles(&desc, &all, &[2, 1, 1, 3]), vec![1, 3]);
+    // An instance_group's own list is honoured, in its order.
+    assert_eq!(assign_profiles(&desc, &[3, 2], &[0, 0, 0, 0]), vec![3, 2]);
+    assert_eq!(assign_profiles(&desc, &[2, 1], &[0, 0, 1, 0]), vec![1]);
+    // One profile for everyone.
+    let one = EngineDesc { profiles: vec![vec![r(1, 8)]], ..desc.clone() };
+    assert_eq!(assign_profiles(&one, &[0], &[5]), vec![0]);
+}
