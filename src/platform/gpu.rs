@@ -35,10 +35,44 @@ pub struct GpuMonitor {
     latest: Mutex<GpuReadings>,
 }
 
-struct Sources {
-    nvml: Option<nvml_wrapper::Nvml>,
+/// Readings of discrete GPUs: NVML, or a fake in tests.
+pub trait NvmlSource: Send {
+    fn read(&mut self) -> Vec<NvmlReading>;
+}
+
+/// NVML through nvml-wrapper.
+struct Nvml {
+    nvml: nvml_wrapper::Nvml,
     /// NVML's energy counter of each GPU at start, in mJ, to report energy since start as Triton does.
     energy_start: Vec<Option<u64>>,
+}
+
+impl NvmlSource for Nvml {
+    fn read(&mut self) -> Vec<NvmlReading> {
+        let n = &self.nvml;
+        let mut out = Vec::new();
+        for i in 0..n.device_count().unwrap_or(0) {
+            let Ok(d) = n.device_by_index(i) else { continue };
+            let Ok(uuid) = d.uuid() else { continue };
+            let memory = d.memory_info().ok();
+            let energy = d.total_energy_consumption().ok();
+            let start = self.energy_start.get(i as usize).copied().flatten();
+            out.push(NvmlReading {
+                uuid,
+                utilization: d.utilization_rates().ok().map(|u| f64::from(u.gpu) / 100.0),
+                memory_total_bytes: memory.as_ref().map(|m| m.total),
+                memory_used_bytes: memory.as_ref().map(|m| m.used),
+                power_watts: d.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
+                power_limit_watts: d.enforced_power_limit().ok().map(|mw| f64::from(mw) / 1000.0),
+                energy_joules: energy.map(|e| e.saturating_sub(start.unwrap_or(e)) as f64 / 1000.0),
+            });
+        }
+        out
+    }
+}
+
+struct Sources {
+    nvml: Option<Box<dyn NvmlSource>>,
     jetson: Option<(String, Jetson)>,
 }
 
@@ -66,13 +100,13 @@ impl GpuMonitor {
         if nvml.is_none() && jetson.is_none() {
             return Ok(None);
         }
-        let energy_start = match &nvml {
-            Some(n) => (0..n.device_count().unwrap_or(0))
+        let nvml = nvml.map(|n| {
+            let energy_start = (0..n.device_count().unwrap_or(0))
                 .map(|i| n.device_by_index(i).ok().and_then(|d| d.total_energy_consumption().ok()))
-                .collect(),
-            None => Vec::new(),
-        };
-        let mut sources = Sources { nvml, energy_start, jetson };
+                .collect();
+            Box::new(Nvml { nvml: n, energy_start }) as Box<dyn NvmlSource>
+        });
+        let mut sources = Sources { nvml, jetson };
         let monitor = Arc::new(GpuMonitor::default());
         *monitor.latest.lock() = sources.read();
         let m = monitor.clone();
@@ -92,26 +126,18 @@ impl GpuMonitor {
 impl Sources {
     fn read(&mut self) -> GpuReadings {
         let mut out = GpuReadings::default();
-        if let Some(n) = &self.nvml {
-            for i in 0..n.device_count().unwrap_or(0) {
-                let Ok(d) = n.device_by_index(i) else { continue };
-                let Ok(uuid) = d.uuid() else { continue };
-                let memory = d.memory_info().ok();
-                let energy = d.total_energy_consumption().ok();
-                let start = self.energy_start.get(i as usize).copied().flatten();
-                out.nvml.push(NvmlReading {
-                    uuid,
-                    utilization: d.utilization_rates().ok().map(|u| f64::from(u.gpu) / 100.0),
-                    memory_total_bytes: memory.as_ref().map(|m| m.total),
-                    memory_used_bytes: memory.as_ref().map(|m| m.used),
-                    power_watts: d.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
-                    power_limit_watts: d.enforced_power_limit().ok().map(|mw| f64::from(mw) / 1000.0),
-                    energy_joules: energy.map(|e| e.saturating_sub(start.unwrap_or(e)) as f64 / 1000.0),
-                });
-            }
+        if let Some(n) = &mut self.nvml {
+            out.nvml = n.read();
         }
         if let Some((uuid, j)) = &self.jetson {
-            out.jetson = Some((uuid.clone(), j.read()));
+            let mut reading = j.read();
+            // Where NVML also reports the integrated GPU (JetPack 7, Thor), its utilization is NVML's:
+            // a second `nv_gpu_utilization` series with the same uuid would make Prometheus reject
+            // the whole scrape.
+            if out.nvml.iter().any(|g| g.uuid == *uuid) {
+                reading.gpu_load = None;
+            }
+            out.jetson = Some((uuid.clone(), reading));
         }
         out
     }
@@ -192,6 +218,48 @@ pub fn render(out: &mut String, r: &GpuReadings) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// NVML that reports fixed readings.
+    struct FakeNvml(Vec<NvmlReading>);
+
+    impl NvmlSource for FakeNvml {
+        fn read(&mut self) -> Vec<NvmlReading> {
+            self.0.clone()
+        }
+    }
+
+    fn orin() -> Jetson {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/jetson/orin-jp6");
+        Jetson::detect(&root).expect("the Orin fixture is a Jetson")
+    }
+
+    #[test]
+    fn a_gpu_that_nvml_and_sysfs_both_report_is_one_series() {
+        let nvml = |uuid: &str| NvmlReading { uuid: uuid.into(), utilization: Some(0.75), ..Default::default() };
+        // JetPack 7 (Thor): NVML and sysfs describe the same integrated GPU.
+        let mut sources = Sources {
+            nvml: Some(Box::new(FakeNvml(vec![nvml("GPU-thor")]))),
+            jetson: Some(("GPU-thor".into(), orin())),
+        };
+        let mut out = String::new();
+        render(&mut out, &sources.read());
+        let series: Vec<&str> = out.lines().filter(|l| l.starts_with("nv_gpu_utilization{")).collect();
+        assert_eq!(series, vec!["nv_gpu_utilization{gpu_uuid=\"GPU-thor\"} 0.75"], "{out}");
+        // The board's other readings stay.
+        assert!(out.contains("tritonrs_jetson_gpu_frequency_hertz{gpu_uuid=\"GPU-thor\"} 306000000"), "{out}");
+        assert!(out.contains("tritonrs_jetson_nvpmodel_mode{id=\"2\",name=\"15W\"} 1"), "{out}");
+
+        // A discrete GPU beside a Jetson's own: one series each.
+        sources.nvml = Some(Box::new(FakeNvml(vec![nvml("GPU-dgpu")])));
+        let mut out = String::new();
+        render(&mut out, &sources.read());
+        let series: Vec<&str> = out.lines().filter(|l| l.starts_with("nv_gpu_utilization{")).collect();
+        assert_eq!(
+            series,
+            vec!["nv_gpu_utilization{gpu_uuid=\"GPU-dgpu\"} 0.75", "nv_gpu_utilization{gpu_uuid=\"GPU-thor\"} 0"],
+            "{out}"
+        );
+    }
 
     #[test]
     fn renders_nvml_and_jetson_readings() {

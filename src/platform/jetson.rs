@@ -8,7 +8,8 @@
 //! - power rails of the INA3221 monitors under `/sys/bus/i2c/devices/*`: `iio:device*/rail_name_<n>`
 //!   with `in_power<n>_input` in mW (JetPack 4), or `hwmon/hwmon*/in<n>_label` with `in<n>_input` (mV)
 //!   times `curr<n>_input` (mA) (JetPack 5 and 6);
-//! - the power mode: `/var/lib/nvpmodel/status` (`pmode:0000`) named by `/etc/nvpmodel.conf`.
+//! - the power mode: `/var/lib/nvpmodel/status` (`pmode:0000`, with ` fmode:<fan mode>` after it on
+//!   JetPack 5.1 and 6) named by `/etc/nvpmodel.conf`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -173,7 +174,8 @@ impl Jetson {
 
     fn power_mode(&self) -> Option<(u32, String)> {
         let status = read(&self.root.join("var/lib/nvpmodel/status"))?;
-        let id: u32 = status.strip_prefix("pmode:")?.trim().parse().ok()?;
+        // `pmode:0002`, or `pmode:0002 fmode:quiet` on JetPack 5.1 and 6: the first token.
+        let id: u32 = status.split_whitespace().next()?.strip_prefix("pmode:")?.parse().ok()?;
         let conf = read(&self.root.join("etc/nvpmodel.conf")).unwrap_or_default();
         let name = conf
             .lines()

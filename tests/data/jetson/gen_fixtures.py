@@ -92,7 +92,8 @@ def orin(root: Path):
     zone(root, 0, "cpu-thermal", 46750)
     zone(root, 1, "gpu-thermal", 45500)
     hwmon(root, "1-0040", 1, [(1, "VDD_IN", 5056, 1328), (2, "VDD_CPU_GPU_CV", 5048, 144), (3, "VDD_SOC", 5048, 448)])
-    put(root, "var/lib/nvpmodel/status", "pmode:0002")
+    # JetPack 5.1 and 6 append the fan mode to the status file.
+    put(root, "var/lib/nvpmodel/status", "pmode:0002 fmode:quiet")
     put(root, "etc/nvpmodel.conf", "< POWER_MODEL ID=0 NAME=MAXN_SUPER >\n< POWER_MODEL ID=2 NAME=15W >")
 
 
