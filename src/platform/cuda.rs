@@ -25,6 +25,19 @@
 //! | `cuStreamDestroy_v2`            | 4.0  | TensorRT instances                         |
 //! | `cuMemHostGetDevicePointer_v2`  | 3.2  | mapped pinned memory as TensorRT I/O       |
 //! | `cuMemcpyHtoDAsync_v2`, `cuMemcpyDtoHAsync_v2` | 3.2 | TensorRT I/O copies on its stream |
+//!
+//! The contract every unsafe call in this file relies on, for a reviewer without a GPU:
+//! - each field of [`Api`] has the C signature cuda.h gives the entry point named in the table
+//!   (`CUdeviceptr` is 64 bits on every 64-bit platform since CUDA 3.2, so it is `u64`;
+//!   `CUipcMemHandle` is a 64-byte struct passed by value; `CUstream`/`CUcontext` are pointers);
+//! - the library is never unloaded: the [`Driver`] lives in a process-wide `OnceLock`;
+//! - every call that needs a context (allocations, frees, copies, streams, IPC, mapped pointers) runs
+//!   inside [`Driver::with_context`], which pushes the device's primary context on this thread and
+//!   pops it after; the async stream calls are documented as made by a caller that already holds it;
+//! - out pointers are writable locals; memory handed to an async copy stays allocated and unchanged
+//!   until the stream is synchronized (the caller's contract, kept by `backend::tensorrt::run`);
+//! - a `CUresult` other than 0 becomes an error naming the call ([`Driver::check`]); the few calls
+//!   whose failure cannot be acted on (pop, frees in `Drop`) log or ignore it and say so.
 #![allow(unsafe_code)]
 
 use crate::error::{Error, Result};
@@ -283,12 +296,14 @@ impl Driver {
             cuMemcpyDtoHAsync: optional!(lib, "cuMemcpyDtoHAsync_v2"),
         };
         let mut d = Driver { api, version: 0, gpus: Vec::new(), contexts: Default::default(), _lib: lib };
-        // SAFETY: plain driver calls with valid out pointers; flags must be 0 for cuInit.
+        // SAFETY: `cuInit(unsigned int Flags)`; Flags must be 0. Needs no context; safe to call twice.
         d.check(unsafe { (d.api.cuInit)(0) }, "cuInit").map_err(|e| e.message)?;
         let mut version = 0;
+        // SAFETY: `cuDriverGetVersion(int*)`: `version` is a valid, writable local; needs no context.
         d.check(unsafe { (d.api.cuDriverGetVersion)(&mut version) }, "cuDriverGetVersion").map_err(|e| e.message)?;
         d.version = version;
         let mut count = 0;
+        // SAFETY: `cuDeviceGetCount(int*)`: `count` is a valid, writable local; called after cuInit.
         d.check(unsafe { (d.api.cuDeviceGetCount)(&mut count) }, "cuDeviceGetCount").map_err(|e| e.message)?;
         for index in 0..count {
             d.gpus.push(d.describe(index).map_err(|e| e.message)?);
@@ -452,14 +467,16 @@ impl Driver {
         })
     }
 
-    /// Frees memory from [`Driver::device_alloc`].
+    /// Frees memory from [`Driver::device_alloc`]; a failure is logged.
     pub fn device_free(&self, device: i32, p: u64) {
-        if let Some(free) = self.api.cuMemFree {
-            let _ = self.with_context(device, || {
-                // SAFETY: `p` came from cuMemAlloc on this device (the caller's contract) and is freed once.
-                let _ = unsafe { free(p) };
-                Ok(())
-            });
+        let Some(free) = self.api.cuMemFree else { return };
+        let freed = self.with_context(device, || {
+            // SAFETY: `p` came from cuMemAlloc on this device (the caller's contract) and is freed once;
+            // the device's context is current.
+            self.check(unsafe { free(p) }, "cuMemFree")
+        });
+        if let Err(e) = freed {
+            tracing::warn!("Freeing device memory on GPU {device} failed: {}", e.message);
         }
     }
 

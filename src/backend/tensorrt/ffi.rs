@@ -457,18 +457,22 @@ impl RealEngine {
         let mut desc =
             EngineDesc { implicit_batch: unsafe { (s.engine_implicit_batch)(self.raw) } != 0, ..Default::default() };
         for i in 0..n {
+            // SAFETY: live engine, `i` in 0..num_io; returns a pointer the engine owns, or null.
             let name = unsafe { (s.engine_io_name)(self.raw, i) };
             if name.is_null() {
                 return Err(Error::internal(format!("the engine's I/O tensor {i} has no name")));
             }
             // SAFETY: the engine owns the name for its lifetime.
             let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+            // SAFETY: live engine, `i` in 0..num_io.
             let flags = unsafe { (s.engine_io_flags)(self.raw, i) };
+            // SAFETY: as above; `read_dims` hands a MAX_DIMS buffer and the shim writes at most that.
             let shape = read_dims(|p| unsafe { (s.engine_io_shape)(self.raw, i, p) })
                 .ok_or_else(|| Error::internal(format!("the engine's tensor '{name}' has no shape")))?;
             desc.io.push(IoDesc {
                 name,
                 input: flags & IO_INPUT != 0,
+                // SAFETY: live engine, `i` in 0..num_io.
                 trt_dtype: unsafe { (s.engine_io_dtype)(self.raw, i) },
                 dims: shape,
                 shape_tensor: flags & IO_SHAPE_TENSOR != 0,
@@ -480,6 +484,8 @@ impl RealEngine {
             let mut ranges = Vec::new();
             for (i, t) in desc.io.iter().enumerate() {
                 let i = i as i32;
+                // SAFETY: live engine, `i` in 0..num_io, `p` in 0..num_profiles, `which` 0-2 (min, opt,
+                // max); `read_dims` hands a MAX_DIMS buffer and the shim writes at most that.
                 let get = |which| read_dims(|ptr| unsafe { (s.engine_profile_shape)(self.raw, i, p, which, ptr) });
                 ranges.push(if t.input {
                     match (get(0), get(1), get(2)) {
