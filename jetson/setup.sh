@@ -61,7 +61,8 @@ sandbox_properties() {
             value = substr(line, eq + 1)
             sub(/^[ \t]+/, "", value)
             sub(/[ \t]+$/, "", value)
-            if (name ~ /^(DynamicUser|User|Group|SupplementaryGroups|NoNewPrivileges|LockPersonality|MemoryDenyWriteExecute|CapabilityBoundingSet|AmbientCapabilities)$/ ||
+            if (name ~ /^(DynamicUser|User|Group|SupplementaryGroups|NoNewPrivileges|LockPersonality)$/ ||
+                name ~ /^(MemoryDenyWriteExecute|CapabilityBoundingSet|AmbientCapabilities)$/ ||
                 name ~ /^(Protect|Private|Restrict|Device|SystemCall)[A-Za-z]*$/ ||
                 name ~ /^(ReadWrite|ReadOnly|Inaccessible)Paths$/)
                 print "--property=" name "=" value
@@ -106,7 +107,9 @@ if rc != 0 and hasattr(cuda, "cuGetErrorName"):
         name = text.value.decode()
 out("cuInit", rc, name, count.value)
 if rc != 0:
-    nodes = glob.glob("/dev/nvhost-*") + glob.glob("/dev/nvmap") + glob.glob("/dev/nvgpu/*/*") + glob.glob("/dev/nvidia*")
+    nodes = []
+    for pattern in ("/dev/nvhost-*", "/dev/nvmap", "/dev/nvgpu/*/*", "/dev/nvidia*"):
+        nodes += glob.glob(pattern)
     for path in sorted(nodes):
         if not os.path.isdir(path) and not os.access(path, os.R_OK | os.W_OK):
             out("denied", path)
