@@ -77,6 +77,51 @@ def test_the_unit_passes_systemd_analyze_verify(tmp_path):
     assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
 
 
+def unit_lines():
+    """The unit's lines with continuation lines joined, as systemd reads them."""
+    return (REPO_ROOT / "systemd" / "tritonrs.service").read_text().replace("\\\n", " ").splitlines()
+
+
+def test_the_unit_leaves_device_access_to_permissions_and_loads_nvidia_uvm_first():
+    lines = unit_lines()
+    # No device list: group video and the nodes' modes decide (newer Tegra nodes, DLA, MIG caps).
+    assert not any(line.startswith(("DevicePolicy=", "DeviceAllow=")) for line in lines), lines
+    assert "SupplementaryGroups=video" in lines and "PrivateDevices=yes" not in lines
+    # The privileged nvidia-modprobe step (+: outside the sandbox; -: never fails the start) comes
+    # before validate and the server.
+    pre = [line for line in lines if line.startswith("ExecStartPre=")]
+    assert len(pre) == 2, pre
+    assert pre[0].startswith("ExecStartPre=-+/bin/sh -c '") and "nvidia-modprobe -u -c=0" in pre[0], pre[0]
+    assert "command -v nvidia-modprobe" in pre[0] and pre[0].rstrip().endswith("exit 0'"), pre[0]
+    assert pre[1] == "ExecStartPre=/usr/bin/tritonrs validate --config /etc/tritonrs/tritonrs.toml"
+    # The rest of the hardening stays.
+    for directive in ("DynamicUser=yes", "ProtectSystem=strict", "NoNewPrivileges=yes",
+                      "ProtectKernelModules=yes"):
+        assert directive in lines, directive
+
+
+def test_the_nvidia_modprobe_step_runs_where_it_exists_and_never_fails(tmp_path):
+    pre = next(line for line in unit_lines() if line.startswith("ExecStartPre=") and "nvidia-modprobe" in line)
+    # What /bin/sh gets: the quoted argument, with systemd's $$ back to $.
+    script = pre[pre.index("'") + 1:pre.rindex("'")].replace("$$", "$")
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "nvidia-modprobe"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$*" >>{calls}\nexit 1\n')
+    fake.chmod(0o755)
+    r = subprocess.run(["/bin/sh", "-c", script], env={"PATH": f"{fake.parent}:/usr/bin:/bin"},
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    # nvidiactl, then nvidia_uvm with its nodes (one -c per GPU and -f per MIG instance where the
+    # driver lists them in /proc).
+    made = calls.read_text().splitlines()
+    assert made[0] == "-c=255" and "-u -c=0" in made, made
+    # Without nvidia-modprobe (Jetson, CPU hosts): nothing, successfully.
+    r = subprocess.run(["/bin/sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
 def test_the_shipped_configuration_files_are_valid():
     for path in ("systemd/tritonrs.toml", "jetson/tritonrs.toml"):
         r = run_cli("--config", str(REPO_ROOT / path), "--version")
