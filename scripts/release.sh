@@ -53,7 +53,8 @@ for pair in x86_64:amd64 aarch64:arm64; do
     contents=$(dpkg-deb -c "$deb")
     for f in ./usr/bin/tritonrs ./usr/lib/systemd/system/tritonrs.service ./usr/lib/systemd/system-preset/90-tritonrs.preset \
              ./etc/tritonrs/tritonrs.toml ./usr/share/doc/tritonrs/README.md \
-             ./usr/share/tritonrs/examples/simple/config.pbtxt ./usr/share/tritonrs/examples/simple/1/model.onnx; do
+             ./usr/share/tritonrs/examples/simple/config.pbtxt ./usr/share/tritonrs/examples/simple/1/model.onnx \
+             ./usr/share/tritonrs/setup.sh ./usr/share/tritonrs/selftest.sh; do
         grep -q " $f\$" <<<"$contents" || die "$deb lacks $f"
     done
     grep -q '/etc/tritonrs/tritonrs.toml' < <(dpkg-deb -I "$deb" conffiles) || die "$deb: tritonrs.toml is not a conffile"
