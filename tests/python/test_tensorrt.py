@@ -7,6 +7,7 @@ is reported as skipped."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -192,3 +193,39 @@ def test_a_real_engine_serves(start_server, repo):
 def np_to_triton(a: np.ndarray) -> str:
     from tritonclient.utils import np_to_triton_dtype
     return np_to_triton_dtype(a.dtype)
+
+
+def test_the_device_selftest_ends_in_a_report_where_it_cannot_run(tmp_path):
+    """jetson/selftest.sh is written to run on a device with TensorRT; here (no TensorRT, a stand-in
+    trtexec that copies the ONNX file as the "engine") its flow still has to end in a pasteable report
+    that says which check failed and why, with a failing exit status."""
+    import socket
+
+    from helpers import BIN, REPO_ROOT
+
+    fake = tmp_path / "trtexec"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'for a; do case "$a" in --onnx=*) src=${a#--onnx=};; --saveEngine=*) dst=${a#--saveEngine=};; esac; done\n'
+        'cp "$src" "$dst"\n'
+    )
+    fake.chmod(0o755)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, TRTEXEC=str(fake), PORT=str(port), READY_TIMEOUT="5")
+    r = subprocess.run(["bash", str(REPO_ROOT / "jetson" / "selftest.sh"), str(BIN)], env=env,
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = r.stdout
+    assert "### tritonrs GPU self-test" in out, out
+    assert "| check | result | detail |" in out
+    # No TensorRT Python module here: the two-profile engine cannot be built, and that is a skip.
+    assert "| profiles | SKIP | no engine with two profiles:" in out, out
+    engine = next(line for line in out.splitlines() if line.startswith("| engine |"))
+    assert "| FAIL | the server did not become ready within 5 s:" in engine, out
+    assert "TensorRT is not installed" in engine, out
+    assert any(line.startswith("| faults | FAIL |") for line in out.splitlines()), out
+    kept = re.search(r"the servers' logs are in (\S+) \(server.log, faults.log\)", out)
+    assert kept and (Path(kept.group(1)) / "server.log").is_file(), out
+    shutil.rmtree(kept.group(1))

@@ -7,14 +7,14 @@
 #![allow(unsafe_code)]
 
 use super::engine::{EngineDesc, IoDesc, Range};
-use super::run::{self, Memory, Readback, Stream};
+use super::run::{self, Faults, Faulty, Memory, Readback, Stream};
 use super::{Context, Engine, RunInput, RunOutput, Runtime};
 use crate::error::{Error, Result};
 use crate::memory::pool::Pools;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 const ABI_VERSION: i32 = 1; // TRS_ABI_VERSION
 const MAX_DIMS: usize = 8; // TRS_MAX_DIMS
@@ -677,6 +677,26 @@ impl Stream for RealStream<'_> {
     }
 }
 
+/// `TRITONRS_TRT_FAULT`, read once (see [`Faults`]); an invalid value is logged and ignored.
+fn faults() -> &'static Faults {
+    static FAULTS: OnceLock<Faults> = OnceLock::new();
+    FAULTS.get_or_init(|| {
+        let spec = std::env::var("TRITONRS_TRT_FAULT").unwrap_or_default();
+        match Faults::parse(&spec) {
+            Ok(f) => {
+                if !f.is_empty() {
+                    tracing::warn!("TRITONRS_TRT_FAULT={spec}: TensorRT runs will fail on purpose (a self-test hook).");
+                }
+                f
+            }
+            Err(e) => {
+                tracing::error!("TRITONRS_TRT_FAULT={spec} is ignored: {e}");
+                Faults::default()
+            }
+        }
+    })
+}
+
 impl Context for RealContext {
     fn run(&mut self, profile: usize, inputs: &[RunInput<'_>], outputs: &[usize]) -> Result<Vec<RunOutput>> {
         let d = cuda()?;
@@ -685,9 +705,15 @@ impl Context for RealContext {
         let memory = Memory { pools, device: self.device, mapped: self.mapped, readback: self.readback };
         let current = &mut self.profile;
         let mut stream = RealStream { d, shim: engine.rt.shim, raw: self.raw, stream: self.stream, desc: &engine.desc };
+        let faults = faults();
         d.with_context(self.device, || {
             clear_errors();
-            run::run(&mut stream, &memory, &engine.desc, current, profile, inputs, outputs)
+            if faults.is_empty() {
+                run::run(&mut stream, &memory, &engine.desc, current, profile, inputs, outputs)
+            } else {
+                let mut faulty = Faulty { inner: &mut stream, faults };
+                run::run(&mut faulty, &memory, &engine.desc, current, profile, inputs, outputs)
+            }
         })
     }
 }

@@ -299,5 +299,105 @@ pub fn run<S: Stream + ?Sized>(
     Ok(out)
 }
 
+/// Failures injected on purpose into real runs, for `jetson/selftest.sh` on a device:
+/// `TRITONRS_TRT_FAULT=<step>:<n>[,<step>:<n>...]` makes the n-th call (counted from 1 over the
+/// process) of that [`Stream`] step report an error. The queuing steps (`copy_in`, `enqueue`,
+/// `copy_out`) fail *after* the real call, so the GPU really has work queued on memory the run
+/// holds: the worst case for the guard above.
+#[derive(Debug, Default)]
+pub struct Faults {
+    rules: Vec<(String, usize)>,
+    counts: parking_lot::Mutex<Vec<usize>>,
+}
+
+/// The step names `TRITONRS_TRT_FAULT` knows.
+const STEPS: &[&str] =
+    &["set_profile", "set_input_shape", "tensor_shape", "set_address", "copy_in", "enqueue", "copy_out", "sync"];
+
+impl Faults {
+    /// Parses the variable's value; an error names what is wrong.
+    pub fn parse(spec: &str) -> std::result::Result<Faults, String> {
+        let mut rules = Vec::new();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (step, n) = part.split_once(':').ok_or_else(|| format!("'{part}' is not <step>:<n>"))?;
+            let step = step.trim();
+            if !STEPS.contains(&step) {
+                return Err(format!("'{step}' is not a step ({})", STEPS.join(", ")));
+            }
+            let n: usize = n
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("'{n}' in '{part}' is not a count from 1"))?;
+            rules.push((step.to_string(), n));
+        }
+        let counts = parking_lot::Mutex::new(vec![0; STEPS.len()]);
+        Ok(Faults { rules, counts })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Counts a call of `step`; an error when it is one to fail.
+    fn check(&self, step: &str) -> Result<()> {
+        let Some(i) = STEPS.iter().position(|s| *s == step) else { return Ok(()) };
+        let n = {
+            let mut counts = self.counts.lock();
+            counts[i] += 1;
+            counts[i]
+        };
+        if self.rules.iter().any(|(s, k)| s == step && *k == n) {
+            return Err(Error::internal(format!("{step} call {n} failed: injected by TRITONRS_TRT_FAULT")));
+        }
+        Ok(())
+    }
+}
+
+/// A stream whose steps fail as [`Faults`] says.
+pub struct Faulty<'a, S: Stream + ?Sized> {
+    pub inner: &'a mut S,
+    pub faults: &'a Faults,
+}
+
+impl<S: Stream + ?Sized> Stream for Faulty<'_, S> {
+    fn set_profile(&mut self, profile: usize) -> Result<()> {
+        self.faults.check("set_profile")?;
+        self.inner.set_profile(profile)
+    }
+    fn set_input_shape(&mut self, io: usize, shape: &[i64]) -> Result<()> {
+        self.faults.check("set_input_shape")?;
+        self.inner.set_input_shape(io, shape)
+    }
+    fn tensor_shape(&mut self, io: usize) -> Result<Vec<i64>> {
+        self.faults.check("tensor_shape")?;
+        self.inner.tensor_shape(io)
+    }
+    fn mapped_pointer(&mut self, host: usize) -> Result<u64> {
+        self.inner.mapped_pointer(host)
+    }
+    fn set_address(&mut self, io: usize, ptr: u64) -> Result<()> {
+        self.faults.check("set_address")?;
+        self.inner.set_address(io, ptr)
+    }
+    fn copy_in(&mut self, dst: u64, src: &[u8]) -> Result<()> {
+        self.inner.copy_in(dst, src)?;
+        self.faults.check("copy_in")
+    }
+    fn copy_out(&mut self, dst: &mut [u8], src: u64) -> Result<()> {
+        self.inner.copy_out(dst, src)?;
+        self.faults.check("copy_out")
+    }
+    fn enqueue(&mut self) -> Result<()> {
+        self.inner.enqueue()?;
+        self.faults.check("enqueue")
+    }
+    fn sync(&mut self) -> Result<()> {
+        self.faults.check("sync")?;
+        self.inner.sync()
+    }
+}
+
 #[cfg(test)]
 mod tests;

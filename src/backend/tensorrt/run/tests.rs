@@ -227,3 +227,30 @@ fn mapped_slots_are_used_only_when_the_pinned_pool_maps_its_blocks() {
     let events = script.lock().events.clone();
     assert!(events.iter().any(|e| e == "copy_in") && !events.iter().any(|e| e == "mapped_pointer"), "{events:?}");
 }
+
+#[test]
+fn injected_faults_fail_the_named_call_once_and_the_run_still_cleans_up() {
+    let faults = Faults::parse("enqueue:2, copy_out:2").unwrap();
+    let mut s = setup(&[]);
+    let mut current = None;
+    let mut results = Vec::new();
+    for _ in 0..4 {
+        let a = fp32(2, 1.5);
+        let b = fp32(2, 2.0);
+        let inputs = [RunInput { io: 0, shape: &[2, 4], data: &a }, RunInput { io: 1, shape: &[2, 4], data: &b }];
+        let memory = Memory { pools: &s.pools, device: 0, mapped: false, readback: Readback::Pinned };
+        let mut faulty = Faulty { inner: &mut s.stream, faults: &faults };
+        let r = run(&mut faulty, &memory, &desc(), &mut current, 0, &inputs, &[2]);
+        results.push(r.map(|o| values(&o[0].data)).map_err(|e| e.message));
+        assert_eq!(used(&s.pools), 0);
+    }
+    assert_eq!(results[0], Ok(vec![3.5; 8]));
+    assert!(results[1].as_ref().is_err_and(|e| e.contains("enqueue call 2 failed: injected")), "{results:?}");
+    // Run 3 makes the second copy_out call (run 2 made none).
+    assert!(results[2].as_ref().is_err_and(|e| e.contains("copy_out call 2 failed")), "{:?}", results[2]);
+    assert_eq!(results[3], Ok(vec![3.5; 8]));
+    for bad in ["enqueue", "launch:1", "enqueue:0", "enqueue:x"] {
+        assert!(Faults::parse(bad).is_err(), "{bad}");
+    }
+    assert!(Faults::parse("").unwrap().is_empty());
+}
