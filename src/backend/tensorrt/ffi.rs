@@ -716,6 +716,17 @@ impl Context for RealContext {
             }
         })
     }
+
+    fn select_profile(&mut self, profile: usize) -> Result<()> {
+        let d = cuda()?;
+        let engine = self.engine.clone();
+        let current = &mut self.profile;
+        let mut stream = RealStream { d, shim: engine.rt.shim, raw: self.raw, stream: self.stream, desc: &engine.desc };
+        d.with_context(self.device, || {
+            clear_errors();
+            run::select(&mut stream, current, profile)
+        })
+    }
 }
 
 #[cfg(test)]

@@ -135,6 +135,9 @@ impl Context for MockContext {
         let memory = Memory { pools: &self.pools, device: self.device, mapped: false, readback: Readback::Pinned };
         run::run(&mut self.stream, &memory, &self.engine.desc, &mut self.profile, profile, inputs, outputs)
     }
+    fn select_profile(&mut self, profile: usize) -> Result<()> {
+        run::select(&mut self.stream, &mut self.profile, profile)
+    }
 }
 
 /// What a [`FakeStream`] and its fake device memory did, shared with the test that drives them: every

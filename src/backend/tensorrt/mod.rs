@@ -62,6 +62,9 @@ pub struct RunOutput {
 pub trait Context: Send {
     /// Runs the engine with `profile` on `inputs` and returns `outputs` (I/O indices), in that order.
     fn run(&mut self, profile: usize, inputs: &[RunInput<'_>], outputs: &[usize]) -> Result<Vec<RunOutput>>;
+    /// Selects `profile` now, at load: on TensorRT 8 a new context holds profile 0 until it selects
+    /// another, which would keep the instance assigned profile 0 from selecting it.
+    fn select_profile(&mut self, profile: usize) -> Result<()>;
 }
 
 /// The largest plan file read (engines of big models run to a few hundred MB).
@@ -227,8 +230,11 @@ impl Backend for TensorRtBackend {
         let desc = shared.engine.desc().clone();
         let candidates = engine::instance_profiles(&desc, &ctx.name, &spec.profiles)?;
         engine::check(&ctx.config, &desc, &candidates)?;
-        let context = shared.engine.clone().create_context(device)?;
+        let mut context = shared.engine.clone().create_context(device)?;
         let claim = ProfileClaim::take(&shared, &ctx.name, &spec.name, &desc, &candidates);
+        if let Some(&first) = claim.profiles.first() {
+            context.select_profile(first).map_err(|e| claim.explain(first, e))?;
+        }
         Ok(Box::new(TensorRtInstance { desc, context, claim }))
     }
 }
@@ -237,8 +243,8 @@ impl Backend for TensorRtBackend {
 /// optimization profile.
 struct SharedEngine {
     engine: Arc<dyn Engine>,
-    /// Per profile: the instances holding it.
-    holders: Mutex<Vec<Vec<String>>>,
+    /// Per profile: the instances holding it (claim id, instance name).
+    holders: Mutex<Vec<Vec<(u64, String)>>>,
     /// Per profile: held by a run on it, so instances sharing a profile take turns.
     turns: Vec<Mutex<()>>,
 }
@@ -257,13 +263,16 @@ impl SharedEngine {
 /// The profiles one instance holds, given back when it is dropped.
 struct ProfileClaim {
     shared: Arc<SharedEngine>,
-    instance: String,
+    /// Unique among claims (a reload's new instances have the old ones' names).
+    id: u64,
     /// The profiles this instance may use, in the order they are tried.
     profiles: Vec<usize>,
 }
 
 impl ProfileClaim {
     fn take(shared: &Arc<SharedEngine>, model: &str, instance: &str, desc: &EngineDesc, candidates: &[usize]) -> Self {
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut holders = shared.holders.lock();
         let held: Vec<usize> = holders.iter().map(Vec::len).collect();
         let profiles = engine::assign_profiles(desc, candidates, &held);
@@ -274,21 +283,37 @@ impl ProfileClaim {
                         "TensorRT model '{model}': instance '{instance}' shares optimization profile {p} with {}; \
                          TensorRT runs one execution context per profile at a time, so they take turns (and some \
                          TensorRT 8 releases refuse the second context). Build the engine with one profile per \
-                         instance (e.g. trtexec --profile) to run them side by side.",
-                        h.join(", ")
+                         instance (the same profile added once per instance) to run them side by side.",
+                        h.iter().map(|(_, n)| n.as_str()).collect::<Vec<_>>().join(", ")
                     );
                 }
-                h.push(instance.to_string());
+                h.push((id, instance.to_string()));
             }
         }
         tracing::debug!("TensorRT model '{model}': instance '{instance}' uses optimization profile(s) {profiles:?}.");
-        ProfileClaim { shared: shared.clone(), instance: instance.to_string(), profiles }
+        ProfileClaim { shared: shared.clone(), id, profiles }
     }
 
-    /// The other instances holding `profile`.
-    fn sharers(&self, profile: usize) -> Vec<String> {
-        let holders = self.shared.holders.lock();
-        holders.get(profile).map(|h| h.iter().filter(|n| **n != self.instance).cloned().collect()).unwrap_or_default()
+    /// `e`, from a call on `profile`, saying which other instances share that profile (TensorRT may
+    /// refuse a second context on it).
+    fn explain(&self, profile: usize, e: Error) -> Error {
+        let sharers: Vec<String> = {
+            let holders = self.shared.holders.lock();
+            holders
+                .get(profile)
+                .map(|h| h.iter().filter(|(id, _)| *id != self.id).map(|(_, n)| n.clone()).collect())
+                .unwrap_or_default()
+        };
+        if sharers.is_empty() {
+            return e;
+        }
+        let message = format!(
+            "{} (optimization profile {profile} is shared with instance(s) {}; build the engine with one profile per \
+             instance)",
+            e.message,
+            sharers.join(", ")
+        );
+        Error { message, ..e }
     }
 }
 
@@ -297,7 +322,7 @@ impl Drop for ProfileClaim {
         let mut holders = self.shared.holders.lock();
         for &p in &self.profiles {
             if let Some(h) = holders.get_mut(p) {
-                if let Some(i) = h.iter().position(|n| *n == self.instance) {
+                if let Some(i) = h.iter().position(|(id, _)| *id == self.id) {
                     h.remove(i);
                 }
             }
@@ -341,19 +366,7 @@ impl ModelInstance for TensorRtInstance {
             let _turn = self.claim.shared.turns.get(profile).map(|t| t.lock());
             self.context.run(profile, &inputs, &wanted)
         };
-        let outs = outs.map_err(|e| {
-            let sharers = self.claim.sharers(profile);
-            if sharers.is_empty() {
-                e
-            } else {
-                let note = format!(
-                    " (optimization profile {profile} is shared with instance(s) {}; build the engine with one \
-                     profile per instance)",
-                    sharers.join(", ")
-                );
-                Error { message: format!("{}{note}", e.message), ..e }
-            }
-        })?;
+        let outs = outs.map_err(|e| self.claim.explain(profile, e))?;
         let t2 = Instant::now();
         let mut outputs = Vec::with_capacity(outs.len());
         for (out, &io) in outs.into_iter().zip(&wanted) {

@@ -210,6 +210,20 @@ impl<S: Stream + ?Sized> Drop for InFlight<'_, S> {
     }
 }
 
+/// Selects `profile` on the context (when `current` differs) and waits for the work it queues.
+pub fn select<S: Stream + ?Sized>(stream: &mut S, current: &mut Option<usize>, profile: usize) -> Result<()> {
+    if *current == Some(profile) {
+        return Ok(());
+    }
+    let mut flight = InFlight::new(stream);
+    // Unknown until TensorRT says yes: a failed switch is retried by the next run.
+    *current = None;
+    flight.queue(|s| s.set_profile(profile))?;
+    flight.sync()?;
+    *current = Some(profile);
+    Ok(())
+}
+
 /// Runs the engine with `profile` (selecting it on the context first when `current` differs) on
 /// `inputs`, returning `outputs` (I/O indices) in that order.
 pub fn run<S: Stream + ?Sized>(

@@ -254,3 +254,20 @@ fn injected_faults_fail_the_named_call_once_and_the_run_still_cleans_up() {
     }
     assert!(Faults::parse("").unwrap().is_empty());
 }
+
+#[test]
+fn a_profile_selected_at_load_is_not_selected_again_by_the_first_run() {
+    let mut s = setup(&[]);
+    let mut current = None;
+    select(&mut s.stream, &mut current, 0).expect("selected");
+    assert_eq!(current, Some(0));
+    assert_eq!(s.script.lock().events, vec!["set_profile", "sync"]);
+    run_once(&mut s, Readback::Pinned, &mut current).expect("runs");
+    let events = s.script.lock().events.clone();
+    assert_eq!(events.iter().filter(|e| *e == "set_profile").count(), 1, "{events:?}");
+    // A refused selection leaves no profile recorded, so the next run selects it again.
+    let mut s = setup(&[0]);
+    let mut current = None;
+    select(&mut s.stream, &mut current, 0).expect_err("refused");
+    assert_eq!(current, None);
+}
