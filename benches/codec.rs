@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
-use tritonrs::core::types::{DataType, InferResponse, Parameters, Tensor};
 use tritonrs::frontend::http::codec::{decode_request, encode_response};
+use tritonrs::model_api::types::{DataType, InferResponse, Parameters, Tensor};
 
 fn json_request() -> Bytes {
     let data: Vec<String> = (0..16).map(|i| i.to_string()).collect();

@@ -6,8 +6,8 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use prost::Message;
 use std::hint::black_box;
-use tritonrs::core::types::{DataType, InferResponse, Parameters, Tensor};
 use tritonrs::frontend::grpc::convert::{request_from_proto, response_to_proto};
+use tritonrs::model_api::types::{DataType, InferResponse, Parameters, Tensor};
 use tritonrs::proto::inference::model_infer_request::InferInputTensor;
 use tritonrs::proto::inference::{ModelInferRequest, ModelInferResponse};
 

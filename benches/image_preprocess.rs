@@ -3,7 +3,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
-use tritonrs::core::repository::pbtxt::parse_config;
+use tritonrs::model_config::pbtxt::parse_config;
 use tritonrs::vision::preprocess::{decode, resize, to_tensor};
 use tritonrs::vision::spec::ImageSpec;
 use tritonrs::vision::{prepare, Prepared};

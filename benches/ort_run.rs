@@ -7,9 +7,9 @@ use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
 use tritonrs::backend::onnx::OnnxBackend;
-use tritonrs::backend::{Backend, BackendConfig, ExecRequest, InstanceKind, InstanceSpec, ModelContext};
 use tritonrs::core::repository::{read_model_config, RepoOptions};
-use tritonrs::core::types::{DataType, Tensor};
+use tritonrs::model_api::types::{DataType, Tensor};
+use tritonrs::model_api::{Backend, BackendConfig, ExecRequest, InstanceKind, InstanceSpec, ModelContext};
 
 fn bench(c: &mut Criterion) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("model-repos/examples/simple");

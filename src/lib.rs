@@ -11,6 +11,8 @@ pub mod error;
 pub mod frontend;
 pub mod logging;
 pub mod memory;
+pub mod model_api;
+pub mod model_config;
 pub mod platform;
 pub mod proto;
 pub mod vision;

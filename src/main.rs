@@ -4,7 +4,6 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use tritonrs::backend::BackendConfig;
 use tritonrs::config::file::ConfigFile;
 use tritonrs::config::{self, CliError, Command, ServeArgs, ValidateArgs};
 use tritonrs::core::{repository, Server, ServerOptions};
@@ -13,6 +12,7 @@ use tritonrs::frontend::restrict::Restrictions;
 use tritonrs::frontend::tls::{TlsFiles, TlsListener};
 use tritonrs::frontend::{grpc, http, metrics};
 use tritonrs::logging::{self, LogSettings};
+use tritonrs::model_api::BackendConfig;
 use tritonrs::platform::systemd;
 
 fn main() -> ExitCode {
@@ -66,7 +66,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
             let result = dir.as_ref().map_err(Clone::clone).and_then(|d| {
                 let cfg = repository::read_model_config(d, name, &opts, None)?;
                 repository::check_model_files(&cfg, d)?;
-                let versions = repository::list_versions(d);
+                let versions = tritonrs::model_config::list_versions(d);
                 if repository::VersionPolicy::from_config(&cfg).select(&versions).is_empty() {
                     return Err(tritonrs::error::Error::invalid(format!(
                         "model '{name}' has no version folders to serve in '{}'",
@@ -97,7 +97,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
             Ok(cfg) => {
                 println!("OK    {name}");
                 if args.print_config {
-                    for line in repository::pbtxt::config_to_pbtxt(&cfg).lines() {
+                    for line in tritonrs::model_config::pbtxt::config_to_pbtxt(&cfg).lines() {
                         println!("      {line}");
                     }
                 }
@@ -421,7 +421,7 @@ async fn run(
         _ => None,
     };
     if let Some(interval) = systemd::watchdog_interval() {
-        tokio::spawn(systemd::watchdog(interval));
+        tokio::spawn(systemd::watchdog(interval, tritonrs::core::heartbeat::stalled));
     }
     let loading = systemd::enabled().then(|| tokio::spawn(report_loading(server.clone())));
     tokio::select! {

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tritonrs::core::types::bytes_elements;
+use tritonrs::model_api::types::bytes_elements;
 use tritonrs::frontend::http::codec::decode_request;
 
 fuzz_target!(|data: &[u8]| {

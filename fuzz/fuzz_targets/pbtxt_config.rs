@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tritonrs::core::repository::pbtxt::{config_from_json, config_to_json, parse_config};
+use tritonrs::model_config::pbtxt::{config_from_json, config_to_json, parse_config};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

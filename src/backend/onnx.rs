@@ -7,12 +7,12 @@
 
 mod accelerators;
 
-use super::{
+use crate::error::{Error, Result};
+use crate::model_api::types::{DataType, Tensor};
+use crate::model_api::{
     Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
     ModelInstance,
 };
-use crate::core::types::{DataType, Tensor};
-use crate::error::{Error, Result};
 use ort::environment::Environment;
 use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::{Session, SessionInputValue};
@@ -202,7 +202,7 @@ impl Backend for OnnxBackend {
 
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let env = self.environment()?;
-        let file = crate::core::repository::model_file(&ctx.version_dir, &ctx.config)?;
+        let file = crate::model_config::model_file(&ctx.version_dir, &ctx.config)?;
         if !file.is_file() {
             return Err(Error::invalid(format!("model file '{}' not found", file.display())));
         }
@@ -305,7 +305,7 @@ fn no_provider(spec: &InstanceSpec, accel: &accelerators::Accel) -> Error {
 /// Every configured tensor must exist in the model with the same datatype and a compatible shape, and
 /// every model input must be configured: mismatches fail the load rather than every request.
 fn check_io(ctx: &ModelContext, session: &Session) -> Result<()> {
-    use crate::core::repository::autocomplete::{check_io, IoInfo, ModelIoInfo};
+    use crate::model_config::autocomplete::{check_io, IoInfo, ModelIoInfo};
     let describe = |outlets: &[ort::value::Outlet]| -> Vec<IoInfo> {
         outlets
             .iter()
@@ -501,7 +501,7 @@ fn ort_status(status: ort::sys::OrtStatusPtr, what: &str) -> Result<()> {
 /// ORT's `GetResizedStringTensorElementBuffer` (ORT >= 1.15), so NUL bytes and non-UTF-8 bytes pass
 /// through (ort's own constructor goes through C strings).
 fn string_tensor(name: &str, shape: Shape, bytes: &[u8]) -> Result<DynValue> {
-    let elems = crate::core::types::bytes_elements(bytes)?;
+    let elems = crate::model_api::types::bytes_elements(bytes)?;
     let empty: Vec<&str> = vec![""; elems.len()];
     let mut v = ort::value::Tensor::from_string_array((shape, empty.as_slice())).map_err(ort_value_err)?.into_dyn();
     let api = ort::api();

@@ -130,7 +130,7 @@ impl ConfigFile {
                     .get_arguments()
                     .chain(others.iter().flat_map(|c| c.get_arguments()))
                     .filter_map(|a| a.get_long());
-                let hint = match crate::core::repository::pbtxt::closest(&e.key, longs) {
+                let hint = match crate::model_config::pbtxt::closest(&e.key, longs) {
                     Some(near) => format!("; did you mean '{near}'?"),
                     None => " (settings are the command-line flags' names)".to_string(),
                 };

@@ -465,7 +465,7 @@ impl ModelConfigArgs {
     /// `max_tensor_bytes`: the largest request the server accepts (see `RepoOptions::max_tensor_bytes`).
     pub fn repo_options(
         &self,
-        backend_config: &crate::backend::BackendConfig,
+        backend_config: &crate::model_api::BackendConfig,
         max_tensor_bytes: usize,
     ) -> anyhow::Result<crate::core::repository::RepoOptions> {
         let default_max_batch_size = match backend_config.get("onnxruntime", "default-max-batch-size") {

@@ -2,8 +2,8 @@
 //! config): an LRU bounded in bytes, keyed by a hash of the model, version, inputs (name, datatype,
 //! shape, contents) and the requested outputs.
 
-use crate::core::types::Tensor;
 use crate::error::{Error, Result};
+use crate::model_api::types::Tensor;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};

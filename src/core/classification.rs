@@ -1,8 +1,8 @@
 //! Triton's classification extension: replaces an output with its top-k classes as
 //! "score:index[:label]" strings.
 
-use crate::core::types::{serialize_bytes, DataType, Tensor};
 use crate::error::{Error, Result};
+use crate::model_api::types::{serialize_bytes, DataType, Tensor};
 
 /// Reads element `i` of a numeric tensor as f64.
 fn values(t: &Tensor, bytes: &[u8]) -> Result<Vec<f64>> {
@@ -67,7 +67,7 @@ pub fn classify(t: &Tensor, k: u32, batched: bool, labels: Option<&[String]>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::types::bytes_elements;
+    use crate::model_api::types::bytes_elements;
 
     fn f32_tensor(shape: Vec<i64>, v: &[f32]) -> Tensor {
         let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();

@@ -4,7 +4,7 @@
 
 mod ensemble;
 
-use crate::backend::{BackendRegistry, InstanceKind, InstanceSpec, ModelContext};
+use crate::backend::BackendRegistry;
 use crate::core::rate_limiter::{Limited, Needs, RateLimiter, ResourceKey};
 use crate::core::repository::{self, RepoOptions, VersionPolicy};
 use crate::core::scheduler::ensemble::StepRunner;
@@ -13,6 +13,8 @@ use crate::core::stats::ModelStats;
 use crate::core::validate::ModelIo;
 use crate::core::warmup;
 use crate::error::{Error, ErrorKind, Result};
+use crate::model_api::LoadOptions;
+use crate::model_api::{InstanceKind, InstanceSpec, ModelContext};
 use crate::proto::inference::{model_instance_group::Kind, ModelConfig, ModelRateLimiter};
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -52,8 +54,8 @@ pub struct LoadedModel {
     pub stats: Arc<ModelStats>,
     /// How long the load took.
     pub load_duration: Duration,
-    /// Instances that can stop being ready while loaded (see [`crate::backend::Readiness`]).
-    pub probes: Vec<Arc<dyn crate::backend::Readiness>>,
+    /// Instances that can stop being ready while loaded (see [`crate::model_api::Readiness`]).
+    pub probes: Vec<Arc<dyn crate::model_api::Readiness>>,
 }
 
 /// One version's slot in the table.
@@ -105,15 +107,6 @@ pub struct IndexEntry {
     pub version: Option<i64>,
     pub state: Option<ModelState>,
     pub reason: String,
-}
-
-/// What a load request can override (the model repository extension's parameters).
-#[derive(Debug, Clone, Default)]
-pub struct LoadOptions {
-    /// A JSON model config that replaces config.pbtxt.
-    pub config_json: Option<String>,
-    /// Model files as (relative path like "1/model.onnx", contents); requires `config_json`.
-    pub files: Vec<(String, Vec<u8>)>,
 }
 
 /// Owns all models and their states.
@@ -510,7 +503,7 @@ impl ModelManager {
                 return Err(self.model_failed(name, fingerprint, e));
             }
         };
-        let available = repository::list_versions(&dir);
+        let available = crate::model_config::list_versions(&dir);
         let wanted = VersionPolicy::from_config(&cfg).select(&available);
         if wanted.is_empty() {
             let e = Error::invalid(scrub(&format!(
@@ -917,7 +910,7 @@ const MAX_FILE_PATH_DEPTH: usize = 16;
 /// server path.
 fn check_file_names(files: &[(String, Vec<u8>)]) -> Result<Vec<PathBuf>> {
     let bad = |rel: &str, why: &str| {
-        Error::invalid(format!("file parameter 'file:{}' {why}", repository::paths::printable(rel)))
+        Error::invalid(format!("file parameter 'file:{}' {why}", crate::model_config::paths::printable(rel)))
     };
     let mut out = Vec::with_capacity(files.len());
     for (rel, _) in files {
@@ -959,16 +952,16 @@ fn check_file_names(files: &[(String, Vec<u8>)]) -> Result<Vec<PathBuf>> {
             if a == b && i < j {
                 return Err(Error::invalid(format!(
                     "file parameters 'file:{}' and 'file:{}' name the same file",
-                    repository::paths::printable(&files[i].0),
-                    repository::paths::printable(&files[j].0)
+                    crate::model_config::paths::printable(&files[i].0),
+                    crate::model_config::paths::printable(&files[j].0)
                 )));
             }
             if b.starts_with(a) && a != b {
                 return Err(Error::invalid(format!(
                     "file parameters 'file:{}' and 'file:{}' collide: '{}' cannot be both a file and a folder",
-                    repository::paths::printable(&files[i].0),
-                    repository::paths::printable(&files[j].0),
-                    repository::paths::printable(&a.display().to_string())
+                    crate::model_config::paths::printable(&files[i].0),
+                    crate::model_config::paths::printable(&files[j].0),
+                    crate::model_config::paths::printable(&a.display().to_string())
                 )));
             }
         }
@@ -990,7 +983,7 @@ fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::Temp
         let fail = |e: std::io::Error| {
             Error::internal(format!(
                 "cannot write the file of parameter 'file:{}': {e}",
-                repository::paths::printable(shown)
+                crate::model_config::paths::printable(shown)
             ))
         };
         if let Some(parent) = path.parent() {

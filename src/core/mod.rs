@@ -2,7 +2,6 @@
 
 pub mod cache;
 pub mod classification;
-pub mod custom_metrics;
 pub mod heartbeat;
 pub mod lifecycle;
 pub mod rate_limiter;
@@ -12,7 +11,6 @@ pub mod server;
 pub mod shm;
 pub mod stats;
 pub mod trace;
-pub mod types;
 pub mod validate;
 pub mod warmup;
 

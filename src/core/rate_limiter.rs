@@ -4,8 +4,8 @@
 //! When several instances wait, the one with the lowest `priority` value (then the longest waiting)
 //! whose needs fit goes first.
 
-use crate::backend::{ExecRequest, ExecResult, ModelInstance};
 use crate::error::{Error, Result};
+use crate::model_api::{ExecRequest, ExecResult, ModelInstance};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -193,7 +193,7 @@ impl ModelInstance for Limited {
         self.inner.takes_request_lists()
     }
 
-    fn readiness(&self) -> Option<Arc<dyn crate::backend::Readiness>> {
+    fn readiness(&self) -> Option<Arc<dyn crate::model_api::Readiness>> {
         self.inner.readiness()
     }
 

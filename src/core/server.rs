@@ -1,10 +1,9 @@
 //! `Server`: health, metadata, inference, repository control and statistics, independent of transport.
 
-use crate::backend::{BackendConfig, BackendRegistry, ExecResult, ExecTimings, ResponseSender, ServerApi};
+use crate::backend::BackendRegistry;
 use crate::core::cache::{self, ResponseCache};
 use crate::core::classification::classify;
-use crate::core::custom_metrics::CustomMetrics;
-use crate::core::lifecycle::{IndexEntry, LoadOptions, LoadedModel, ModelManager};
+use crate::core::lifecycle::{IndexEntry, LoadedModel, ModelManager};
 use crate::core::rate_limiter::RateLimiter;
 use crate::core::repository::RepoOptions;
 use crate::core::scheduler::ensemble::StepRunner;
@@ -12,10 +11,13 @@ use crate::core::scheduler::Job;
 use crate::core::shm;
 use crate::core::stats::{FailureReason, StatsSnapshot};
 use crate::core::trace::{Activity, Trace, TraceSettings, TraceUpdate, Tracer};
-use crate::core::types::{InferRequest, InferResponse, Parameters, RequestedOutput, StreamResponse, Tensor};
 use crate::core::validate::{self, resolve_wildcards};
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory::shm::SharedMemoryManager;
+use crate::model_api::custom_metrics::CustomMetrics;
+use crate::model_api::types::{InferRequest, InferResponse, Parameters, RequestedOutput, StreamResponse, Tensor};
+use crate::model_api::LoadOptions;
+use crate::model_api::{BackendConfig, ExecResult, ExecTimings, ResponseSender, ServerApi};
 use crate::proto::inference::ModelConfig;
 use futures_util::stream::{BoxStream, StreamExt};
 use std::path::PathBuf;
@@ -172,7 +174,7 @@ impl Server {
                 custom_metrics: Arc::new(CustomMetrics::new()),
                 // CUDA regions open their IPC handles through the driver, loaded on first use; without
                 // one, registering a CUDA region says why.
-                shm: SharedMemoryManager::new(Some(crate::platform::cuda::ipc_opener()), String::new()),
+                shm: SharedMemoryManager::new(Some(crate::memory::shm::cuda_ipc_opener()), String::new()),
                 pools,
             }
         });
@@ -680,7 +682,7 @@ impl Server {
 
 /// Adds the scheduler's and backend's timestamps: QUEUE_START when the job was queued, COMPUTE_START
 /// when an instance took it, and the ends of the input, infer and output phases from their durations.
-fn stamp_execution(t: &mut Trace, enqueued: Instant, timings: &crate::backend::ExecTimings) {
+fn stamp_execution(t: &mut Trace, enqueued: Instant, timings: &crate::model_api::ExecTimings) {
     t.stamp(Activity::QueueStart, enqueued);
     if let Some(started) = timings.started {
         let input_end = started + Duration::from_nanos(timings.compute_input_ns);
@@ -720,7 +722,7 @@ struct DecoupledStream {
     /// The outputs the client asked for (reshape and classification apply per response).
     requested: Vec<RequestedOutput>,
     /// What the model sends.
-    responses: crate::backend::ResponseReceiver,
+    responses: crate::model_api::ResponseReceiver,
     /// The scheduler's answer: only says that execution ended, or why it could not run.
     executed: Option<tokio::sync::oneshot::Receiver<Result<ExecResult>>>,
     /// For the request statistics.

@@ -1,12 +1,13 @@
 //! Checks a request against its model's configuration before it is queued: names, datatypes, shapes
 //! (with `-1` wildcards), batch size, byte sizes, `reshape` and `optional`.
 
-use crate::backend::{ExecRequest, RequestMeta};
-use crate::core::scheduler::{RequestControl, SequenceId};
-use crate::core::types::{
+use crate::core::scheduler::RequestControl;
+use crate::error::{Error, Result};
+use crate::model_api::types::{
     bytes_elements, element_count, DataType, InferRequest, ParamValue, Parameters, RequestedOutput, Tensor,
 };
-use crate::error::{Error, Result};
+use crate::model_api::SequenceId;
+use crate::model_api::{ExecRequest, RequestMeta};
 use crate::proto::inference::ModelConfig;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,10 +1,11 @@
 //! Model warmup (`model_warmup`): sample requests run on every instance before the model is READY.
 //! A failed warmup is a failed load, with the reason.
 
-use crate::backend::{ExecRequest, ModelInstance};
-use crate::core::repository::{limits, paths, WARMUP_FOLDER};
-use crate::core::types::{element_count, serialize_bytes, DataType, Tensor};
+use crate::core::repository::{limits, WARMUP_FOLDER};
 use crate::error::{Error, Result};
+use crate::model_api::types::{element_count, serialize_bytes, DataType, Tensor};
+use crate::model_api::{ExecRequest, ModelInstance};
+use crate::model_config::paths;
 use crate::proto::inference::model_warmup::input::InputDataType;
 use crate::proto::inference::{ModelConfig, ModelWarmup};
 use std::path::Path;

@@ -631,15 +631,17 @@ impl IpcMemory {
     }
 }
 
-impl crate::memory::shm::CudaIpcMemory for IpcMemory {
-    fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+impl IpcMemory {
+    /// Copies `dst.len()` bytes from `offset` of the region into host memory.
+    pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         let d = driver().map_err(|why| Error::unavailable(why.to_string()))?;
         if offset.checked_add(dst.len()).is_none_or(|end| end > self.len) {
             return Err(Error::internal("a copy out of a CUDA shared memory region overruns it"));
         }
         d.copy_to_host(self.device, self.ptr + offset as u64, dst)
     }
-    fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
+    /// Copies `src` into the region at `offset`.
+    pub fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
         let d = driver().map_err(|why| Error::unavailable(why.to_string()))?;
         if offset.checked_add(src.len()).is_none_or(|end| end > self.len) {
             return Err(Error::internal("a copy into a CUDA shared memory region overruns it"));
@@ -654,13 +656,6 @@ impl Drop for IpcMemory {
             d.ipc_close(self.device, self.ptr);
         }
     }
-}
-
-/// The opener the shared-memory manager uses for CUDA regions.
-pub fn ipc_opener() -> crate::memory::shm::CudaIpcOpener {
-    std::sync::Arc::new(|handle: &[u8], device: i64, len: usize| {
-        Ok(Box::new(IpcMemory::open(handle, device, len)?) as Box<dyn crate::memory::shm::CudaIpcMemory>)
-    })
 }
 
 #[cfg(test)]

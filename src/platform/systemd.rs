@@ -1,8 +1,8 @@
 //! The systemd service protocol (`Type=notify`), through the sd-notify crate: READY=1 once the
 //! listeners are bound and the start-up loads are over, STATUS= lines while loading and once serving,
 //! EXTEND_TIMEOUT_USEC while loads run, RELOADING=1 around a SIGHUP reload, STOPPING=1 at shutdown, and
-//! WATCHDOG=1 at half of `WatchdogSec`, sent only while no model instance thread is stalled (see
-//! `core::heartbeat`). Outside systemd (no NOTIFY_SOCKET) every call does nothing.
+//! WATCHDOG=1 at half of `WatchdogSec`, sent only while no model instance thread is stalled (a check
+//! the caller passes in: `core::heartbeat`). Outside systemd (no NOTIFY_SOCKET) every call does nothing.
 
 use sd_notify::NotifyState;
 use std::time::Duration;
@@ -50,16 +50,18 @@ pub fn watchdog_interval() -> Option<Duration> {
     sd_notify::watchdog_enabled().filter(|d| !d.is_zero())
 }
 
-/// Sends WATCHDOG=1 every half `interval` while no instance thread has gone without progress for
-/// longer than that half; logs when it holds back and when it resumes. Runs until the task is dropped.
-pub async fn watchdog(interval: Duration) {
+/// Sends WATCHDOG=1 every half `interval` while `stalled(half)` finds no thread that has gone without
+/// progress for longer than that half (it returns the worst one's name and how long it has been busy);
+/// logs when it holds back and when it resumes. Runs until the task is dropped. The check is passed in
+/// (the server's `core::heartbeat::stalled`), so this module knows nothing of the core.
+pub async fn watchdog(interval: Duration, stalled: impl Fn(Duration) -> Option<(String, Duration)>) {
     let half = interval / 2;
     let mut tick = tokio::time::interval(half);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut holding = false;
     loop {
         tick.tick().await;
-        match crate::core::heartbeat::stalled(half) {
+        match stalled(half) {
             None => {
                 if holding {
                     tracing::info!("Every model instance makes progress again; the systemd watchdog is fed again.");

@@ -7,9 +7,9 @@ pub mod postprocess;
 pub mod preprocess;
 pub mod spec;
 
-use crate::core::types::{InferRequest, Tensor};
 use crate::core::Server;
 use crate::error::{Error, Result};
+use crate::model_api::types::{InferRequest, Tensor};
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Map, Value};

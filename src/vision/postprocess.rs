@@ -3,8 +3,8 @@
 
 use super::preprocess::Transform;
 use super::{Class, Detection};
-use crate::core::types::{bytes_elements, DataType, Tensor};
 use crate::error::{Error, Result};
+use crate::model_api::types::{bytes_elements, DataType, Tensor};
 
 /// Most candidate boxes kept for NMS (the highest scores), as Ultralytics does.
 const MAX_CANDIDATES: usize = 30_000;

@@ -2,8 +2,8 @@
 //! centre crop) and the pixel → tensor conversion; [`Transform`] maps input pixels back to the picture.
 
 use super::spec::{Color, ImageSpec, Layout, Resize};
-use crate::core::types::DataType;
 use crate::error::{Error, Result};
+use crate::model_api::types::DataType;
 use fast_image_resize::images::{Image as FirImage, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits, RgbImage};

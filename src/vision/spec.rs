@@ -1,8 +1,8 @@
 //! How a model wants its pictures: the `image.*` and `detection.*` parameters of its config.pbtxt,
 //! checked once into an [`ImageSpec`].
 
-use crate::core::types::DataType;
 use crate::error::{Error, Result};
+use crate::model_api::types::DataType;
 use crate::proto::inference::{model_input, ModelConfig};
 
 /// The memory order of the input tensor's picture dimensions.

@@ -2,9 +2,9 @@ use super::postprocess::{self, Candidate};
 use super::preprocess::{self, place, Transform};
 use super::spec::{Color, ImageSpec, Layout, OutputKind, Resize};
 use super::*;
-use crate::core::repository::pbtxt::parse_config;
-use crate::core::types::DataType;
 use crate::error::ErrorKind;
+use crate::model_api::types::DataType;
+use crate::model_config::pbtxt::parse_config;
 
 fn image_file(name: &str) -> Vec<u8> {
     let path = format!("{}/tests/data/images/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -354,7 +354,7 @@ fn write_json_shapes() {
     r.write_json(&mut obj);
     assert_eq!(obj["success"], json!(true));
     assert_eq!(obj["predictions"][0]["y_max"], json!(4.0));
-    let t = crate::core::types::Tensor::new(
+    let t = crate::model_api::types::Tensor::new(
         "o",
         DataType::Int64,
         vec![2],

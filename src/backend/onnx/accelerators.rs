@@ -211,7 +211,7 @@ mod tests {
     use super::*;
 
     fn cfg(text: &str) -> ModelConfig {
-        crate::core::repository::pbtxt::parse_config(text, "config.pbtxt").unwrap()
+        crate::model_config::pbtxt::parse_config(text, "config.pbtxt").unwrap()
     }
 
     #[test]

@@ -5,11 +5,13 @@
 
 use super::ipc::{self, BlsRequest};
 use super::stub::Conn;
-use crate::backend::ServerApi;
-use crate::core::custom_metrics::{MetricKind, MetricOp};
-use crate::core::lifecycle::LoadOptions;
-use crate::core::types::{CallChain, InferRequest, ParamValue, Parameters, RequestedOutput, StreamResponse, Tensor};
 use crate::error::{Error, Result};
+use crate::model_api::custom_metrics::{MetricKind, MetricOp};
+use crate::model_api::types::{
+    CallChain, InferRequest, ParamValue, Parameters, RequestedOutput, StreamResponse, Tensor,
+};
+use crate::model_api::LoadOptions;
+use crate::model_api::ServerApi;
 use base64::Engine as _;
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;

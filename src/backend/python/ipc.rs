@@ -3,8 +3,8 @@
 //! says what to do; tensor bytes live in shared memory ([`super::shm`]) or, when they do not fit there,
 //! in the frame's payload.
 
-use crate::core::types::{DataType, ParamValue, Parameters, Tensor};
 use crate::error::{Error, ErrorKind, Result};
+use crate::model_api::types::{DataType, ParamValue, Parameters, Tensor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::io::{Read, Write};
@@ -398,7 +398,7 @@ pub fn read_tensor(t: &WireTensor, payload: &[u8], ring: impl FnOnce(u64, u64) -
         (None, None) => return Err(Error::internal(format!("tensor '{}' says neither where its bytes are", t.n))),
     };
     if let Some(size) = dt.byte_size() {
-        let count = crate::core::types::element_count(&t.s)
+        let count = crate::model_api::types::element_count(&t.s)
             .ok_or_else(|| Error::internal(format!("tensor '{}' has an invalid shape {:?}", t.n, t.s)))?;
         if count.checked_mul(size) != Some(data.len()) {
             return Err(Error::internal(format!(

@@ -19,13 +19,13 @@ pub mod ipc;
 pub mod shm;
 pub mod stub;
 
-use super::{
+use crate::error::{Error, Result};
+use crate::model_api::SequenceId;
+use crate::model_api::{
     Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
     ModelInstance, ServerApi,
 };
-use crate::core::repository::{pbtxt, ConfigFailure};
-use crate::core::scheduler::SequenceId;
-use crate::error::{Error, Result};
+use crate::model_config::{pbtxt, ConfigFailure};
 use crate::proto::inference::ModelConfig;
 use parking_lot::Mutex;
 use serde_json::json;
@@ -213,7 +213,7 @@ fn decoupled(cfg: &ModelConfig) -> bool {
 
 /// What every stub of a model version is started with.
 fn launch(settings: &Settings, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Launch> {
-    let model_path = crate::core::repository::model_file(&ctx.version_dir, &ctx.config)?;
+    let model_path = crate::model_config::model_file(&ctx.version_dir, &ctx.config)?;
     if !model_path.is_file() {
         return Err(Error::invalid(format!("model file '{}' not found", model_path.display())));
     }
@@ -519,7 +519,7 @@ fn supervise(shared: &Shared, deaths: &crossbeam_channel::Receiver<u64>, stop: &
 /// The readiness probe: the stub runs, and the model's `is_model_ready` (if it has one) says yes.
 struct Probe(Arc<Shared>);
 
-impl super::Readiness for Probe {
+impl crate::model_api::Readiness for Probe {
     fn ready(&self) -> bool {
         let Some(conn) = self.0.current.lock().clone() else { return false };
         if !conn.is_alive() {
@@ -543,7 +543,7 @@ impl ModelInstance for PythonInstance {
         true
     }
 
-    fn readiness(&self) -> Option<Arc<dyn super::Readiness>> {
+    fn readiness(&self) -> Option<Arc<dyn crate::model_api::Readiness>> {
         Some(Arc::new(Probe(self.shared.clone())))
     }
 
@@ -652,9 +652,9 @@ pub fn auto_complete(
     name: &str,
     cfg: &ModelConfig,
 ) -> std::result::Result<ModelConfig, ConfigFailure> {
-    let mut newest_first = crate::core::repository::list_versions(dir).into_iter().rev();
+    let mut newest_first = crate::model_config::list_versions(dir).into_iter().rev();
     let found = newest_first.find_map(|v| {
-        crate::core::repository::model_file(&dir.join(v.to_string()), cfg)
+        crate::model_config::model_file(&dir.join(v.to_string()), cfg)
             .map(|p| p.is_file().then_some((v, p)))
             .transpose()
     });

@@ -13,9 +13,9 @@
 use super::ipc::{self, FromStub, WireResponse, WireTensor};
 use super::shm::{Ring, SharedRegion};
 use super::Settings;
-use crate::backend::{DecoupledResponse, ResponseSender};
-use crate::core::types::{Parameters, Tensor};
 use crate::error::{Error, Result};
+use crate::model_api::types::{Parameters, Tensor};
+use crate::model_api::{DecoupledResponse, ResponseSender};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use serde_json::{json, Value};

@@ -3,9 +3,9 @@
 //! against the engine, completing one from it, which profile serves a request, and whether a shape fits.
 //! The real engine (`ffi.rs`) and the mock used in tests both describe themselves this way.
 
-use crate::core::repository::autocomplete::{IoInfo, ModelIoInfo};
-use crate::core::types::DataType;
 use crate::error::{Error, Result};
+use crate::model_api::types::DataType;
+use crate::model_config::autocomplete::{IoInfo, ModelIoInfo};
 use crate::proto::inference::ModelConfig;
 
 /// `nvinfer1::DataType` values, and the Triton datatype each maps to (`None`: no Triton equivalent).
@@ -126,7 +126,7 @@ pub fn auto_complete(cfg: &mut ModelConfig, desc: &EngineDesc) {
     }
     let max_batch = if desc.can_batch() { desc.max_batch(&[]).unwrap_or(0) } else { 0 };
     let max_batch = i32::try_from(max_batch).unwrap_or(i32::MAX);
-    crate::core::repository::autocomplete::complete_onnx(cfg, &desc.io_info(), max_batch);
+    crate::model_config::autocomplete::complete_onnx(cfg, &desc.io_info(), max_batch);
 }
 
 /// The profiles an instance may use: its group's `profile` list, or all of them.
@@ -211,7 +211,7 @@ pub fn check(cfg: &ModelConfig, desc: &EngineDesc, profiles: &[usize]) -> Result
             )));
         }
     }
-    crate::core::repository::autocomplete::check_io(cfg, &desc.io_info(), "TensorRT engine")?;
+    crate::model_config::autocomplete::check_io(cfg, &desc.io_info(), "TensorRT engine")?;
     if cfg.max_batch_size > 0 {
         if !desc.can_batch() {
             let fixed = desc.io.iter().find(|t| t.dims.first() != Some(&-1)).map_or("?", |t| t.name.as_str());

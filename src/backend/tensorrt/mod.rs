@@ -18,14 +18,14 @@ mod ffi;
 pub mod mock;
 mod run;
 
-use super::{
-    Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
-    ModelInstance,
-};
-use crate::core::types::Tensor;
 use crate::error::{Error, Result};
 use crate::memory::pool::Pools;
 use crate::memory::Buffer;
+use crate::model_api::types::Tensor;
+use crate::model_api::{
+    Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
+    ModelInstance,
+};
 use engine::EngineDesc;
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
@@ -204,7 +204,7 @@ impl Backend for TensorRtBackend {
     }
 
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
-        let file = crate::core::repository::model_file(&ctx.version_dir, &ctx.config)?;
+        let file = crate::model_config::model_file(&ctx.version_dir, &ctx.config)?;
         if !file.is_file() {
             return Err(Error::invalid(format!("model file '{}' not found", file.display())));
         }

@@ -2,8 +2,8 @@
 
 use super::mock::MockRuntime;
 use super::*;
-use crate::backend::{ExecRequest, InstanceKind, InstanceSpec, ModelContext};
-use crate::core::types::DataType;
+use crate::model_api::types::DataType;
+use crate::model_api::{ExecRequest, InstanceKind, InstanceSpec, ModelContext};
 use crate::proto::inference::{ModelConfig, ModelInput, ModelOutput};
 
 const PLAN: &str = r#"{

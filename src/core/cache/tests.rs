@@ -1,5 +1,5 @@
 use super::*;
-use crate::core::types::DataType;
+use crate::model_api::types::DataType;
 
 fn t(name: &str, bytes: usize) -> Tensor {
     Tensor::new(name, DataType::Uint8, vec![bytes as i64], vec![7u8; bytes])

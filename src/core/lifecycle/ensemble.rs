@@ -2,15 +2,16 @@
 //! when the control mode allows, as Triton does), is checked against their configurations, stops
 //! serving when one of them stops, and loads again when it is back.
 
-use super::{LoadOptions, LoadedModel, ModelManager};
-use crate::backend::ExecResult;
+use super::{LoadedModel, ModelManager};
 use crate::core::repository;
 use crate::core::scheduler::ensemble::graph::{EnsembleGraph, Step};
 use crate::core::scheduler::ensemble::{EnsembleScheduler, StepModel, StepRunner};
 use crate::core::stats::ModelStats;
-use crate::core::types::InferRequest;
 use crate::core::validate::ModelIo;
 use crate::error::{Error, Result};
+use crate::model_api::types::InferRequest;
+use crate::model_api::ExecResult;
+use crate::model_api::LoadOptions;
 use crate::proto::inference::ModelConfig;
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;

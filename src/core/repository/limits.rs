@@ -5,8 +5,8 @@
 //! with checked arithmetic, before anything is allocated from it; a value over its limit makes the
 //! model UNAVAILABLE with a reason naming the field and the limit (`tritonrs validate` reports it too).
 
-use crate::core::types::DataType;
 use crate::error::{Error, Result};
+use crate::model_api::types::DataType;
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::model_instance_group::Kind;
 use crate::proto::inference::model_sequence_batching::StrategyChoice;

@@ -1,14 +1,12 @@
 //! Model repositories on disk: scanning, version folders, `config.pbtxt` parsing, auto-complete and
 //! validation. Nothing here loads a model; it only decides what a model is.
 
-pub mod autocomplete;
 pub mod limits;
-pub mod paths;
-pub mod pbtxt;
 pub mod version_policy;
 
 use crate::core::scheduler::ensemble::graph::EnsembleGraph;
 use crate::error::{Error, Result};
+use crate::model_config::{autocomplete, list_versions, model_file, model_filename, paths, pbtxt, ConfigFailure};
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::model_sequence_batching::initial_state::StateData;
 use crate::proto::inference::model_sequence_batching::StrategyChoice;
@@ -90,42 +88,6 @@ pub fn scan(repos: &[PathBuf]) -> (BTreeMap<String, Result<PathBuf>>, Vec<Error>
         }
     }
     (found, errors)
-}
-
-/// Numeric version folders of a model. Names that are not numbers, or that start with 0, are ignored.
-pub fn list_versions(model_dir: &Path) -> BTreeSet<i64> {
-    let Ok(entries) = std::fs::read_dir(model_dir) else {
-        return BTreeSet::new();
-    };
-    entries
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter_map(|n| parse_version_dir(&n))
-        .collect()
-}
-
-fn parse_version_dir(name: &str) -> Option<i64> {
-    if name.is_empty() || name.starts_with('0') || !name.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    name.parse().ok()
-}
-
-/// Why a model's configuration could not be read: the configuration itself (`version` is `None`), or
-/// the model file of one version, read to complete it (a broken `.onnx`, a `model.py` that fails).
-/// Triton reports the latter against that version, in the index and in load errors.
-#[derive(Debug, Clone)]
-pub struct ConfigFailure {
-    pub error: Error,
-    /// The version whose model file failed.
-    pub version: Option<i64>,
-}
-
-impl From<Error> for ConfigFailure {
-    fn from(error: Error) -> Self {
-        ConfigFailure { error, version: None }
-    }
 }
 
 /// Reads, completes and validates the configuration of the model in `dir`.
@@ -311,27 +273,6 @@ pub fn check_model_files(cfg: &ModelConfig, dir: &Path) -> Result<()> {
 /// The folder inside a model's folder that holds warmup `input_data_file`s.
 pub const WARMUP_FOLDER: &str = "warmup";
 
-/// The model file of a version: `default_model_filename` (or the backend's default name) inside the
-/// version folder, refused if it leads out of that folder (see [`paths::confined`]).
-pub fn model_file(version_dir: &Path, cfg: &ModelConfig) -> Result<PathBuf> {
-    paths::confined(version_dir, &model_filename(cfg), "default_model_filename")
-        .map_err(|e| e.context(format!("model '{}'", cfg.name)))
-}
-
-/// The model file name inside a version folder.
-pub fn model_filename(cfg: &ModelConfig) -> String {
-    if !cfg.default_model_filename.is_empty() {
-        return cfg.default_model_filename.clone();
-    }
-    match cfg.backend.as_str() {
-        "onnxruntime" => "model.onnx",
-        "tensorrt" => "model.plan",
-        "python" => "model.py",
-        _ => "model",
-    }
-    .into()
-}
-
 /// Derives `backend` from `platform` or from the files present, as Triton does.
 fn resolve_backend(dir: &Path, cfg: &mut ModelConfig) -> Result<()> {
     if !cfg.backend.is_empty() {
@@ -486,7 +427,7 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
         if !seen.insert((field, name.clone())) {
             return Err(ctx(field, format!("tensor '{name}' is declared twice")));
         }
-        if crate::core::types::DataType::from_config(dt).is_none() {
+        if crate::model_api::types::DataType::from_config(dt).is_none() {
             return Err(ctx(field, format!("tensor '{name}' has no valid data_type")));
         }
         if let Some(d) = dims.iter().find(|&&d| d < -1 || d == 0) {

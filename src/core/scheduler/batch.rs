@@ -1,9 +1,9 @@
 //! Merging queued requests into one execution along the batch dimension, and splitting the outputs
 //! back per request.
 
-use crate::backend::{ExecRequest, ExecResult};
-use crate::core::types::{bytes_elements, DataType, Tensor};
 use crate::error::{Error, Result};
+use crate::model_api::types::{bytes_elements, DataType, Tensor};
+use crate::model_api::{ExecRequest, ExecResult};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashSet;
 

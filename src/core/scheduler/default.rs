@@ -1,10 +1,10 @@
 //! The default scheduler: one bounded queue per model version, drained by every instance thread.
 
 use super::{execute, guarded, Job, Scheduler};
-use crate::backend::{ExecResult, ModelInstance};
 use crate::core::heartbeat::Beat;
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
+use crate::model_api::{ExecResult, ModelInstance};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -8,9 +8,9 @@
 
 use super::timer::{self, Alarm};
 use super::{batch, execute, execute_list, Job, Scheduler, DEFAULT_MAX_QUEUE_SIZE};
-use crate::backend::{ExecRequest, ExecResult, ModelInstance};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
+use crate::model_api::{ExecRequest, ExecResult, ModelInstance};
 use crate::proto::inference::model_queue_policy::TimeoutAction;
 use crate::proto::inference::{ModelConfig, ModelDynamicBatching, ModelQueuePolicy};
 use parking_lot::{Condvar, Mutex};

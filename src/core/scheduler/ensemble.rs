@@ -9,11 +9,12 @@
 
 pub mod graph;
 
-use super::{Job, RequestControl, Scheduler, SequenceId};
-use crate::backend::{ExecResult, ExecTimings};
+use super::{Job, RequestControl, Scheduler};
 use crate::core::stats::ModelStats;
-use crate::core::types::{InferRequest, ParamValue, Parameters, RequestedOutput, Tensor};
 use crate::error::{Error, Result};
+use crate::model_api::types::{InferRequest, ParamValue, Parameters, RequestedOutput, Tensor};
+use crate::model_api::SequenceId;
+use crate::model_api::{ExecResult, ExecTimings};
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use graph::{adapt_shape, EnsembleGraph, Run};
@@ -206,7 +207,7 @@ impl Shared {
         }
         let parameters = step_parameters(&job.control);
         // A step waits for nothing the ensemble's own callers do not, plus the ensemble itself.
-        let callers: crate::core::types::CallChain =
+        let callers: crate::model_api::types::CallChain =
             job.exec.meta.callers.iter().cloned().chain([self.me.clone()]).collect();
         let mut inflight = FuturesUnordered::new();
         let mut failure: Option<Error> = None;

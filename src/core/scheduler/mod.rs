@@ -16,9 +16,9 @@ mod timer;
 
 pub use default::DefaultScheduler;
 
-use crate::backend::{ExecRequest, ExecResult, ModelInstance};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
+use crate::model_api::{ExecRequest, ExecResult, ModelInstance, SequenceId};
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::ModelConfig;
 use std::path::Path;
@@ -37,13 +37,6 @@ pub trait Scheduler: Send + Sync {
     fn submit(&self, job: Job) -> Result<()>;
     /// Instance threads still running; reaches 0 once the scheduler is dropped and its queue drained.
     fn running(&self) -> Arc<AtomicUsize>;
-}
-
-/// A sequence's correlation id: Triton accepts an unsigned integer or a string.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum SequenceId {
-    U64(u64),
-    Str(String),
 }
 
 /// Scheduling parameters a request may carry (Triton's schedule-policy and sequence extensions).

@@ -1,6 +1,6 @@
 use super::*;
-use crate::core::types::{serialize_bytes, DataType, InferRequest, RequestedOutput, Tensor};
 use crate::error::ErrorKind;
+use crate::model_api::types::{serialize_bytes, DataType, InferRequest, RequestedOutput, Tensor};
 
 fn spec(name: &str, dt: DataType, dims: &[i64]) -> TensorSpec {
     TensorSpec { name: name.into(), datatype: dt, dims: dims.to_vec(), reshape: None, optional: false }

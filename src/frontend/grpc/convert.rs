@@ -6,10 +6,10 @@
 //! `raw_output_contents`, as tritonserver does.
 
 use crate::core::server::parse_version;
-use crate::core::types::{
+use crate::error::{Error, Result};
+use crate::model_api::types::{
     serialize_bytes, DataType, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput, Tensor,
 };
-use crate::error::{Error, Result};
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_infer_request::InferInputTensor;
 use crate::proto::inference::model_infer_response::InferOutputTensor;
@@ -95,7 +95,7 @@ fn input_from_proto(
     let datatype = DataType::parse(&input.datatype)
         .ok_or_else(|| Error::invalid(format!("input '{name}' has an unknown datatype '{}'", input.datatype)))?;
     let parameters = params_from_proto(input.parameters)?;
-    let data = if crate::core::shm::shm_ref(&parameters, &name)?.is_some() {
+    let data = if crate::model_api::types::shm_ref(&parameters, &name)?.is_some() {
         // The core reads the bytes from the region.
         if input.contents.is_some() {
             return Err(Error::invalid(format!(

@@ -5,14 +5,14 @@
 
 pub mod convert;
 
-use crate::core::lifecycle::LoadOptions;
 use crate::core::stats::DurationSnapshot;
 use crate::core::trace::{Activity, SettingValue, Trace, TraceSettings, TraceUpdate};
-use crate::core::types::StreamResponse;
 use crate::core::Server;
 use crate::error::Error;
 use crate::frontend::conn::{GuardedListener, TrackLayer};
 use crate::logging::{LogControl, LogSettings, LogUpdate};
+use crate::model_api::types::StreamResponse;
+use crate::model_api::LoadOptions;
 use crate::proto::grpc_health_v1::health_check_response::ServingStatus;
 use crate::proto::grpc_health_v1::health_server::{Health, HealthServer};
 use crate::proto::grpc_health_v1::{HealthCheckRequest, HealthCheckResponse};
@@ -212,7 +212,11 @@ fn is_too_large(code: Code, message: &str) -> bool {
 struct ReadStart(Instant);
 
 /// Samples a request for tracing and gives it the time its message was awaited and the time it was in.
-fn start_trace(server: &Server, req: &crate::core::types::InferRequest, read: (Instant, Instant)) -> Option<Trace> {
+fn start_trace(
+    server: &Server,
+    req: &crate::model_api::types::InferRequest,
+    read: (Instant, Instant),
+) -> Option<Trace> {
     server.tracer().sample(&req.model_name, &req.id).map(|mut t| {
         t.stamp(Activity::GrpcWaitreadStart, read.0);
         t.stamp(Activity::GrpcWaitreadEnd, read.1);
@@ -224,7 +228,7 @@ fn start_trace(server: &Server, req: &crate::core::types::InferRequest, read: (I
 /// is encoded (GRPC_SEND_END: handed to tonic, which writes it to the connection).
 async fn infer_to_proto(
     server: &Server,
-    req: crate::core::types::InferRequest,
+    req: crate::model_api::types::InferRequest,
     mut trace: Option<Trace>,
 ) -> Result<pb::ModelInferResponse, Error> {
     let resp = server.infer_traced(req, trace.as_mut()).await;
@@ -753,7 +757,7 @@ fn stream_error(e: Error, id: &str) -> pb::ModelStreamInferResponse {
 /// stream, which the model sees as cancellation.
 async fn stream_decoupled(
     server: &Server,
-    req: crate::core::types::InferRequest,
+    req: crate::model_api::types::InferRequest,
     id: &str,
     empty_final: bool,
     limit: usize,

@@ -1,11 +1,11 @@
 //! KServe v2 JSON with Triton's binary tensor data extension: request decoding and response encoding.
 //! Pure functions over bytes, so they are unit-tested and fuzzed without a server.
 
-use crate::core::types::{
+use crate::error::{Error, Result};
+use crate::model_api::types::{
     bytes_elements, element_count, DataType, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput,
     Tensor,
 };
-use crate::error::{Error, Result};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::de::{DeserializeSeed, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, SerializeSeq};
@@ -135,7 +135,7 @@ pub fn decode_request(
         let params = json_params(inp.parameters)?;
         let count = element_count(&inp.shape)
             .ok_or_else(|| Error::invalid(format!("input '{}' has an invalid shape {:?}", inp.name, inp.shape)))?;
-        if crate::core::shm::shm_ref(&params, &inp.name)?.is_some() {
+        if crate::model_api::types::shm_ref(&params, &inp.name)?.is_some() {
             // The core reads the bytes from the region; nothing else may carry them.
             let mut set = Vec::new();
             if inp.data.is_some() {
@@ -196,7 +196,7 @@ pub fn decode_request(
         }
         // tritonclient sends `binary_data: false` with a shared-memory output; only `true` conflicts.
         let binary = parameters.get("binary_data").and_then(ParamValue::as_bool) == Some(true);
-        if binary && parameters.contains_key(crate::core::shm::REGION) {
+        if binary && parameters.contains_key(crate::model_api::types::REGION) {
             return Err(Error::invalid("Output can't set both 'shared_memory_region' and 'binary_data'"));
         }
         outputs.push(RequestedOutput::from_parameters(o.name, parameters)?);

@@ -5,14 +5,14 @@ pub mod codec;
 mod deepstack;
 mod shm;
 
-use crate::core::lifecycle::LoadOptions;
-use crate::core::repository::pbtxt::config_to_json;
 use crate::core::server::parse_version;
 use crate::core::trace::{Activity, SettingValue, Trace, TraceSettings, TraceUpdate, TRACE_MODE};
-use crate::core::types::DataType;
 use crate::core::Server;
 use crate::error::{Error, ErrorKind, Result};
 use crate::logging::{LogControl, LogUpdate};
+use crate::model_api::types::DataType;
+use crate::model_api::LoadOptions;
+use crate::model_config::pbtxt::config_to_json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -432,7 +432,7 @@ fn raw_request(s: &HttpState, name: &str, version: Option<i64>, body: Bytes) -> 
     let dt = DataType::from_config(input.data_type).ok_or_else(|| Error::internal("input without datatype"))?;
     let tensor = codec::raw_input(body, &input.name, dt, &input.dims, cfg.max_batch_size > 0)?;
     Ok(codec::DecodedRequest {
-        request: crate::core::types::InferRequest {
+        request: crate::model_api::types::InferRequest {
             model_name: name.to_string(),
             model_version: version,
             inputs: vec![tensor],

@@ -130,7 +130,7 @@ pub async fn run(
                 decoded.request.id = id.to_string();
             }
             if let Some(t) = timeout_us {
-                decoded.request.parameters.insert("timeout".into(), crate::core::types::ParamValue::Uint(t));
+                decoded.request.parameters.insert("timeout".into(), crate::model_api::types::ParamValue::Uint(t));
             }
             if server.is_decoupled(model, opts.version) {
                 return Err(Error::unsupported("the MQTT bridge does not serve decoupled models"));

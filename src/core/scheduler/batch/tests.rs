@@ -1,6 +1,6 @@
 use super::*;
-use crate::backend::ExecTimings;
-use crate::core::types::serialize_bytes;
+use crate::model_api::types::serialize_bytes;
+use crate::model_api::ExecTimings;
 
 fn int_req(rows: &[[i32; 2]], outputs: &[&str]) -> ExecRequest {
     let data: Vec<u8> = rows.iter().flatten().flat_map(|v| v.to_le_bytes()).collect();

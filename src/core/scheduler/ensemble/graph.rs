@@ -3,8 +3,8 @@
 //! configurations), and [`Run`], the state of one request that says which steps may start given the
 //! tensors produced so far. Nothing here runs a model, so all of it is unit-tested without a runtime.
 
-use crate::core::types::DataType;
 use crate::error::{Error, Result};
+use crate::model_api::types::DataType;
 use crate::proto::inference::{model_config::SchedulingChoice, ModelConfig};
 use std::collections::{BTreeSet, HashMap, HashSet};
 

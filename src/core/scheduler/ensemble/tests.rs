@@ -1,8 +1,8 @@
 use super::*;
-use crate::backend::ExecRequest;
-use crate::core::repository::pbtxt::parse_config;
-use crate::core::types::DataType;
 use crate::error::ErrorKind;
+use crate::model_api::types::DataType;
+use crate::model_api::ExecRequest;
+use crate::model_config::pbtxt::parse_config;
 use crate::proto::inference::ModelConfig;
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -55,7 +55,7 @@ struct Seen {
     /// Parameters of each request.
     parameters: Vec<Parameters>,
     /// Callers of each request.
-    callers: Vec<crate::core::types::CallChain>,
+    callers: Vec<crate::model_api::types::CallChain>,
 }
 
 /// Computes the diamond's models in memory. `left` and `right` wait for each other on a barrier, so the
@@ -235,7 +235,7 @@ async fn steps_are_requested_on_behalf_of_the_ensemble_and_its_callers() {
     let fake = Fake::new(None);
     let (s, _) = scheduler(&fake);
     let (tx, rx) = oneshot::channel();
-    let meta = crate::backend::RequestMeta { callers: vec![("outer".to_string(), 3)].into(), ..Default::default() };
+    let meta = crate::model_api::RequestMeta { callers: vec![("outer".to_string(), 3)].into(), ..Default::default() };
     let job = Job {
         exec: ExecRequest {
             inputs: vec![tensor("IN", vec![2, 2], &[1.0, 2.0, 3.0, 4.0])],

@@ -4,9 +4,10 @@
 //! Error messages for configuration mistakes follow Triton's wording, so a model repository that Triton
 //! refuses is refused here with the same reason.
 
-use crate::core::scheduler::SequenceId;
-use crate::core::types::{serialize_bytes, DataType, Tensor};
 use crate::error::{Error, Result};
+use crate::model_api::types::{serialize_bytes, DataType, Tensor};
+use crate::model_api::SequenceId;
+pub use crate::model_config::{hidden_tensors, HiddenTensors};
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::model_sequence_batching::control::Kind;
 use crate::proto::inference::model_sequence_batching::initial_state::StateData;
@@ -510,7 +511,7 @@ fn read_initial_state(
             )));
         }
     }
-    let count = crate::core::types::element_count(&init.dims)
+    let count = crate::model_api::types::element_count(&init.dims)
         .ok_or_else(|| Error::invalid(format!("'initial_state' of state input '{input}' is too large")))?;
     let data = match &init.state_data {
         Some(StateData::ZeroData(_)) => match datatype.byte_size() {
@@ -529,14 +530,15 @@ fn read_initial_state(
 /// Reads an `initial_state` data file from the model's `initial_state/` folder (Triton's place). A version
 /// folder's `initial_state/` is tried too, since some repositories put it there.
 fn read_initial_file(input: &str, file: &str, datatype: DataType, count: usize, model_dir: &Path) -> Result<Bytes> {
-    use crate::core::repository::{limits, paths};
+    use crate::core::repository::limits;
+    use crate::model_config::paths;
     let field = "sequence_batching.state.initial_state.data_file";
     let primary = paths::confined(&model_dir.join(INITIAL_STATE_FOLDER), file, field)?;
     let path = if primary.is_file() {
         primary
     } else {
         let mut found = None;
-        for v in crate::core::repository::list_versions(model_dir).iter().rev() {
+        for v in crate::model_config::list_versions(model_dir).iter().rev() {
             let p = paths::confined(&model_dir.join(v.to_string()).join(INITIAL_STATE_FOLDER), file, field)?;
             if p.is_file() {
                 found = Some(p);
@@ -566,7 +568,7 @@ fn read_initial_file(input: &str, file: &str, datatype: DataType, count: usize, 
             Ok(Bytes::from(bytes).slice(..needed))
         }
         None => {
-            let n = crate::core::types::bytes_elements(&bytes)
+            let n = crate::model_api::types::bytes_elements(&bytes)
                 .map_err(|e| e.context(format!("initial_state data_file '{file}' of state input '{input}'")))?
                 .len();
             if n != count {
@@ -588,7 +590,7 @@ impl StateSpec {
             Some(init) => (init.dims.clone(), init.data.clone()),
             None => {
                 let dims: Vec<i64> = self.dims.iter().map(|&d| if d < 1 { 1 } else { d }).collect();
-                let n = crate::core::types::element_count(&dims).unwrap_or(0);
+                let n = crate::model_api::types::element_count(&dims).unwrap_or(0);
                 (dims, Bytes::from(vec![0u8; n.saturating_mul(self.datatype.byte_size().unwrap_or(4))]))
             }
         };
@@ -603,58 +605,4 @@ pub fn zeros_like(t: &Tensor) -> Tensor {
     let n = t.element_count();
     let size = t.datatype.byte_size().unwrap_or(4);
     Tensor::new(t.name.clone(), t.datatype, t.shape.clone(), Bytes::from(vec![0u8; n.saturating_mul(size)]))
-}
-
-/// The tensors the server feeds or reads itself for a sequence model, which are not in its `input` and
-/// `output` lists. Backends and auto-complete use this to accept them in the model file.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HiddenTensors {
-    /// Control inputs and state inputs, with their datatypes.
-    pub inputs: Vec<(String, DataType)>,
-    /// State outputs, with their datatypes.
-    pub outputs: Vec<(String, DataType)>,
-}
-
-impl HiddenTensors {
-    /// Whether `name` is one of the hidden inputs.
-    pub fn is_input(&self, name: &str) -> bool {
-        self.inputs.iter().any(|(n, _)| n == name)
-    }
-
-    /// Whether `name` is one of the hidden outputs.
-    pub fn is_output(&self, name: &str) -> bool {
-        self.outputs.iter().any(|(n, _)| n == name)
-    }
-}
-
-/// The control and implicit-state tensors of a sequence model (none for other models).
-pub fn hidden_tensors(cfg: &ModelConfig) -> HiddenTensors {
-    let Some(SchedulingChoice::SequenceBatching(s)) = &cfg.scheduling_choice else {
-        return HiddenTensors::default();
-    };
-    let mut inputs = Vec::new();
-    for ci in &s.control_input {
-        for c in &ci.control {
-            let dt = if !c.int32_false_true.is_empty() {
-                Some(DataType::Int32)
-            } else if !c.fp32_false_true.is_empty() {
-                Some(DataType::Fp32)
-            } else if !c.bool_false_true.is_empty() {
-                Some(DataType::Bool)
-            } else {
-                DataType::from_config(c.data_type)
-            };
-            if let Some(dt) = dt {
-                inputs.push((ci.name.clone(), dt));
-            }
-        }
-    }
-    let mut outputs = Vec::new();
-    for st in &s.state {
-        if let Some(dt) = DataType::from_config(st.data_type) {
-            inputs.push((st.input_name.clone(), dt));
-            outputs.push((st.output_name.clone(), dt));
-        }
-    }
-    HiddenTensors { inputs, outputs }
 }

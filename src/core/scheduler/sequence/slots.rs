@@ -5,9 +5,9 @@
 //! unit-tested without threads or timers. The driver in `sequence.rs` calls it under one lock.
 
 use super::super::dynamic::{BatchPolicy, BatchQueue, LevelPolicy, Next};
-use super::super::SequenceId;
 use super::policy::{SequencePolicy, Strategy};
 use crate::error::Error;
+use crate::model_api::SequenceId;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,8 @@
 use super::policy::*;
 use super::slots::*;
 use super::*;
-use crate::core::scheduler::SequenceId;
-use crate::core::types::DataType;
+use crate::model_api::types::DataType;
+use crate::model_api::SequenceId;
 use crate::proto::inference::model_sequence_batching::control::Kind;
 use crate::proto::inference::model_sequence_batching::{
     initial_state::StateData, Control, ControlInput, InitialState as ProtoInitial, State as ProtoState, StrategyChoice,
@@ -510,7 +510,7 @@ fn corrid_types_and_string_ids() {
     assert!(e.message.starts_with("unexpected control data type, expected TYPE_UINT64"), "{}", e.message);
 }
 
-use crate::core::types::serialize_bytes;
+use crate::model_api::types::serialize_bytes;
 
 #[test]
 fn bad_controls_are_refused_in_tritons_words() {

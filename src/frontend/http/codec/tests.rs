@@ -1,6 +1,6 @@
 use super::*;
-use crate::core::types::{serialize_bytes, InferResponse};
 use crate::error::ErrorKind;
+use crate::model_api::types::{serialize_bytes, InferResponse};
 
 fn decode(body: &[u8], header: Option<usize>) -> Result<DecodedRequest> {
     decode_request(Bytes::copy_from_slice(body), header, "m", Some(1))

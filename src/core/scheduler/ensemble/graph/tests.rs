@@ -1,5 +1,5 @@
 use super::*;
-use crate::core::repository::pbtxt::parse_config;
+use crate::model_config::pbtxt::parse_config;
 
 fn config(text: &str) -> ModelConfig {
     parse_config(text, "config.pbtxt").unwrap()

@@ -97,7 +97,7 @@ pub fn onnx_io_from_bytes(bytes: &[u8]) -> Result<ModelIoInfo> {
 pub fn complete_onnx(cfg: &mut ModelConfig, io: &ModelIoInfo, default_max_batch_size: i32) {
     // A sequence model's control and state tensors are the server's business: they are never filled in
     // as inputs or outputs (a state output may still be listed on purpose, to return it to clients).
-    let hidden = crate::core::scheduler::sequence::policy::hidden_tensors(cfg);
+    let hidden = super::hidden_tensors(cfg);
     let visible_in: Vec<IoInfo> = io.inputs.iter().filter(|t| !hidden.is_input(&t.name)).cloned().collect();
     let visible_out: Vec<IoInfo> = io.outputs.iter().filter(|t| !hidden.is_output(&t.name)).cloned().collect();
     let io = &ModelIoInfo { inputs: visible_in, outputs: visible_out };
@@ -172,7 +172,7 @@ pub fn complete_onnx(cfg: &mut ModelConfig, io: &ModelIoInfo, default_max_batch_
 pub fn check_io(cfg: &ModelConfig, io: &ModelIoInfo, what: &str) -> Result<()> {
     let model = &cfg.name;
     let type_name =
-        |dt: i32| crate::core::types::DataType::from_config(dt).map_or("an unsupported type", |d| d.as_str());
+        |dt: i32| crate::model_api::types::DataType::from_config(dt).map_or("an unsupported type", |d| d.as_str());
     let find = |kind: &str, name: &str, list: &[IoInfo]| -> Result<IoInfo> {
         list.iter().find(|t| t.name == name).cloned().ok_or_else(|| {
             let names: Vec<&str> = list.iter().map(|t| t.name.as_str()).collect();
@@ -207,7 +207,7 @@ pub fn check_io(cfg: &ModelConfig, io: &ModelIoInfo, what: &str) -> Result<()> {
     }
     // A sequence model's control and implicit-state tensors are fed and read by the server, not listed
     // as inputs and outputs; they must still exist with the configured datatypes.
-    let hidden = crate::core::scheduler::sequence::policy::hidden_tensors(cfg);
+    let hidden = super::hidden_tensors(cfg);
     for (name, dt) in &hidden.inputs {
         check_type("input", name, dt.to_config(), &find("input", name, &io.inputs)?)?;
     }

@@ -1,0 +1,297 @@
+//! The interface between the core and the backends: what a backend is given (model context, instance
+//! specs, `--backend-config`, load options), what an instance executes and returns (requests, results,
+//! decoupled responses, timings), and what a backend may ask of the server (BLS, model control,
+//! custom metrics). The core talks to backends only through it, and backends depend on it rather than
+//! on the core: it imports neither.
+//!
+//! A backend instance is a plain struct that runs on its own OS thread (see `core::scheduler`); nothing
+//! here is async, and inference never runs on tokio workers.
+
+pub mod custom_metrics;
+pub mod types;
+
+use crate::error::{Error, Result};
+use crate::proto::inference::ModelConfig;
+use futures_util::future::BoxFuture;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use types::{InferRequest, InferResponse, Parameters, Tensor};
+
+/// A sequence's correlation id: Triton accepts an unsigned integer or a string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SequenceId {
+    U64(u64),
+    Str(String),
+}
+
+/// What a load request can override (the model repository extension's parameters).
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// A JSON model config that replaces config.pbtxt.
+    pub config_json: Option<String>,
+    /// Model files as (relative path like "1/model.onnx", contents); requires `config_json`.
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
+/// Where an instance runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceKind {
+    Cpu,
+    Gpu { device_id: i32 },
+}
+
+/// One instance to create, derived from an `instance_group` entry.
+#[derive(Debug, Clone)]
+pub struct InstanceSpec {
+    /// e.g. "simple_0_1": group name plus index, as Triton names instances.
+    pub name: String,
+    pub kind: InstanceKind,
+    /// The group's TensorRT optimization profiles (`instance_group { profile: [...] }`).
+    pub profiles: Vec<String>,
+}
+
+/// What a backend needs to know to create instances of one model version.
+#[derive(Debug, Clone)]
+pub struct ModelContext {
+    pub name: String,
+    pub version: i64,
+    pub config: Arc<ModelConfig>,
+    /// The model's folder (holding config.pbtxt and the version folders).
+    pub model_dir: PathBuf,
+    /// The version folder.
+    pub version_dir: PathBuf,
+}
+
+/// One execution: tensors already validated and shaped as the model expects.
+#[derive(Debug, Clone, Default)]
+pub struct ExecRequest {
+    pub inputs: Vec<Tensor>,
+    /// Outputs to return, by name; never empty (the core fills in all outputs when the client names none).
+    pub outputs: Vec<String>,
+    /// The client request's id, parameters and sequence fields, for backends that show requests to user
+    /// code (Python). Shared, so batching and cloning never copy them.
+    pub meta: Arc<RequestMeta>,
+    /// Set for decoupled models: where the model's responses to this request go (0..n of them, the last
+    /// one final). The scheduler's reply then only says that execution finished.
+    pub responder: Option<ResponseSender>,
+}
+
+/// What a request says about itself besides its tensors.
+#[derive(Debug, Clone, Default)]
+pub struct RequestMeta {
+    /// The client's request id.
+    pub id: String,
+    /// The request's parameters, minus the ones the server acts on (priority, timeout, sequence fields).
+    pub parameters: Parameters,
+    /// The sequence's correlation id, if any.
+    pub correlation_id: Option<SequenceId>,
+    /// `TRITONSERVER_REQUEST_FLAG_SEQUENCE_START` (1) and `_END` (2).
+    pub flags: u32,
+    /// The model versions waiting on this request (see `InferRequest::callers`), for BLS requests the
+    /// model makes while it runs.
+    pub callers: types::CallChain,
+}
+
+/// One response of a decoupled model.
+#[derive(Debug, Clone, Default)]
+pub struct DecoupledResponse {
+    pub outputs: Vec<Tensor>,
+    pub parameters: Parameters,
+    /// The last response of its request.
+    pub is_final: bool,
+    /// A final flag sent without a response (Triton's "empty final response").
+    pub empty: bool,
+    /// An error response the model sent; the request goes on until its final flag.
+    pub error: Option<Error>,
+}
+
+/// Where a decoupled model sends the responses of one request; usable from any thread, also after
+/// `execute` has returned. An `Err` ends the request (execute failed, the model's process died); error
+/// responses the model sends itself are [`DecoupledResponse::error`].
+#[derive(Debug, Clone)]
+pub struct ResponseSender(tokio::sync::mpsc::UnboundedSender<Result<DecoupledResponse>>);
+
+/// The receiving end of a [`ResponseSender`].
+pub type ResponseReceiver = tokio::sync::mpsc::UnboundedReceiver<Result<DecoupledResponse>>;
+
+impl ResponseSender {
+    pub fn channel() -> (ResponseSender, ResponseReceiver) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (ResponseSender(tx), rx)
+    }
+
+    /// Sends a response; one whose client has gone away is dropped.
+    pub fn send(&self, item: Result<DecoupledResponse>) {
+        let _ = self.0.send(item);
+    }
+
+    /// Whether the client has gone away (Triton's request cancellation).
+    pub fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
+}
+
+/// Time spent in each phase of one execution, for statistics and traces.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExecTimings {
+    pub compute_input_ns: u64,
+    pub compute_infer_ns: u64,
+    pub compute_output_ns: u64,
+    /// When an instance thread picked the request up (a trace's COMPUTE_START). Set by the scheduler,
+    /// not the backend; `None` from backends.
+    pub started: Option<std::time::Instant>,
+}
+
+impl ExecTimings {
+    /// The phases between four instants: inputs ready at `t1`, inference done at `t2`, outputs at `t3`.
+    pub fn between(
+        t0: std::time::Instant,
+        t1: std::time::Instant,
+        t2: std::time::Instant,
+        t3: std::time::Instant,
+    ) -> Self {
+        ExecTimings {
+            compute_input_ns: (t1 - t0).as_nanos() as u64,
+            compute_infer_ns: (t2 - t1).as_nanos() as u64,
+            compute_output_ns: (t3 - t2).as_nanos() as u64,
+            started: None,
+        }
+    }
+}
+
+/// The outputs of one execution.
+#[derive(Debug, Clone, Default)]
+pub struct ExecResult {
+    pub outputs: Vec<Tensor>,
+    pub timings: ExecTimings,
+    /// Response parameters the model set (Python models can).
+    pub parameters: Parameters,
+}
+
+/// A loaded copy of a model that executes requests, one at a time, on its own thread.
+pub trait ModelInstance: Send {
+    fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult>;
+
+    /// Whether the dynamic batcher hands this instance a batch as a list of requests, each with its own
+    /// tensors and its own result (as Triton does for Python models), instead of merging them into one
+    /// execution along the batch dimension.
+    fn takes_request_lists(&self) -> bool {
+        false
+    }
+
+    /// Executes several requests in one call, one result per request; by default one after another.
+    fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
+        reqs.iter().map(|r| self.execute(r)).collect()
+    }
+
+    /// Pipelining, for instances whose requests run in another process that reads them in order (a
+    /// Python stub): sends `req` to run after those already sent and returns a ticket for
+    /// [`ModelInstance::finish`], so that the instance thread can send the next request while this one
+    /// runs and the process never waits for it. `None` (the default): not now or never; the caller
+    /// finishes what it sent and runs the request with `execute`.
+    fn begin(&mut self, _req: &ExecRequest) -> Option<Result<u64>> {
+        None
+    }
+
+    /// Waits for the request sent under `ticket` by [`ModelInstance::begin`] and returns its result.
+    /// Tickets are finished in the order they were handed out.
+    fn finish(&mut self, _ticket: u64, _req: &ExecRequest) -> Result<ExecResult> {
+        Err(crate::error::Error::internal("finish() on an instance that does not pipeline; this is a bug"))
+    }
+
+    /// A probe the model's readiness endpoint asks, for backends whose instances can stop being ready
+    /// while loaded (a Python stub that died, or a model whose own readiness check fails). Taken once,
+    /// before the instance moves to its thread.
+    fn readiness(&self) -> Option<Arc<dyn Readiness>> {
+        None
+    }
+}
+
+/// Tells whether an instance can serve right now. May block briefly (it may ask a process).
+pub trait Readiness: Send + Sync {
+    fn ready(&self) -> bool;
+}
+
+/// A kind of backend (onnxruntime, ...), able to create instances.
+pub trait Backend: Send + Sync {
+    /// The name used in `config.pbtxt`'s `backend` field.
+    fn name(&self) -> &'static str;
+    /// Creates one instance; called on a blocking thread during model load.
+    fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>>;
+}
+
+/// What a backend may ask of the server while it runs: inference on any loaded model (a Python model's
+/// BLS requests) and model control. The core implements it over a weak handle, so loaded models never
+/// keep the server alive; every call fails once the server is gone.
+pub trait ServerApi: Send + Sync {
+    /// Runs a request through the server's normal inference path (validation, the model's scheduler,
+    /// its statistics).
+    fn infer(&self, req: InferRequest) -> BoxFuture<'static, Result<InferResponse>>;
+    /// Runs a request whose responses are streamed (a decoupled model's 0..n responses).
+    fn infer_stream(
+        &self,
+        req: InferRequest,
+    ) -> BoxFuture<'static, Result<futures_util::stream::BoxStream<'static, Result<types::StreamResponse>>>>;
+    /// Loads or reloads a model (explicit model control only).
+    fn load_model(&self, name: String, opts: LoadOptions) -> BoxFuture<'static, Result<()>>;
+    /// Unloads a model (explicit model control only).
+    fn unload_model(&self, name: String) -> BoxFuture<'static, Result<()>>;
+    /// Whether a model (version; empty: any) is ready.
+    fn model_ready(&self, name: String, version: String) -> BoxFuture<'static, Result<bool>>;
+    /// Where models' custom metrics live (`None` once the server is gone).
+    fn custom_metrics(&self) -> Option<Arc<custom_metrics::CustomMetrics>>;
+}
+
+/// `--backend-config` settings: per backend name, and global ones (given without a backend name).
+#[derive(Debug, Clone, Default)]
+pub struct BackendConfig {
+    /// backend name -> setting -> value.
+    pub per_backend: HashMap<String, HashMap<String, String>>,
+    /// Settings given as `--backend-config=<setting>=<value>`.
+    pub global: HashMap<String, String>,
+}
+
+impl BackendConfig {
+    /// Parses Triton's `--backend-config` values: `<backend>,<setting>=<value>` or `<setting>=<value>`.
+    pub fn parse(values: &[String]) -> Result<BackendConfig> {
+        let mut cfg = BackendConfig::default();
+        for v in values {
+            let (backend, setting) = match v.split_once(',') {
+                Some((b, s)) => (Some(b.trim()), s),
+                None => (None, v.as_str()),
+            };
+            let (key, value) = setting.split_once('=').ok_or_else(|| {
+                Error::invalid(format!(
+                    "--backend-config '{v}' must be '<backend>,<setting>=<value>' or '<setting>=<value>'"
+                ))
+            })?;
+            let map = match backend {
+                Some(b) if !b.is_empty() => cfg.per_backend.entry(b.to_string()).or_default(),
+                _ => &mut cfg.global,
+            };
+            map.insert(key.trim().to_string(), value.trim().to_string());
+        }
+        Ok(cfg)
+    }
+
+    /// A setting for a backend, falling back to the global value.
+    pub fn get(&self, backend: &str, key: &str) -> Option<&str> {
+        self.per_backend.get(backend).and_then(|m| m.get(key)).or_else(|| self.global.get(key)).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_config_parses_both_forms() {
+        let cfg = BackendConfig::parse(&["onnxruntime,library=/opt/ort.so".into(), "default-max-batch-size=8".into()])
+            .unwrap();
+        assert_eq!(cfg.get("onnxruntime", "library"), Some("/opt/ort.so"));
+        assert_eq!(cfg.get("onnxruntime", "default-max-batch-size"), Some("8"));
+        assert_eq!(cfg.get("python", "library"), None);
+        assert!(BackendConfig::parse(&["onnxruntime,library".into()]).is_err());
+    }
+}
