@@ -176,6 +176,12 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
         strict_readiness: args.strict_readiness,
         exit_on_error: args.exit_on_error,
         repo,
+        backends: {
+            let config = backend_config.clone();
+            tritonrs::model_api::BackendFactory(Arc::new(move |api, pools| {
+                tritonrs::backend::builtin(&config, api, pools)
+            }))
+        },
         backend_config,
         load_threads: args.model_load_thread_count,
         rate_limit: if tritonrs::core::rate_limiter::parse_mode(&args.rate_limit)? {

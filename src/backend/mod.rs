@@ -5,38 +5,29 @@ pub mod onnx;
 pub mod python;
 pub mod tensorrt;
 
-use crate::error::{Error, Result};
-use crate::model_api::{Backend, BackendConfig, ServerApi};
-use std::collections::HashMap;
+use crate::error::Result;
+use crate::memory::pool::Pools;
+use crate::model_api::{BackendConfig, BackendRegistry, ServerApi};
+use crate::model_config::Completers;
 use std::sync::Arc;
 
-/// The backends this server can use, by name.
-pub struct BackendRegistry {
-    backends: HashMap<&'static str, Arc<dyn Backend>>,
+/// The backends of this build, registered by name: what the server is assembled with (`main.rs`).
+/// `api` lets them call back into the server (BLS), when there is one.
+pub fn builtin(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>, pools: Option<Pools>) -> BackendRegistry {
+    let mut registry = BackendRegistry::default();
+    let trt = Arc::new(tensorrt::TensorRtBackend::new(config, pools));
+    tensorrt::register(&trt);
+    registry.insert(trt);
+    registry.insert(Arc::new(onnx::OnnxBackend::new(config)));
+    registry.insert(Arc::new(python::PythonBackend::new(config, api)));
+    registry
 }
 
-impl BackendRegistry {
-    /// The backends of this build; `api` lets them call back into the server (BLS), when there is one.
-    pub fn new(
-        config: &BackendConfig,
-        api: Option<Arc<dyn ServerApi>>,
-        pools: Option<crate::memory::pool::Pools>,
-    ) -> Self {
-        let mut backends: HashMap<&'static str, Arc<dyn Backend>> = HashMap::new();
-        let trt = Arc::new(tensorrt::TensorRtBackend::new(config, pools));
-        tensorrt::register(&trt);
-        backends.insert("tensorrt", trt);
-        let ort: Arc<dyn Backend> = Arc::new(onnx::OnnxBackend::new(config));
-        backends.insert(ort.name(), ort);
-        let python: Arc<dyn Backend> = Arc::new(python::PythonBackend::new(config, api));
-        backends.insert(python.name(), python);
-        BackendRegistry { backends }
-    }
-
-    pub fn get(&self, name: &str) -> Result<Arc<dyn Backend>> {
-        self.backends
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::unavailable(format!("backend '{name}' is not available in this build")))
-    }
+/// What only these backends can complete a configuration from, by backend name: a TensorRT engine, a
+/// Python model's `auto_complete_config`.
+pub fn completers(config: &BackendConfig) -> Result<Completers> {
+    let mut c = Completers::default();
+    c.insert("python", Arc::new(python::Completer(python::Settings::from_config(config)?)));
+    c.insert("tensorrt", Arc::new(tensorrt::Completer));
+    Ok(c)
 }

@@ -477,8 +477,7 @@ impl ModelConfigArgs {
         Ok(crate::core::repository::RepoOptions {
             autocomplete: !(self.disable_auto_complete_config || self.strict_model_config),
             default_max_batch_size,
-            python: crate::backend::python::Settings::from_config(backend_config)
-                .map_err(|e| anyhow::anyhow!("{}", e.message))?,
+            completers: crate::backend::completers(backend_config).map_err(|e| anyhow::anyhow!("{}", e.message))?,
             max_tensor_bytes,
         })
     }

@@ -4,7 +4,6 @@
 
 mod ensemble;
 
-use crate::backend::BackendRegistry;
 use crate::core::rate_limiter::{Limited, Needs, RateLimiter, ResourceKey};
 use crate::core::repository::{self, RepoOptions, VersionPolicy};
 use crate::core::scheduler::ensemble::StepRunner;
@@ -13,7 +12,7 @@ use crate::core::stats::ModelStats;
 use crate::core::validate::ModelIo;
 use crate::core::warmup;
 use crate::error::{Error, ErrorKind, Result};
-use crate::model_api::LoadOptions;
+use crate::model_api::{BackendRegistry, LoadOptions};
 use crate::model_api::{InstanceKind, InstanceSpec, ModelContext};
 use crate::proto::inference::{model_instance_group::Kind, ModelConfig, ModelRateLimiter};
 use parking_lot::RwLock;

@@ -1,6 +1,5 @@
 //! `Server`: health, metadata, inference, repository control and statistics, independent of transport.
 
-use crate::backend::BackendRegistry;
 use crate::core::cache::{self, ResponseCache};
 use crate::core::classification::classify;
 use crate::core::lifecycle::{IndexEntry, LoadedModel, ModelManager};
@@ -17,7 +16,7 @@ use crate::memory::shm::SharedMemoryManager;
 use crate::model_api::custom_metrics::CustomMetrics;
 use crate::model_api::types::{InferRequest, InferResponse, Parameters, RequestedOutput, StreamResponse, Tensor};
 use crate::model_api::LoadOptions;
-use crate::model_api::{BackendConfig, ExecResult, ExecTimings, ResponseSender, ServerApi};
+use crate::model_api::{BackendConfig, BackendFactory, ExecResult, ExecTimings, ResponseSender, ServerApi};
 use crate::proto::inference::ModelConfig;
 use futures_util::stream::{BoxStream, StreamExt};
 use std::path::PathBuf;
@@ -50,6 +49,8 @@ pub struct ServerOptions {
     pub exit_on_error: bool,
     pub repo: RepoOptions,
     pub backend_config: BackendConfig,
+    /// Builds the backends (the built-in ones, registered by `main.rs`); the default builds none.
+    pub backends: BackendFactory,
     pub load_threads: usize,
     /// `--rate-limit execution_count` with the `--rate-limit-resource` sizes; `None` when off.
     pub rate_limit: Option<Vec<(String, u32, Option<i32>)>>,
@@ -156,11 +157,7 @@ impl Server {
         let pools = crate::memory::pool::Pools::new(&opts.pools);
         let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
             let steps = Arc::new(StepsThroughServer(me.clone()));
-            let backends = BackendRegistry::new(
-                &opts.backend_config,
-                Some(Arc::new(ApiThroughServer(me.clone()))),
-                Some(pools.clone()),
-            );
+            let backends = opts.backends.build(Some(Arc::new(ApiThroughServer(me.clone()))), Some(pools.clone()));
             let models = ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads)
                 .with_rate_limiter(limiter)
                 .with_ensembles(steps, opts.control_mode == ControlMode::Explicit);

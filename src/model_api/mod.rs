@@ -281,6 +281,54 @@ impl BackendConfig {
     }
 }
 
+/// The backends a server can use, by name.
+#[derive(Clone, Default)]
+pub struct BackendRegistry {
+    backends: HashMap<&'static str, Arc<dyn Backend>>,
+}
+
+impl BackendRegistry {
+    /// Adds a backend under its name (replacing one of the same name).
+    pub fn insert(&mut self, backend: Arc<dyn Backend>) {
+        self.backends.insert(backend.name(), backend);
+    }
+
+    pub fn get(&self, name: &str) -> Result<Arc<dyn Backend>> {
+        self.backends
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::unavailable(format!("backend '{name}' is not available in this build")))
+    }
+}
+
+/// Builds the server's backends once the server exists: they get its [`ServerApi`] and memory pools.
+/// The server is given one by whoever assembles it (`main.rs` registers the built-in backends), so
+/// the core never names a concrete backend. The default builds none.
+#[derive(Clone)]
+pub struct BackendFactory(pub Arc<BuildBackends>);
+
+/// What a [`BackendFactory`] calls: the server's API and pools in, the registry out.
+pub type BuildBackends =
+    dyn Fn(Option<Arc<dyn ServerApi>>, Option<crate::memory::pool::Pools>) -> BackendRegistry + Send + Sync;
+
+impl BackendFactory {
+    pub fn build(&self, api: Option<Arc<dyn ServerApi>>, pools: Option<crate::memory::pool::Pools>) -> BackendRegistry {
+        (self.0)(api, pools)
+    }
+}
+
+impl Default for BackendFactory {
+    fn default() -> Self {
+        BackendFactory(Arc::new(|_, _| BackendRegistry::default()))
+    }
+}
+
+impl std::fmt::Debug for BackendFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BackendFactory")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

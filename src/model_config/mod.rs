@@ -11,8 +11,9 @@ use crate::error::{Error, Result};
 use crate::model_api::types::DataType;
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::ModelConfig;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Numeric version folders of a model. Names that are not numbers, or that start with 0, are ignored.
 pub fn list_versions(model_dir: &Path) -> BTreeSet<i64> {
@@ -123,4 +124,33 @@ pub fn hidden_tensors(cfg: &ModelConfig) -> HiddenTensors {
         }
     }
     HiddenTensors { inputs, outputs }
+}
+
+/// Completes a configuration from what only the model's backend can read (a TensorRT engine, a Python
+/// model's `auto_complete_config`). The repository asks the one registered for the model's backend.
+pub trait Completer: Send + Sync {
+    /// The configuration of model `name` in `dir`, completed.
+    fn complete(&self, dir: &Path, name: &str, cfg: ModelConfig) -> std::result::Result<ModelConfig, ConfigFailure>;
+}
+
+/// Completers by backend name.
+#[derive(Clone, Default)]
+pub struct Completers(HashMap<&'static str, Arc<dyn Completer>>);
+
+impl Completers {
+    pub fn insert(&mut self, backend: &'static str, completer: Arc<dyn Completer>) {
+        self.0.insert(backend, completer);
+    }
+
+    pub fn get(&self, backend: &str) -> Option<&Arc<dyn Completer>> {
+        self.0.get(backend)
+    }
+}
+
+impl std::fmt::Debug for Completers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&str> = self.0.keys().copied().collect();
+        names.sort_unstable();
+        f.debug_tuple("Completers").field(&names).finish()
+    }
 }

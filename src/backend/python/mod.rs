@@ -646,6 +646,15 @@ impl Drop for PythonInstance {
 /// (as Triton does). Models whose file does not mention the function are left as they are, without
 /// starting Python.
 /// A failure once the version whose model file runs is known is that version's (as Triton reports it).
+pub struct Completer(pub Settings);
+
+impl crate::model_config::Completer for Completer {
+    fn complete(&self, dir: &Path, name: &str, cfg: ModelConfig) -> std::result::Result<ModelConfig, ConfigFailure> {
+        auto_complete(&self.0, dir, name, &cfg)
+    }
+}
+
+/// [`Completer`]'s work.
 pub fn auto_complete(
     settings: &Settings,
     dir: &Path,

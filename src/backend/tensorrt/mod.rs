@@ -178,6 +178,35 @@ pub fn auto_complete_registered(file: &Path, cfg: &mut crate::proto::inference::
     }
 }
 
+/// Completes `tensorrt_plan` configurations from the latest version's engine, where TensorRT and a
+/// GPU are here to read it; elsewhere only a configuration that cannot do without the engine's
+/// description fails (and the load says why).
+pub struct Completer;
+
+impl crate::model_config::Completer for Completer {
+    fn complete(
+        &self,
+        dir: &Path,
+        name: &str,
+        mut cfg: crate::proto::inference::ModelConfig,
+    ) -> std::result::Result<crate::proto::inference::ModelConfig, crate::model_config::ConfigFailure> {
+        let Some(v) = crate::model_config::list_versions(dir).into_iter().next_back() else { return Ok(cfg) };
+        let file = crate::model_config::model_file(&dir.join(v.to_string()), &cfg)?;
+        if !file.is_file() {
+            return Ok(cfg);
+        }
+        if let Err(e) = auto_complete_registered(&file, &mut cfg) {
+            if cfg.input.is_empty() || cfg.output.is_empty() {
+                return Err(e
+                    .context(format!("model '{name}': cannot complete the configuration from the engine"))
+                    .into());
+            }
+            tracing::debug!("model '{name}': auto-complete from the engine skipped: {}", e.message);
+        }
+        Ok(cfg)
+    }
+}
+
 /// Completes a configuration from its engine, which needs TensorRT and a GPU to read it; the error
 /// says which is missing (the configuration is left as it was).
 pub fn auto_complete(

@@ -6,7 +6,9 @@ pub mod version_policy;
 
 use crate::core::scheduler::ensemble::graph::EnsembleGraph;
 use crate::error::{Error, Result};
-use crate::model_config::{autocomplete, list_versions, model_file, model_filename, paths, pbtxt, ConfigFailure};
+use crate::model_config::{
+    autocomplete, list_versions, model_file, model_filename, paths, pbtxt, Completers, ConfigFailure,
+};
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::model_sequence_batching::initial_state::StateData;
 use crate::proto::inference::model_sequence_batching::StrategyChoice;
@@ -29,8 +31,9 @@ pub struct RepoOptions {
     pub autocomplete: bool,
     /// The batch size auto-complete gives batchable models (Triton's `default-max-batch-size`, 4).
     pub default_max_batch_size: i32,
-    /// How Python models' `auto_complete_config` runs (the interpreter, the stub timeout).
-    pub python: crate::backend::python::Settings,
+    /// What completes configurations beyond the model file's I/O, per backend (a TensorRT engine, a
+    /// Python model's `auto_complete_config`); given by whoever assembles the server.
+    pub completers: Completers,
     /// Largest tensor built from a configuration (warmup samples, initial state): the largest request
     /// the server accepts.
     pub max_tensor_bytes: usize,
@@ -41,7 +44,7 @@ impl Default for RepoOptions {
         RepoOptions {
             autocomplete: true,
             default_max_batch_size: 4,
-            python: Default::default(),
+            completers: Default::default(),
             max_tensor_bytes: limits::DEFAULT_MAX_TENSOR_BYTES,
         }
     }
@@ -178,25 +181,10 @@ pub fn read_model_config_detailed(
             }
         }
     }
-    if opts.autocomplete && cfg.backend == "tensorrt" {
-        // Only where TensorRT and a GPU are here to read the engine; elsewhere the load says why.
-        if let Some(&v) = versions.iter().next_back() {
-            let file = model_file(&dir.join(v.to_string()), &cfg)?;
-            if file.is_file() {
-                if let Err(e) = crate::backend::tensorrt::auto_complete_registered(&file, &mut cfg) {
-                    // Only a configuration that cannot do without the engine's description fails here.
-                    if cfg.input.is_empty() || cfg.output.is_empty() {
-                        return Err(e
-                            .context(format!("model '{name}': cannot complete the configuration from the engine"))
-                            .into());
-                    }
-                    tracing::debug!("model '{name}': auto-complete from the engine skipped: {}", e.message);
-                }
-            }
+    if opts.autocomplete {
+        if let Some(completer) = opts.completers.get(&cfg.backend) {
+            cfg = completer.complete(dir, name, cfg)?;
         }
-    }
-    if opts.autocomplete && cfg.backend == "python" {
-        cfg = crate::backend::python::auto_complete(&opts.python, dir, name, &cfg)?;
     }
     normalize(&mut cfg);
     // Sizes before anything is built from them (validation itself builds initial states).

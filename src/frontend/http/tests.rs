@@ -19,6 +19,7 @@ async fn app(max_body: usize) -> Router {
         exit_on_error: false,
         repo: Default::default(),
         backend_config: Default::default(),
+        backends: Default::default(),
         load_threads: 1,
         rate_limit: None,
         cache_bytes: None,
