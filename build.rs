@@ -18,6 +18,15 @@ fn main() -> Result<(), Box<dyn Error>> {
     println!("cargo:rerun-if-changed={PROTO_DIR}");
     println!("cargo:rerun-if-changed=build.rs");
 
+    // Triton backend libraries call back into the server through TRITONSERVER_* / TRITONBACKEND_*
+    // functions they resolve at load time: the executable exports exactly those (a dynamic list, so
+    // nothing else leaks into its dynamic symbol table).
+    let exports = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/backend/capi/exports.list");
+    println!("cargo:rerun-if-changed={}", exports.display());
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-link-arg-bins=-Wl,--dynamic-list={}", exports.display());
+    }
+
     let proto_dir = Path::new(PROTO_DIR);
     let files = proto_files(proto_dir)?;
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);

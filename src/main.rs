@@ -12,7 +12,6 @@ use tritonrs::frontend::restrict::Restrictions;
 use tritonrs::frontend::tls::{TlsFiles, TlsListener};
 use tritonrs::frontend::{grpc, http, metrics};
 use tritonrs::logging::{self, LogSettings};
-use tritonrs::model_api::BackendConfig;
 use tritonrs::platform::systemd;
 
 fn main() -> ExitCode {
@@ -39,7 +38,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    let backend_config = match BackendConfig::parse(&args.model_config.backend_config) {
+    let backend_config = match args.model_config.backend_config() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -155,7 +154,7 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
     if args.model_repository.is_empty() {
         anyhow::bail!("at least one --model-repository is required");
     }
-    let backend_config = BackendConfig::parse(&args.model_config.backend_config)?;
+    let backend_config = args.model_config.backend_config()?;
     let repo =
         args.model_config.repo_options(&backend_config, args.http_max_input_size.max(args.grpc_max_message_size))?;
     let (trace, trace_warnings) = args.trace_settings()?;

@@ -1,6 +1,7 @@
 //! The backends of this build: ONNX Runtime, Python and TensorRT, each written against the interface
 //! in `model_api`, and the registry that holds them by name. Nothing here imports `core`.
 
+pub mod capi;
 pub mod onnx;
 pub mod python;
 pub mod tensorrt;
@@ -20,6 +21,8 @@ pub fn builtin(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>, pools: O
     registry.insert(trt);
     registry.insert(Arc::new(onnx::OnnxBackend::new(config)));
     registry.insert(Arc::new(python::PythonBackend::new(config, api)));
+    // Any other backend name is a Triton backend library, hosted through its C API.
+    registry.set_fallback(Arc::new(capi::CApiBackend::new(config)));
     registry
 }
 

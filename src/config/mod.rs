@@ -118,6 +118,10 @@ pub struct ModelConfigArgs {
     /// (repeatable). E.g. `onnxruntime,library=/usr/lib/libonnxruntime.so`, `default-max-batch-size=8`.
     #[arg(long, env = "TRITONRS_BACKEND_CONFIG", value_delimiter = ';')]
     pub backend_config: Vec<String>,
+    /// Where Triton backend libraries are installed: a model whose backend is not built in is served by
+    /// `<dir>/<backend>/libtriton_<backend>.so` (or that file in the model's version folder or folder).
+    #[arg(long, env = "TRITONRS_BACKEND_DIRECTORY", default_value = crate::backend::capi::DEFAULT_BACKEND_DIRECTORY)]
+    pub backend_directory: std::path::PathBuf,
 }
 
 /// Flags of the server itself.
@@ -463,6 +467,14 @@ impl ServeArgs {
 
 impl ModelConfigArgs {
     /// `max_tensor_bytes`: the largest request the server accepts (see `RepoOptions::max_tensor_bytes`).
+    /// `--backend-config` parsed, with `--backend-directory` among the global settings, where Triton
+    /// puts it too (every backend library sees it in its configuration).
+    pub fn backend_config(&self) -> crate::error::Result<crate::model_api::BackendConfig> {
+        let mut c = crate::model_api::BackendConfig::parse(&self.backend_config)?;
+        c.global.entry("backend-directory".into()).or_insert_with(|| self.backend_directory.display().to_string());
+        Ok(c)
+    }
+
     pub fn repo_options(
         &self,
         backend_config: &crate::model_api::BackendConfig,

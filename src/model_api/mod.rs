@@ -285,6 +285,8 @@ impl BackendConfig {
 #[derive(Clone, Default)]
 pub struct BackendRegistry {
     backends: HashMap<&'static str, Arc<dyn Backend>>,
+    /// Serves every name not registered (the TRITONBACKEND host: `libtriton_<name>.so`).
+    fallback: Option<Arc<dyn Backend>>,
 }
 
 impl BackendRegistry {
@@ -293,9 +295,15 @@ impl BackendRegistry {
         self.backends.insert(backend.name(), backend);
     }
 
+    /// The backend that serves names nobody registered.
+    pub fn set_fallback(&mut self, backend: Arc<dyn Backend>) {
+        self.fallback = Some(backend);
+    }
+
     pub fn get(&self, name: &str) -> Result<Arc<dyn Backend>> {
         self.backends
             .get(name)
+            .or(self.fallback.as_ref())
             .cloned()
             .ok_or_else(|| Error::unavailable(format!("backend '{name}' is not available in this build")))
     }

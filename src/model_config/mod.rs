@@ -67,6 +67,10 @@ pub fn model_filename(cfg: &ModelConfig) -> String {
         "onnxruntime" => "model.onnx",
         "tensorrt" => "model.plan",
         "python" => "model.py",
+        "pytorch" => "model.pt",
+        "tensorflow" if cfg.platform == "tensorflow_graphdef" => "model.graphdef",
+        "tensorflow" => "model.savedmodel",
+        "openvino" => "model.xml",
         _ => "model",
     }
     .into()

@@ -50,9 +50,6 @@ impl Default for RepoOptions {
     }
 }
 
-/// The backends this build can serve.
-pub const SUPPORTED_BACKENDS: &[&str] = &["onnxruntime", "python", "tensorrt"];
-
 /// Finds the model folders in every repository. A model name found in more than one repository is an
 /// error for that model only.
 pub fn scan(repos: &[PathBuf]) -> (BTreeMap<String, Result<PathBuf>>, Vec<Error>) {
@@ -269,6 +266,9 @@ fn resolve_backend(dir: &Path, cfg: &mut ModelConfig) -> Result<()> {
     cfg.backend = match cfg.platform.as_str() {
         "onnxruntime_onnx" => "onnxruntime".into(),
         "tensorrt_plan" => "tensorrt".into(),
+        // Served by Triton's own backend libraries (libtriton_<backend>.so) where installed.
+        "pytorch_libtorch" => "pytorch".into(),
+        "tensorflow_savedmodel" | "tensorflow_graphdef" => "tensorflow".into(),
         "ensemble" => return Ok(()),
         "" => {
             let has = |f: &str| list_versions(dir).iter().any(|v| dir.join(v.to_string()).join(f).exists());
@@ -279,6 +279,10 @@ fn resolve_backend(dir: &Path, cfg: &mut ModelConfig) -> Result<()> {
                 "tensorrt".into()
             } else if named(".py") || has("model.py") {
                 "python".into()
+            } else if named(".pt") || has("model.pt") {
+                "pytorch".into()
+            } else if named(".savedmodel") || has("model.savedmodel") || named(".graphdef") || has("model.graphdef") {
+                "tensorflow".into()
             } else {
                 return Err(Error::invalid(format!(
                     "unable to determine the backend for model '{}': the configuration names no backend or \
@@ -377,15 +381,9 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
             "ensemble_scheduling",
             format!("only an ensemble (platform \"ensemble\") may set it, not platform '{}'", cfg.platform),
         ));
-    } else if !SUPPORTED_BACKENDS.contains(&cfg.backend.as_str()) {
-        return Err(ctx(
-            "backend",
-            format!(
-                "backend '{}' is not available in this build (available: {})",
-                cfg.backend,
-                SUPPORTED_BACKENDS.join(", ")
-            ),
-        ));
+    } else if cfg.backend.is_empty() || cfg.backend.contains(['/', '\\', '\0']) || cfg.backend.starts_with('.') {
+        // Any other name is a backend library (libtriton_<backend>.so) the load looks for.
+        return Err(ctx("backend", format!("'{}' is not a backend name", cfg.backend)));
     }
     if cfg.max_batch_size < 0 {
         return Err(ctx("max_batch_size", format!("must be >= 0, got {}", cfg.max_batch_size)));

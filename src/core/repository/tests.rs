@@ -98,7 +98,14 @@ fn semantic_errors_are_reported() {
     let io =
         r#"input [{name: "A" data_type: TYPE_FP32 dims: [2]}] output [{name: "B" data_type: TYPE_FP32 dims: [2]}]"#;
     check(&format!("name: \"other\" backend: \"onnxruntime\" {io}"), "but the model is 'm'");
-    check(&format!("backend: \"tensorflow\" {io}"), "not available in this build");
+    check(&format!("backend: \"../x\" {io}"), "is not a backend name");
+    // Backends other than the built-in ones are libraries the load looks for; the configuration is fine.
+    write(&dir.join("config.pbtxt"), &format!("backend: \"tensorflow\" {io}"));
+    let cfg = read_model_config(&dir, "m", &RepoOptions { autocomplete: false, ..Default::default() }, None).unwrap();
+    assert_eq!(cfg.backend, "tensorflow");
+    write(&dir.join("config.pbtxt"), &format!("platform: \"pytorch_libtorch\" {io}"));
+    let cfg = read_model_config(&dir, "m", &RepoOptions { autocomplete: false, ..Default::default() }, None).unwrap();
+    assert_eq!(cfg.backend, "pytorch");
     check(&format!("platform: \"weird\" {io}"), "unknown platform");
     check("backend: \"onnxruntime\" output [{name: \"B\" data_type: TYPE_FP32 dims: [2]}]", "has no inputs");
     check(

@@ -1,0 +1,300 @@
+//! The TRITONBACKEND host as one more backend of `model_api`: a model whose `backend` names no
+//! built-in backend is served by `libtriton_<name>.so`, found as tritonserver finds it (the model's
+//! version folder, its folder, then `--backend-directory/<name>/`). Libraries, models and instances
+//! are initialized and finalized in Triton's order; each instance runs `Execute` on its own thread
+//! with the requests the scheduler hands it (a dynamic batch is a list of requests, as in Triton), and
+//! waits, for a bounded time, until the backend has sent each request's final response and released
+//! it.
+
+use super::abi::{Completion, InputObj, ParamSlot, RequestObj, INSTANCEGROUPKIND_CPU, INSTANCEGROUPKIND_GPU};
+use super::library::{Instance, Library, Model};
+use crate::error::{Error, ErrorKind, Result};
+use crate::model_api::types::{Parameters, Tensor};
+use crate::model_api::{
+    Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
+    ModelInstance, SequenceId,
+};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// tritonserver's `--backend-directory` default.
+pub const DEFAULT_BACKEND_DIRECTORY: &str = "/opt/tritonserver/backends";
+
+/// How long an instance waits for a backend to answer and release a request, unless
+/// `--backend-config=<name>,response-timeout-ms=N` says otherwise.
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Our error for a `TRITONSERVER_Error_Code` and message.
+pub fn to_error(code: u32, message: &str) -> Error {
+    use super::abi::code;
+    let kind = match code {
+        code::INVALID_ARG => ErrorKind::InvalidArgument,
+        code::NOT_FOUND => ErrorKind::NotFound,
+        code::UNAVAILABLE => ErrorKind::Unavailable,
+        code::UNSUPPORTED => ErrorKind::Unsupported,
+        code::ALREADY_EXISTS => ErrorKind::AlreadyExists,
+        _ => ErrorKind::Internal,
+    };
+    Error::new(kind, message)
+}
+
+/// The host: backend libraries by path and model versions, shared while in use.
+pub struct CApiBackend {
+    config: BackendConfig,
+    directory: PathBuf,
+    libraries: Mutex<HashMap<PathBuf, Weak<Library>>>,
+    models: Mutex<Vec<(ModelKey, Weak<Model>)>>,
+}
+
+/// A model version: its name, version and folder.
+type ModelKey = (String, i64, PathBuf);
+
+impl CApiBackend {
+    pub fn new(config: &BackendConfig) -> CApiBackend {
+        let directory = config
+            .global
+            .get("backend-directory")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_BACKEND_DIRECTORY));
+        CApiBackend {
+            config: config.clone(),
+            directory,
+            libraries: Mutex::new(HashMap::new()),
+            models: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Where tritonserver looks for backend `name` of a model, in order.
+    pub fn search_path(&self, ctx: &ModelContext, name: &str) -> Vec<PathBuf> {
+        let file = format!("libtriton_{name}.so");
+        vec![ctx.version_dir.join(&file), ctx.model_dir.join(&file), self.directory.join(name).join(&file)]
+    }
+
+    fn library(&self, ctx: &ModelContext, name: &str) -> Result<Arc<Library>> {
+        if name.is_empty() || name.contains(['/', '\0']) || name == "." || name == ".." {
+            return Err(Error::invalid(format!("model '{}': '{name}' is not a backend name", ctx.name)));
+        }
+        let candidates = self.search_path(ctx, name);
+        let path = candidates.iter().find(|p| p.is_file()).ok_or_else(|| {
+            Error::unavailable(format!(
+                "model '{}': backend '{name}' is neither built in nor installed: no libtriton_{name}.so in {}",
+                ctx.name,
+                candidates
+                    .iter()
+                    .filter_map(|p| p.parent().map(|d| format!("'{}'", d.display())))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let mut libraries = self.libraries.lock();
+        if let Some(lib) = libraries.get(path).and_then(Weak::upgrade) {
+            return Ok(lib);
+        }
+        let lib = Arc::new(Library::load(path, name, self.backend_config_json(name))?);
+        libraries.retain(|_, w| w.strong_count() > 0);
+        libraries.insert(path.clone(), Arc::downgrade(&lib));
+        Ok(lib)
+    }
+
+    /// `TRITONBACKEND_BackendConfig`: `{"cmdline": {...}}` with the backend's `--backend-config`
+    /// settings over the global ones, as tritonserver passes them.
+    fn backend_config_json(&self, name: &str) -> String {
+        let mut cmdline = serde_json::Map::new();
+        for (k, v) in &self.config.global {
+            cmdline.insert(k.clone(), v.clone().into());
+        }
+        if let Some(own) = self.config.per_backend.get(name) {
+            for (k, v) in own {
+                cmdline.insert(k.clone(), v.clone().into());
+            }
+        }
+        cmdline.entry("backend-directory").or_insert_with(|| self.directory.display().to_string().into());
+        serde_json::json!({ "cmdline": cmdline }).to_string()
+    }
+
+    fn model(&self, library: Arc<Library>, ctx: &ModelContext) -> Result<Arc<Model>> {
+        let key = (ctx.name.clone(), ctx.version, ctx.model_dir.clone());
+        let mut models = self.models.lock();
+        models.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(m) = models.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
+            return Ok(m);
+        }
+        let json = crate::model_config::pbtxt::config_to_json(&ctx.config).to_string();
+        let version = u64::try_from(ctx.version).unwrap_or(0);
+        let model = Arc::new(Model::new(library, &ctx.name, version, &ctx.model_dir, json, false)?);
+        models.push((key, Arc::downgrade(&model)));
+        Ok(model)
+    }
+}
+
+impl Backend for CApiBackend {
+    fn name(&self) -> &'static str {
+        "triton-c-api"
+    }
+
+    fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
+        let name = ctx.config.backend.clone();
+        if ctx.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
+            return Err(Error::unsupported(format!(
+                "model '{}': decoupled models of C backends ('{name}') are not served yet",
+                ctx.name
+            )));
+        }
+        let library = self.library(ctx, &name)?;
+        let model = self.model(library, ctx)?;
+        let (kind, device) = match spec.kind {
+            InstanceKind::Cpu => (INSTANCEGROUPKIND_CPU, 0),
+            InstanceKind::Gpu { device_id } => (INSTANCEGROUPKIND_GPU, device_id),
+        };
+        let instance = Instance::new(model, &spec.name, kind, device)?;
+        let timeout = self
+            .config
+            .get(&name, "response-timeout-ms")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(DEFAULT_RESPONSE_TIMEOUT, Duration::from_millis);
+        Ok(Box::new(CInstance { instance, timeout, backend: name, abandoned: 0 }))
+    }
+}
+
+/// One instance of a C backend model, on its own thread.
+struct CInstance {
+    instance: Instance,
+    timeout: Duration,
+    backend: String,
+    /// Requests the backend never finished with; their memory stays the backend's.
+    abandoned: usize,
+}
+
+/// The C view of one request: its tensors in host memory, its names as C strings.
+fn request_object(req: &ExecRequest) -> Result<(Arc<RequestObj>, Arc<Completion>)> {
+    use super::abi::{cstring, datatype_to_c};
+    let inputs = req
+        .inputs
+        .iter()
+        .map(|t| {
+            Ok(InputObj {
+                name: cstring(&t.name),
+                datatype: datatype_to_c(t.datatype),
+                shape: t.shape.clone(),
+                data: t.data.to_host()?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (correlation_id, correlation_str) = match &req.meta.correlation_id {
+        Some(SequenceId::U64(v)) => (*v, String::new()),
+        Some(SequenceId::Str(s)) => (0, s.clone()),
+        None => (0, String::new()),
+    };
+    let parameters = req
+        .meta
+        .parameters
+        .iter()
+        .map(|(k, v)| {
+            let (t, slot): (u32, ParamSlot) = ParamSlot::from_value(v);
+            (cstring(k), t, slot)
+        })
+        .collect();
+    let completion = Arc::new(Completion::default());
+    let obj = RequestObj {
+        id: cstring(&req.meta.id),
+        correlation_id,
+        correlation_str: cstring(&correlation_str),
+        flags: req.meta.flags,
+        inputs,
+        outputs: req.outputs.iter().map(|o| cstring(o)).collect(),
+        parameters,
+        completion: completion.clone(),
+    };
+    Ok((Arc::new(obj), completion))
+}
+
+impl CInstance {
+    /// Waits until the backend has sent the final response and released the request, or gives up.
+    fn wait(&mut self, completion: &Completion, deadline: Instant) -> Result<(Vec<Tensor>, Parameters)> {
+        let mut p = completion.progress.lock();
+        while !(p.done && p.released) {
+            if completion.changed.wait_until(&mut p, deadline).timed_out() && !(p.done && p.released) {
+                p.abandoned = true;
+                self.abandoned += 1;
+                let what = match (p.done, p.released) {
+                    (false, false) => "neither sent the final response nor released the request",
+                    (false, true) => "released the request without sending its final response",
+                    _ => "sent the final response but never released the request",
+                };
+                return Err(Error::unavailable(format!(
+                    "backend '{}' {what} within {} ms",
+                    self.backend,
+                    self.timeout.as_millis()
+                )));
+            }
+        }
+        let mut responses = std::mem::take(&mut p.responses).into_iter();
+        match responses.next() {
+            Some(r) => r,
+            None => {
+                Err(Error::internal(format!("backend '{}' completed the request without a response", self.backend)))
+            }
+        }
+    }
+}
+
+impl ModelInstance for CInstance {
+    fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult> {
+        self.execute_list(&[req]).pop().unwrap_or_else(|| Err(Error::internal("no result for the request")))
+    }
+
+    fn takes_request_lists(&self) -> bool {
+        true
+    }
+
+    fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
+        let t0 = Instant::now();
+        let mut built = Vec::with_capacity(reqs.len());
+        let mut results: Vec<Option<Result<ExecResult>>> = Vec::with_capacity(reqs.len());
+        for r in reqs {
+            match request_object(r) {
+                Ok(b) => {
+                    built.push(b);
+                    results.push(None);
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        let (objs, completions): (Vec<_>, Vec<_>) = built.into_iter().unzip();
+        let t1 = Instant::now();
+        if let Err(e) = self.instance.execute(objs) {
+            return results.into_iter().map(|r| r.unwrap_or_else(|| Err(e.clone()))).collect();
+        }
+        let deadline = Instant::now() + self.timeout;
+        let mut answers = completions.iter().map(|c| self.wait(c, deadline)).collect::<Vec<_>>().into_iter();
+        let t2 = Instant::now();
+        let timings = ExecTimings::between(t0, t1, t2, Instant::now());
+        results
+            .into_iter()
+            .map(|r| match r {
+                Some(failed) => failed,
+                None => match answers.next() {
+                    Some(Ok((outputs, parameters))) => Ok(ExecResult { outputs, timings, parameters }),
+                    Some(Err(e)) => Err(e),
+                    None => Err(Error::internal("a request lost its answer")),
+                },
+            })
+            .collect()
+    }
+}
+
+impl Drop for CInstance {
+    fn drop(&mut self) {
+        if self.abandoned > 0 {
+            tracing::warn!(
+                "Model instance of backend '{}' unloaded with {} request(s) the backend never finished; their memory \
+                 is left to it.",
+                self.backend,
+                self.abandoned
+            );
+        }
+    }
+}

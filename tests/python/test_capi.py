@@ -1,0 +1,222 @@
+"""Triton backends through the TRITONBACKEND C API (issue 22): tests/capi/test_backend.c, a backend
+written against the documented API, is built here with the system C compiler and served by tritonrs
+from --backend-directory or the model's folder, over HTTP and gRPC, one request or a dynamic batch of
+them per Execute; its lifecycle runs in Triton's order; and backends that go wrong (initialize
+fails, a future API, no execute entry point, not a library, an error per request, requests never
+answered) fail only their own models, with the reason, while the server serves the rest."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from helpers import BIN, REPO_ROOT, copy_models, simple_inputs
+
+SOURCE = REPO_ROOT / "tests" / "capi" / "test_backend.c"
+
+CONFIG = """
+name: "{name}"
+backend: "{backend}"
+max_batch_size: 8
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }},
+        {{ name: "INPUT1" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }},
+         {{ name: "OUTPUT1" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+instance_group [ {{ count: 2, kind: KIND_CPU }} ]
+{extra}
+"""
+
+
+def build(dest: Path, backend: str, *defines: str) -> Path:
+    """Compiles the test backend as `dest/libtriton_<backend>.so`."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler (Debian package gcc); scripts/test.sh installs one")
+    dest.mkdir(parents=True, exist_ok=True)
+    lib = dest / f"libtriton_{backend}.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(lib), str(SOURCE),
+                    *[f"-D{d}" for d in defines]], check=True, capture_output=True, text=True, timeout=120)
+    return lib
+
+
+def model(repo: Path, name: str, backend: str, extra: str = "") -> Path:
+    d = repo / name
+    (d / "1").mkdir(parents=True)
+    (d / "config.pbtxt").write_text(CONFIG.format(name=name, backend=backend, extra=extra))
+    return d
+
+
+def inputs(module, batch: int, value: float):
+    a = module.InferInput("INPUT0", [batch, 4], "FP32")
+    a.set_data_from_numpy(np.full((batch, 4), value, dtype=np.float32))
+    b = module.InferInput("INPUT1", [batch, 3], "INT32")
+    b.set_data_from_numpy(np.arange(batch * 3, dtype=np.int32).reshape(batch, 3) + int(value))
+    return [a, b]
+
+
+def row(server, name: str) -> dict:
+    rows = [r for r in server.index() if r["name"] == name]
+    assert rows, server.index()
+    return rows[0]
+
+
+def settled(server) -> bool:
+    return all(r.get("state") in ("READY", "UNAVAILABLE") for r in server.index())
+
+
+@pytest.fixture
+def backends(tmp_path):
+    """A --backend-directory holding the test backend as `testc`."""
+    d = tmp_path / "backends"
+    build(d / "testc", "testc")
+    return d
+
+
+def test_a_c_backend_serves_over_http_and_grpc_with_its_lifecycle_in_order(start_server, repo, backends):
+    model(repo, "identity_c", "testc")
+    s = start_server("--model-repository", repo, "--backend-directory", backends,
+                     "--backend-config=testc,greeting=hello", "--model-control-mode=explicit",
+                     "--load-model=identity_c")
+    c = s.client()
+    r = c.infer("identity_c", inputs(httpclient, 2, 1.5), request_id="req-7")
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), np.full((2, 4), 1.5, dtype=np.float32))
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), np.arange(6, dtype=np.int32).reshape(2, 3) + 1)
+    assert r.get_response()["id"] == "req-7"
+    g = s.grpc_client()
+    out = g.infer("identity_c", inputs(grpcclient, 1, -3.0))
+    np.testing.assert_array_equal(out.as_numpy("OUTPUT0"), np.full((1, 4), -3.0, dtype=np.float32))
+    # Only the outputs asked for are made.
+    r = c.infer("identity_c", inputs(httpclient, 1, 2.0), outputs=[httpclient.InferRequestedOutput("OUTPUT1")])
+    assert r.as_numpy("OUTPUT0") is None and r.as_numpy("OUTPUT1") is not None
+    # The backend saw its configuration as Triton passes it, with the backend directory in it.
+    s.wait_for_log(r'test_backend: backend config \{"cmdline":\{.*"greeting":"hello"')
+    assert '"backend-directory"' in s.log
+    # Unload: instances, then the model, then the backend (which still has its state).
+    assert s.post("/v2/repository/models/identity_c/unload").status == 200
+    s.wait_for_log("test_backend: finalize with its state", timeout=15)
+    events = [line.split("test_backend: ", 1)[1].strip() for line in s.log.splitlines() if "test_backend: " in line]
+    order = [e.split(" {")[0] for e in events]
+    assert order[0] == "initialize testc", events
+    assert order[1] == "backend config", events
+    assert order[2] == "model initialize identity_c", events
+    assert sorted(order[3:5]) == ["instance initialize identity_c_0_0", "instance initialize identity_c_0_1"], events
+    assert sorted(order[5:7]) == ["instance finalize identity_c_0_0", "instance finalize identity_c_0_1"], events
+    assert order[7:] == ["model finalize identity_c", "finalize with its state"], events
+
+
+def test_dynamic_batches_reach_execute_as_lists_of_requests(start_server, repo, backends):
+    model(repo, "batched_c", "testc", "dynamic_batching { max_queue_delay_microseconds: 20000 }")
+    s = start_server("--model-repository", repo, "--backend-directory", backends)
+    errors = []
+
+    def client(k):
+        c = s.client()
+        for i in range(10):
+            v = float(k * 100 + i)
+            try:
+                r = c.infer("batched_c", inputs(httpclient, 1 + (i % 3), v))
+                np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), np.full((1 + (i % 3), 4), v, dtype=np.float32))
+            except Exception as e:  # noqa: BLE001 - collected and reported below
+                errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors, errors[:3]
+    stats = s.client().get_inference_statistics("batched_c")["model_stats"][0]
+    assert int(stats["inference_count"]) == sum(1 + (i % 3) for i in range(10)) * 6, stats
+    # Requests were batched (fewer executions than requests).
+    assert int(stats["execution_count"]) < 60, stats
+
+
+def test_a_library_in_the_model_folder_comes_before_the_backend_directory(start_server, repo, backends, tmp_path):
+    d = model(repo, "local_c", "testc")
+    build(d, "testc", "FAIL_EXECUTE")
+    s = start_server("--model-repository", repo, "--backend-directory", backends)
+    with pytest.raises(InferenceServerException) as e:
+        s.client().infer("local_c", inputs(httpclient, 1, 1.0))
+    assert "test_backend fails every request" in str(e.value), e.value
+    assert e.value.status() == "500", e.value
+
+
+@pytest.mark.parametrize("defines,reason", [
+    (["FAIL_INIT"], "TRITONBACKEND_Initialize: test_backend refuses to initialize"),
+    (["WANT_API_MAJOR=2"], "triton backend API version 1.19 does not support this backend (needs 2.x)"),
+    (["NO_EXECUTE"], "lacks TRITONBACKEND_ModelInstanceExecute"),
+])
+def test_a_backend_that_cannot_start_fails_only_its_models(start_server, repo, tmp_path, defines, reason):
+    bad = tmp_path / "backends"
+    build(bad / "badc", "badc", *defines)
+    model(repo, "bad_c", "badc")
+    copy_models(repo, "simple")
+    s = start_server("--model-repository", repo, "--backend-directory", bad, "--strict-readiness=false")
+    s.wait_until(lambda: settled(s), what="loads to finish")
+    r = row(s, "bad_c")
+    assert r["state"] == "UNAVAILABLE" and reason in r["reason"], r
+    assert "libtriton_badc.so" in r["reason"], r
+    out = s.client().infer("simple", simple_inputs(httpclient, 2))
+    np.testing.assert_array_equal(out.as_numpy("OUTPUT0"), np.full((1, 16), 4, dtype=np.int32))
+
+
+def test_missing_and_broken_libraries_are_reasons_not_crashes(start_server, repo, tmp_path):
+    backends = tmp_path / "backends"
+    (backends / "textc").mkdir(parents=True)
+    (backends / "textc" / "libtriton_textc.so").write_text("not a shared object\n")
+    model(repo, "text_c", "textc")
+    model(repo, "missing_c", "pytorch")
+    (repo / "torch_model" / "1").mkdir(parents=True)
+    (repo / "torch_model" / "1" / "model.pt").write_bytes(b"PK\x03\x04")
+    (repo / "torch_model" / "config.pbtxt").write_text(
+        'platform: "pytorch_libtorch"\nmax_batch_size: 1\n'
+        'input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
+    copy_models(repo, "simple")
+    s = start_server("--model-repository", repo, "--backend-directory", backends, "--strict-readiness=false")
+    s.wait_until(lambda: settled(s), what="loads to finish")
+    r = row(s, "text_c")
+    assert r["state"] == "UNAVAILABLE" and "cannot be loaded" in r["reason"], r
+    for name in ("missing_c", "torch_model"):
+        r = row(s, name)
+        assert r["state"] == "UNAVAILABLE", r
+        assert "backend 'pytorch' is neither built in nor installed: no libtriton_pytorch.so in" in r["reason"], r
+        assert str(backends / "pytorch") in r["reason"], r
+    assert s.client().is_model_ready("simple")
+
+
+def test_requests_a_backend_never_answers_fail_after_the_timeout(start_server, repo, tmp_path):
+    backends = tmp_path / "backends"
+    build(backends / "stuckc", "stuckc", "NEVER_RELEASE")
+    model(repo, "stuck_c", "stuckc")
+    copy_models(repo, "simple")
+    s = start_server("--model-repository", repo, "--backend-directory", backends,
+                     "--backend-config=stuckc,response-timeout-ms=300")
+    with pytest.raises(InferenceServerException) as e:
+        s.client().infer("stuck_c", inputs(httpclient, 1, 1.0))
+    assert "neither sent the final response nor released the request within 300 ms" in str(e.value), e.value
+    assert s.client().is_model_ready("simple")
+    # Unloading says what was abandoned.
+    s.stop()
+    assert "request(s) the backend never finished" in s.log
+
+
+def test_the_executable_exports_the_api_and_nothing_else():
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    out = subprocess.run([nm, "-D", "--defined-only", str(BIN)], capture_output=True, text=True, check=True).stdout
+    names = [line.split()[-1] for line in out.splitlines() if line.strip()]
+    exported = sorted(n for n in names if n.startswith("TRITON"))
+    listed = sorted(line.strip().rstrip(";") for line in
+                    (REPO_ROOT / "src/backend/capi/exports.list").read_text().splitlines()
+                    if line.strip().startswith("TRITON"))
+    assert exported == listed
+    others = [n for n in names if not n.startswith("TRITON") and not n.startswith("_")]
+    assert not others, others[:10]
