@@ -57,9 +57,10 @@ done
 if [ ${#need_apt[@]} -gt 0 ]; then
     [ "$(id -u)" = 0 ] || die "missing ${need_apt[*]}: run as root, or: dpkg --add-architecture arm64 && apt-get install ${need_apt[*]}"
     dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
-    apt-get -o DPkg::Lock::Timeout=900 -o Acquire::Retries=3 update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 -o Acquire::Retries=3 \
-        install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+    # shellcheck source=scripts/apt.sh
+    source scripts/apt.sh
+    apt_get update -qq
+    apt_get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
 # --- build, floor, smoke test -------------------------------------------------------------------

@@ -62,10 +62,11 @@ if ((${#missing[@]})); then
     if ! dpkg --print-foreign-architectures | grep -qx arm64; then
         run dpkg --add-architecture arm64
     fi
-    # Another apt run (unattended upgrades, a concurrent setup step) may hold the lock: wait for it.
-    apt_opts=(-o DPkg::Lock::Timeout=900 -o Acquire::Retries=3)
-    run apt-get "${apt_opts[@]}" update -qq
-    DEBIAN_FRONTEND=noninteractive run apt-get "${apt_opts[@]}" install -y -qq --no-install-recommends "${missing[@]}"
+    # apt_get waits for another apt run's lock (unattended upgrades, a concurrent setup step).
+    # shellcheck source=scripts/apt.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+    run apt_get update -qq
+    run apt_get install -y -qq --no-install-recommends "${missing[@]}"
     log "apt: $(( $(now) - t )) s"
 else
     log "Debian packages present: ${PACKAGES[*]}"

@@ -61,8 +61,10 @@ _tritonrs_env_setup() {
     if ! command -v "$py" >/dev/null 2>&1; then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$py" = python3 ]; then
             echo "env.sh: python3 not found; installing python3 + python3-venv with apt-get" >&2
-            apt-get update -qq >&2
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >&2
+            # shellcheck source=scripts/apt.sh
+            source "$repo/scripts/apt.sh"
+            apt_get update -qq >&2
+            apt_get install -y -qq python3 python3-venv >&2
         else
             echo "env.sh: '$py' not found. Install Python 3 (Debian: sudo apt-get install python3 python3-venv)" \
                  "or point TRITONRS_PYTHON at an interpreter." >&2
@@ -81,8 +83,10 @@ _tritonrs_env_setup() {
         if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then
             if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
                 echo "env.sh: python venv/ensurepip module missing; installing python3-venv with apt-get" >&2
-                apt-get update -qq >&2
-                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >&2
+                # shellcheck source=scripts/apt.sh
+                source "$repo/scripts/apt.sh"
+                apt_get update -qq >&2
+                apt_get install -y -qq python3-venv >&2
             fi
             if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then
                 echo "env.sh: '$py -m venv' is unavailable (no venv/ensurepip module)." >&2

@@ -42,9 +42,10 @@ if [ -z "$cxx" ]; then
     [ "$(id -u)" = 0 ] || die "run as root to install it, or: apt-get install --no-install-recommends g++"
     command -v apt-get >/dev/null || die "apt-get not found; install a C++ compiler (g++ or clang++)"
     t=$(now)
-    run apt-get -o DPkg::Lock::Timeout=900 -o Acquire::Retries=3 update -qq
-    DEBIAN_FRONTEND=noninteractive run apt-get -o DPkg::Lock::Timeout=900 -o Acquire::Retries=3 \
-        install -y -qq --no-install-recommends g++
+    # shellcheck source=scripts/apt.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+    run apt_get update -qq
+    run apt_get install -y -qq --no-install-recommends g++
     log "apt: $(( $(now) - t )) s"
     cxx=c++
 fi

@@ -19,9 +19,10 @@ command -v c++ >/dev/null 2>&1 || missing+=(g++)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "== apt-get install ${missing[*]}"
-        apt-get -o DPkg::Lock::Timeout=900 -o Acquire::Retries=3 update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 -o Acquire::Retries=3 \
-            install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        # shellcheck source=scripts/apt.sh
+        source scripts/apt.sh
+        apt_get update -qq
+        apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     else
         echo "missing Debian packages for the tests: sudo apt-get install ${missing[*]}" >&2
         exit 1

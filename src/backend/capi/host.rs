@@ -49,8 +49,8 @@ pub struct CApiBackend {
     models: Mutex<Vec<(ModelKey, Weak<Model>)>>,
 }
 
-/// A model version: its name, version and folder.
-type ModelKey = (String, i64, PathBuf);
+/// A model version: its name, version, folder and configuration (JSON).
+type ModelKey = (String, i64, PathBuf, String);
 
 impl CApiBackend {
     pub fn new(config: &BackendConfig) -> CApiBackend {
@@ -116,13 +116,15 @@ impl CApiBackend {
     }
 
     fn model(&self, library: Arc<Library>, ctx: &ModelContext) -> Result<Arc<Model>> {
-        let key = (ctx.name.clone(), ctx.version, ctx.model_dir.clone());
+        // The configuration is part of the key: a reload with a changed configuration initializes a
+        // new model while the old version's instances still serve.
+        let json = crate::model_config::pbtxt::config_to_json(&ctx.config).to_string();
+        let key = (ctx.name.clone(), ctx.version, ctx.model_dir.clone(), json.clone());
         let mut models = self.models.lock();
         models.retain(|(_, w)| w.strong_count() > 0);
         if let Some(m) = models.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
             return Ok(m);
         }
-        let json = crate::model_config::pbtxt::config_to_json(&ctx.config).to_string();
         let version = u64::try_from(ctx.version).unwrap_or(0);
         let model = Arc::new(Model::new(library, &ctx.name, version, &ctx.model_dir, json, false)?);
         models.push((key, Arc::downgrade(&model)));
