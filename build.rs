@@ -21,9 +21,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     // Triton backend libraries call back into the server through TRITONSERVER_* / TRITONBACKEND_*
     // functions they resolve at load time: the executable exports exactly those (a dynamic list, so
     // nothing else leaks into its dynamic symbol table).
+    // zig's linker (cargo-zigbuild, the glibc-2.27 release builds) accepts no symbol list: those
+    // binaries export nothing, and the C API host says so when a model needs it.
     let exports = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/backend/capi/exports.list");
     println!("cargo:rerun-if-changed={}", exports.display());
-    if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+    println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
+    let zig = env::var("RUSTC_LINKER").is_ok_and(|l| l.contains("zig"));
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") && !zig {
         println!("cargo:rustc-link-arg-bins=-Wl,--dynamic-list={}", exports.display());
     }
 

@@ -11,6 +11,9 @@
  *   -DFAIL_EXECUTE     every request gets an error response
  *   -DNO_EXECUTE       the library lacks TRITONBACKEND_ModelInstanceExecute
  *   -DNEVER_RELEASE    requests are neither answered nor released
+ * and one for decoupled models:
+ *   -DDECOUPLED        three responses per request from a response factory (each the identity, with
+ *                      an "index" parameter), the request released, then the final flag alone
  * The backend also records what it was asked in its log lines (TRITONSERVER_LogMessage), so the
  * tests can check the lifecycle order. */
 #include <stdbool.h>
@@ -28,6 +31,7 @@ typedef struct TRITONBACKEND_Request TRITONBACKEND_Request;
 typedef struct TRITONBACKEND_Input TRITONBACKEND_Input;
 typedef struct TRITONBACKEND_Response TRITONBACKEND_Response;
 typedef struct TRITONBACKEND_Output TRITONBACKEND_Output;
+typedef struct TRITONBACKEND_ResponseFactory TRITONBACKEND_ResponseFactory;
 typedef int TRITONSERVER_DataType;   /* enums are ints in the C ABI */
 typedef int TRITONSERVER_MemoryType;
 typedef int TRITONSERVER_LogLevel;
@@ -80,6 +84,11 @@ extern TRITONSERVER_Error* TRITONBACKEND_OutputBuffer(TRITONBACKEND_Output* out,
     TRITONSERVER_MemoryType* type, int64_t* type_id);
 extern TRITONSERVER_Error* TRITONBACKEND_ResponseSend(TRITONBACKEND_Response* resp, uint32_t flags, TRITONSERVER_Error* err);
 extern TRITONSERVER_Error* TRITONBACKEND_ResponseSetStringParameter(TRITONBACKEND_Response* resp, const char* k, const char* v);
+extern TRITONSERVER_Error* TRITONBACKEND_ResponseSetIntParameter(TRITONBACKEND_Response* resp, const char* k, int64_t v);
+extern TRITONSERVER_Error* TRITONBACKEND_ResponseFactoryNew(TRITONBACKEND_ResponseFactory** f, TRITONBACKEND_Request* r);
+extern TRITONSERVER_Error* TRITONBACKEND_ResponseFactoryDelete(TRITONBACKEND_ResponseFactory* f);
+extern TRITONSERVER_Error* TRITONBACKEND_ResponseFactorySendFlags(TRITONBACKEND_ResponseFactory* f, uint32_t flags);
+extern TRITONSERVER_Error* TRITONBACKEND_ResponseNewFromFactory(TRITONBACKEND_Response** resp, TRITONBACKEND_ResponseFactory* f);
 
 #define EXPORT __attribute__((visibility("default")))
 #define CHECK(call)                                  \
@@ -230,6 +239,27 @@ EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
     TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests, const uint32_t request_count) {
 #ifdef NEVER_RELEASE
   (void)instance; (void)requests; (void)request_count;
+  return NULL;
+#elif defined(DECOUPLED)
+  (void)instance;
+  for (uint32_t r = 0; r < request_count; r++) {
+    TRITONBACKEND_ResponseFactory* factory = NULL;
+    CHECK(TRITONBACKEND_ResponseFactoryNew(&factory, requests[r]));
+    for (int k = 0; k < 3; k++) {
+      TRITONBACKEND_Response* response = NULL;
+      CHECK(TRITONBACKEND_ResponseNewFromFactory(&response, factory));
+      TRITONSERVER_Error* failed = answer(requests[r], response);
+      if (failed == NULL) failed = TRITONBACKEND_ResponseSetIntParameter(response, "index", k);
+      TRITONSERVER_Error* err = TRITONBACKEND_ResponseSend(response, 0, failed);
+      if (failed != NULL) TRITONSERVER_ErrorDelete(failed);
+      if (err != NULL) TRITONSERVER_ErrorDelete(err);
+    }
+    /* The factory outlives the request. */
+    TRITONSERVER_Error* err = TRITONBACKEND_RequestRelease(requests[r], REQUEST_RELEASE_ALL);
+    if (err != NULL) TRITONSERVER_ErrorDelete(err);
+    CHECK(TRITONBACKEND_ResponseFactorySendFlags(factory, RESPONSE_COMPLETE_FINAL));
+    CHECK(TRITONBACKEND_ResponseFactoryDelete(factory));
+  }
   return NULL;
 #else
   for (uint32_t r = 0; r < request_count; r++) {

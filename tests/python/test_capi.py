@@ -207,6 +207,42 @@ def test_requests_a_backend_never_answers_fail_after_the_timeout(start_server, r
     assert "request(s) the backend never finished" in s.log
 
 
+def test_a_decoupled_backend_streams_its_responses_from_a_factory(start_server, repo, tmp_path):
+    import queue
+    import time
+
+    backends = tmp_path / "backends"
+    build(backends / "repeatc", "repeatc", "DECOUPLED")
+    model(repo, "repeat_c", "repeatc", "model_transaction_policy { decoupled: true }")
+    s = start_server("--model-repository", repo, "--backend-directory", backends)
+    q: queue.Queue = queue.Queue()
+    g = s.grpc_client()
+    g.start_stream(callback=lambda result, error: q.put((result, error)))
+    try:
+        for rid, v in (("a", 1.0), ("b", 2.0)):
+            g.async_stream_infer("repeat_c", inputs(grpcclient, 1, v), request_id=rid, enable_empty_final_response=True)
+        got: dict[str, list] = {"a": [], "b": []}
+        finals = 0
+        deadline = time.monotonic() + 20
+        while finals < 2:
+            result, error = q.get(timeout=max(0.1, deadline - time.monotonic()))
+            assert error is None, error
+            resp = result.get_response()
+            if resp.parameters["triton_final_response"].bool_param:
+                finals += 1
+                continue
+            v = 1.0 if resp.id == "a" else 2.0
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 4), v, dtype=np.float32))
+            got[resp.id].append(resp.parameters["index"].int64_param)
+    finally:
+        g.stop_stream()
+    assert got == {"a": [0, 1, 2], "b": [0, 1, 2]}, got
+    # HTTP refuses decoupled models, as tritonserver does.
+    with pytest.raises(InferenceServerException) as e:
+        s.client().infer("repeat_c", inputs(httpclient, 1, 1.0))
+    assert e.value.status() == "501", e.value
+
+
 def test_the_executable_exports_the_api_and_nothing_else():
     nm = shutil.which("nm")
     if nm is None:

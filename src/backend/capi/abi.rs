@@ -77,6 +77,7 @@ pub enum Kind {
     Input,
     Response,
     Output,
+    Factory,
 }
 
 /// Every pointer currently handed out, with what it names.
@@ -166,6 +167,47 @@ pub struct Progress {
 pub struct Completion {
     pub progress: Mutex<Progress>,
     pub changed: Condvar,
+    /// A decoupled model's request: each response goes here as it is sent, not into `progress`.
+    pub sink: Option<crate::model_api::ResponseSender>,
+}
+
+impl Completion {
+    /// Delivers a response (`None`: only the final flag) from the backend.
+    pub fn deliver(&self, response: Option<crate::error::Result<(Vec<Tensor>, Parameters)>>, is_final: bool) {
+        let mut p = self.progress.lock();
+        if p.abandoned || (p.done && self.sink.is_some()) {
+            return;
+        }
+        match (&self.sink, response) {
+            (Some(sink), r) => {
+                use crate::model_api::DecoupledResponse;
+                sink.send(Ok(match r {
+                    None => DecoupledResponse { is_final, empty: true, ..Default::default() },
+                    Some(Ok((outputs, parameters))) => {
+                        DecoupledResponse { outputs, parameters, is_final, ..Default::default() }
+                    }
+                    Some(Err(e)) => DecoupledResponse { is_final, error: Some(e), ..Default::default() },
+                }));
+            }
+            (None, Some(r)) => p.responses.push(r),
+            (None, None) => {}
+        }
+        if is_final {
+            p.done = true;
+        }
+        drop(p);
+        self.changed.notify_all();
+    }
+
+    /// Whether the client went away or the server gave up on the request.
+    pub fn cancelled(&self) -> bool {
+        self.progress.lock().abandoned || self.sink.as_ref().is_some_and(|s| s.is_closed())
+    }
+}
+
+/// `TRITONBACKEND_ResponseFactory`: makes responses for one request, also after it was released.
+pub struct FactoryObj {
+    pub completion: Arc<Completion>,
 }
 
 /// `TRITONBACKEND_Request`.

@@ -628,7 +628,7 @@ pub extern "C" fn TRITONBACKEND_RequestFlags(request: *mut RequestObj, flags: *m
 pub extern "C" fn TRITONBACKEND_RequestIsCancelled(request: *mut RequestObj, is_cancelled: *mut bool) -> Err {
     guarded("TRITONBACKEND_RequestIsCancelled", || {
         let r = obj(request, Kind::Request, "request")?;
-        put(is_cancelled, r.completion.progress.lock().abandoned);
+        put(is_cancelled, r.completion.cancelled());
         Ok(())
     })
 }
@@ -1014,15 +1014,72 @@ pub extern "C" fn TRITONBACKEND_ResponseSend(response: *mut ResponseObj, send_fl
             let e = obj(error, Kind::Error, "error")?;
             Err(super::host::to_error(e.code, &e.message.to_string_lossy()))
         };
-        let mut p = r.completion.progress.lock();
-        if !p.abandoned {
-            p.responses.push(result);
-            if send_flags & RESPONSE_COMPLETE_FINAL != 0 {
-                p.done = true;
-            }
+        r.completion.deliver(Some(result), send_flags & RESPONSE_COMPLETE_FINAL != 0);
+        Ok(())
+    })
+}
+
+// ---- response factories (decoupled models) ----
+
+#[no_mangle]
+pub extern "C" fn TRITONBACKEND_ResponseFactoryNew(factory: *mut *mut FactoryObj, request: *mut RequestObj) -> Err {
+    guarded("TRITONBACKEND_ResponseFactoryNew", || {
+        let r = obj(request, Kind::Request, "request")?;
+        if factory.is_null() {
+            return Err(invalid("factory is null"));
         }
-        drop(p);
-        r.completion.changed.notify_all();
+        let p = Box::into_raw(Box::new(FactoryObj { completion: r.completion.clone() }));
+        register(p as *const c_void, Kind::Factory);
+        put(factory, p);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn TRITONBACKEND_ResponseFactoryDelete(factory: *mut FactoryObj) -> Err {
+    guarded("TRITONBACKEND_ResponseFactoryDelete", || {
+        obj(factory, Kind::Factory, "factory")?;
+        unregister(factory as *const c_void);
+        // SAFETY: live, made by TRITONBACKEND_ResponseFactoryNew with Box::into_raw, unregistered: freed once.
+        drop(unsafe { Box::from_raw(factory) });
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn TRITONBACKEND_ResponseFactorySendFlags(factory: *mut FactoryObj, send_flags: u32) -> Err {
+    guarded("TRITONBACKEND_ResponseFactorySendFlags", || {
+        let f = obj(factory, Kind::Factory, "factory")?;
+        f.completion.deliver(None, send_flags & RESPONSE_COMPLETE_FINAL != 0);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn TRITONBACKEND_ResponseFactoryIsCancelled(factory: *mut FactoryObj, is_cancelled: *mut bool) -> Err {
+    guarded("TRITONBACKEND_ResponseFactoryIsCancelled", || {
+        put(is_cancelled, obj(factory, Kind::Factory, "factory")?.completion.cancelled());
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn TRITONBACKEND_ResponseNewFromFactory(
+    response: *mut *mut ResponseObj,
+    factory: *mut FactoryObj,
+) -> Err {
+    guarded("TRITONBACKEND_ResponseNewFromFactory", || {
+        let f = obj(factory, Kind::Factory, "factory")?;
+        if response.is_null() {
+            return Err(invalid("response is null"));
+        }
+        let p = Box::into_raw(Box::new(ResponseObj {
+            completion: f.completion.clone(),
+            outputs: Vec::new(),
+            parameters: Default::default(),
+        }));
+        register(p as *const c_void, Kind::Response);
+        put(response, p);
         Ok(())
     })
 }

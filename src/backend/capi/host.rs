@@ -139,9 +139,12 @@ impl Backend for CApiBackend {
 
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let name = ctx.config.backend.clone();
-        if ctx.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
-            return Err(Error::unsupported(format!(
-                "model '{}': decoupled models of C backends ('{name}') are not served yet",
+        let decoupled = ctx.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+        if !super::library::api_exported() {
+            return Err(Error::unavailable(format!(
+                "model '{}': backend '{name}' needs Triton's C API, which this tritonrs binary does not export (it \
+                 was linked without a symbol list, as the glibc-2.27 portable builds are); use a build made with the \
+                 system linker",
                 ctx.name
             )));
         }
@@ -157,7 +160,7 @@ impl Backend for CApiBackend {
             .get(&name, "response-timeout-ms")
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map_or(DEFAULT_RESPONSE_TIMEOUT, Duration::from_millis);
-        Ok(Box::new(CInstance { instance, timeout, backend: name, abandoned: 0 }))
+        Ok(Box::new(CInstance { instance, timeout, backend: name, abandoned: 0, decoupled }))
     }
 }
 
@@ -168,6 +171,9 @@ struct CInstance {
     backend: String,
     /// Requests the backend never finished with; their memory stays the backend's.
     abandoned: usize,
+    /// Responses go to each request's responder as the backend sends them (also after Execute
+    /// returned, from any thread, until the final flag); Execute's return is all the scheduler waits for.
+    decoupled: bool,
 }
 
 /// The C view of one request: its tensors in host memory, its names as C strings.
@@ -199,7 +205,7 @@ fn request_object(req: &ExecRequest) -> Result<(Arc<RequestObj>, Arc<Completion>
             (cstring(k), t, slot)
         })
         .collect();
-    let completion = Arc::new(Completion::default());
+    let completion = Arc::new(Completion { sink: req.responder.clone(), ..Default::default() });
     let obj = RequestObj {
         id: cstring(&req.meta.id),
         correlation_id,
@@ -269,6 +275,13 @@ impl ModelInstance for CInstance {
         let t1 = Instant::now();
         if let Err(e) = self.instance.execute(objs) {
             return results.into_iter().map(|r| r.unwrap_or_else(|| Err(e.clone()))).collect();
+        }
+        if self.decoupled {
+            let timings = ExecTimings::between(t0, t1, Instant::now(), Instant::now());
+            return results
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Ok(ExecResult { timings, ..Default::default() })))
+                .collect();
         }
         let deadline = Instant::now() + self.timeout;
         let mut answers = completions.iter().map(|c| self.wait(c, deadline)).collect::<Vec<_>>().into_iter();

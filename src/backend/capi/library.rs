@@ -47,6 +47,17 @@ fn check(e: *mut ErrorObj, call: &str) -> Result<()> {
     }
 }
 
+/// Whether this executable exports the API to the libraries it loads (see `build.rs`: a linker that
+/// takes no symbol list, as zig's in the glibc-2.27 builds, leaves it unexported).
+pub fn api_exported() -> bool {
+    static EXPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *EXPORTED.get_or_init(|| {
+        let this = libloading::os::unix::Library::this();
+        // SAFETY: only looks the symbol up in the executable's dynamic symbol table; nothing is called.
+        unsafe { this.get::<*const c_void>(b"TRITONBACKEND_ApiVersion\0") }.is_ok()
+    })
+}
+
 impl Library {
     /// Loads `path` as backend `name` and runs its `TRITONBACKEND_Initialize` with `config_json`.
     pub fn load(path: &Path, name: &str, config_json: String) -> Result<Library> {
