@@ -250,6 +250,16 @@ class TritonServer:
     def index_rows(self, name: str) -> list[dict]:
         return [row for row in self.index() if row["name"] == name]
 
+    def index_row(self, name: str) -> dict:
+        """The repository index's first row for `name` (it must have one)."""
+        rows = self.index_rows(name)
+        assert rows, self.index()
+        return rows[0]
+
+    def settled(self) -> bool:
+        """Whether every model in the index has finished loading (READY or UNAVAILABLE)."""
+        return all(r.get("state") in ("READY", "UNAVAILABLE") for r in self.index())
+
     def wait_until(self, predicate, timeout: float = 15.0, interval: float = 0.1, what: str = "condition"):
         deadline = time.monotonic() + timeout
         last = None

@@ -62,16 +62,6 @@ def inputs(module, batch: int, value: float):
     return [a, b]
 
 
-def row(server, name: str) -> dict:
-    rows = [r for r in server.index() if r["name"] == name]
-    assert rows, server.index()
-    return rows[0]
-
-
-def settled(server) -> bool:
-    return all(r.get("state") in ("READY", "UNAVAILABLE") for r in server.index())
-
-
 @pytest.fixture
 def backends(tmp_path):
     """A --backend-directory holding the test backend as `testc`."""
@@ -158,8 +148,8 @@ def test_a_backend_that_cannot_start_fails_only_its_models(start_server, repo, t
     model(repo, "bad_c", "badc")
     copy_models(repo, "simple")
     s = start_server("--model-repository", repo, "--backend-directory", bad, "--strict-readiness=false")
-    s.wait_until(lambda: settled(s), what="loads to finish")
-    r = row(s, "bad_c")
+    s.wait_until(s.settled, what="loads to finish")
+    r = s.index_row("bad_c")
     assert r["state"] == "UNAVAILABLE" and reason in r["reason"], r
     assert "libtriton_badc.so" in r["reason"], r
     out = s.client().infer("simple", simple_inputs(httpclient, 2))
@@ -180,11 +170,11 @@ def test_missing_and_broken_libraries_are_reasons_not_crashes(start_server, repo
         'output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
     copy_models(repo, "simple")
     s = start_server("--model-repository", repo, "--backend-directory", backends, "--strict-readiness=false")
-    s.wait_until(lambda: settled(s), what="loads to finish")
-    r = row(s, "text_c")
+    s.wait_until(s.settled, what="loads to finish")
+    r = s.index_row("text_c")
     assert r["state"] == "UNAVAILABLE" and "cannot be loaded" in r["reason"], r
     for name in ("missing_c", "torch_model"):
-        r = row(s, name)
+        r = s.index_row(name)
         assert r["state"] == "UNAVAILABLE", r
         assert "backend 'pytorch' is neither built in nor installed: no libtriton_pytorch.so in" in r["reason"], r
         assert str(backends / "pytorch") in r["reason"], r

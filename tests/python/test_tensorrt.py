@@ -37,25 +37,15 @@ def plan_model(repo: Path, name: str, plan: bytes, config: bool = True) -> Path:
     return d
 
 
-def row(server, name: str) -> dict:
-    rows = [r for r in server.index() if r["name"] == name]
-    assert rows, server.index()
-    return rows[0]
-
-
-def settled(server) -> bool:
-    return all(r.get("state") in ("READY", "UNAVAILABLE") for r in server.index())
-
-
 def test_plans_without_tensorrt_are_unavailable_and_the_rest_serve(start_server, repo):
     copy_models(repo, "simple")
     plan_model(repo, "trt_plan", b"ftrt" + bytes(range(256)) * 8)
     # No config.pbtxt: the backend comes from the file name, and auto-complete needs TensorRT to read it.
     plan_model(repo, "trt_bare", b"\x00" * 512, config=False)
     s = start_server("--model-repository", repo, "--strict-readiness=false")
-    s.wait_until(lambda: settled(s), what="loads to finish")
+    s.wait_until(s.settled, what="loads to finish")
     for name in ("trt_plan", "trt_bare"):
-        r = row(s, name)
+        r = s.index_row(name)
         assert r["state"] == "UNAVAILABLE", r
         assert "TensorRT is not installed: no libnvinfer could be loaded" in r["reason"], r
         assert "libnvinfer.so.10" in r["reason"] and "libnvinfer.so.8" in r["reason"], r
@@ -78,8 +68,8 @@ def test_a_named_library_that_is_not_tensorrt_is_reported(start_server, repo, tm
     plan_model(repo, "trt_plan", b"\x01" * 64)
     s = start_server("--model-repository", repo, "--strict-readiness=false",
                      f"--backend-config=tensorrt,library={fake}")
-    s.wait_until(lambda: settled(s), what="loads to finish")
-    r = row(s, "trt_plan")
+    s.wait_until(s.settled, what="loads to finish")
+    r = s.index_row("trt_plan")
     assert r["state"] == "UNAVAILABLE" and str(fake) in r["reason"], r
 
 
@@ -144,8 +134,8 @@ def test_libnvinfer_versions_are_checked(start_server, repo, tmp_path, version, 
         args.append(f"--backend-config=tensorrt,shim={out}")
     plan_model(repo, "trt_plan", b"\x03" * 64)
     s = start_server("--model-repository", repo, "--strict-readiness=false", *args)
-    s.wait_until(lambda: settled(s), what="loads to finish")
-    r = row(s, "trt_plan")
+    s.wait_until(s.settled, what="loads to finish")
+    r = s.index_row("trt_plan")
     assert r["state"] == "UNAVAILABLE" and message in r["reason"], r
     assert s.is_running()
 
