@@ -154,6 +154,9 @@ def test_a_backend_that_cannot_start_fails_only_its_models(start_server, repo, t
     assert "libtriton_badc.so" in r["reason"], r
     out = s.client().infer("simple", simple_inputs(httpclient, 2))
     np.testing.assert_array_equal(out.as_numpy("OUTPUT0"), np.full((1, 16), 4, dtype=np.int32))
+    # A backend that did not initialize is not finalized either (as in tritonserver).
+    s.stop()
+    assert "test_backend: finalize" not in s.log and "TRITONBACKEND_Finalize" not in s.log, s.log
 
 
 def test_missing_and_broken_libraries_are_reasons_not_crashes(start_server, repo, tmp_path):

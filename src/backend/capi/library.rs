@@ -87,7 +87,7 @@ impl Library {
         let execute: Option<ExecuteFn> = entry!("TRITONBACKEND_ModelInstanceExecute");
         let execute = execute
             .ok_or_else(|| fail("lacks TRITONBACKEND_ModelInstanceExecute, which every backend must export".into()))?;
-        let library = Library {
+        let mut library = Library {
             backend: Box::new(BackendObj {
                 name: cstring(name),
                 config_json,
@@ -108,7 +108,8 @@ impl Library {
         if let Some(init) = initialize {
             // SAFETY: see the module's contract; the backend object is registered.
             if let Err(e) = check(unsafe { init(b) }, "TRITONBACKEND_Initialize") {
-                unregister(b as *const c_void);
+                // Not initialized, so not finalized either (dropping it only unregisters it).
+                library.finalize = None;
                 return Err(fail(e.message));
             }
         }
