@@ -134,12 +134,11 @@ pub extern "C" fn TRITONSERVER_ErrorCodeString(error: Err) -> *const c_char {
 
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_ErrorMessage(error: Err) -> *const c_char {
-    match obj(error, Kind::Error, "error") {
-        Ok(e) => e.message.as_ptr(),
-        Err(e) => {
-            let _ = take_error(e);
-            c"not a TRITONSERVER_Error".as_ptr()
-        }
+    if is_live(error as *const c_void, Kind::Error) {
+        // SAFETY: a live Error object (see the module's contract).
+        unsafe { (*error).message.as_ptr() }
+    } else {
+        c"not a TRITONSERVER_Error".as_ptr()
     }
 }
 

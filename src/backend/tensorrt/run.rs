@@ -163,6 +163,17 @@ impl<'s, S: Stream + ?Sized> InFlight<'s, S> {
         Ok(i)
     }
 
+    /// Selects `profile` on the context unless `current` says it is selected already. `current` is
+    /// unknown until TensorRT says yes, so a failed switch is retried by the next run.
+    fn select(&mut self, current: &mut Option<usize>, profile: usize) -> Result<()> {
+        if *current != Some(profile) {
+            *current = None;
+            self.queue(|s| s.set_profile(profile))?;
+            *current = Some(profile);
+        }
+        Ok(())
+    }
+
     /// Waits for the stream; afterwards nothing the guard holds is in use by the GPU.
     fn sync(&mut self) -> Result<()> {
         if self.queued {
@@ -212,16 +223,9 @@ impl<S: Stream + ?Sized> Drop for InFlight<'_, S> {
 
 /// Selects `profile` on the context (when `current` differs) and waits for the work it queues.
 pub fn select<S: Stream + ?Sized>(stream: &mut S, current: &mut Option<usize>, profile: usize) -> Result<()> {
-    if *current == Some(profile) {
-        return Ok(());
-    }
     let mut flight = InFlight::new(stream);
-    // Unknown until TensorRT says yes: a failed switch is retried by the next run.
-    *current = None;
-    flight.queue(|s| s.set_profile(profile))?;
-    flight.sync()?;
-    *current = Some(profile);
-    Ok(())
+    flight.select(current, profile)?;
+    flight.sync()
 }
 
 /// Runs the engine with `profile` (selecting it on the context first when `current` differs) on
@@ -236,12 +240,7 @@ pub fn run<S: Stream + ?Sized>(
     outputs: &[usize],
 ) -> Result<Vec<RunOutput>> {
     let mut flight = InFlight::new(stream);
-    if *current != Some(profile) {
-        // Unknown until TensorRT says yes: a failed switch is retried by the next run.
-        *current = None;
-        flight.queue(|s| s.set_profile(profile))?;
-        *current = Some(profile);
-    }
+    flight.select(current, profile)?;
     for input in inputs {
         flight.stream.set_input_shape(input.io, input.shape)?;
         let bytes = input.data.to_host()?;
