@@ -30,6 +30,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") && !zig {
         println!("cargo:rustc-link-arg-bins=-Wl,--dynamic-list={}", exports.display());
     }
+    libtritonserver(&exports)?;
 
     let proto_dir = Path::new(PROTO_DIR);
     let files = proto_files(proto_dir)?;
@@ -59,6 +60,86 @@ fn main() -> Result<(), Box<dyn Error>> {
         .compile_fds(fds)?;
 
     tensorrt_shim()?;
+    Ok(())
+}
+
+/// The API functions of `exports.list`, in its (sorted) order.
+fn export_names(list: &Path) -> Result<Vec<String>, Box<dyn Error>> {
+    let text = fs::read_to_string(list)?;
+    let body = text.split('{').nth(1).unwrap_or_default();
+    Ok(body.split(';').map(str::trim).filter(|s| s.starts_with("TRITON")).map(String::from).collect())
+}
+
+/// `libtritonserver.so`, the library Triton backends name as NEEDED: one trampoline per API function,
+/// each jumping through a table that tritonrs fills with its own functions when it loads the library
+/// (RTLD_GLOBAL) before the first backend. So backends link against it as against tritonserver's, and
+/// a tritonrs binary whose linker could not export the functions (zig) still serves them.
+/// Written to `$OUT_DIR/capi_table.rs` (the Rust side of the table) and, built with the target's C
+/// compiler, next to the binary (`target/<profile>/libtritonserver.so`); without a C compiler the
+/// build goes on without it and says so.
+fn libtritonserver(list: &Path) -> Result<(), Box<dyn Error>> {
+    let names = export_names(list)?;
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+    let mut table = String::from("/// Every exported API function, in the order of the forwarding library's table.\n");
+    table.push_str("pub fn exports() -> Vec<(&'static str, usize)> {\n    vec![\n");
+    for n in &names {
+        table.push_str(&format!("    (\"{n}\", {n} as *const () as usize),\n"));
+    }
+    table.push_str("    ]\n}\n");
+    fs::write(out_dir.join("capi_table.rs"), table)?;
+
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let jump = |i: usize| match arch.as_str() {
+        "x86_64" => Some(format!("    jmp *.Ltable+{}(%rip)\n", 8 * i)),
+        "aarch64" => {
+            Some(format!("    adrp x16, .Ltable+{o}\n    ldr x16, [x16, #:lo12:.Ltable+{o}]\n    br x16\n", o = 8 * i))
+        }
+        _ => None,
+    };
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") || jump(0).is_none() {
+        return Ok(());
+    }
+    let mut asm = String::from("    .text\n");
+    for (i, n) in names.iter().enumerate() {
+        asm.push_str(&format!("    .globl {n}\n    .type {n}, %function\n    .p2align 4\n{n}:\n"));
+        asm.push_str(&jump(i).unwrap_or_default());
+        asm.push_str(&format!("    .size {n}, .-{n}\n"));
+    }
+    asm.push_str("    .data\n    .p2align 3\n    .globl tritonrs_table\n    .type tritonrs_table, %object\n");
+    asm.push_str(&format!(
+        "tritonrs_table:\n.Ltable:\n    .zero {}\n    .size tritonrs_table, {}\n",
+        8 * names.len(),
+        8 * names.len()
+    ));
+    asm.push_str("    .section .rodata\n    .globl tritonrs_table_names\n    .type tritonrs_table_names, %object\n");
+    let joined = names.join(",");
+    asm.push_str(&format!(
+        "tritonrs_table_names:\n    .asciz \"{joined}\"\n    .size tritonrs_table_names, {}\n",
+        joined.len() + 1
+    ));
+    asm.push_str("    .section .note.GNU-stack,\"\",%progbits\n");
+    let src = out_dir.join("libtritonserver.S");
+    fs::write(&src, asm)?;
+    let lib = out_dir.join("libtritonserver.so");
+    let compiler = cc::Build::new().get_compiler();
+    let status = compiler
+        .to_command()
+        .args(["-shared", "-nostdlib", "-fPIC", "-Wl,-soname,libtritonserver.so", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status();
+    match status {
+        Ok(s) if s.success() => {
+            // OUT_DIR is target/[<triple>/]<profile>/build/<pkg>-<hash>/out: the binary's folder is 3 up.
+            if let Some(bin_dir) = out_dir.ancestors().nth(3) {
+                fs::copy(&lib, bin_dir.join("libtritonserver.so"))?;
+            }
+        }
+        other => println!(
+            "cargo:warning=libtritonserver.so not built ({other:?}): C backends that list it as NEEDED need it \
+             installed (see README)"
+        ),
+    }
     Ok(())
 }
 

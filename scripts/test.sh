@@ -16,6 +16,13 @@ command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
 # The TensorRT shim is C++ (the cc crate compiles it with c++).
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
+# Triton's own Python backend (tests/python/test_capi_pytriton.py) embeds the system interpreter: its
+# shared libpython and numpy.
+if [ -x /usr/bin/python3 ]; then
+    pyver=$(/usr/bin/python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+    /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || missing+=(python3-numpy)
+    ls /usr/lib/*/libpython"$pyver".so.1.0 >/dev/null 2>&1 || missing+=("libpython$pyver")
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "== apt-get install ${missing[*]}"

@@ -16,13 +16,20 @@ use std::sync::Arc;
 /// `api` lets them call back into the server (BLS), when there is one.
 pub fn builtin(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>, pools: Option<Pools>) -> BackendRegistry {
     let mut registry = BackendRegistry::default();
-    let trt = Arc::new(tensorrt::TensorRtBackend::new(config, pools));
-    tensorrt::register(&trt);
-    registry.insert(trt);
-    registry.insert(Arc::new(onnx::OnnxBackend::new(config)));
-    registry.insert(Arc::new(python::PythonBackend::new(config, api)));
+    // `--backend-config=<name>,use-shared-library=true` leaves <name> to `libtriton_<name>.so`.
+    if !use_shared_library(config, "tensorrt") {
+        let trt = Arc::new(tensorrt::TensorRtBackend::new(config, pools));
+        tensorrt::register(&trt);
+        registry.insert(trt);
+    }
+    if !use_shared_library(config, "onnxruntime") {
+        registry.insert(Arc::new(onnx::OnnxBackend::new(config)));
+    }
+    if !use_shared_library(config, "python") {
+        registry.insert(Arc::new(python::PythonBackend::new(config, api.clone())));
+    }
     // Any other backend name is a Triton backend library, hosted through its C API.
-    registry.set_fallback(Arc::new(capi::CApiBackend::new(config)));
+    registry.set_fallback(Arc::new(capi::CApiBackend::new(config, api)));
     registry
 }
 
@@ -30,7 +37,21 @@ pub fn builtin(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>, pools: O
 /// Python model's `auto_complete_config`.
 pub fn completers(config: &BackendConfig) -> Result<Completers> {
     let mut c = Completers::default();
-    c.insert("python", Arc::new(python::Completer(python::Settings::from_config(config)?)));
-    c.insert("tensorrt", Arc::new(tensorrt::Completer));
+    if !use_shared_library(config, "python") {
+        c.insert("python", Arc::new(python::Completer(python::Settings::from_config(config)?)));
+    }
+    if !use_shared_library(config, "tensorrt") {
+        c.insert("tensorrt", Arc::new(tensorrt::Completer));
+    }
     Ok(c)
+}
+
+/// Whether `--backend-config=<name>,use-shared-library=true` asks for Triton's `libtriton_<name>.so`
+/// instead of the backend built into tritonrs.
+pub fn use_shared_library(config: &BackendConfig, name: &str) -> bool {
+    config
+        .per_backend
+        .get(name)
+        .and_then(|m| m.get("use-shared-library"))
+        .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on"))
 }

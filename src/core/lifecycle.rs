@@ -55,6 +55,8 @@ pub struct LoadedModel {
     pub load_duration: Duration,
     /// Instances that can stop being ready while loaded (see [`crate::model_api::Readiness`]).
     pub probes: Vec<Arc<dyn crate::model_api::Readiness>>,
+    /// The backend library serving the model, when it is not one built into tritonrs.
+    pub served_by: Option<String>,
 }
 
 /// One version's slot in the table.
@@ -570,15 +572,17 @@ impl ModelManager {
             let slot = entry.versions.entry(v).or_insert_with(VersionSlot::loading);
             match res {
                 Ok(m) => {
+                    let by = m.served_by.as_ref().map(|b| format!(", served by {b}")).unwrap_or_default();
                     tracing::info!(
-                        "Model '{name}' version {v} is READY (loaded in {:.1} ms).",
+                        "Model '{name}' version {v} is READY (loaded in {:.1} ms{by}).",
                         m.load_duration.as_secs_f64() * 1e3
                     );
+                    // The index says which library serves a model that tritonrs does not run itself.
+                    slot.reason = m.served_by.as_ref().map(|b| format!("served by {b}")).unwrap_or_default();
                     if let Some(old) = slot.model.replace(m) {
                         retired.push(old);
                     }
                     slot.state = ModelState::Ready;
-                    slot.reason.clear();
                     entry.generation = self.generations.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                 }
                 Err(mut e) => {
@@ -801,9 +805,11 @@ fn load_version(
     let limits = instance_limits(&cfg);
     let mut instances = Vec::new();
     let mut probes = Vec::new();
+    let mut served_by = None;
     for (spec, limit) in instance_specs(&cfg).into_iter().zip(limits) {
         let mut inst = backend.create_instance(&ctx, &spec)?;
         probes.extend(inst.readiness());
+        served_by = served_by.or_else(|| inst.served_by());
         // Warmup runs before the scheduler exists, so no request can reach a cold instance.
         warmup::run(&mut *inst, &samples, &spec.name)?;
         if let (Some(limiter), Some(rl)) = (limiter, limit) {
@@ -842,6 +848,7 @@ fn load_version(
         stats,
         load_duration: started.elapsed(),
         probes,
+        served_by,
     }))
 }
 

@@ -811,6 +811,12 @@ impl ServerApi for ApiThroughServer {
         Box::pin(async move { server?.model_ready(&name, &version).await })
     }
 
+    fn is_decoupled(&self, name: &str, version: Option<i64>) -> Result<bool> {
+        let server = self.server()?;
+        let model = server.inner.models.get(name, version)?;
+        Ok(is_decoupled(&model.config))
+    }
+
     fn custom_metrics(&self) -> Option<Arc<CustomMetrics>> {
         self.0.upgrade().map(|inner| inner.custom_metrics.clone())
     }

@@ -206,6 +206,12 @@ pub trait ModelInstance: Send {
     fn readiness(&self) -> Option<Arc<dyn Readiness>> {
         None
     }
+
+    /// What serves the model when it is not the backend built into tritonrs (a Triton backend
+    /// library's path), for the load log and the repository index.
+    fn served_by(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Tells whether an instance can serve right now. May block briefly (it may ask a process).
@@ -239,6 +245,12 @@ pub trait ServerApi: Send + Sync {
     fn unload_model(&self, name: String) -> BoxFuture<'static, Result<()>>;
     /// Whether a model (version; empty: any) is ready.
     fn model_ready(&self, name: String, version: String) -> BoxFuture<'static, Result<bool>>;
+    /// Whether the model (version; `None`: the one the server picks) is decoupled; an error when no
+    /// such model is loaded.
+    fn is_decoupled(&self, name: &str, version: Option<i64>) -> Result<bool> {
+        let _ = (name, version);
+        Err(Error::unsupported("this server cannot tell how its models answer"))
+    }
     /// Where models' custom metrics live (`None` once the server is gone).
     fn custom_metrics(&self) -> Option<Arc<custom_metrics::CustomMetrics>>;
 }

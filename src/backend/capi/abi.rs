@@ -16,6 +16,10 @@ use std::sync::Arc;
 pub const API_MAJOR: u32 = 1;
 pub const API_MINOR: u32 = 19;
 
+/// TRITONSERVER_API_VERSION_MAJOR / _MINOR of Triton 2.51.
+pub const SERVER_API_MAJOR: u32 = 1;
+pub const SERVER_API_MINOR: u32 = 34;
+
 /// `TRITONSERVER_Error_Code`.
 pub mod code {
     pub const UNKNOWN: u32 = 0;
@@ -38,6 +42,18 @@ pub const PARAMETER_STRING: u32 = 0;
 pub const PARAMETER_INT: u32 = 1;
 pub const PARAMETER_BOOL: u32 = 2;
 pub const PARAMETER_DOUBLE: u32 = 3;
+
+/// `TRITONSERVER_ParameterType` BYTES (only `TRITONSERVER_ParameterBytesNew` makes one).
+pub const PARAMETER_BYTES: u32 = 4;
+
+/// `TRITONSERVER_MetricKind`.
+pub const METRIC_COUNTER: u32 = 0;
+pub const METRIC_GAUGE: u32 = 1;
+pub const METRIC_HISTOGRAM: u32 = 2;
+
+/// `TRITONSERVER_ModelTxnPropertyFlag`.
+pub const TXN_ONE_TO_ONE: u32 = 1;
+pub const TXN_DECOUPLED: u32 = 2;
 
 /// `TRITONSERVER_InstanceGroupKind`.
 pub const INSTANCEGROUPKIND_CPU: u32 = 1;
@@ -78,6 +94,19 @@ pub enum Kind {
     Response,
     Output,
     Factory,
+    Server,
+    MemoryManager,
+    BufferAttributes,
+    BackendAttribute,
+    Parameter,
+    MetricFamily,
+    Metric,
+    MetricArgs,
+    InferRequest,
+    InferResponse,
+    Allocator,
+    State,
+    ResponseStatistics,
 }
 
 /// Every pointer currently handed out, with what it names.
@@ -130,6 +159,8 @@ pub struct ModelObj {
     pub auto_complete: bool,
     pub backend: *const BackendObj,
     pub state: AtomicPtr<c_void>,
+    /// What `TRITONBACKEND_ModelServer` hands out.
+    pub server: Arc<ServerObj>,
 }
 
 /// `TRITONBACKEND_ModelInstance`.
@@ -147,6 +178,8 @@ pub struct InputObj {
     pub datatype: u32,
     pub shape: Vec<i64>,
     pub data: Bytes,
+    /// What `TRITONBACKEND_InputBufferAttributes` points at: host memory of the data's size.
+    pub attributes: BufferAttributesObj,
 }
 
 /// What the backend has done with a request so far; the instance thread waits on it.
@@ -160,6 +193,9 @@ pub struct Progress {
     pub released: bool,
     /// The server gave up waiting; later responses are dropped.
     pub abandoned: bool,
+    /// Implicit state the backend updated (`TRITONBACKEND_StateUpdate`), handed to the sequence
+    /// batcher with the request's outputs.
+    pub states: Vec<Tensor>,
 }
 
 /// Shared by a request and its responses.
@@ -221,6 +257,12 @@ pub struct RequestObj {
     /// Parameters as the API hands them out: (key, type, value).
     pub parameters: Vec<(CString, u32, ParamSlot)>,
     pub completion: Arc<Completion>,
+    /// The model's implicit state outputs (`sequence_batching.state[].output_name`).
+    pub state_outputs: Arc<[String]>,
+    /// The states the backend created for this request (`TRITONBACKEND_StateNew`); they live as long
+    /// as the request.
+    #[allow(clippy::vec_box)]
+    pub states: Mutex<Vec<Box<StateObj>>>,
 }
 
 /// A parameter's value, where `TRITONBACKEND_RequestParameter` points.
@@ -232,6 +274,16 @@ pub enum ParamSlot {
 }
 
 impl ParamSlot {
+    /// Where `TRITONBACKEND_RequestParameter` and friends point for the value.
+    pub fn as_ptr(&self) -> *const c_void {
+        match self {
+            ParamSlot::String(s) => s.as_ptr().cast(),
+            ParamSlot::Int(i) => (i as *const i64).cast(),
+            ParamSlot::Bool(b) => (b as *const bool).cast(),
+            ParamSlot::Double(d) => (d as *const f64).cast(),
+        }
+    }
+
     pub fn from_value(v: &ParamValue) -> (u32, ParamSlot) {
         match v {
             ParamValue::Bool(b) => (PARAMETER_BOOL, ParamSlot::Bool(*b)),
@@ -259,9 +311,217 @@ pub struct ResponseObj {
 /// `TRITONBACKEND_Output`: its buffer is allocated by `TRITONBACKEND_OutputBuffer`.
 pub struct OutputObj {
     pub name: String,
+    /// The name as `TRITONBACKEND_InferenceResponseOutput` hands it out.
+    pub c_name: CString,
     pub datatype: DataType,
     pub shape: Vec<i64>,
     pub buffer: Vec<u8>,
+    /// What `TRITONBACKEND_OutputBufferAttributes` points at, once the buffer exists.
+    pub attributes: BufferAttributesObj,
+}
+
+/// `TRITONSERVER_BufferAttributes`.
+#[derive(Debug, Clone, Default)]
+pub struct BufferAttributesObj {
+    pub memory_type: u32,
+    pub memory_type_id: i64,
+    pub byte_size: usize,
+    /// A CUDA IPC handle's address (never set by tritonrs: buffers it hands out are host memory).
+    pub cuda_ipc_handle: usize,
+}
+
+impl BufferAttributesObj {
+    pub fn host(byte_size: usize) -> Self {
+        BufferAttributesObj { memory_type: MEMORY_CPU, memory_type_id: 0, byte_size, cuda_ipc_handle: 0 }
+    }
+}
+
+/// `TRITONSERVER_Server`: what a backend may ask of the server (BLS, model control).
+pub struct ServerObj {
+    pub api: Option<Arc<dyn crate::model_api::ServerApi>>,
+    /// Where in-process requests run (the server's runtime), once known.
+    pub runtime: Mutex<Option<tokio::runtime::Handle>>,
+}
+
+impl ServerObj {
+    /// A new server object, registered while it lives.
+    pub fn new(api: Option<Arc<dyn crate::model_api::ServerApi>>) -> Arc<ServerObj> {
+        let s = Arc::new(ServerObj { api, runtime: Mutex::new(tokio::runtime::Handle::try_current().ok()) });
+        register(Arc::as_ptr(&s) as *const c_void, Kind::Server);
+        s
+    }
+
+    /// Remembers the runtime of the calling thread, when it has one and none is known yet.
+    pub fn learn_runtime(&self) {
+        let mut rt = self.runtime.lock();
+        if rt.is_none() {
+            *rt = tokio::runtime::Handle::try_current().ok();
+        }
+    }
+}
+
+impl Drop for ServerObj {
+    fn drop(&mut self) {
+        unregister(self as *const ServerObj as *const c_void);
+    }
+}
+
+/// `TRITONBACKEND_BackendAttribute`: what a backend says about itself while loading.
+#[derive(Debug, Default)]
+pub struct BackendAttributeObj {
+    /// Preferred instance groups: (kind, count, device ids).
+    pub preferred_groups: Vec<(u32, u64, Vec<u64>)>,
+    pub parallel_instance_loading: bool,
+}
+
+/// `TRITONSERVER_Parameter`.
+pub struct ParameterObj {
+    pub name: String,
+    pub value: ParameterValue,
+}
+
+pub enum ParameterValue {
+    Plain(ParamValue),
+    Bytes(Vec<u8>),
+}
+
+/// `TRITONSERVER_MetricFamily`: a handle into the server's custom metrics.
+pub struct MetricFamilyObj {
+    pub id: u64,
+    pub kind: u32,
+    pub registry: Arc<crate::model_api::custom_metrics::CustomMetrics>,
+}
+
+/// `TRITONSERVER_Metric`.
+pub struct MetricObj {
+    pub id: u64,
+    pub kind: u32,
+    pub registry: Arc<crate::model_api::custom_metrics::CustomMetrics>,
+}
+
+/// `TRITONSERVER_MetricArgs`.
+#[derive(Default)]
+pub struct MetricArgsObj {
+    pub buckets: Option<Vec<f64>>,
+}
+
+/// `TRITONSERVER_ResponseAllocator*Fn_t`.
+pub type AllocFn = unsafe extern "C" fn(
+    *mut AllocatorObj,
+    *const std::ffi::c_char,
+    usize,
+    u32,
+    i64,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+    *mut u32,
+    *mut i64,
+) -> *mut ErrorObj;
+pub type AllocReleaseFn =
+    unsafe extern "C" fn(*mut AllocatorObj, *mut c_void, *mut c_void, usize, u32, i64) -> *mut ErrorObj;
+pub type AllocStartFn = unsafe extern "C" fn(*mut AllocatorObj, *mut c_void) -> *mut ErrorObj;
+pub type AllocQueryFn = unsafe extern "C" fn(
+    *mut AllocatorObj,
+    *mut c_void,
+    *const std::ffi::c_char,
+    *mut usize,
+    *mut u32,
+    *mut i64,
+) -> *mut ErrorObj;
+/// `TRITONSERVER_InferenceRequestReleaseFn_t`, `TRITONSERVER_InferenceResponseCompleteFn_t`.
+pub type RequestReleaseFn = unsafe extern "C" fn(*mut InferRequestObj, u32, *mut c_void);
+pub type ResponseCompleteFn = unsafe extern "C" fn(*mut InferResponseObj, u32, *mut c_void);
+
+/// `TRITONSERVER_ResponseAllocator`.
+pub struct AllocatorObj {
+    pub alloc: AllocFn,
+    pub release: Option<AllocReleaseFn>,
+    pub start: Option<AllocStartFn>,
+    pub query: Option<AllocQueryFn>,
+}
+
+/// One input of an in-process request: its data is copied in as the backend appends it.
+pub struct PendingInput {
+    pub name: String,
+    pub datatype: DataType,
+    pub shape: Vec<i64>,
+    pub data: Vec<u8>,
+}
+
+/// Where the responses of an in-process request go. Pointers are kept as addresses: they belong to the
+/// backend, which the API makes keep them valid until the request is released.
+#[derive(Clone, Copy)]
+pub struct ResponseRoute {
+    pub allocator: usize,
+    pub allocator_userp: usize,
+    pub response_fn: ResponseCompleteFn,
+    pub response_userp: usize,
+}
+
+/// `TRITONSERVER_InferenceRequest`: an in-process request a backend builds (BLS).
+pub struct InferRequestObj {
+    pub server: Arc<ServerObj>,
+    pub model: String,
+    /// `None`: the server picks (the API's -1).
+    pub version: Option<i64>,
+    pub id: String,
+    pub flags: u32,
+    pub correlation: Option<crate::model_api::SequenceId>,
+    pub timeout_us: u64,
+    pub priority: u64,
+    pub inputs: Vec<PendingInput>,
+    pub outputs: Vec<String>,
+    pub parameters: Parameters,
+    pub release: Option<(RequestReleaseFn, usize)>,
+    pub route: Option<ResponseRoute>,
+}
+
+/// One output of an in-process response, in a buffer the backend's allocator gave.
+pub struct ResponseOutputObj {
+    pub name: CString,
+    pub datatype: u32,
+    pub shape: Vec<i64>,
+    pub base: usize,
+    pub byte_size: usize,
+    pub memory_type: u32,
+    pub memory_type_id: i64,
+    pub userp: usize,
+}
+
+/// `TRITONSERVER_InferenceResponse`.
+pub struct InferResponseObj {
+    pub error: Option<(u32, String)>,
+    pub model: CString,
+    pub version: i64,
+    pub id: CString,
+    pub outputs: Vec<ResponseOutputObj>,
+    pub parameters: Vec<(CString, u32, ParamSlot)>,
+    /// The allocator whose release function frees the output buffers.
+    pub allocator: usize,
+    pub release: Option<AllocReleaseFn>,
+}
+
+/// `TRITONBACKEND_State`: one implicit state tensor a backend writes for a sequence's next request.
+pub struct StateObj {
+    pub completion: Arc<Completion>,
+    pub name: String,
+    pub datatype: DataType,
+    pub shape: Vec<i64>,
+    pub buffer: Vec<u8>,
+    pub attributes: BufferAttributesObj,
+}
+
+/// `TRITONBACKEND_ModelInstanceResponseStatistics`: accepted and checked; tritonrs times responses
+/// itself.
+#[derive(Default)]
+pub struct ResponseStatisticsObj {
+    pub instance: usize,
+    pub factory: usize,
+    pub response_start: u64,
+    pub compute_output_start: u64,
+    pub response_end: u64,
+    pub error: usize,
 }
 
 /// A C string from Rust text; an interior NUL (never in names the server checked) ends it there.

@@ -18,7 +18,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::null_mut;
 use std::sync::atomic::Ordering;
 
-type Err = *mut ErrorObj;
+pub(super) type Err = *mut ErrorObj;
 
 /// The largest output buffer a backend may ask for (4 GiB).
 const MAX_OUTPUT_BYTES: usize = 4 << 30;
@@ -42,12 +42,12 @@ pub fn take_error(e: Err) -> Option<(u32, String)> {
     Some((b.code, b.message.to_string_lossy().into_owned()))
 }
 
-fn invalid(what: &str) -> Err {
+pub(super) fn invalid(what: &str) -> Err {
     new_error(code::INVALID_ARG, what)
 }
 
 /// Runs `f`, turning a panic into an INTERNAL error.
-fn guarded(name: &str, f: impl FnOnce() -> Result<(), Err>) -> Err {
+pub(super) fn guarded(name: &str, f: impl FnOnce() -> Result<(), Err>) -> Err {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(Ok(())) => null_mut(),
         Ok(Err(e)) => e,
@@ -56,7 +56,7 @@ fn guarded(name: &str, f: impl FnOnce() -> Result<(), Err>) -> Err {
 }
 
 /// The object behind `p`, when it is a live one of `kind`.
-fn obj<'a, T>(p: *const T, kind: Kind, what: &str) -> Result<&'a T, Err> {
+pub(super) fn obj<'a, T>(p: *const T, kind: Kind, what: &str) -> Result<&'a T, Err> {
     if is_live(p as *const c_void, kind) {
         // SAFETY: registered as a live object of this kind (see the module's contract).
         Ok(unsafe { &*p })
@@ -67,7 +67,7 @@ fn obj<'a, T>(p: *const T, kind: Kind, what: &str) -> Result<&'a T, Err> {
 
 /// The object behind `p` for changing, when it is a live one of `kind`: for objects the backend owns
 /// (responses and their outputs), which the API forbids it to use from two threads at once.
-fn obj_mut<'a, T>(p: *mut T, kind: Kind, what: &str) -> Result<&'a mut T, Err> {
+pub(super) fn obj_mut<'a, T>(p: *mut T, kind: Kind, what: &str) -> Result<&'a mut T, Err> {
     if is_live(p as *const c_void, kind) {
         // SAFETY: registered as a live object of this kind, owned by the backend that passes it and
         // not used concurrently (the API's rule for responses and outputs).
@@ -78,7 +78,7 @@ fn obj_mut<'a, T>(p: *mut T, kind: Kind, what: &str) -> Result<&'a mut T, Err> {
 }
 
 /// Writes `v` through `out` when it is not null.
-fn put<T>(out: *mut T, v: T) {
+pub(super) fn put<T>(out: *mut T, v: T) {
     if !out.is_null() {
         // SAFETY: the backend passes a writable out-pointer or null.
         unsafe { out.write(v) };
@@ -86,7 +86,7 @@ fn put<T>(out: *mut T, v: T) {
 }
 
 /// A C string argument; null or non-UTF-8 is an error.
-fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Err> {
+pub(super) fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Err> {
     if p.is_null() {
         return Err(invalid(&format!("{what} is null")));
     }
@@ -178,6 +178,10 @@ pub extern "C" fn TRITONSERVER_MessageNewFromSerializedJson(
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_MessageDelete(message: *mut MessageObj) -> Err {
     guarded("TRITONSERVER_MessageDelete", || {
+        if message.is_null() {
+            // As in Triton, deleting nothing is allowed.
+            return Ok(());
+        }
         obj(message, Kind::Message, "message")?;
         unregister(message as *const c_void);
         // SAFETY: live, made by `new_message` with Box::into_raw, unregistered: freed once.
@@ -265,7 +269,7 @@ pub extern "C" fn TRITONSERVER_ParameterTypeString(paramtype: u32) -> *const c_c
         PARAMETER_INT => c"INT".as_ptr(),
         PARAMETER_BOOL => c"BOOL".as_ptr(),
         PARAMETER_DOUBLE => c"DOUBLE".as_ptr(),
-        4 => c"BYTES".as_ptr(),
+        PARAMETER_BYTES => c"BYTES".as_ptr(),
         _ => c"<invalid>".as_ptr(),
     }
 }
@@ -670,13 +674,7 @@ pub extern "C" fn TRITONBACKEND_RequestParameter(
             .ok_or_else(|| invalid(&format!("parameter index {index} is out of range ({})", r.parameters.len())))?;
         put(key, k.as_ptr());
         put(kind, *t);
-        let p: *const c_void = match v {
-            ParamSlot::String(s) => s.as_ptr().cast(),
-            ParamSlot::Int(i) => (i as *const i64).cast(),
-            ParamSlot::Bool(b) => (b as *const bool).cast(),
-            ParamSlot::Double(d) => (d as *const f64).cast(),
-        };
-        put(value, p);
+        put(value, v.as_ptr());
         Ok(())
     })
 }
@@ -881,6 +879,7 @@ fn take_response(response: *mut ResponseObj) -> Result<Box<ResponseObj>, Err> {
     let r = unsafe { Box::from_raw(response) };
     for o in &r.outputs {
         unregister(&**o as *const OutputObj as *const c_void);
+        unregister(&o.attributes as *const BufferAttributesObj as *const c_void);
     }
     Ok(r)
 }
@@ -965,7 +964,14 @@ pub extern "C" fn TRITONBACKEND_ResponseOutput(
         if r.outputs.iter().any(|o| o.name == name) {
             return Err(new_error(code::ALREADY_EXISTS, &format!("output '{name}' already exists in the response")));
         }
-        let o = Box::new(OutputObj { name, datatype: dt, shape: dims, buffer: Vec::new() });
+        let o = Box::new(OutputObj {
+            c_name: cstring(&name),
+            name,
+            datatype: dt,
+            shape: dims,
+            buffer: Vec::new(),
+            attributes: BufferAttributesObj::host(0),
+        });
         let p = &*o as *const OutputObj as *mut OutputObj;
         r.outputs.push(o);
         register(p as *const c_void, Kind::Output);
@@ -989,6 +995,7 @@ pub extern "C" fn TRITONBACKEND_OutputBuffer(
             return Err(new_error(code::UNAVAILABLE, &format!("an output buffer of {size} bytes is too large")));
         }
         o.buffer = vec![0u8; size];
+        o.attributes = BufferAttributesObj::host(size);
         // Host memory, whatever type was asked for: the API lets the server choose.
         put(buffer, o.buffer.as_mut_ptr().cast());
         put(memory_type, MEMORY_CPU);
@@ -1037,6 +1044,10 @@ pub extern "C" fn TRITONBACKEND_ResponseFactoryNew(factory: *mut *mut FactoryObj
 #[no_mangle]
 pub extern "C" fn TRITONBACKEND_ResponseFactoryDelete(factory: *mut FactoryObj) -> Err {
     guarded("TRITONBACKEND_ResponseFactoryDelete", || {
+        if factory.is_null() {
+            // As in Triton, deleting nothing is allowed.
+            return Ok(());
+        }
         obj(factory, Kind::Factory, "factory")?;
         unregister(factory as *const c_void);
         // SAFETY: live, made by TRITONBACKEND_ResponseFactoryNew with Box::into_raw, unregistered: freed once.

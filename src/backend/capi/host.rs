@@ -6,7 +6,10 @@
 //! waits, for a bounded time, until the backend has sent each request's final response and released
 //! it.
 
-use super::abi::{Completion, InputObj, ParamSlot, RequestObj, INSTANCEGROUPKIND_CPU, INSTANCEGROUPKIND_GPU};
+use super::abi::{
+    BufferAttributesObj, Completion, InputObj, ParamSlot, RequestObj, ServerObj, INSTANCEGROUPKIND_CPU,
+    INSTANCEGROUPKIND_GPU,
+};
 use super::library::{Instance, Library, Model};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model_api::types::{Parameters, Tensor};
@@ -14,6 +17,7 @@ use crate::model_api::{
     Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
     ModelInstance, SequenceId,
 };
+use crate::proto::inference::model_config::SchedulingChoice;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -41,9 +45,24 @@ pub fn to_error(code: u32, message: &str) -> Error {
     Error::new(kind, message)
 }
 
+/// The `TRITONSERVER_Error_Code` for our error.
+pub fn code_of(e: &Error) -> u32 {
+    use super::abi::code;
+    match e.kind {
+        ErrorKind::InvalidArgument | ErrorKind::PayloadTooLarge => code::INVALID_ARG,
+        ErrorKind::NotFound => code::NOT_FOUND,
+        ErrorKind::Unavailable => code::UNAVAILABLE,
+        ErrorKind::Unsupported => code::UNSUPPORTED,
+        ErrorKind::AlreadyExists => code::ALREADY_EXISTS,
+        _ => code::INTERNAL,
+    }
+}
+
 /// The host: backend libraries by path and model versions, shared while in use.
 pub struct CApiBackend {
     config: BackendConfig,
+    /// What backends see as `TRITONSERVER_Server`.
+    server: Arc<ServerObj>,
     directory: PathBuf,
     libraries: Mutex<HashMap<PathBuf, Weak<Library>>>,
     models: Mutex<Vec<(ModelKey, Weak<Model>)>>,
@@ -53,7 +72,9 @@ pub struct CApiBackend {
 type ModelKey = (String, i64, PathBuf, String);
 
 impl CApiBackend {
-    pub fn new(config: &BackendConfig) -> CApiBackend {
+    pub fn new(config: &BackendConfig, api: Option<Arc<dyn crate::model_api::ServerApi>>) -> CApiBackend {
+        let server = ServerObj::new(api);
+        super::inprocess::set_current(&server);
         let directory = config
             .global
             .get("backend-directory")
@@ -61,6 +82,7 @@ impl CApiBackend {
             .unwrap_or_else(|| PathBuf::from(DEFAULT_BACKEND_DIRECTORY));
         CApiBackend {
             config: config.clone(),
+            server,
             directory,
             libraries: Mutex::new(HashMap::new()),
             models: Mutex::new(Vec::new()),
@@ -126,7 +148,8 @@ impl CApiBackend {
             return Ok(m);
         }
         let version = u64::try_from(ctx.version).unwrap_or(0);
-        let model = Arc::new(Model::new(library, &ctx.name, version, &ctx.model_dir, json, false)?);
+        let model =
+            Arc::new(Model::new(library, &ctx.name, version, &ctx.model_dir, json, false, self.server.clone())?);
         models.push((key, Arc::downgrade(&model)));
         Ok(model)
     }
@@ -140,14 +163,17 @@ impl Backend for CApiBackend {
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let name = ctx.config.backend.clone();
         let decoupled = ctx.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+        let forwarding = super::library::forwarding();
         if !super::library::api_exported() {
-            return Err(Error::unavailable(format!(
-                "model '{}': backend '{name}' needs Triton's C API, which this tritonrs binary does not export (it \
-                 was linked without a symbol list, as the glibc-2.27 portable builds are); use a build made with the \
-                 system linker",
-                ctx.name
-            )));
+            if let Err(why) = forwarding {
+                return Err(Error::unavailable(format!(
+                    "model '{}': backend '{name}' needs Triton's C API, which this tritonrs binary does not export \
+                     (it was linked without a symbol list, as the glibc-2.27 portable builds are), and {why}",
+                    ctx.name
+                )));
+            }
         }
+        self.server.learn_runtime();
         let library = self.library(ctx, &name)?;
         let model = self.model(library, ctx)?;
         let (kind, device) = match spec.kind {
@@ -160,7 +186,11 @@ impl Backend for CApiBackend {
             .get(&name, "response-timeout-ms")
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map_or(DEFAULT_RESPONSE_TIMEOUT, Duration::from_millis);
-        Ok(Box::new(CInstance { instance, timeout, backend: name, abandoned: 0, decoupled }))
+        let state_outputs: Arc<[String]> = match &ctx.config.scheduling_choice {
+            Some(SchedulingChoice::SequenceBatching(s)) => s.state.iter().map(|st| st.output_name.clone()).collect(),
+            _ => Arc::from(Vec::new()),
+        };
+        Ok(Box::new(CInstance { instance, timeout, backend: name, abandoned: 0, decoupled, state_outputs }))
     }
 }
 
@@ -174,20 +204,25 @@ struct CInstance {
     /// Responses go to each request's responder as the backend sends them (also after Execute
     /// returned, from any thread, until the final flag); Execute's return is all the scheduler waits for.
     decoupled: bool,
+    /// The model's implicit state outputs: not requested outputs for the backend, but written through
+    /// `TRITONBACKEND_StateUpdate`.
+    state_outputs: Arc<[String]>,
 }
 
 /// The C view of one request: its tensors in host memory, its names as C strings.
-fn request_object(req: &ExecRequest) -> Result<(Arc<RequestObj>, Arc<Completion>)> {
+fn request_object(req: &ExecRequest, state_outputs: &Arc<[String]>) -> Result<(Arc<RequestObj>, Arc<Completion>)> {
     use super::abi::{cstring, datatype_to_c};
     let inputs = req
         .inputs
         .iter()
         .map(|t| {
+            let data = t.data.to_host()?;
             Ok(InputObj {
                 name: cstring(&t.name),
                 datatype: datatype_to_c(t.datatype),
                 shape: t.shape.clone(),
-                data: t.data.to_host()?,
+                attributes: BufferAttributesObj::host(data.len()),
+                data,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -212,9 +247,11 @@ fn request_object(req: &ExecRequest) -> Result<(Arc<RequestObj>, Arc<Completion>
         correlation_str: cstring(&correlation_str),
         flags: req.meta.flags,
         inputs,
-        outputs: req.outputs.iter().map(|o| cstring(o)).collect(),
+        outputs: req.outputs.iter().filter(|o| !state_outputs.contains(o)).map(|o| cstring(o)).collect(),
         parameters,
         completion: completion.clone(),
+        state_outputs: state_outputs.clone(),
+        states: Default::default(),
     };
     Ok((Arc::new(obj), completion))
 }
@@ -239,9 +276,14 @@ impl CInstance {
                 )));
             }
         }
+        let states = std::mem::take(&mut p.states);
         let mut responses = std::mem::take(&mut p.responses).into_iter();
         match responses.next() {
-            Some(r) => r,
+            Some(Ok((mut outputs, parameters))) => {
+                outputs.extend(states);
+                Ok((outputs, parameters))
+            }
+            Some(Err(e)) => Err(e),
             None => {
                 Err(Error::internal(format!("backend '{}' completed the request without a response", self.backend)))
             }
@@ -258,12 +300,16 @@ impl ModelInstance for CInstance {
         true
     }
 
+    fn served_by(&self) -> Option<String> {
+        Some(self.instance.model.library.path.display().to_string())
+    }
+
     fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
         let t0 = Instant::now();
         let mut built = Vec::with_capacity(reqs.len());
         let mut results: Vec<Option<Result<ExecResult>>> = Vec::with_capacity(reqs.len());
         for r in reqs {
-            match request_object(r) {
+            match request_object(r, &self.state_outputs) {
                 Ok(b) => {
                     built.push(b);
                     results.push(None);

@@ -244,5 +244,6 @@ pub(super) fn load_version(
         stats,
         load_duration: started.elapsed(),
         probes: Vec::new(),
+        served_by: None,
     }))
 }
