@@ -54,7 +54,7 @@ for pair in x86_64:amd64 aarch64:arm64; do
     for f in ./usr/bin/tritonrs ./usr/lib/systemd/system/tritonrs.service ./usr/lib/systemd/system-preset/90-tritonrs.preset \
              ./etc/tritonrs/tritonrs.toml ./usr/share/doc/tritonrs/README.md \
              ./usr/share/tritonrs/examples/simple/config.pbtxt ./usr/share/tritonrs/examples/simple/1/model.onnx \
-             ./usr/share/tritonrs/setup.sh ./usr/share/tritonrs/selftest.sh; do
+             ./usr/share/tritonrs/setup.sh ./usr/share/tritonrs/selftest.sh ./usr/lib/tritonrs/libtritonserver.so; do
         grep -q " $f\$" <<<"$contents" || die "$deb lacks $f"
     done
     grep -q '/etc/tritonrs/tritonrs.toml' < <(dpkg-deb -I "$deb" conffiles) || die "$deb: tritonrs.toml is not a conffile"
@@ -67,6 +67,16 @@ for pair in x86_64:amd64 aarch64:arm64; do
         x86_64:*X86-64*|aarch64:AArch64) ;;
         *) die "$deb: usr/bin/tritonrs is for '$machine'" ;;
     esac
+    readelf -d "$tmp/usr/lib/tritonrs/libtritonserver.so" | grep -q 'Library soname: \[libtritonserver.so\]' \
+        || die "$deb: usr/lib/tritonrs/libtritonserver.so has no soname libtritonserver.so"
+    if [ "$arch" = x86_64 ]; then
+        # The packaged binary (zig-linked: it exports no symbol) serves C backends through the packaged
+        # libtritonserver.so: the C API tests against it.
+        log "C API tests against $deb"
+        # shellcheck source=scripts/env.sh
+        (source scripts/env.sh && TRITONRS_BIN="$tmp/usr/bin/tritonrs" TRITONRS_EXPECT_NO_EXPORTS=1 \
+            python -m pytest -p no:cacheprovider tests/python/test_capi.py) || die "$deb: the C API tests failed"
+    fi
     rm -rf "$tmp"
     log "$deb: $(du -h "$deb" | cut -f1), Depends: $depends, contents checked"
 done

@@ -1,6 +1,7 @@
 //! The backends of this build: ONNX Runtime, Python and TensorRT, each written against the interface
 //! in `model_api`, and the registry that holds them by name. Nothing here imports `core`.
 
+pub mod agents;
 pub mod capi;
 pub mod onnx;
 pub mod python;
@@ -31,6 +32,14 @@ pub fn builtin(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>, pools: O
     // Any other backend name is a Triton backend library, hosted through its C API.
     registry.set_fallback(Arc::new(capi::CApiBackend::new(config, api)));
     registry
+}
+
+/// The repository agents: built-in ones (none yet) and Triton agent libraries in
+/// `--repoagent-directory`.
+pub fn agents(config: &BackendConfig) -> crate::model_api::agents::Agents {
+    let dir =
+        config.global.get("repoagent-directory").map(String::as_str).unwrap_or(agents::DEFAULT_REPOAGENT_DIRECTORY);
+    crate::model_api::agents::Agents(Some(Arc::new(agents::AgentRegistry::new(dir.into()))))
 }
 
 /// What only these backends can complete a configuration from, by backend name: a TensorRT engine, a

@@ -122,6 +122,10 @@ pub struct ModelConfigArgs {
     /// `<dir>/<backend>/libtriton_<backend>.so` (or that file in the model's version folder or folder).
     #[arg(long, env = "TRITONRS_BACKEND_DIRECTORY", default_value = crate::backend::capi::DEFAULT_BACKEND_DIRECTORY)]
     pub backend_directory: std::path::PathBuf,
+    /// Where Triton repository agent libraries are installed: an agent a model names in
+    /// `model_repository_agents` is `<dir>/<agent>/libtritonrepoagent_<agent>.so`.
+    #[arg(long, env = "TRITONRS_REPOAGENT_DIRECTORY", default_value = crate::backend::agents::DEFAULT_REPOAGENT_DIRECTORY)]
+    pub repoagent_directory: std::path::PathBuf,
 }
 
 /// Flags of the server itself.
@@ -472,6 +476,7 @@ impl ModelConfigArgs {
     pub fn backend_config(&self) -> crate::error::Result<crate::model_api::BackendConfig> {
         let mut c = crate::model_api::BackendConfig::parse(&self.backend_config)?;
         c.global.entry("backend-directory".into()).or_insert_with(|| self.backend_directory.display().to_string());
+        c.global.entry("repoagent-directory".into()).or_insert_with(|| self.repoagent_directory.display().to_string());
         Ok(c)
     }
 
@@ -491,6 +496,7 @@ impl ModelConfigArgs {
             default_max_batch_size,
             completers: crate::backend::completers(backend_config).map_err(|e| anyhow::anyhow!("{}", e.message))?,
             max_tensor_bytes,
+            agents: crate::backend::agents(backend_config),
         })
     }
 }

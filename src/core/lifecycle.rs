@@ -96,6 +96,8 @@ struct ModelEntry {
     /// The composing models an ensemble is down for: it loads again as soon as one of them serves
     /// (Triton reloads dependents the same way).
     awaiting_composing: BTreeSet<String>,
+    /// The model's repository agents after their LOAD, until the model is unloaded.
+    agents: Option<Box<dyn crate::model_api::agents::AgentChain>>,
     /// Increases with every version swapped in, across all models: an ensemble older than its
     /// composing model was checked against that model's previous configuration.
     generation: u64,
@@ -497,6 +499,18 @@ impl ModelManager {
                 });
             }
         };
+        // Repository agents run on the model's files before anything else reads them, and may hand
+        // back another copy of them: the configuration and versions are then read from there, with
+        // the agents of the original configuration.
+        let mut pending = PendingAgents(None);
+        let (cfg, dir) = match self.run_agents(name, &cfg, &dir, &mut pending).await {
+            Ok(Some((c, d))) => (c, d),
+            Ok(None) => (cfg, dir),
+            Err(mut e) => {
+                e.message = scrub(&e.message);
+                return Err(self.model_failed(name, fingerprint, e));
+            }
+        };
         let labels = match repository::read_labels(&cfg, &dir) {
             Ok(l) => Arc::new(l),
             Err(mut e) => {
@@ -599,6 +613,24 @@ impl ModelManager {
                 }
             }
         }
+        // The agents hear how the load went; they stay with the model until it is unloaded.
+        let mut old_agents = None;
+        if let Some(mut chain) = pending.0.take() {
+            let ok = failures.is_empty();
+            let chain = tokio::task::spawn_blocking(move || {
+                chain.finish_load(ok);
+                chain
+            })
+            .await
+            .ok();
+            if ok {
+                old_agents = self.write().entry(name.to_string()).or_default().agents.take();
+                self.write().entry(name.to_string()).or_default().agents = chain;
+            }
+        }
+        if let Some(mut old) = old_agents {
+            let _ = tokio::task::spawn_blocking(move || old.unload()).await;
+        }
         // Versions the policy no longer selects are unloaded once the new ones are in place.
         {
             let mut table = self.write();
@@ -627,6 +659,43 @@ impl ModelManager {
         } else {
             Err(Error::invalid(format!("failed to load '{name}': {}", failures.join("; "))))
         }
+    }
+
+    /// Runs LOAD through the repository agents `cfg` names (none: `Ok(None)`), leaving them in
+    /// `pending`; returns the configuration and folder to load from.
+    async fn run_agents(
+        &self,
+        name: &str,
+        cfg: &Arc<ModelConfig>,
+        dir: &Path,
+        pending: &mut PendingAgents,
+    ) -> Result<Option<(Arc<ModelConfig>, PathBuf)>> {
+        if cfg.model_repository_agents.as_ref().is_none_or(|a| a.agents.is_empty()) {
+            return Ok(None);
+        }
+        let Some(host) = self.opts.agents.0.clone() else {
+            return Err(Error::unavailable(format!(
+                "model '{name}' names repository agents, which this server cannot run"
+            )));
+        };
+        let (n, d, c) = (name.to_string(), dir.to_path_buf(), cfg.clone());
+        let chain = tokio::task::spawn_blocking(move || host.load(&n, &d, &c))
+            .await
+            .map_err(|e| Error::internal(format!("repository agents failed: {e}")))??;
+        let location = chain.location();
+        pending.0 = Some(chain);
+        if location == dir {
+            return Ok(Some((cfg.clone(), location)));
+        }
+        tracing::info!("Model '{name}' is loaded from '{}', where its repository agents put it.", location.display());
+        let (l, n, o) = (location.clone(), name.to_string(), self.opts.clone());
+        let relocated = tokio::task::spawn_blocking(move || repository::read_model_config_detailed(&l, &n, &o, None))
+            .await
+            .map_err(|e| Error::internal(format!("config reader failed: {e}")))?
+            .map_err(|f| f.error)?;
+        let mut relocated = relocated;
+        relocated.model_repository_agents = cfg.model_repository_agents.clone();
+        Ok(Some((Arc::new(relocated), location)))
     }
 
     /// Records a failure of the whole model (before any version loads). Versions still serving from an
@@ -733,6 +802,10 @@ impl ModelManager {
             }
         }
         retire(retired).await;
+        let agents = self.write().get_mut(name).and_then(|e| e.agents.take());
+        if let Some(mut chain) = agents {
+            let _ = tokio::task::spawn_blocking(move || chain.unload()).await;
+        }
         self.finish_unloading(name);
         match because {
             Some(m) => tracing::info!("Model '{name}' is unloaded because its composing model '{m}' is not available."),
@@ -998,4 +1071,16 @@ fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::Temp
         std::fs::write(&path, data).map_err(fail)?;
     }
     Ok(tmp)
+}
+
+/// A model's repository agents between their LOAD and the end of the load: dropped on an early return,
+/// they see LOAD_FAIL.
+struct PendingAgents(Option<Box<dyn crate::model_api::agents::AgentChain>>);
+
+impl Drop for PendingAgents {
+    fn drop(&mut self) {
+        if let Some(mut chain) = self.0.take() {
+            chain.finish_load(false);
+        }
+    }
 }

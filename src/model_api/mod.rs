@@ -7,6 +7,7 @@
 //! A backend instance is a plain struct that runs on its own OS thread (see `core::scheduler`); nothing
 //! here is async, and inference never runs on tokio workers.
 
+pub mod agents;
 pub mod custom_metrics;
 pub mod types;
 

@@ -107,6 +107,8 @@ pub enum Kind {
     Allocator,
     State,
     ResponseStatistics,
+    Agent,
+    AgentModel,
 }
 
 /// Every pointer currently handed out, with what it names.

@@ -66,6 +66,7 @@ pub fn api_exported() -> bool {
 mod table {
     use super::super::exports::*;
     use super::super::inprocess::*;
+    use super::super::repoagent::*;
     use super::super::resources::*;
     include!(concat!(env!("OUT_DIR"), "/capi_table.rs"));
 }

@@ -11,16 +11,24 @@ mod exports;
 mod host;
 mod inprocess;
 mod library;
+mod repoagent;
 mod resources;
 
 pub use host::{CApiBackend, DEFAULT_BACKEND_DIRECTORY};
+pub use repoagent::CAgent;
 
 #[cfg(test)]
 mod tests {
     /// `exports.list` (what the linker exports) names exactly the functions `exports.rs` defines.
     #[test]
     fn the_linker_exports_every_api_function_and_nothing_else() {
-        let code = [include_str!("exports.rs"), include_str!("inprocess.rs"), include_str!("resources.rs")].concat();
+        let code = [
+            include_str!("exports.rs"),
+            include_str!("inprocess.rs"),
+            include_str!("resources.rs"),
+            include_str!("repoagent.rs"),
+        ]
+        .concat();
         let mut defined: Vec<&str> = code
             .split("#[no_mangle]")
             .skip(1)

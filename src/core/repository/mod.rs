@@ -37,6 +37,8 @@ pub struct RepoOptions {
     /// Largest tensor built from a configuration (warmup samples, initial state): the largest request
     /// the server accepts.
     pub max_tensor_bytes: usize,
+    /// Runs the repository agents models name; given by whoever assembles the server.
+    pub agents: crate::model_api::agents::Agents,
 }
 
 impl Default for RepoOptions {
@@ -46,6 +48,7 @@ impl Default for RepoOptions {
             default_max_batch_size: 4,
             completers: Default::default(),
             max_tensor_bytes: limits::DEFAULT_MAX_TENSOR_BYTES,
+            agents: Default::default(),
         }
     }
 }
