@@ -52,6 +52,10 @@ pub fn completers(config: &BackendConfig) -> Result<Completers> {
     if !use_shared_library(config, "tensorrt") {
         c.insert("tensorrt", Arc::new(tensorrt::Completer));
     }
+    // Every other backend is a library, which completes its models' configurations itself.
+    let builtin =
+        ["onnxruntime", "python", "tensorrt"].into_iter().filter(|b| !use_shared_library(config, b)).collect();
+    c.set_fallback(Arc::new(capi::CCompleter::new(config, builtin)));
     Ok(c)
 }
 

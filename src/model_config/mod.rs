@@ -139,15 +139,20 @@ pub trait Completer: Send + Sync {
 
 /// Completers by backend name.
 #[derive(Clone, Default)]
-pub struct Completers(HashMap<&'static str, Arc<dyn Completer>>);
+pub struct Completers(HashMap<&'static str, Arc<dyn Completer>>, Option<Arc<dyn Completer>>);
 
 impl Completers {
     pub fn insert(&mut self, backend: &'static str, completer: Arc<dyn Completer>) {
         self.0.insert(backend, completer);
     }
 
+    /// The completer of every backend not registered by name (it decides which it completes).
+    pub fn set_fallback(&mut self, completer: Arc<dyn Completer>) {
+        self.1 = Some(completer);
+    }
+
     pub fn get(&self, backend: &str) -> Option<&Arc<dyn Completer>> {
-        self.0.get(backend)
+        self.0.get(backend).or(self.1.as_ref())
     }
 }
 

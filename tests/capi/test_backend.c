@@ -257,7 +257,9 @@ EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
     /* The factory outlives the request. */
     TRITONSERVER_Error* err = TRITONBACKEND_RequestRelease(requests[r], REQUEST_RELEASE_ALL);
     if (err != NULL) TRITONSERVER_ErrorDelete(err);
+#ifndef NO_FINAL
     CHECK(TRITONBACKEND_ResponseFactorySendFlags(factory, RESPONSE_COMPLETE_FINAL));
+#endif
     CHECK(TRITONBACKEND_ResponseFactoryDelete(factory));
   }
   return NULL;

@@ -237,6 +237,29 @@ def test_a_decoupled_backend_streams_its_responses_from_a_factory(start_server, 
     assert e.value.status() == "501", e.value
 
 
+def test_a_decoupled_backend_that_never_sends_the_final_flag_ends_in_an_error(start_server, repo, tmp_path):
+    import queue
+
+    backends = tmp_path / "backends"
+    build(backends / "openc", "openc", "DECOUPLED", "NO_FINAL")
+    model(repo, "open_c", "openc", "model_transaction_policy { decoupled: true }")
+    s = start_server("--model-repository", repo, "--backend-directory", backends,
+                     "--backend-config=openc,response-timeout-ms=400")
+    q: queue.Queue = queue.Queue()
+    g = s.grpc_client()
+    g.start_stream(callback=lambda result, error: q.put((result, error)))
+    try:
+        g.async_stream_infer("open_c", inputs(grpcclient, 1, 1.0), request_id="x")
+        got = [q.get(timeout=20) for _ in range(4)]
+    finally:
+        g.stop_stream()
+    assert all(e is None for _, e in got[:3]), got
+    assert got[3][0] is None and "did not send the final response within 400 ms" in got[3][1].message(), got[3]
+    assert s.client().is_server_ready()
+    s.stop()
+    assert "unloaded with 1 decoupled request(s) that backend 'openc' did not finish" in s.log, s.log[-2000:]
+
+
 def test_the_executable_exports_the_api_and_nothing_else():
     nm = shutil.which("nm")
     if nm is None:

@@ -11,14 +11,13 @@ Debian's libpython and python3-numpy (scripts/test.sh installs both)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import queue
-import shutil
 import subprocess
 import sys
 import urllib.request
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +28,10 @@ import tritonclient.http as httpclient
 from helpers import BIN, REPO_ROOT, TritonServer, copy_models
 
 PYTHON_REPO = REPO_ROOT / "model-repos" / "python"
-WHEEL = "nvidia-pytriton==0.7.0"
 SYSTEM_PYTHON = "/usr/bin/python3"
 A = np.array([10, 20, 30, 40], np.float32)
 B = np.array([1, 2, 3, 4], np.float32)
-MODELS = ("add_sub", "bls_sync", "bls_async", "bls_decoupled", "repeat", "custom_metrics", "identity")
+MODELS = ("add_sub", "add_sub_auto", "bls_sync", "bls_async", "bls_decoupled", "repeat", "custom_metrics", "identity")
 
 
 def _system_python() -> tuple[str, Path] | None:
@@ -51,46 +49,20 @@ def _system_python() -> tuple[str, Path] | None:
 
 @pytest.fixture(scope="module")
 def backends(tmp_path_factory) -> Path:
-    """`<root>/x/y/backends`, whose python/ folder holds Triton's libtriton_python.so, its stub for the
-    system Python and triton_python_backend_utils.py; `<root>/nvidia_pytriton.libs` holds the wheel's
-    libraries with tritonrs's libtritonserver.so in place of Triton's."""
+    """The backend directory scripts/pytriton-backend.py lays out: Triton's libtriton_python.so, its
+    stub for the system Python, and the wheel's libraries with tritonrs's libtritonserver.so in place of
+    Triton's."""
     if platform.machine() != "x86_64":
         pytest.skip("the nvidia-pytriton wheel is built for x86_64")
     sysinfo = _system_python()
     if sysinfo is None:
         pytest.skip("needs Debian's python3 with python3-numpy and libpython3.X (scripts/test.sh installs them)")
-    version, _ = sysinfo
     stub_lib = BIN.parent / "libtritonserver.so"
     assert stub_lib.is_file(), f"{stub_lib} was not built (build.rs builds it next to the binary)"
-    cache = Path(os.environ.get("TRITONRS_TEST_CACHE", Path.home() / ".cache" / "tritonrs-tests"))
-    cache.mkdir(parents=True, exist_ok=True)
-    wheels = sorted(cache.glob("nvidia_pytriton-0.7.0-*.whl"))
-    if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache), WHEEL],
-                       check=True, timeout=600)
-        wheels = sorted(cache.glob("nvidia_pytriton-0.7.0-*.whl"))
-    root = tmp_path_factory.mktemp("pytriton")
-    unpacked = root / "wheel"
-    with zipfile.ZipFile(wheels[0]) as z:
-        members = [m for m in z.namelist() if m.startswith(("nvidia_pytriton.libs/", "pytriton/tritonserver/backends/python/",
-                                                            f"pytriton/tritonserver/python_backend_stubs/{version}/"))]
-        z.extractall(unpacked, members)
-    py = root / "x" / "y" / "backends" / "python"
-    py.mkdir(parents=True)
-    for f in (unpacked / "pytriton" / "tritonserver" / "backends" / "python").iterdir():
-        shutil.copy(f, py / f.name)
-    stub = unpacked / "pytriton" / "tritonserver" / "python_backend_stubs" / version / "triton_python_backend_stub"
-    shutil.copy(stub, py / stub.name)
-    (py / stub.name).chmod(0o755)
-    libs = root / "nvidia_pytriton.libs"
-    libs.mkdir()
-    for f in (unpacked / "nvidia_pytriton.libs").iterdir():
-        if f.name.startswith("libtritonserver-"):
-            # The library names this file as NEEDED: tritonrs's stands in for Triton's.
-            os.symlink(stub_lib, libs / f.name)
-        else:
-            os.symlink(f, libs / f.name)
-    return root / "x" / "y" / "backends"
+    spec = importlib.util.spec_from_file_location("pytriton_backend", REPO_ROOT / "scripts" / "pytriton-backend.py")
+    layout = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(layout)
+    return layout.lay_out(tmp_path_factory.mktemp("pytriton"), layout.fetch_wheel(), stub_lib, sysinfo[0])
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +122,18 @@ def test_add_sub_agrees_with_the_builtin_backend(servers, proto):
             r = s.grpc_client().infer("add_sub", grpc_inputs(INPUT0=A, INPUT1=B))
         got.append(outputs(r, "OUTPUT0", "OUTPUT1"))
     assert got[0] == got[1] == {"OUTPUT0": [11, 22, 33, 44], "OUTPUT1": [9, 18, 27, 36]}
+
+
+def test_auto_complete_config_runs_in_tritons_backend(servers):
+    # add_sub_auto has no config.pbtxt: its model.py's auto_complete_config declares everything, run by
+    # Triton's library through TRITONBACKEND_ModelSetConfig in one server and by tritonrs's in the other.
+    configs = [s.client().get_model_config("add_sub_auto") for s in servers]
+    for cfg in configs:
+        assert sorted(i["name"] for i in cfg["input"]) == ["INPUT0", "INPUT1"], cfg
+        assert sorted(o["name"] for o in cfg["output"]) == ["OUTPUT0", "OUTPUT1"], cfg
+    got = [outputs(s.client().infer("add_sub_auto", http_inputs(INPUT0=A[None], INPUT1=B[None])), "OUTPUT0", "OUTPUT1")
+           for s in servers]
+    assert got[0] == got[1]
 
 
 def test_bls_sync_and_async_agree_with_the_builtin_backend(servers):

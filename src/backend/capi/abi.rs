@@ -237,6 +237,27 @@ impl Completion {
         self.changed.notify_all();
     }
 
+    /// Whether the backend has sent the final response and released the request (or the server gave up).
+    pub fn finished(&self) -> bool {
+        let p = self.progress.lock();
+        (p.done && p.released) || p.abandoned
+    }
+
+    /// Gives up on a request the backend has not finished: its client gets `why` as an error, and
+    /// whatever the backend sends later is dropped.
+    pub fn expire(&self, why: &str) {
+        let mut p = self.progress.lock();
+        if p.done || p.abandoned {
+            return;
+        }
+        p.abandoned = true;
+        if let Some(sink) = &self.sink {
+            sink.send(Err(crate::error::Error::unavailable(why)));
+        }
+        drop(p);
+        self.changed.notify_all();
+    }
+
     /// Whether the client went away or the server gave up on the request.
     pub fn cancelled(&self) -> bool {
         self.progress.lock().abandoned || self.sink.as_ref().is_some_and(|s| s.is_closed())

@@ -20,7 +20,7 @@ use crate::model_api::{
 use crate::proto::inference::model_config::SchedulingChoice;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,9 @@ pub const DEFAULT_BACKEND_DIRECTORY: &str = "/opt/tritonserver/backends";
 /// How long an instance waits for a backend to answer and release a request, unless
 /// `--backend-config=<name>,response-timeout-ms=N` says otherwise.
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The longest an unload waits for a backend to finish the requests it holds.
+const UNLOAD_WAIT: Duration = Duration::from_secs(30);
 
 /// Our error for a `TRITONSERVER_Error_Code` and message.
 pub fn to_error(code: u32, message: &str) -> Error {
@@ -58,18 +61,24 @@ pub fn code_of(e: &Error) -> u32 {
     }
 }
 
-/// The host: backend libraries by path and model versions, shared while in use.
+/// The host: finds backend libraries and shares libraries and model versions while they are in use.
 pub struct CApiBackend {
     config: BackendConfig,
     /// What backends see as `TRITONSERVER_Server`.
     server: Arc<ServerObj>,
     directory: PathBuf,
-    libraries: Mutex<HashMap<PathBuf, Weak<Library>>>,
-    models: Mutex<Vec<(ModelKey, Weak<Model>)>>,
 }
 
 /// A model version: its name, version, folder and configuration (JSON).
 type ModelKey = (String, i64, PathBuf, String);
+
+/// Backend libraries by path, and model versions, while in use: one process-wide set, shared by the
+/// backend and the auto-completer.
+static LIBRARIES: Mutex<Option<HashMap<PathBuf, Weak<Library>>>> = Mutex::new(None);
+static MODELS: Mutex<Vec<(ModelKey, Weak<Model>)>> = Mutex::new(Vec::new());
+/// Models initialized to complete their configuration (name, version, folder), kept until their
+/// instances are created, so that the backend initializes each model once, as in Triton.
+static COMPLETED: Mutex<Vec<((String, i64, PathBuf), Arc<Model>)>> = Mutex::new(Vec::new());
 
 impl CApiBackend {
     pub fn new(config: &BackendConfig, api: Option<Arc<dyn crate::model_api::ServerApi>>) -> CApiBackend {
@@ -80,26 +89,20 @@ impl CApiBackend {
             .get("backend-directory")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(DEFAULT_BACKEND_DIRECTORY));
-        CApiBackend {
-            config: config.clone(),
-            server,
-            directory,
-            libraries: Mutex::new(HashMap::new()),
-            models: Mutex::new(Vec::new()),
-        }
+        CApiBackend { config: config.clone(), server, directory }
     }
 
     /// Where tritonserver looks for backend `name` of a model, in order.
-    pub fn search_path(&self, ctx: &ModelContext, name: &str) -> Vec<PathBuf> {
+    pub fn search_path(&self, version_dir: &Path, model_dir: &Path, name: &str) -> Vec<PathBuf> {
         let file = format!("libtriton_{name}.so");
-        vec![ctx.version_dir.join(&file), ctx.model_dir.join(&file), self.directory.join(name).join(&file)]
+        vec![version_dir.join(&file), model_dir.join(&file), self.directory.join(name).join(&file)]
     }
 
     fn library(&self, ctx: &ModelContext, name: &str) -> Result<Arc<Library>> {
         if name.is_empty() || name.contains(['/', '\0']) || name == "." || name == ".." {
             return Err(Error::invalid(format!("model '{}': '{name}' is not a backend name", ctx.name)));
         }
-        let candidates = self.search_path(ctx, name);
+        let candidates = self.search_path(&ctx.version_dir, &ctx.model_dir, name);
         let path = candidates.iter().find(|p| p.is_file()).ok_or_else(|| {
             Error::unavailable(format!(
                 "model '{}': backend '{name}' is neither built in nor installed: no libtriton_{name}.so in {}",
@@ -111,13 +114,18 @@ impl CApiBackend {
                     .join(", ")
             ))
         })?;
-        let mut libraries = self.libraries.lock();
+        self.load_library(path, name)
+    }
+
+    fn load_library(&self, path: &Path, name: &str) -> Result<Arc<Library>> {
+        let mut libraries = LIBRARIES.lock();
+        let libraries = libraries.get_or_insert_with(HashMap::new);
         if let Some(lib) = libraries.get(path).and_then(Weak::upgrade) {
             return Ok(lib);
         }
         let lib = Arc::new(Library::load(path, name, self.backend_config_json(name))?);
         libraries.retain(|_, w| w.strong_count() > 0);
-        libraries.insert(path.clone(), Arc::downgrade(&lib));
+        libraries.insert(path.to_path_buf(), Arc::downgrade(&lib));
         Ok(lib)
     }
 
@@ -142,16 +150,89 @@ impl CApiBackend {
         // new model while the old version's instances still serve.
         let json = crate::model_config::pbtxt::config_to_json(&ctx.config).to_string();
         let key = (ctx.name.clone(), ctx.version, ctx.model_dir.clone(), json.clone());
-        let mut models = self.models.lock();
+        let mut models = MODELS.lock();
         models.retain(|(_, w)| w.strong_count() > 0);
         if let Some(m) = models.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade()) {
             return Ok(m);
+        }
+        let completed = {
+            let mut c = COMPLETED.lock();
+            let at = c.iter().position(|((n, v, d), _)| *n == ctx.name && *v == ctx.version && *d == ctx.model_dir);
+            at.map(|i| c.remove(i).1)
+        };
+        if let Some(model) = completed {
+            models.push((key, Arc::downgrade(&model)));
+            return Ok(model);
         }
         let version = u64::try_from(ctx.version).unwrap_or(0);
         let model =
             Arc::new(Model::new(library, &ctx.name, version, &ctx.model_dir, json, false, self.server.clone())?);
         models.push((key, Arc::downgrade(&model)));
         Ok(model)
+    }
+}
+
+/// Auto-completes the configuration of models served by Triton backend libraries the way Triton
+/// does: the backend's `TRITONBACKEND_ModelInitialize` runs with auto-complete on and may set a new
+/// configuration (`TRITONBACKEND_ModelSetConfig`), which the server then validates. The model stays
+/// initialized for its instances.
+pub struct CCompleter {
+    host: CApiBackend,
+    /// Backend names tritonrs serves itself (these are not completed through a library).
+    builtin: Vec<&'static str>,
+}
+
+impl CCompleter {
+    pub fn new(config: &BackendConfig, builtin: Vec<&'static str>) -> CCompleter {
+        let directory = config
+            .global
+            .get("backend-directory")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_BACKEND_DIRECTORY));
+        // Completers are made before the server: the model is given the running server's object
+        // when it completes (see `complete`); this one serves only without a server.
+        let server = ServerObj::new(None);
+        CCompleter { host: CApiBackend { config: config.clone(), server, directory }, builtin }
+    }
+}
+
+impl crate::model_config::Completer for CCompleter {
+    fn complete(
+        &self,
+        dir: &Path,
+        name: &str,
+        cfg: crate::proto::inference::ModelConfig,
+    ) -> std::result::Result<crate::proto::inference::ModelConfig, crate::model_config::ConfigFailure> {
+        let backend = cfg.backend.clone();
+        if backend.is_empty() || self.builtin.contains(&backend.as_str()) || backend.contains(['/', '\0']) {
+            return Ok(cfg);
+        }
+        // Triton completes from the version that will be served: the latest.
+        let Some(version) = crate::model_config::list_versions(dir).into_iter().next_back() else { return Ok(cfg) };
+        let version_dir = dir.join(version.to_string());
+        let Some(path) = self.host.search_path(&version_dir, dir, &backend).into_iter().find(|p| p.is_file()) else {
+            // Not installed: the load says so.
+            return Ok(cfg);
+        };
+        let fail = |error: Error| crate::model_config::ConfigFailure { error, version: Some(version) };
+        if !super::library::api_exported() {
+            super::library::forwarding().map_err(|why| fail(Error::unavailable(why.to_string())))?;
+        }
+        let library = self.host.load_library(&path, &backend).map_err(fail)?;
+        let json = crate::model_config::pbtxt::config_to_json(&cfg).to_string();
+        let v = u64::try_from(version).unwrap_or(0);
+        // The running server's object, so that the model (kept for its instances) can call back into it.
+        let server = super::inprocess::current().unwrap_or_else(|| self.host.server.clone());
+        server.learn_runtime();
+        let model = Model::new(library, name, v, dir, json, true, server).map_err(fail)?;
+        let completed = model.config_json();
+        let new_cfg = crate::model_config::pbtxt::config_from_json(&completed).map_err(|e| {
+            fail(Error::invalid(format!("backend '{backend}' completed the configuration of '{name}' badly: {}", e)))
+        })?;
+        let mut c = COMPLETED.lock();
+        c.retain(|((n, _, d), _)| !(n == name && d == dir));
+        c.push(((name.to_string(), version, dir.to_path_buf()), Arc::new(model)));
+        Ok(new_cfg)
     }
 }
 
@@ -190,7 +271,17 @@ impl Backend for CApiBackend {
             Some(SchedulingChoice::SequenceBatching(s)) => s.state.iter().map(|st| st.output_name.clone()).collect(),
             _ => Arc::from(Vec::new()),
         };
-        Ok(Box::new(CInstance { instance, timeout, backend: name, abandoned: 0, decoupled, state_outputs }))
+        Ok(Box::new(CInstance {
+            instance,
+            timeout,
+            backend: name,
+            model: ctx.name.clone(),
+            abandoned: 0,
+            decoupled,
+            state_outputs,
+            outstanding: Vec::new(),
+            runtime: self.server.runtime.lock().clone(),
+        }))
     }
 }
 
@@ -201,6 +292,12 @@ struct CInstance {
     backend: String,
     /// Requests the backend never finished with; their memory stays the backend's.
     abandoned: usize,
+    /// The model's name, for messages.
+    model: String,
+    /// Decoupled requests the backend may still answer; unload waits for them (bounded).
+    outstanding: Vec<Arc<Completion>>,
+    /// Where a decoupled request's deadline runs.
+    runtime: Option<tokio::runtime::Handle>,
     /// Responses go to each request's responder as the backend sends them (also after Execute
     /// returned, from any thread, until the final flag); Execute's return is all the scheduler waits for.
     decoupled: bool,
@@ -323,6 +420,22 @@ impl ModelInstance for CInstance {
             return results.into_iter().map(|r| r.unwrap_or_else(|| Err(e.clone()))).collect();
         }
         if self.decoupled {
+            self.outstanding.retain(|c| !c.finished());
+            for c in completions {
+                // The client hears an error once the backend has neither finished nor released the
+                // request within the timeout; what the backend sends later is dropped.
+                if let Some(rt) = &self.runtime {
+                    let (c2, timeout, backend) = (c.clone(), self.timeout, self.backend.clone());
+                    rt.spawn(async move {
+                        tokio::time::sleep(timeout).await;
+                        c2.expire(&format!(
+                            "backend '{backend}' did not send the final response within {} ms",
+                            timeout.as_millis()
+                        ));
+                    });
+                }
+                self.outstanding.push(c);
+            }
             let timings = ExecTimings::between(t0, t1, Instant::now(), Instant::now());
             return results
                 .into_iter()
@@ -349,6 +462,31 @@ impl ModelInstance for CInstance {
 
 impl Drop for CInstance {
     fn drop(&mut self) {
+        // Unload waits, for a bounded time, for requests the backend still holds: finalizing the
+        // instance under them would pull their objects away from a backend still using them.
+        let deadline = Instant::now() + self.timeout.min(UNLOAD_WAIT);
+        let mut left = 0;
+        for c in self.outstanding.drain(..) {
+            let mut p = c.progress.lock();
+            while !(p.done && p.released) && !p.abandoned {
+                if c.changed.wait_until(&mut p, deadline).timed_out() {
+                    break;
+                }
+            }
+            if !(p.done && p.released) {
+                p.abandoned = true;
+                left += 1;
+            }
+        }
+        if left > 0 {
+            tracing::warn!(
+                "Model '{}': unloaded with {left} decoupled request(s) that backend '{}' did not finish within {} ms; \
+                 they were abandoned.",
+                self.model,
+                self.backend,
+                self.timeout.min(UNLOAD_WAIT).as_millis()
+            );
+        }
         if self.abandoned > 0 {
             tracing::warn!(
                 "Model instance of backend '{}' unloaded with {} request(s) the backend never finished; their memory \

@@ -37,6 +37,11 @@ pub fn set_current(server: &Arc<ServerObj>) {
     *CURRENT.lock() = Arc::downgrade(server);
 }
 
+/// The newest server object, while it lives.
+pub fn current() -> Option<Arc<ServerObj>> {
+    CURRENT.lock().upgrade()
+}
+
 fn server_api(s: &ServerObj) -> Result<Arc<dyn crate::model_api::ServerApi>, Err> {
     s.api.clone().ok_or_else(|| new_error(code::UNAVAILABLE, "this server takes no in-process requests"))
 }

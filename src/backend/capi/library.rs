@@ -292,6 +292,11 @@ impl Model {
     fn ptr(&self) -> *mut ModelObj {
         &*self.obj as *const ModelObj as *mut ModelObj
     }
+
+    /// The configuration as the backend left it (after `TRITONBACKEND_ModelSetConfig`, if it called it).
+    pub fn config_json(&self) -> String {
+        self.obj.config_json.lock().clone()
+    }
 }
 
 impl Drop for Model {

@@ -14,7 +14,7 @@ mod library;
 mod repoagent;
 mod resources;
 
-pub use host::{CApiBackend, DEFAULT_BACKEND_DIRECTORY};
+pub use host::{CApiBackend, CCompleter, DEFAULT_BACKEND_DIRECTORY};
 pub use repoagent::CAgent;
 
 #[cfg(test)]

@@ -708,3 +708,16 @@ fn state_outputs_are_kept_and_hidden_unless_asked_for() {
     // Listed as an output and asked for: the client gets it too (split already ordered the outputs).
     assert_eq!(client.outputs.len(), 2);
 }
+
+#[test]
+fn a_second_sequence_waits_in_the_backlog_while_the_first_holds_the_only_slot() {
+    let t0 = Instant::now();
+    let mut t = direct(1, 1);
+    ok(&mut t, 1, 7, true, false, t0);
+    assert_eq!(rows(t.next_batch(0, t0, any)), vec![(0, Some(1))]);
+    t.complete(0, t0);
+    ok(&mut t, 2, 8, true, false, t0);
+    assert!(matches!(t.next_batch(0, t0, any), Next::Idle), "sequence 8 waits for the slot");
+    ok(&mut t, 3, 7, false, false, t0);
+    assert_eq!(rows(t.next_batch(0, t0, any)), vec![(0, Some(3))]);
+}

@@ -1,0 +1,470 @@
+/* A second Triton backend for tritonrs's tests ("features"), written here against the documented
+ * TRITONBACKEND / TRITONSERVER APIs (declarations from the API documentation; no Triton header). Where
+ * test_backend.c covers the lifecycle, batching, decoupled models and failures, this one uses the rest
+ * of what a backend may import:
+ *   - identity (OUTPUT0 = INPUT0, FP32 [4]) through a scratch buffer from the backend memory manager,
+ *     with input and output buffer attributes checked;
+ *   - a custom metric (counter "features_requests_total{model,version}", one per request);
+ *   - implicit state: with inputs INPUT and STATE_IN (INT32 [1]), OUTPUT = STATE_OUT = STATE_IN + INPUT;
+ *   - auto-complete: a model whose configuration names no inputs gets INPUT0/OUTPUT0 through
+ *     TRITONBACKEND_ModelSetConfig;
+ *   - BLS: a request with the string parameter "bls" = <model> sends INPUT0 to that model through the
+ *     in-process API and answers with its OUTPUT0 (multiplied by 2, to show the round trip);
+ *   - host policy, the model's server, model readiness and transaction properties.
+ */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct TRITONSERVER_Error TRITONSERVER_Error;
+typedef struct TRITONSERVER_Message TRITONSERVER_Message;
+typedef struct TRITONSERVER_Server TRITONSERVER_Server;
+typedef struct TRITONSERVER_Parameter TRITONSERVER_Parameter;
+typedef struct TRITONSERVER_MetricFamily TRITONSERVER_MetricFamily;
+typedef struct TRITONSERVER_Metric TRITONSERVER_Metric;
+typedef struct TRITONSERVER_BufferAttributes TRITONSERVER_BufferAttributes;
+typedef struct TRITONSERVER_InferenceRequest TRITONSERVER_InferenceRequest;
+typedef struct TRITONSERVER_InferenceResponse TRITONSERVER_InferenceResponse;
+typedef struct TRITONSERVER_ResponseAllocator TRITONSERVER_ResponseAllocator;
+typedef struct TRITONSERVER_InferenceTrace TRITONSERVER_InferenceTrace;
+typedef struct TRITONBACKEND_Backend TRITONBACKEND_Backend;
+typedef struct TRITONBACKEND_MemoryManager TRITONBACKEND_MemoryManager;
+typedef struct TRITONBACKEND_Model TRITONBACKEND_Model;
+typedef struct TRITONBACKEND_ModelInstance TRITONBACKEND_ModelInstance;
+typedef struct TRITONBACKEND_Request TRITONBACKEND_Request;
+typedef struct TRITONBACKEND_Input TRITONBACKEND_Input;
+typedef struct TRITONBACKEND_Response TRITONBACKEND_Response;
+typedef struct TRITONBACKEND_Output TRITONBACKEND_Output;
+typedef struct TRITONBACKEND_State TRITONBACKEND_State;
+
+enum { ERROR_INTERNAL = 1, ERROR_INVALID_ARG = 3 };
+enum { TYPE_INT32 = 8, TYPE_FP32 = 11 };
+enum { MEMORY_CPU = 0 };
+enum { PARAM_STRING = 0 };
+enum { METRIC_COUNTER = 0 };
+enum { RESPONSE_COMPLETE_FINAL = 1, REQUEST_RELEASE_ALL = 1 };
+enum { TXN_ONE_TO_ONE = 1 };
+
+TRITONSERVER_Error* TRITONSERVER_ErrorNew(int code, const char* msg);
+void TRITONSERVER_ErrorDelete(TRITONSERVER_Error* e);
+const char* TRITONSERVER_ErrorMessage(TRITONSERVER_Error* e);
+TRITONSERVER_Error* TRITONSERVER_MessageNewFromSerializedJson(TRITONSERVER_Message** m, const char* base, size_t size);
+TRITONSERVER_Error* TRITONSERVER_MessageSerializeToJson(TRITONSERVER_Message* m, const char** base, size_t* size);
+TRITONSERVER_Error* TRITONSERVER_MessageDelete(TRITONSERVER_Message* m);
+TRITONSERVER_Parameter* TRITONSERVER_ParameterNew(const char* name, int type, const void* value);
+void TRITONSERVER_ParameterDelete(TRITONSERVER_Parameter* p);
+TRITONSERVER_Error* TRITONSERVER_MetricFamilyNew(TRITONSERVER_MetricFamily** f, int kind, const char* name, const char* desc);
+TRITONSERVER_Error* TRITONSERVER_MetricFamilyDelete(TRITONSERVER_MetricFamily* f);
+TRITONSERVER_Error* TRITONSERVER_MetricNew(TRITONSERVER_Metric** m, TRITONSERVER_MetricFamily* f,
+                                           const TRITONSERVER_Parameter** labels, uint64_t count);
+TRITONSERVER_Error* TRITONSERVER_MetricDelete(TRITONSERVER_Metric* m);
+TRITONSERVER_Error* TRITONSERVER_MetricIncrement(TRITONSERVER_Metric* m, double v);
+TRITONSERVER_Error* TRITONSERVER_MetricValue(TRITONSERVER_Metric* m, double* v);
+TRITONSERVER_Error* TRITONSERVER_BufferAttributesByteSize(TRITONSERVER_BufferAttributes* a, size_t* size);
+TRITONSERVER_Error* TRITONSERVER_BufferAttributesMemoryType(TRITONSERVER_BufferAttributes* a, int* type);
+TRITONSERVER_Error* TRITONSERVER_ServerModelIsReady(TRITONSERVER_Server* s, const char* name, int64_t version, bool* ready);
+TRITONSERVER_Error* TRITONSERVER_ServerModelTransactionProperties(TRITONSERVER_Server* s, const char* name,
+                                                                  int64_t version, uint32_t* flags, void** voidp);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestNew(TRITONSERVER_InferenceRequest** r, TRITONSERVER_Server* s,
+                                                     const char* model, int64_t version);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestDelete(TRITONSERVER_InferenceRequest* r);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetId(TRITONSERVER_InferenceRequest* r, const char* id);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestAddInput(TRITONSERVER_InferenceRequest* r, const char* name, int dt,
+                                                          const int64_t* shape, uint64_t dims);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestAppendInputData(TRITONSERVER_InferenceRequest* r, const char* name,
+                                                                 const void* base, size_t size, int type, int64_t id);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestAddRequestedOutput(TRITONSERVER_InferenceRequest* r, const char* name);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetReleaseCallback(
+    TRITONSERVER_InferenceRequest* r, void (*fn)(TRITONSERVER_InferenceRequest*, uint32_t, void*), void* userp);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetResponseCallback(
+    TRITONSERVER_InferenceRequest* r, TRITONSERVER_ResponseAllocator* a, void* alloc_userp,
+    void (*fn)(TRITONSERVER_InferenceResponse*, uint32_t, void*), void* userp);
+TRITONSERVER_Error* TRITONSERVER_ResponseAllocatorNew(
+    TRITONSERVER_ResponseAllocator** a,
+    TRITONSERVER_Error* (*alloc)(TRITONSERVER_ResponseAllocator*, const char*, size_t, int, int64_t, void*, void**,
+                                 void**, int*, int64_t*),
+    TRITONSERVER_Error* (*release)(TRITONSERVER_ResponseAllocator*, void*, void*, size_t, int, int64_t),
+    TRITONSERVER_Error* (*start)(TRITONSERVER_ResponseAllocator*, void*));
+TRITONSERVER_Error* TRITONSERVER_ResponseAllocatorDelete(TRITONSERVER_ResponseAllocator* a);
+TRITONSERVER_Error* TRITONSERVER_ServerInferAsync(TRITONSERVER_Server* s, TRITONSERVER_InferenceRequest* r,
+                                                  TRITONSERVER_InferenceTrace* t);
+TRITONSERVER_Error* TRITONSERVER_InferenceResponseError(TRITONSERVER_InferenceResponse* r);
+TRITONSERVER_Error* TRITONSERVER_InferenceResponseDelete(TRITONSERVER_InferenceResponse* r);
+TRITONSERVER_Error* TRITONSERVER_InferenceResponseOutputCount(TRITONSERVER_InferenceResponse* r, uint32_t* n);
+TRITONSERVER_Error* TRITONSERVER_InferenceResponseOutput(TRITONSERVER_InferenceResponse* r, uint32_t i,
+                                                         const char** name, int* dt, const int64_t** shape,
+                                                         uint64_t* dims, const void** base, size_t* size, int* type,
+                                                         int64_t* id, void** userp);
+
+TRITONSERVER_Error* TRITONBACKEND_BackendMemoryManager(TRITONBACKEND_Backend* b, TRITONBACKEND_MemoryManager** m);
+TRITONSERVER_Error* TRITONBACKEND_MemoryManagerAllocate(TRITONBACKEND_MemoryManager* m, void** buffer, int type,
+                                                        int64_t id, uint64_t size);
+TRITONSERVER_Error* TRITONBACKEND_MemoryManagerFree(TRITONBACKEND_MemoryManager* m, void* buffer, int type, int64_t id);
+TRITONSERVER_Error* TRITONBACKEND_ModelName(TRITONBACKEND_Model* m, const char** name);
+TRITONSERVER_Error* TRITONBACKEND_ModelVersion(TRITONBACKEND_Model* m, uint64_t* version);
+TRITONSERVER_Error* TRITONBACKEND_ModelBackend(TRITONBACKEND_Model* m, TRITONBACKEND_Backend** b);
+TRITONSERVER_Error* TRITONBACKEND_ModelServer(TRITONBACKEND_Model* m, TRITONSERVER_Server** s);
+TRITONSERVER_Error* TRITONBACKEND_ModelConfig(TRITONBACKEND_Model* m, uint32_t version, TRITONSERVER_Message** c);
+TRITONSERVER_Error* TRITONBACKEND_ModelAutoCompleteConfig(TRITONBACKEND_Model* m, bool* on);
+TRITONSERVER_Error* TRITONBACKEND_ModelSetConfig(TRITONBACKEND_Model* m, uint32_t version, TRITONSERVER_Message* c);
+TRITONSERVER_Error* TRITONBACKEND_ModelSetState(TRITONBACKEND_Model* m, void* state);
+TRITONSERVER_Error* TRITONBACKEND_ModelState(TRITONBACKEND_Model* m, void** state);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceModel(TRITONBACKEND_ModelInstance* i, TRITONBACKEND_Model** m);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceHostPolicy(TRITONBACKEND_ModelInstance* i, TRITONSERVER_Message** p);
+TRITONSERVER_Error* TRITONBACKEND_RequestInput(TRITONBACKEND_Request* r, const char* name, TRITONBACKEND_Input** in);
+TRITONSERVER_Error* TRITONBACKEND_RequestParameterCount(TRITONBACKEND_Request* r, uint32_t* n);
+TRITONSERVER_Error* TRITONBACKEND_RequestParameter(TRITONBACKEND_Request* r, uint32_t i, const char** key, int* type,
+                                                   const void** value);
+TRITONSERVER_Error* TRITONBACKEND_RequestRelease(TRITONBACKEND_Request* r, uint32_t flags);
+TRITONSERVER_Error* TRITONBACKEND_InputProperties(TRITONBACKEND_Input* in, const char** name, int* dt,
+                                                  const int64_t** shape, uint32_t* dims, uint64_t* size,
+                                                  uint32_t* buffers);
+TRITONSERVER_Error* TRITONBACKEND_InputBufferAttributes(TRITONBACKEND_Input* in, uint32_t index, const void** buffer,
+                                                        TRITONSERVER_BufferAttributes** attrs);
+TRITONSERVER_Error* TRITONBACKEND_ResponseNew(TRITONBACKEND_Response** r, TRITONBACKEND_Request* req);
+TRITONSERVER_Error* TRITONBACKEND_ResponseOutput(TRITONBACKEND_Response* r, TRITONBACKEND_Output** o, const char* name,
+                                                 int dt, const int64_t* shape, uint32_t dims);
+TRITONSERVER_Error* TRITONBACKEND_InferenceResponseOutputByName(TRITONBACKEND_Response* r, const char* name, int* dt,
+                                                                const int64_t** shape, uint64_t* dims);
+TRITONSERVER_Error* TRITONBACKEND_OutputBuffer(TRITONBACKEND_Output* o, void** buffer, uint64_t size, int* type,
+                                               int64_t* id);
+TRITONSERVER_Error* TRITONBACKEND_OutputBufferAttributes(TRITONBACKEND_Output* o, TRITONSERVER_BufferAttributes** a);
+TRITONSERVER_Error* TRITONBACKEND_ResponseSend(TRITONBACKEND_Response* r, uint32_t flags, TRITONSERVER_Error* e);
+TRITONSERVER_Error* TRITONBACKEND_StateNew(TRITONBACKEND_State** s, TRITONBACKEND_Request* r, const char* name, int dt,
+                                           const int64_t* shape, uint32_t dims);
+TRITONSERVER_Error* TRITONBACKEND_StateBuffer(TRITONBACKEND_State* s, void** buffer, uint64_t size, int* type,
+                                              int64_t* id);
+TRITONSERVER_Error* TRITONBACKEND_StateBufferAttributes(TRITONBACKEND_State* s, TRITONSERVER_BufferAttributes** a);
+TRITONSERVER_Error* TRITONBACKEND_StateUpdate(TRITONBACKEND_State* s);
+
+#define EXPORT __attribute__((visibility("default")))
+#define CHECK(call)                      \
+  do {                                   \
+    TRITONSERVER_Error* err__ = (call);  \
+    if (err__ != NULL) return err__;     \
+  } while (0)
+
+static TRITONSERVER_Error* fail(const char* why) { return TRITONSERVER_ErrorNew(ERROR_INTERNAL, why); }
+
+struct model {
+  TRITONSERVER_Server* server;
+  TRITONBACKEND_MemoryManager* memory;
+  TRITONSERVER_MetricFamily* family;
+  TRITONSERVER_Metric* requests;
+};
+
+EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
+  const char* name = NULL;
+  uint64_t version = 0;
+  CHECK(TRITONBACKEND_ModelName(model, &name));
+  CHECK(TRITONBACKEND_ModelVersion(model, &version));
+  bool auto_complete = false;
+  CHECK(TRITONBACKEND_ModelAutoCompleteConfig(model, &auto_complete));
+  TRITONSERVER_Message* config = NULL;
+  CHECK(TRITONBACKEND_ModelConfig(model, 1, &config));
+  const char* json = NULL;
+  size_t size = 0;
+  CHECK(TRITONSERVER_MessageSerializeToJson(config, &json, &size));
+  bool has_inputs = strstr(json, "\"input\":[{") != NULL || strstr(json, "\"input\": [{") != NULL;
+  CHECK(TRITONSERVER_MessageDelete(config));
+  if (auto_complete && !has_inputs) {
+    /* What this backend knows of its models: FP32 [4] in and out, batching up to 8. */
+    char completed[1024];
+    snprintf(completed, sizeof completed,
+             "{\"name\":\"%s\",\"backend\":\"features\",\"max_batch_size\":8,"
+             "\"input\":[{\"name\":\"INPUT0\",\"data_type\":\"TYPE_FP32\",\"dims\":[4]}],"
+             "\"output\":[{\"name\":\"OUTPUT0\",\"data_type\":\"TYPE_FP32\",\"dims\":[4]}],"
+             "\"dynamic_batching\":{}}",
+             name);
+    TRITONSERVER_Message* message = NULL;
+    CHECK(TRITONSERVER_MessageNewFromSerializedJson(&message, completed, strlen(completed)));
+    TRITONSERVER_Error* err = TRITONBACKEND_ModelSetConfig(model, 1, message);
+    TRITONSERVER_MessageDelete(message);
+    if (err != NULL) return err;
+  }
+  struct model* m = calloc(1, sizeof *m);
+  if (m == NULL) return fail("out of memory");
+  CHECK(TRITONBACKEND_ModelServer(model, &m->server));
+  TRITONBACKEND_Backend* backend = NULL;
+  CHECK(TRITONBACKEND_ModelBackend(model, &backend));
+  CHECK(TRITONBACKEND_BackendMemoryManager(backend, &m->memory));
+  CHECK(TRITONSERVER_MetricFamilyNew(&m->family, METRIC_COUNTER, "features_requests_total",
+                                     "Requests the features test backend answered"));
+  char v[32];
+  snprintf(v, sizeof v, "%llu", (unsigned long long)version);
+  const TRITONSERVER_Parameter* labels[2] = {TRITONSERVER_ParameterNew("model", PARAM_STRING, name),
+                                             TRITONSERVER_ParameterNew("version", PARAM_STRING, v)};
+  TRITONSERVER_Error* err = TRITONSERVER_MetricNew(&m->requests, m->family, labels, 2);
+  TRITONSERVER_ParameterDelete((TRITONSERVER_Parameter*)labels[0]);
+  TRITONSERVER_ParameterDelete((TRITONSERVER_Parameter*)labels[1]);
+  if (err != NULL) return err;
+  return TRITONBACKEND_ModelSetState(model, m);
+}
+
+EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
+  struct model* m = NULL;
+  CHECK(TRITONBACKEND_ModelState(model, (void**)&m));
+  if (m != NULL) {
+    TRITONSERVER_MetricDelete(m->requests);
+    TRITONSERVER_MetricFamilyDelete(m->family);
+    free(m);
+  }
+  return NULL;
+}
+
+EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* instance) {
+  TRITONSERVER_Message* policy = NULL;
+  CHECK(TRITONBACKEND_ModelInstanceHostPolicy(instance, &policy));
+  const char* json = NULL;
+  size_t size = 0;
+  CHECK(TRITONSERVER_MessageSerializeToJson(policy, &json, &size));
+  bool named = strstr(json, "\"cpu\"") != NULL;
+  CHECK(TRITONSERVER_MessageDelete(policy));
+  return named ? NULL : fail("the host policy does not name the instance's policy");
+}
+
+/* ---- BLS: one in-process request, waited for ---- */
+
+struct call {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  TRITONSERVER_InferenceResponse* response;
+  bool responded, released;
+};
+
+static TRITONSERVER_Error* bls_alloc(TRITONSERVER_ResponseAllocator* a, const char* name, size_t size, int type,
+                                     int64_t id, void* userp, void** buffer, void** buffer_userp, int* actual_type,
+                                     int64_t* actual_id) {
+  (void)a; (void)name; (void)type; (void)id; (void)userp;
+  *buffer = size > 0 ? malloc(size) : NULL;
+  *buffer_userp = (void*)0x5a5a;
+  *actual_type = MEMORY_CPU;
+  *actual_id = 0;
+  return (size > 0 && *buffer == NULL) ? fail("out of memory") : NULL;
+}
+
+static TRITONSERVER_Error* bls_release(TRITONSERVER_ResponseAllocator* a, void* buffer, void* buffer_userp, size_t size,
+                                       int type, int64_t id) {
+  (void)a; (void)size; (void)type; (void)id;
+  if (buffer_userp != (void*)0x5a5a) return fail("the release function got another buffer_userp");
+  free(buffer);
+  return NULL;
+}
+
+static void bls_response(TRITONSERVER_InferenceResponse* response, uint32_t flags, void* userp) {
+  struct call* c = userp;
+  pthread_mutex_lock(&c->lock);
+  if (response != NULL && c->response == NULL) {
+    c->response = response;
+  } else if (response != NULL) {
+    TRITONSERVER_InferenceResponseDelete(response);
+  }
+  if (flags & RESPONSE_COMPLETE_FINAL) c->responded = true;
+  pthread_cond_broadcast(&c->changed);
+  pthread_mutex_unlock(&c->lock);
+}
+
+static void bls_released(TRITONSERVER_InferenceRequest* request, uint32_t flags, void* userp) {
+  struct call* c = userp;
+  (void)request; (void)flags;
+  pthread_mutex_lock(&c->lock);
+  c->released = true;
+  pthread_cond_broadcast(&c->changed);
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Sends `in` (FP32 [batch, 4] or [4]) to `target`'s INPUT0 and copies its OUTPUT0 into `out`. */
+static TRITONSERVER_Error* bls(struct model* m, const char* target, const float* in, const int64_t* shape,
+                               uint32_t dims, uint64_t size, float* out) {
+  bool ready = false;
+  CHECK(TRITONSERVER_ServerModelIsReady(m->server, target, -1, &ready));
+  if (!ready) return TRITONSERVER_ErrorNew(ERROR_INVALID_ARG, "the BLS target model is not ready");
+  uint32_t txn = 0;
+  void* voidp = NULL;
+  CHECK(TRITONSERVER_ServerModelTransactionProperties(m->server, target, -1, &txn, &voidp));
+  if (txn != TXN_ONE_TO_ONE) return TRITONSERVER_ErrorNew(ERROR_INVALID_ARG, "the BLS target is decoupled");
+  TRITONSERVER_ResponseAllocator* allocator = NULL;
+  CHECK(TRITONSERVER_ResponseAllocatorNew(&allocator, bls_alloc, bls_release, NULL));
+  TRITONSERVER_InferenceRequest* request = NULL;
+  CHECK(TRITONSERVER_InferenceRequestNew(&request, m->server, target, -1));
+  struct call c = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false};
+  TRITONSERVER_Error* err = TRITONSERVER_InferenceRequestSetId(request, "features-bls");
+  if (err == NULL) err = TRITONSERVER_InferenceRequestAddInput(request, "INPUT0", TYPE_FP32, shape, dims);
+  if (err == NULL) err = TRITONSERVER_InferenceRequestAppendInputData(request, "INPUT0", in, size, MEMORY_CPU, 0);
+  if (err == NULL) err = TRITONSERVER_InferenceRequestAddRequestedOutput(request, "OUTPUT0");
+  if (err == NULL) err = TRITONSERVER_InferenceRequestSetReleaseCallback(request, bls_released, &c);
+  if (err == NULL) err = TRITONSERVER_InferenceRequestSetResponseCallback(request, allocator, NULL, bls_response, &c);
+  if (err == NULL) err = TRITONSERVER_ServerInferAsync(m->server, request, NULL);
+  if (err == NULL) {
+    pthread_mutex_lock(&c.lock);
+    while (!c.responded || !c.released) pthread_cond_wait(&c.changed, &c.lock);
+    pthread_mutex_unlock(&c.lock);
+    if (c.response == NULL) {
+      err = fail("the BLS request ended without a response");
+    } else {
+      err = TRITONSERVER_InferenceResponseError(c.response);
+      uint32_t n = 0;
+      if (err == NULL) err = TRITONSERVER_InferenceResponseOutputCount(c.response, &n);
+      for (uint32_t i = 0; err == NULL && i < n; i++) {
+        const char* name;
+        int dt, type;
+        const int64_t* oshape;
+        uint64_t odims;
+        const void* base;
+        size_t bytes;
+        int64_t id;
+        void* userp;
+        err = TRITONSERVER_InferenceResponseOutput(c.response, i, &name, &dt, &oshape, &odims, &base, &bytes, &type,
+                                                   &id, &userp);
+        if (err == NULL && strcmp(name, "OUTPUT0") == 0) {
+          if (bytes != size || dt != TYPE_FP32 || userp != (void*)0x5a5a) {
+            err = fail("the BLS response's OUTPUT0 is not what was asked for");
+          } else {
+            memcpy(out, base, bytes);
+          }
+        }
+      }
+      TRITONSERVER_InferenceResponseDelete(c.response);
+    }
+  }
+  TRITONSERVER_InferenceRequestDelete(request);
+  TRITONSERVER_ResponseAllocatorDelete(allocator);
+  return err;
+}
+
+/* ---- execution ---- */
+
+static const char* string_parameter(TRITONBACKEND_Request* request, const char* key) {
+  uint32_t n = 0;
+  if (TRITONBACKEND_RequestParameterCount(request, &n) != NULL) return NULL;
+  for (uint32_t i = 0; i < n; i++) {
+    const char* k;
+    int type;
+    const void* value;
+    if (TRITONBACKEND_RequestParameter(request, i, &k, &type, &value) == NULL && type == PARAM_STRING &&
+        strcmp(k, key) == 0)
+      return value;
+  }
+  return NULL;
+}
+
+/* OUTPUT = STATE_OUT = STATE_IN + INPUT (INT32 [1]). */
+static TRITONSERVER_Error* accumulate(TRITONBACKEND_Request* request, TRITONBACKEND_Response* response) {
+  int32_t values[2];
+  const char* names[2] = {"INPUT", "STATE_IN"};
+  for (int k = 0; k < 2; k++) {
+    TRITONBACKEND_Input* input = NULL;
+    CHECK(TRITONBACKEND_RequestInput(request, names[k], &input));
+    const void* buffer = NULL;
+    TRITONSERVER_BufferAttributes* attrs = NULL;
+    CHECK(TRITONBACKEND_InputBufferAttributes(input, 0, &buffer, &attrs));
+    size_t size = 0;
+    CHECK(TRITONSERVER_BufferAttributesByteSize(attrs, &size));
+    if (size != 4) return fail("the accumulator takes INT32 [1]");
+    memcpy(&values[k], buffer, 4);
+  }
+  int32_t sum = values[0] + values[1];
+  const int64_t shape[1] = {1};
+  TRITONBACKEND_Output* output = NULL;
+  CHECK(TRITONBACKEND_ResponseOutput(response, &output, "OUTPUT", TYPE_INT32, shape, 1));
+  void* dst = NULL;
+  int type;
+  int64_t id;
+  CHECK(TRITONBACKEND_OutputBuffer(output, &dst, 4, &type, &id));
+  memcpy(dst, &sum, 4);
+  TRITONBACKEND_State* state = NULL;
+  CHECK(TRITONBACKEND_StateNew(&state, request, "STATE_OUT", TYPE_INT32, shape, 1));
+  CHECK(TRITONBACKEND_StateBuffer(state, &dst, 4, &type, &id));
+  TRITONSERVER_BufferAttributes* attrs = NULL;
+  CHECK(TRITONBACKEND_StateBufferAttributes(state, &attrs));
+  size_t size = 0;
+  CHECK(TRITONSERVER_BufferAttributesByteSize(attrs, &size));
+  if (size != 4) return fail("the state buffer's attributes are wrong");
+  memcpy(dst, &sum, 4);
+  return TRITONBACKEND_StateUpdate(state);
+}
+
+/* OUTPUT0 = INPUT0 through a memory-manager scratch buffer, or the BLS target's OUTPUT0 doubled. */
+static TRITONSERVER_Error* identity(struct model* m, TRITONBACKEND_Request* request, TRITONBACKEND_Response* response) {
+  TRITONBACKEND_Input* input = NULL;
+  CHECK(TRITONBACKEND_RequestInput(request, "INPUT0", &input));
+  int dt;
+  const int64_t* shape = NULL;
+  uint32_t dims = 0, buffers = 0;
+  uint64_t size = 0;
+  CHECK(TRITONBACKEND_InputProperties(input, NULL, &dt, &shape, &dims, &size, &buffers));
+  const void* src = NULL;
+  TRITONSERVER_BufferAttributes* attrs = NULL;
+  CHECK(TRITONBACKEND_InputBufferAttributes(input, 0, &src, &attrs));
+  size_t attr_size = 0;
+  int attr_type = -1;
+  CHECK(TRITONSERVER_BufferAttributesByteSize(attrs, &attr_size));
+  CHECK(TRITONSERVER_BufferAttributesMemoryType(attrs, &attr_type));
+  if (buffers != 1 || attr_size != size || attr_type != MEMORY_CPU) return fail("input buffer attributes disagree");
+  void* scratch = NULL;
+  CHECK(TRITONBACKEND_MemoryManagerAllocate(m->memory, &scratch, MEMORY_CPU, 0, size));
+  TRITONSERVER_Error* err = NULL;
+  const char* target = string_parameter(request, "bls");
+  if (target != NULL) {
+    err = bls(m, target, src, shape, dims, size, scratch);
+    for (uint64_t i = 0; err == NULL && i < size / 4; i++) ((float*)scratch)[i] *= 2;
+  } else {
+    memcpy(scratch, src, size);
+  }
+  TRITONBACKEND_Output* output = NULL;
+  if (err == NULL) err = TRITONBACKEND_ResponseOutput(response, &output, "OUTPUT0", TYPE_FP32, shape, dims);
+  uint64_t odims = 0;
+  const int64_t* oshape = NULL;
+  int odt = 0;
+  if (err == NULL) err = TRITONBACKEND_InferenceResponseOutputByName(response, "OUTPUT0", &odt, &oshape, &odims);
+  if (err == NULL && (odims != dims || odt != TYPE_FP32)) err = fail("the response does not show its output");
+  void* dst = NULL;
+  int type;
+  int64_t id;
+  if (err == NULL) err = TRITONBACKEND_OutputBuffer(output, &dst, size, &type, &id);
+  if (err == NULL) {
+    TRITONSERVER_BufferAttributes* out_attrs = NULL;
+    err = TRITONBACKEND_OutputBufferAttributes(output, &out_attrs);
+    size_t out_size = 0;
+    if (err == NULL) err = TRITONSERVER_BufferAttributesByteSize(out_attrs, &out_size);
+    if (err == NULL && out_size != size) err = fail("output buffer attributes disagree");
+  }
+  if (err == NULL) memcpy(dst, scratch, size);
+  TRITONSERVER_Error* freed = TRITONBACKEND_MemoryManagerFree(m->memory, scratch, MEMORY_CPU, 0);
+  if (err == NULL) err = freed;
+  else if (freed != NULL) TRITONSERVER_ErrorDelete(freed);
+  return err;
+}
+
+EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* instance,
+                                                              TRITONBACKEND_Request** requests, const uint32_t count) {
+  TRITONBACKEND_Model* model = NULL;
+  CHECK(TRITONBACKEND_ModelInstanceModel(instance, &model));
+  struct model* m = NULL;
+  CHECK(TRITONBACKEND_ModelState(model, (void**)&m));
+  for (uint32_t r = 0; r < count; r++) {
+    TRITONBACKEND_Response* response = NULL;
+    CHECK(TRITONBACKEND_ResponseNew(&response, requests[r]));
+    TRITONBACKEND_Input* probe = NULL;
+    TRITONSERVER_Error* failed = NULL;
+    TRITONSERVER_Error* absent = TRITONBACKEND_RequestInput(requests[r], "STATE_IN", &probe);
+    if (absent == NULL) {
+      failed = accumulate(requests[r], response);
+    } else {
+      TRITONSERVER_ErrorDelete(absent);
+      failed = identity(m, requests[r], response);
+    }
+    if (failed == NULL) failed = TRITONSERVER_MetricIncrement(m->requests, 1);
+    TRITONSERVER_Error* err = TRITONBACKEND_ResponseSend(response, RESPONSE_COMPLETE_FINAL, failed);
+    if (failed != NULL) TRITONSERVER_ErrorDelete(failed);
+    if (err != NULL) TRITONSERVER_ErrorDelete(err);
+    err = TRITONBACKEND_RequestRelease(requests[r], REQUEST_RELEASE_ALL);
+    if (err != NULL) TRITONSERVER_ErrorDelete(err);
+  }
+  double total = 0;
+  return TRITONSERVER_MetricValue(m->requests, &total);
+}

@@ -1,0 +1,165 @@
+"""The rest of the C API a backend may use, through tests/capi/test_features.c ("features"): the
+memory manager, buffer attributes, a custom metric, implicit state under the sequence batcher,
+auto-complete through TRITONBACKEND_ModelSetConfig, BLS through the in-process API, a C backend in
+an ensemble, and perf_analyzer against it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from helpers import REPO_ROOT
+from test_shared_memory import perf_analyzer_cmd
+
+SOURCE = REPO_ROOT / "tests" / "capi" / "test_features.c"
+
+IDENTITY = """
+name: "{name}"
+backend: "features"
+max_batch_size: 8
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+dynamic_batching {{ }}
+"""
+
+ACCUMULATOR = """
+name: "acc"
+backend: "features"
+max_batch_size: 0
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ]
+            initial_state { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" } } ]
+}
+# Two sequences at once need two slots (a sequence waits in the backlog for a free one).
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+
+ENSEMBLE = """
+name: "ens"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [
+  { model_name: "feat" model_version: -1 input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "MID" } },
+  { model_name: "feat_auto" model_version: -1 input_map { key: "INPUT0" value: "MID" } output_map { key: "OUTPUT0" value: "OUT" } }
+] }
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from helpers import TritonServer
+
+    root = tmp_path_factory.mktemp("features")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler (Debian package gcc); scripts/test.sh installs one")
+    lib = root / "backends" / "features" / "libtriton_features.so"
+    lib.parent.mkdir(parents=True)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o", str(lib), str(SOURCE)],
+                   check=True, capture_output=True, text=True, timeout=120)
+    repo = root / "repo"
+    for name, text in (("feat", IDENTITY.format(name="feat")), ("acc", ACCUMULATOR), ("ens", ENSEMBLE),
+                       ("feat_auto", 'backend: "features"\n')):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(text)
+    s = TritonServer(["--model-repository", repo, "--backend-directory", root / "backends", "--allow-metrics=true",
+                      "--metrics-port", "0"], name="features").start(timeout=60)
+    yield s
+    s.stop()
+
+
+def x(batch=1, start=0.0):
+    return (np.arange(batch * 4, dtype=np.float32).reshape(batch, 4) + start)
+
+
+def infer(s, model, data, proto="http", parameters=None):
+    mod = httpclient if proto == "http" else grpcclient
+    i = mod.InferInput("INPUT0" if model != "ens" else "IN", list(data.shape), "FP32")
+    i.set_data_from_numpy(data)
+    c = s.client() if proto == "http" else s.grpc_client()
+    r = c.infer(model, [i], parameters=parameters)
+    return r.as_numpy("OUTPUT0" if model != "ens" else "OUT")
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_identity_through_the_memory_manager_and_buffer_attributes(server, proto):
+    assert infer(server, "feat", x(3, 1.5), proto).tolist() == x(3, 1.5).tolist()
+
+
+def test_auto_complete_through_model_set_config(server):
+    cfg = server.client().get_model_config("feat_auto")
+    assert cfg["max_batch_size"] == 8
+    assert [i["name"] for i in cfg["input"]] == ["INPUT0"] and [o["name"] for o in cfg["output"]] == ["OUTPUT0"]
+    assert "dynamic_batching" in cfg
+    assert infer(server, "feat_auto", x(2)).tolist() == x(2).tolist()
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_bls_from_a_c_backend_goes_through_the_server(server, proto):
+    c = server.client()
+    before = c.get_inference_statistics("feat_auto")["model_stats"][0]["inference_count"]
+    assert infer(server, "feat", x(2, 1.0), proto, parameters={"bls": "feat_auto"}).tolist() == (2 * x(2, 1.0)).tolist()
+    assert c.get_inference_statistics("feat_auto")["model_stats"][0]["inference_count"] == before + 2
+
+
+def test_bls_to_a_missing_model_is_an_error_response(server):
+    with pytest.raises(InferenceServerException) as e:
+        infer(server, "feat", x(1), parameters={"bls": "nowhere"})
+    assert "not ready" in e.value.message(), e.value.message()
+    assert infer(server, "feat", x(1)).tolist() == x(1).tolist()
+
+
+def test_implicit_state_accumulates_per_sequence(server):
+    c = server.grpc_client()
+
+    def step(seq, value, start=False, end=False):
+        i = grpcclient.InferInput("INPUT", [1], "INT32")
+        i.set_data_from_numpy(np.array([value], np.int32))
+        r = c.infer("acc", [i], sequence_id=seq, sequence_start=start, sequence_end=end)
+        return int(r.as_numpy("OUTPUT")[0])
+
+    assert step(7, 1, start=True) == 1
+    assert step(8, 10, start=True) == 10
+    assert step(7, 2) == 3
+    assert step(8, 5, end=True) == 15
+    assert step(7, 3, end=True) == 6
+    assert step(7, 4, start=True, end=True) == 4, "a new sequence starts from the initial state"
+
+
+def test_a_c_backend_in_an_ensemble(server):
+    assert infer(server, "ens", x(2, 3.0)).tolist() == x(2, 3.0).tolist()
+
+
+def test_custom_metric_counts_requests(server):
+    port = int(server.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
+    infer(server, "feat", x(1))
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert "# TYPE features_requests_total counter" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith('features_requests_total{model="feat",version="1"}'))
+    assert float(line.split()[-1]) >= 1
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_against_a_c_backend(server, protocol, tmp_path: Path):
+    pa = perf_analyzer_cmd(tmp_path)
+    if pa is None:
+        pytest.skip("perf_analyzer is not installed (../shared/anchors/install.sh)")
+    port = server.port if protocol == "http" else server.grpc_port
+    p = subprocess.run([*pa, "-m", "feat", "-u", f"127.0.0.1:{port}", "-i", protocol, "-b", "2",
+                        "--concurrency-range", "4", "--measurement-interval", "500", "--stability-percentage", "90",
+                        "--max-trials", "4"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Throughput:" in p.stdout, p.stdout
