@@ -78,7 +78,10 @@ static LIBRARIES: Mutex<Option<HashMap<PathBuf, Weak<Library>>>> = Mutex::new(No
 static MODELS: Mutex<Vec<(ModelKey, Weak<Model>)>> = Mutex::new(Vec::new());
 /// Models initialized to complete their configuration (name, version, folder), kept until their
 /// instances are created, so that the backend initializes each model once, as in Triton.
-static COMPLETED: Mutex<Vec<((String, i64, PathBuf), Arc<Model>)>> = Mutex::new(Vec::new());
+static COMPLETED: Mutex<Vec<(VersionKey, Arc<Model>)>> = Mutex::new(Vec::new());
+
+/// A model version without its configuration: name, version, folder.
+type VersionKey = (String, i64, PathBuf);
 
 impl CApiBackend {
     pub fn new(config: &BackendConfig, api: Option<Arc<dyn crate::model_api::ServerApi>>) -> CApiBackend {
@@ -468,7 +471,7 @@ impl Drop for CInstance {
         let mut left = 0;
         for c in self.outstanding.drain(..) {
             let mut p = c.progress.lock();
-            while !(p.done && p.released) && !p.abandoned {
+            while !(p.abandoned || p.done && p.released) {
                 if c.changed.wait_until(&mut p, deadline).timed_out() {
                     break;
                 }
