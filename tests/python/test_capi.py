@@ -87,6 +87,11 @@ def test_a_c_backend_serves_over_http_and_grpc_with_its_lifecycle_in_order(start
     # Only the outputs asked for are made.
     r = c.infer("identity_c", inputs(httpclient, 1, 2.0), outputs=[httpclient.InferRequestedOutput("OUTPUT1")])
     assert r.as_numpy("OUTPUT0") is None and r.as_numpy("OUTPUT1") is not None
+    # The compute split comes from what the backend reported (1 ns per phase per request), not from
+    # the server's clock.
+    stats = c.get_inference_statistics("identity_c")["model_stats"][0]["inference_stats"]
+    for phase in ("compute_input", "compute_infer", "compute_output"):
+        assert stats[phase]["count"] >= 3 and stats[phase]["ns"] == stats[phase]["count"], stats
     # The backend saw its configuration as Triton passes it, with the backend directory in it.
     s.wait_for_log(r'test_backend: backend config \{"cmdline":\{.*"greeting":"hello"')
     assert '"backend-directory"' in s.log

@@ -58,6 +58,13 @@ ensemble_scheduling { step [
 """
 
 
+CACHED_AND_WARMED = """
+response_cache { enable: true }
+model_warmup [ { name: "zeros" batch_size: 1 count: 2
+                 inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from helpers import TritonServer
@@ -71,11 +78,13 @@ def server(tmp_path_factory):
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o", str(lib), str(SOURCE)],
                    check=True, capture_output=True, text=True, timeout=120)
     repo = root / "repo"
+    cached = IDENTITY.format(name="feat_cached") + CACHED_AND_WARMED
     for name, text in (("feat", IDENTITY.format(name="feat")), ("acc", ACCUMULATOR), ("ens", ENSEMBLE),
-                       ("feat_auto", 'backend: "features"\n')):
+                       ("feat_auto", 'backend: "features"\n'), ("feat_cached", cached)):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(text)
     s = TritonServer(["--model-repository", repo, "--backend-directory", root / "backends", "--allow-metrics=true",
+                      "--cache-config", "local,size=1048576",
                       "--metrics-port", "0"], name="features").start(timeout=60)
     yield s
     s.stop()
@@ -150,6 +159,24 @@ def test_custom_metric_counts_requests(server):
     assert "# TYPE features_requests_total counter" in text
     line = next(ln for ln in text.splitlines() if ln.startswith('features_requests_total{model="feat",version="1"}'))
     assert float(line.split()[-1]) >= 1
+
+
+def test_warmup_and_the_response_cache_work_for_c_backends(server):
+    port = int(server.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
+
+    def executed():
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        line = next((ln for ln in text.splitlines()
+                     if ln.startswith('features_requests_total{model="feat_cached",version="1"}')), None)
+        return 0 if line is None else float(line.split()[-1])
+
+    assert executed() == 2, "the two warmup runs reached the backend before the model was ready"
+    data = x(1, 9.0)
+    assert infer(server, "feat_cached", data).tolist() == data.tolist()
+    assert infer(server, "feat_cached", data).tolist() == data.tolist()
+    assert executed() == 3, "the second, identical request came from the response cache"
+    stats = server.client().get_inference_statistics("feat_cached")["model_stats"][0]["inference_stats"]
+    assert stats["cache_hit"]["count"] == 1 and stats["cache_miss"]["count"] == 1, stats
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

@@ -195,6 +195,8 @@ pub struct Progress {
     pub released: bool,
     /// The server gave up waiting; later responses are dropped.
     pub abandoned: bool,
+    /// The compute split the backend reported (`TRITONBACKEND_ModelInstanceReportStatistics`).
+    pub reported: Option<crate::model_api::ExecTimings>,
     /// Implicit state the backend updated (`TRITONBACKEND_StateUpdate`), handed to the sequence
     /// batcher with the request's outputs.
     pub states: Vec<Tensor>,

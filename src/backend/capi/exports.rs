@@ -555,17 +555,28 @@ pub extern "C" fn TRITONBACKEND_ModelInstanceReportStatistics(
     instance: *mut InstanceObj,
     request: *mut RequestObj,
     _success: bool,
-    _exec_start_ns: u64,
-    _compute_start_ns: u64,
-    _compute_end_ns: u64,
-    _exec_end_ns: u64,
+    exec_start_ns: u64,
+    compute_start_ns: u64,
+    compute_end_ns: u64,
+    exec_end_ns: u64,
 ) -> Err {
     guarded("TRITONBACKEND_ModelInstanceReportStatistics", || {
         obj(instance, Kind::Instance, "instance")?;
-        obj(request, Kind::Request, "request")?;
-        // The server times every execution itself (queue, compute and the whole request) for the
-        // statistics extension and the nv_inference_* metrics; the backend's own split is accepted
-        // and not used yet.
+        let r = obj(request, Kind::Request, "request")?;
+        if !(exec_start_ns <= compute_start_ns && compute_start_ns <= compute_end_ns && compute_end_ns <= exec_end_ns) {
+            return Err(invalid(
+                "the reported timestamps are not in order (exec start <= compute start <= compute end <= exec end)",
+            ));
+        }
+        // The request's compute_input / compute_infer / compute_output in the statistics extension and
+        // the nv_inference_compute_* metrics come from the backend's split; queue and request times
+        // are the server's own.
+        r.completion.progress.lock().reported = Some(crate::model_api::ExecTimings {
+            compute_input_ns: compute_start_ns - exec_start_ns,
+            compute_infer_ns: compute_end_ns - compute_start_ns,
+            compute_output_ns: exec_end_ns - compute_end_ns,
+            started: None,
+        });
         Ok(())
     })
 }

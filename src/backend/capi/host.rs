@@ -446,16 +446,22 @@ impl ModelInstance for CInstance {
                 .collect();
         }
         let deadline = Instant::now() + self.timeout;
-        let mut answers = completions.iter().map(|c| self.wait(c, deadline)).collect::<Vec<_>>().into_iter();
+        let mut answers = completions
+            .iter()
+            .map(|c| (self.wait(c, deadline), c.progress.lock().reported))
+            .collect::<Vec<_>>()
+            .into_iter();
         let t2 = Instant::now();
-        let timings = ExecTimings::between(t0, t1, t2, Instant::now());
+        let measured = ExecTimings::between(t0, t1, t2, Instant::now());
         results
             .into_iter()
             .map(|r| match r {
                 Some(failed) => failed,
                 None => match answers.next() {
-                    Some(Ok((outputs, parameters))) => Ok(ExecResult { outputs, timings, parameters }),
-                    Some(Err(e)) => Err(e),
+                    Some((Ok((outputs, parameters)), reported)) => {
+                        Ok(ExecResult { outputs, timings: reported.unwrap_or(measured), parameters })
+                    }
+                    Some((Err(e), _)) => Err(e),
                     None => Err(Error::internal("a request lost its answer")),
                 },
             })
