@@ -10,7 +10,9 @@
  *     TRITONBACKEND_ModelSetConfig;
  *   - BLS: a request with the string parameter "bls" = <model> sends INPUT0 to that model through the
  *     in-process API and answers with its OUTPUT0 (multiplied by 2, to show the round trip);
- *   - host policy, the model's server, model readiness and transaction properties.
+ *   - host policy, the model's server, model readiness and transaction properties;
+ *   - a request with the string parameter "sweep" calls every other exported function, as a backend
+ *     may, and checks what each answers (null and foreign objects included), then answers as identity.
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -94,6 +96,12 @@ TRITONSERVER_Error* TRITONSERVER_ServerInferAsync(TRITONSERVER_Server* s, TRITON
                                                   TRITONSERVER_InferenceTrace* t);
 TRITONSERVER_Error* TRITONSERVER_InferenceResponseError(TRITONSERVER_InferenceResponse* r);
 TRITONSERVER_Error* TRITONSERVER_InferenceResponseDelete(TRITONSERVER_InferenceResponse* r);
+TRITONSERVER_Error* TRITONSERVER_InferenceResponseModel(TRITONSERVER_InferenceResponse* r, const char** name,
+                                                        int64_t* version);
+TRITONSERVER_Error* TRITONSERVER_InferenceResponseId(TRITONSERVER_InferenceResponse* r, const char** id);
+TRITONSERVER_Error* TRITONSERVER_InferenceResponseParameterCount(TRITONSERVER_InferenceResponse* r, uint32_t* n);
+TRITONSERVER_Error* TRITONSERVER_InferenceResponseParameter(TRITONSERVER_InferenceResponse* r, uint32_t i,
+                                                            const char** name, int* type, const void** value);
 TRITONSERVER_Error* TRITONSERVER_InferenceResponseOutputCount(TRITONSERVER_InferenceResponse* r, uint32_t* n);
 TRITONSERVER_Error* TRITONSERVER_InferenceResponseOutput(TRITONSERVER_InferenceResponse* r, uint32_t i,
                                                          const char** name, int* dt, const int64_t** shape,
@@ -307,6 +315,21 @@ static TRITONSERVER_Error* bls(struct model* m, const char* target, const float*
       err = fail("the BLS request ended without a response");
     } else {
       err = TRITONSERVER_InferenceResponseError(c.response);
+      const char* rmodel = NULL;
+      const char* rid = NULL;
+      int64_t rversion = -1;
+      uint32_t nparams = 9;
+      if (err == NULL) err = TRITONSERVER_InferenceResponseModel(c.response, &rmodel, &rversion);
+      if (err == NULL) err = TRITONSERVER_InferenceResponseId(c.response, &rid);
+      if (err == NULL) err = TRITONSERVER_InferenceResponseParameterCount(c.response, &nparams);
+      if (err == NULL && (strcmp(rmodel, target) != 0 || rversion != 1 || strcmp(rid, "features-bls") != 0))
+        err = fail("the BLS response names another model, version or id");
+      for (uint32_t i = 0; err == NULL && i < nparams; i++) {
+        const char* key;
+        int ptype;
+        const void* pvalue;
+        err = TRITONSERVER_InferenceResponseParameter(c.response, i, &key, &ptype, &pvalue);
+      }
       uint32_t n = 0;
       if (err == NULL) err = TRITONSERVER_InferenceResponseOutputCount(c.response, &n);
       for (uint32_t i = 0; err == NULL && i < n; i++) {
@@ -334,6 +357,402 @@ static TRITONSERVER_Error* bls(struct model* m, const char* target, const float*
   TRITONSERVER_InferenceRequestDelete(request);
   TRITONSERVER_ResponseAllocatorDelete(allocator);
   return err;
+}
+
+
+/* ---- the sweep: every other exported function, called as a backend may, checked ---- */
+
+typedef struct TRITONBACKEND_ResponseFactory TRITONBACKEND_ResponseFactory;
+typedef struct TRITONBACKEND_ModelInstanceResponseStatistics TRITONBACKEND_ModelInstanceResponseStatistics;
+typedef struct TRITONBACKEND_BackendAttribute TRITONBACKEND_BackendAttribute;
+enum { ERROR_UNSUPPORTED = 5, ERROR_NOT_FOUND = 2 };
+enum { PARAM_INT = 1, PARAM_BOOL = 2, PARAM_DOUBLE = 3 };
+enum { METRIC_GAUGE = 1, METRIC_HISTOGRAM = 2 };
+
+int TRITONSERVER_ErrorCode(TRITONSERVER_Error* e);
+const char* TRITONSERVER_ErrorCodeString(TRITONSERVER_Error* e);
+TRITONSERVER_Error* TRITONSERVER_ApiVersion(uint32_t* major, uint32_t* minor);
+const char* TRITONSERVER_DataTypeString(int dt);
+uint32_t TRITONSERVER_DataTypeByteSize(int dt);
+const char* TRITONSERVER_MemoryTypeString(int t);
+const char* TRITONSERVER_ParameterTypeString(int t);
+const char* TRITONSERVER_InstanceGroupKindString(int k);
+bool TRITONSERVER_LogIsEnabled(int level);
+TRITONSERVER_Parameter* TRITONSERVER_ParameterBytesNew(const char* name, const void* bytes, uint64_t size);
+TRITONSERVER_Error* TRITONSERVER_BufferAttributesNew(TRITONSERVER_BufferAttributes** a);
+TRITONSERVER_Error* TRITONSERVER_BufferAttributesDelete(TRITONSERVER_BufferAttributes* a);
+TRITONSERVER_Error* TRITONSERVER_BufferAttributesSetMemoryTypeId(TRITONSERVER_BufferAttributes* a, int64_t id);
+TRITONSERVER_Error* TRITONSERVER_BufferAttributesSetMemoryType(TRITONSERVER_BufferAttributes* a, int t);
+TRITONSERVER_Error* TRITONSERVER_BufferAttributesSetCudaIpcHandle(TRITONSERVER_BufferAttributes* a, void* h);
+TRITONSERVER_Error* TRITONSERVER_BufferAttributesSetByteSize(TRITONSERVER_BufferAttributes* a, size_t size);
+TRITONSERVER_Error* TRITONSERVER_BufferAttributesMemoryTypeId(TRITONSERVER_BufferAttributes* a, int64_t* id);
+TRITONSERVER_Error* TRITONSERVER_BufferAttributesCudaIpcHandle(TRITONSERVER_BufferAttributes* a, void** h);
+typedef struct TRITONSERVER_MetricArgs TRITONSERVER_MetricArgs;
+TRITONSERVER_Error* TRITONSERVER_MetricArgsNew(TRITONSERVER_MetricArgs** a);
+TRITONSERVER_Error* TRITONSERVER_MetricArgsSetHistogram(TRITONSERVER_MetricArgs* a, const double* b, uint64_t n);
+TRITONSERVER_Error* TRITONSERVER_MetricArgsDelete(TRITONSERVER_MetricArgs* a);
+TRITONSERVER_Error* TRITONSERVER_MetricNewWithArgs(TRITONSERVER_Metric** m, TRITONSERVER_MetricFamily* f,
+                                                   const TRITONSERVER_Parameter** labels, uint64_t n,
+                                                   const TRITONSERVER_MetricArgs* args);
+TRITONSERVER_Error* TRITONSERVER_MetricSet(TRITONSERVER_Metric* m, double v);
+TRITONSERVER_Error* TRITONSERVER_MetricObserve(TRITONSERVER_Metric* m, double v);
+TRITONSERVER_Error* TRITONSERVER_GetMetricFamilyKind(TRITONSERVER_MetricFamily* f, int* kind);
+TRITONSERVER_Error* TRITONSERVER_InferenceTraceContext(TRITONSERVER_InferenceTrace* t, const char** ctx);
+TRITONSERVER_Error* TRITONSERVER_InferenceTraceSpawnChildTrace(TRITONSERVER_InferenceTrace* t, TRITONSERVER_InferenceTrace** c);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetCorrelationId(TRITONSERVER_InferenceRequest* r, uint64_t id);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetCorrelationIdString(TRITONSERVER_InferenceRequest* r, const char* id);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetFlags(TRITONSERVER_InferenceRequest* r, uint32_t flags);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetTimeoutMicroseconds(TRITONSERVER_InferenceRequest* r, uint64_t us);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetPriority(TRITONSERVER_InferenceRequest* r, uint32_t p);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetPriorityUInt64(TRITONSERVER_InferenceRequest* r, uint64_t p);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetBoolParameter(TRITONSERVER_InferenceRequest* r, const char* k, bool v);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetIntParameter(TRITONSERVER_InferenceRequest* r, const char* k, int64_t v);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetDoubleParameter(TRITONSERVER_InferenceRequest* r, const char* k, double v);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestSetStringParameter(TRITONSERVER_InferenceRequest* r, const char* k,
+                                                                     const char* v);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestRemoveAllInputs(TRITONSERVER_InferenceRequest* r);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestRemoveAllInputData(TRITONSERVER_InferenceRequest* r, const char* name);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(TRITONSERVER_InferenceRequest* r);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestAddRawInput(TRITONSERVER_InferenceRequest* r, const char* name);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttributes(
+    TRITONSERVER_InferenceRequest* r, const char* name, const void* base, TRITONSERVER_BufferAttributes* a);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestIsCancelled(TRITONSERVER_InferenceRequest* r, bool* c);
+TRITONSERVER_Error* TRITONSERVER_InferenceRequestCancel(TRITONSERVER_InferenceRequest* r);
+TRITONSERVER_Error* TRITONSERVER_ResponseAllocatorSetQueryFunction(
+    TRITONSERVER_ResponseAllocator* a,
+    TRITONSERVER_Error* (*q)(TRITONSERVER_ResponseAllocator*, void*, const char*, size_t*, int*, int64_t*));
+TRITONSERVER_Error* TRITONSERVER_ServerLoadModel(TRITONSERVER_Server* s, const char* name);
+TRITONSERVER_Error* TRITONSERVER_ServerLoadModelWithParameters(TRITONSERVER_Server* s, const char* name,
+                                                               const TRITONSERVER_Parameter** p, uint64_t n);
+TRITONSERVER_Error* TRITONSERVER_ServerUnloadModel(TRITONSERVER_Server* s, const char* name);
+TRITONSERVER_Error* TRITONSERVER_ServerUnloadModelAndDependents(TRITONSERVER_Server* s, const char* name);
+TRITONSERVER_Error* TRITONBACKEND_ApiVersion(uint32_t* major, uint32_t* minor);
+TRITONSERVER_Error* TRITONBACKEND_BackendName(TRITONBACKEND_Backend* b, const char** name);
+TRITONSERVER_Error* TRITONBACKEND_BackendArtifacts(TRITONBACKEND_Backend* b, int* type, const char** location);
+TRITONSERVER_Error* TRITONBACKEND_BackendExecutionPolicy(TRITONBACKEND_Backend* b, int* policy);
+TRITONSERVER_Error* TRITONBACKEND_BackendSetExecutionPolicy(TRITONBACKEND_Backend* b, int policy);
+TRITONSERVER_Error* TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup(TRITONBACKEND_BackendAttribute* a, int kind,
+                                                                           uint64_t count, const uint64_t* ids,
+                                                                           uint64_t n);
+TRITONSERVER_Error* TRITONBACKEND_ModelRepository(TRITONBACKEND_Model* m, int* type, const char** location);
+TRITONSERVER_Error* TRITONBACKEND_ModelReportMemoryUsage(TRITONBACKEND_Model* m, TRITONSERVER_BufferAttributes** u,
+                                                         uint32_t n);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceKind(TRITONBACKEND_ModelInstance* i, int* kind);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceDeviceId(TRITONBACKEND_ModelInstance* i, int32_t* id);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceIsPassive(TRITONBACKEND_ModelInstance* i, bool* passive);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceProfileCount(TRITONBACKEND_ModelInstance* i, uint32_t* n);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceProfileName(TRITONBACKEND_ModelInstance* i, uint32_t index,
+                                                          const char** name);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceSecondaryDeviceCount(TRITONBACKEND_ModelInstance* i, uint32_t* n);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceSecondaryDeviceProperties(TRITONBACKEND_ModelInstance* i, uint32_t index,
+                                                                        const char** kind, int64_t* id);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportMemoryUsage(TRITONBACKEND_ModelInstance* i,
+                                                                 TRITONSERVER_BufferAttributes** u, uint32_t n);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsNew(TRITONBACKEND_ModelInstanceResponseStatistics** s);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsDelete(TRITONBACKEND_ModelInstanceResponseStatistics* s);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetModelInstance(
+    TRITONBACKEND_ModelInstanceResponseStatistics* s, TRITONBACKEND_ModelInstance* i);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseFactory(
+    TRITONBACKEND_ModelInstanceResponseStatistics* s, TRITONBACKEND_ResponseFactory* f);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseStart(
+    TRITONBACKEND_ModelInstanceResponseStatistics* s, uint64_t ns);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetComputeOutputStart(
+    TRITONBACKEND_ModelInstanceResponseStatistics* s, uint64_t ns);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseEnd(
+    TRITONBACKEND_ModelInstanceResponseStatistics* s, uint64_t ns);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceResponseStatisticsSetError(
+    TRITONBACKEND_ModelInstanceResponseStatistics* s, TRITONSERVER_Error* e);
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceReportResponseStatistics(TRITONBACKEND_ModelInstanceResponseStatistics* s);
+TRITONSERVER_Error* TRITONBACKEND_ResponseFactoryNew(TRITONBACKEND_ResponseFactory** f, TRITONBACKEND_Request* r);
+TRITONSERVER_Error* TRITONBACKEND_ResponseFactoryDelete(TRITONBACKEND_ResponseFactory* f);
+TRITONSERVER_Error* TRITONBACKEND_ResponseFactoryIsCancelled(TRITONBACKEND_ResponseFactory* f, bool* c);
+TRITONSERVER_Error* TRITONBACKEND_RequestCorrelationId(TRITONBACKEND_Request* r, uint64_t* id);
+TRITONSERVER_Error* TRITONBACKEND_RequestCorrelationIdString(TRITONBACKEND_Request* r, const char** id);
+TRITONSERVER_Error* TRITONBACKEND_RequestFlags(TRITONBACKEND_Request* r, uint32_t* flags);
+TRITONSERVER_Error* TRITONBACKEND_RequestIsCancelled(TRITONBACKEND_Request* r, bool* c);
+TRITONSERVER_Error* TRITONBACKEND_InferenceRequestTimeoutMicroseconds(TRITONBACKEND_Request* r, uint64_t* us);
+TRITONSERVER_Error* TRITONBACKEND_RequestOutputBufferProperties(TRITONBACKEND_Request* r, const char* name, size_t* size,
+                                                                int* type, int64_t* id);
+TRITONSERVER_Error* TRITONBACKEND_RequestTrace(TRITONBACKEND_Request* r, TRITONSERVER_InferenceTrace** t);
+TRITONSERVER_Error* TRITONBACKEND_RequestInputCount(TRITONBACKEND_Request* r, uint32_t* n);
+TRITONSERVER_Error* TRITONBACKEND_RequestInputName(TRITONBACKEND_Request* r, uint32_t i, const char** name);
+TRITONSERVER_Error* TRITONBACKEND_RequestInputByIndex(TRITONBACKEND_Request* r, uint32_t i, TRITONBACKEND_Input** in);
+TRITONSERVER_Error* TRITONBACKEND_InputPropertiesForHostPolicy(TRITONBACKEND_Input* in, const char* policy,
+                                                               const char** name, int* dt, const int64_t** shape,
+                                                               uint32_t* dims, uint64_t* size, uint32_t* buffers);
+TRITONSERVER_Error* TRITONBACKEND_InputBufferForHostPolicy(TRITONBACKEND_Input* in, const char* policy, uint32_t index,
+                                                           const void** buffer, uint64_t* size, int* type,
+                                                           int64_t* id);
+TRITONSERVER_Error* TRITONBACKEND_ResponseSetBoolParameter(TRITONBACKEND_Response* r, const char* k, bool v);
+TRITONSERVER_Error* TRITONBACKEND_ResponseSetDoubleParameter(TRITONBACKEND_Response* r, const char* k, double v);
+TRITONSERVER_Error* TRITONBACKEND_InferenceResponseOutput(TRITONBACKEND_Response* r, uint32_t i, const char** name,
+                                                          int* dt, const int64_t** shape, uint64_t* dims);
+TRITONSERVER_Error* TRITONBACKEND_ResponseDelete(TRITONBACKEND_Response* r);
+TRITONSERVER_Error* TRITONBACKEND_ModelName(TRITONBACKEND_Model* m, const char** name);
+
+/* Each check names its line on failure. */
+static char sweep_failure[256];
+#define EXPECT(cond)                                                                       \
+  do {                                                                                     \
+    if (!(cond)) {                                                                         \
+      snprintf(sweep_failure, sizeof sweep_failure, "sweep line %d: %s", __LINE__, #cond); \
+      return TRITONSERVER_ErrorNew(ERROR_INTERNAL, sweep_failure);                         \
+    }                                                                                      \
+  } while (0)
+/* The call succeeds. */
+#define OK(call) CHECK(call)
+/* The call fails with `code`. */
+#define FAILS(call, code)                                                                   \
+  do {                                                                                      \
+    TRITONSERVER_Error* e__ = (call);                                                       \
+    int c__ = e__ ? TRITONSERVER_ErrorCode(e__) : -1;                                       \
+    if (e__) TRITONSERVER_ErrorDelete(e__);                                                 \
+    if (c__ != (code)) {                                                                    \
+      snprintf(sweep_failure, sizeof sweep_failure, "sweep line %d: %s gave code %d", __LINE__, #call, c__); \
+      return TRITONSERVER_ErrorNew(ERROR_INTERNAL, sweep_failure);                          \
+    }                                                                                       \
+  } while (0)
+
+static TRITONSERVER_Error* sweep_query(TRITONSERVER_ResponseAllocator* a, void* userp, const char* name, size_t* size,
+                                       int* type, int64_t* id) {
+  (void)a; (void)userp; (void)name; (void)size;
+  *type = MEMORY_CPU;
+  *id = 0;
+  return NULL;
+}
+
+static TRITONSERVER_Error* sweep(TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Model* model, struct model* m,
+                                 TRITONBACKEND_Request* request, TRITONBACKEND_Response* response) {
+  uint32_t major = 0, minor = 0;
+  OK(TRITONSERVER_ApiVersion(&major, &minor));
+  EXPECT(major == 1 && minor >= 34);
+  OK(TRITONBACKEND_ApiVersion(&major, &minor));
+  EXPECT(major == 1 && minor == 19);
+  EXPECT(strcmp(TRITONSERVER_DataTypeString(TYPE_FP32), "FP32") == 0 && TRITONSERVER_DataTypeByteSize(TYPE_FP32) == 4);
+  EXPECT(strcmp(TRITONSERVER_DataTypeString(999), "<invalid>") == 0 && TRITONSERVER_DataTypeByteSize(13) == 0);
+  EXPECT(strcmp(TRITONSERVER_MemoryTypeString(MEMORY_CPU), "CPU") == 0);
+  EXPECT(strcmp(TRITONSERVER_ParameterTypeString(PARAM_DOUBLE), "DOUBLE") == 0);
+  EXPECT(strcmp(TRITONSERVER_InstanceGroupKindString(1), "CPU") == 0);
+  (void)TRITONSERVER_LogIsEnabled(0);
+  TRITONSERVER_Error* e = TRITONSERVER_ErrorNew(ERROR_NOT_FOUND, "gone");
+  EXPECT(TRITONSERVER_ErrorCode(e) == ERROR_NOT_FOUND && strcmp(TRITONSERVER_ErrorCodeString(e), "Not found") == 0 &&
+         strcmp(TRITONSERVER_ErrorMessage(e), "gone") == 0);
+  TRITONSERVER_ErrorDelete(e);
+  TRITONSERVER_Message* msg = NULL;
+  FAILS(TRITONSERVER_MessageNewFromSerializedJson(&msg, "{not json", 9), ERROR_INVALID_ARG);
+
+  /* Null and foreign objects are refused, never dereferenced; deleting nothing is fine. */
+  const char* name = NULL;
+  int local = 0;
+  FAILS(TRITONBACKEND_ModelName(NULL, &name), ERROR_INVALID_ARG);
+  FAILS(TRITONBACKEND_ModelName((TRITONBACKEND_Model*)&local, &name), ERROR_INVALID_ARG);
+  FAILS(TRITONBACKEND_RequestFlags((TRITONBACKEND_Request*)model, NULL), ERROR_INVALID_ARG);
+  FAILS(TRITONSERVER_MetricIncrement((TRITONSERVER_Metric*)request, 1), ERROR_INVALID_ARG);
+  OK(TRITONSERVER_MetricDelete(NULL));
+  OK(TRITONSERVER_InferenceRequestDelete(NULL));
+
+  /* The backend, model and instance. */
+  TRITONBACKEND_Backend* backend = NULL;
+  OK(TRITONBACKEND_ModelBackend(model, &backend));
+  OK(TRITONBACKEND_BackendName(backend, &name));
+  EXPECT(strcmp(name, "features") == 0);
+  int type = -1, policy = -1;
+  const char* location = NULL;
+  OK(TRITONBACKEND_BackendArtifacts(backend, &type, &location));
+  EXPECT(type == 0 && strstr(location, "features") != NULL);
+  OK(TRITONBACKEND_BackendExecutionPolicy(backend, &policy));
+  OK(TRITONBACKEND_BackendSetExecutionPolicy(backend, 1));
+  FAILS(TRITONBACKEND_BackendSetExecutionPolicy(backend, 7), ERROR_INVALID_ARG);
+  FAILS(TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup(NULL, 1, 1, NULL, 0), ERROR_INVALID_ARG);
+  OK(TRITONBACKEND_ModelRepository(model, &type, &location));
+  EXPECT(strstr(location, "feat") != NULL);
+  OK(TRITONBACKEND_ModelReportMemoryUsage(model, NULL, 0));
+  int kind = 0;
+  int32_t device = -1;
+  bool passive = true;
+  uint32_t count = 9;
+  OK(TRITONBACKEND_ModelInstanceKind(instance, &kind));
+  OK(TRITONBACKEND_ModelInstanceDeviceId(instance, &device));
+  OK(TRITONBACKEND_ModelInstanceIsPassive(instance, &passive));
+  EXPECT(kind == 1 && device == 0 && !passive);
+  OK(TRITONBACKEND_ModelInstanceProfileCount(instance, &count));
+  EXPECT(count == 0);
+  FAILS(TRITONBACKEND_ModelInstanceProfileName(instance, 0, &name), ERROR_INVALID_ARG);
+  OK(TRITONBACKEND_ModelInstanceSecondaryDeviceCount(instance, &count));
+  int64_t id64 = 0;
+  FAILS(TRITONBACKEND_ModelInstanceSecondaryDeviceProperties(instance, 0, &name, &id64), ERROR_INVALID_ARG);
+
+  /* Buffer attributes of its own, and memory usage reported with them. */
+  TRITONSERVER_BufferAttributes* attrs = NULL;
+  OK(TRITONSERVER_BufferAttributesNew(&attrs));
+  OK(TRITONSERVER_BufferAttributesSetMemoryType(attrs, 0));
+  OK(TRITONSERVER_BufferAttributesSetMemoryTypeId(attrs, 3));
+  OK(TRITONSERVER_BufferAttributesSetByteSize(attrs, 4096));
+  OK(TRITONSERVER_BufferAttributesSetCudaIpcHandle(attrs, NULL));
+  size_t size = 0;
+  void* handle = (void*)1;
+  OK(TRITONSERVER_BufferAttributesMemoryTypeId(attrs, &id64));
+  OK(TRITONSERVER_BufferAttributesByteSize(attrs, &size));
+  OK(TRITONSERVER_BufferAttributesCudaIpcHandle(attrs, &handle));
+  EXPECT(id64 == 3 && size == 4096 && handle == NULL);
+  FAILS(TRITONSERVER_BufferAttributesSetMemoryType(attrs, 9), ERROR_INVALID_ARG);
+  OK(TRITONBACKEND_ModelInstanceReportMemoryUsage(instance, &attrs, 1));
+  OK(TRITONSERVER_BufferAttributesDelete(attrs));
+
+  /* The request. */
+  uint64_t corr = 1;
+  uint32_t flags = 9;
+  bool cancelled = true;
+  OK(TRITONBACKEND_RequestCorrelationId(request, &corr));
+  OK(TRITONBACKEND_RequestCorrelationIdString(request, &name));
+  OK(TRITONBACKEND_RequestFlags(request, &flags));
+  OK(TRITONBACKEND_RequestIsCancelled(request, &cancelled));
+  EXPECT(corr == 0 && flags == 0 && !cancelled);
+  OK(TRITONBACKEND_InferenceRequestTimeoutMicroseconds(request, &corr));
+  int mt = -1;
+  OK(TRITONBACKEND_RequestOutputBufferProperties(request, "OUTPUT0", &size, &mt, &id64));
+  EXPECT(mt == MEMORY_CPU);
+  TRITONSERVER_InferenceTrace* trace = (TRITONSERVER_InferenceTrace*)1;
+  OK(TRITONBACKEND_RequestTrace(request, &trace));
+  EXPECT(trace == NULL);
+  FAILS(TRITONSERVER_InferenceTraceContext(NULL, &name), ERROR_INVALID_ARG);
+  FAILS(TRITONSERVER_InferenceTraceSpawnChildTrace(NULL, &trace), ERROR_INVALID_ARG);
+  OK(TRITONBACKEND_RequestInputCount(request, &count));
+  EXPECT(count == 1);
+  OK(TRITONBACKEND_RequestInputName(request, 0, &name));
+  EXPECT(strcmp(name, "INPUT0") == 0);
+  FAILS(TRITONBACKEND_RequestInputName(request, 5, &name), ERROR_INVALID_ARG);
+  TRITONBACKEND_Input* input = NULL;
+  OK(TRITONBACKEND_RequestInputByIndex(request, 0, &input));
+  int dt = 0;
+  const int64_t* shape = NULL;
+  uint32_t dims = 0, buffers = 0;
+  uint64_t bytes = 0;
+  OK(TRITONBACKEND_InputPropertiesForHostPolicy(input, "cpu", &name, &dt, &shape, &dims, &bytes, &buffers));
+  const void* buffer = NULL;
+  OK(TRITONBACKEND_InputBufferForHostPolicy(input, "cpu", 0, &buffer, &bytes, &mt, &id64));
+  FAILS(TRITONBACKEND_InputBufferForHostPolicy(input, "cpu", 1, &buffer, &bytes, &mt, &id64), ERROR_INVALID_ARG);
+  /* An input's attributes belong to the server. */
+  OK(TRITONBACKEND_InputBufferAttributes(input, 0, &buffer, &attrs));
+  FAILS(TRITONSERVER_BufferAttributesDelete(attrs), ERROR_INVALID_ARG);
+
+  /* Response statistics, with a factory. */
+  TRITONBACKEND_ResponseFactory* factory = NULL;
+  OK(TRITONBACKEND_ResponseFactoryNew(&factory, request));
+  OK(TRITONBACKEND_ResponseFactoryIsCancelled(factory, &cancelled));
+  TRITONBACKEND_ModelInstanceResponseStatistics* stats = NULL;
+  OK(TRITONBACKEND_ModelInstanceResponseStatisticsNew(&stats));
+  FAILS(TRITONBACKEND_ModelInstanceReportResponseStatistics(stats), ERROR_INVALID_ARG);
+  OK(TRITONBACKEND_ModelInstanceResponseStatisticsSetModelInstance(stats, instance));
+  OK(TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseFactory(stats, factory));
+  OK(TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseStart(stats, 10));
+  OK(TRITONBACKEND_ModelInstanceResponseStatisticsSetComputeOutputStart(stats, 20));
+  OK(TRITONBACKEND_ModelInstanceResponseStatisticsSetResponseEnd(stats, 30));
+  OK(TRITONBACKEND_ModelInstanceResponseStatisticsSetError(stats, NULL));
+  OK(TRITONBACKEND_ModelInstanceReportResponseStatistics(stats));
+  OK(TRITONBACKEND_ModelInstanceResponseStatisticsDelete(stats));
+  OK(TRITONBACKEND_ResponseFactoryDelete(factory));
+
+  /* Response parameters and a look at the response being built. */
+  OK(TRITONBACKEND_ResponseSetBoolParameter(response, "sweep_bool", true));
+  OK(TRITONBACKEND_ResponseSetDoubleParameter(response, "sweep_double", 0.5));
+  FAILS(TRITONBACKEND_InferenceResponseOutput(response, 0, &name, &dt, &shape, &bytes), ERROR_INVALID_ARG);
+
+  /* Parameters and metrics: a gauge and a histogram. */
+  int64_t iv = 7;
+  bool bv = true;
+  double dv = 1.5;
+  TRITONSERVER_Parameter* params[5] = {
+      TRITONSERVER_ParameterNew("i", PARAM_INT, &iv), TRITONSERVER_ParameterNew("b", PARAM_BOOL, &bv),
+      TRITONSERVER_ParameterNew("d", PARAM_DOUBLE, &dv), TRITONSERVER_ParameterBytesNew("file:1/x", "abc", 3),
+      TRITONSERVER_ParameterNew("kind", PARAM_STRING, "sweep")};
+  for (int i = 0; i < 5; i++) EXPECT(params[i] != NULL);
+  EXPECT(TRITONSERVER_ParameterNew("x", 4, "nope") == NULL);
+  TRITONSERVER_MetricFamily* gauge_family = NULL;
+  OK(TRITONSERVER_MetricFamilyNew(&gauge_family, METRIC_GAUGE, "features_sweep_gauge", "sweep"));
+  OK(TRITONSERVER_GetMetricFamilyKind(gauge_family, &kind));
+  EXPECT(kind == METRIC_GAUGE);
+  TRITONSERVER_Metric* gauge = NULL;
+  OK(TRITONSERVER_MetricNew(&gauge, gauge_family, (const TRITONSERVER_Parameter**)&params[4], 1));
+  OK(TRITONSERVER_MetricSet(gauge, 5));
+  OK(TRITONSERVER_MetricIncrement(gauge, -2));
+  OK(TRITONSERVER_MetricValue(gauge, &dv));
+  EXPECT(dv == 3);
+  FAILS(TRITONSERVER_MetricObserve(gauge, 1), ERROR_UNSUPPORTED);
+  FAILS(TRITONSERVER_MetricNew(&gauge, gauge_family, (const TRITONSERVER_Parameter**)&params[0], 1), ERROR_INVALID_ARG);
+  FAILS(TRITONSERVER_MetricIncrement(m->requests, -1), ERROR_INVALID_ARG);
+  TRITONSERVER_MetricFamily* hist_family = NULL;
+  OK(TRITONSERVER_MetricFamilyNew(&hist_family, METRIC_HISTOGRAM, "features_sweep_seconds", "sweep"));
+  TRITONSERVER_MetricArgs* args = NULL;
+  const double edges[3] = {0.1, 1, 10};
+  OK(TRITONSERVER_MetricArgsNew(&args));
+  OK(TRITONSERVER_MetricArgsSetHistogram(args, edges, 3));
+  TRITONSERVER_Metric* hist = NULL;
+  FAILS(TRITONSERVER_MetricNew(&hist, hist_family, NULL, 0), ERROR_INVALID_ARG);
+  OK(TRITONSERVER_MetricNewWithArgs(&hist, hist_family, NULL, 0, args));
+  OK(TRITONSERVER_MetricObserve(hist, 0.5));
+  FAILS(TRITONSERVER_MetricValue(hist, &dv), ERROR_UNSUPPORTED);
+  FAILS(TRITONSERVER_MetricSet(hist, 1), ERROR_UNSUPPORTED);
+  OK(TRITONSERVER_MetricArgsDelete(args));
+  OK(TRITONSERVER_MetricDelete(hist));
+  OK(TRITONSERVER_MetricFamilyDelete(hist_family));
+  OK(TRITONSERVER_MetricDelete(gauge));
+  OK(TRITONSERVER_MetricFamilyDelete(gauge_family));
+
+  /* Model control: a bad parameter is refused; in this server's mode loading is not allowed. */
+  FAILS(TRITONSERVER_ServerLoadModelWithParameters(m->server, "feat", (const TRITONSERVER_Parameter**)params, 1),
+        ERROR_INVALID_ARG);
+  FAILS(TRITONSERVER_ServerLoadModelWithParameters(m->server, "feat", (const TRITONSERVER_Parameter**)&params[3], 1),
+        ERROR_INVALID_ARG);
+  TRITONSERVER_Error* load = TRITONSERVER_ServerLoadModel(m->server, "feat");
+  EXPECT(load != NULL);
+  TRITONSERVER_ErrorDelete(load);
+  TRITONSERVER_Error* unload = TRITONSERVER_ServerUnloadModel(m->server, "nowhere");
+  EXPECT(unload != NULL);
+  TRITONSERVER_ErrorDelete(unload);
+  unload = TRITONSERVER_ServerUnloadModelAndDependents(m->server, "nowhere");
+  EXPECT(unload != NULL);
+  TRITONSERVER_ErrorDelete(unload);
+  for (int i = 0; i < 5; i++) TRITONSERVER_ParameterDelete(params[i]);
+
+  /* An in-process request built and changed every way, then one that cannot be sent. */
+  TRITONSERVER_InferenceRequest* r = NULL;
+  OK(TRITONSERVER_InferenceRequestNew(&r, m->server, "feat", 1));
+  OK(TRITONSERVER_InferenceRequestSetCorrelationId(r, 5));
+  OK(TRITONSERVER_InferenceRequestSetCorrelationIdString(r, "five"));
+  OK(TRITONSERVER_InferenceRequestSetFlags(r, 0));
+  OK(TRITONSERVER_InferenceRequestSetTimeoutMicroseconds(r, 1000000));
+  OK(TRITONSERVER_InferenceRequestSetPriority(r, 1));
+  OK(TRITONSERVER_InferenceRequestSetPriorityUInt64(r, 2));
+  OK(TRITONSERVER_InferenceRequestSetBoolParameter(r, "b", true));
+  OK(TRITONSERVER_InferenceRequestSetIntParameter(r, "i", 3));
+  OK(TRITONSERVER_InferenceRequestSetDoubleParameter(r, "d", 0.25));
+  OK(TRITONSERVER_InferenceRequestSetStringParameter(r, "s", "x"));
+  const int64_t four[2] = {1, 4};
+  const float data[4] = {1, 2, 3, 4};
+  OK(TRITONSERVER_InferenceRequestAddInput(r, "INPUT0", TYPE_FP32, four, 2));
+  FAILS(TRITONSERVER_InferenceRequestAddInput(r, "INPUT0", TYPE_FP32, four, 2), 6 /* ALREADY_EXISTS */);
+  OK(TRITONSERVER_BufferAttributesNew(&attrs));
+  OK(TRITONSERVER_BufferAttributesSetByteSize(attrs, sizeof data));
+  OK(TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttributes(r, "INPUT0", data, attrs));
+  OK(TRITONSERVER_BufferAttributesDelete(attrs));
+  OK(TRITONSERVER_InferenceRequestRemoveAllInputData(r, "INPUT0"));
+  FAILS(TRITONSERVER_InferenceRequestAppendInputData(r, "INPUT9", data, 16, MEMORY_CPU, 0), ERROR_INVALID_ARG);
+  FAILS(TRITONSERVER_InferenceRequestAppendInputData(r, "INPUT0", data, 16, 2 /* GPU */, 0), ERROR_UNSUPPORTED);
+  OK(TRITONSERVER_InferenceRequestRemoveAllInputs(r));
+  FAILS(TRITONSERVER_InferenceRequestAddRawInput(r, "INPUT0"), ERROR_UNSUPPORTED);
+  OK(TRITONSERVER_InferenceRequestAddRequestedOutput(r, "OUTPUT0"));
+  OK(TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(r));
+  OK(TRITONSERVER_InferenceRequestIsCancelled(r, &cancelled));
+  FAILS(TRITONSERVER_InferenceRequestCancel(r), ERROR_UNSUPPORTED);
+  FAILS(TRITONSERVER_ServerInferAsync(m->server, r, NULL), ERROR_INVALID_ARG); /* no callbacks */
+  TRITONSERVER_ResponseAllocator* allocator = NULL;
+  OK(TRITONSERVER_ResponseAllocatorNew(&allocator, bls_alloc, bls_release, NULL));
+  OK(TRITONSERVER_ResponseAllocatorSetQueryFunction(allocator, sweep_query));
+  OK(TRITONSERVER_ResponseAllocatorDelete(allocator));
+  OK(TRITONSERVER_InferenceRequestDelete(r));
+  FAILS(TRITONSERVER_InferenceRequestDelete(r), ERROR_INVALID_ARG); /* twice: refused, not a double free */
+  return NULL;
 }
 
 /* ---- execution ---- */
@@ -454,6 +873,10 @@ EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_Mode
     TRITONSERVER_Error* absent = TRITONBACKEND_RequestInput(requests[r], "STATE_IN", &probe);
     if (absent == NULL) {
       failed = accumulate(requests[r], response);
+    } else if (string_parameter(requests[r], "sweep") != NULL) {
+      TRITONSERVER_ErrorDelete(absent);
+      failed = sweep(instance, model, m, requests[r], response);
+      if (failed == NULL) failed = identity(m, requests[r], response);
     } else {
       TRITONSERVER_ErrorDelete(absent);
       failed = identity(m, requests[r], response);

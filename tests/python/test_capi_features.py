@@ -131,6 +131,14 @@ def test_bls_to_a_missing_model_is_an_error_response(server):
     assert infer(server, "feat", x(1)).tolist() == x(1).tolist()
 
 
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_the_backend_sweeps_every_other_api_function(server, proto):
+    # The backend checks each answer itself (tests/capi/test_features.c, sweep()) and fails the request
+    # naming the line of the first surprise.
+    assert infer(server, "feat", x(1, 4.0), proto, parameters={"sweep": "1"}).tolist() == x(1, 4.0).tolist()
+    assert server.client().is_server_ready()
+
+
 def test_implicit_state_accumulates_per_sequence(server):
     c = server.grpc_client()
 
