@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 
 from helpers import BIN, REPO_ROOT, TritonServer, copy_models
+from test_python_backend import grpc_inputs, http_inputs
 
 PYTHON_REPO = REPO_ROOT / "model-repos" / "python"
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -77,24 +77,6 @@ def servers(backends, tmp_path_factory):
     yield hosted, builtin
     hosted.stop()
     builtin.stop()
-
-
-def http_inputs(**arrays):
-    out = []
-    for name, arr in arrays.items():
-        i = httpclient.InferInput(name, list(arr.shape), "FP32" if arr.dtype == np.float32 else "INT32")
-        i.set_data_from_numpy(arr)
-        out.append(i)
-    return out
-
-
-def grpc_inputs(**arrays):
-    out = []
-    for name, arr in arrays.items():
-        i = grpcclient.InferInput(name, list(arr.shape), "FP32" if arr.dtype == np.float32 else "INT32")
-        i.set_data_from_numpy(arr)
-        out.append(i)
-    return out
 
 
 def outputs(result, *names):
@@ -210,7 +192,8 @@ def test_a_model_loads_and_unloads_another(backends, tmp_path):
         c = s.client()
 
         def control(op, name="add_sub"):
-            r = c.infer("model_control", [_bytes("OP", op), _bytes("NAME", name)])
+            r = c.infer("model_control", http_inputs(OP=np.array([op.encode()], np.object_),
+                                                     NAME=np.array([name.encode()], np.object_)))
             return bool(r.as_numpy("READY")[0])
 
         assert control("ready") is False
@@ -220,9 +203,3 @@ def test_a_model_loads_and_unloads_another(backends, tmp_path):
         assert not c.is_model_ready("add_sub")
     finally:
         s.stop()
-
-
-def _bytes(name, text):
-    i = httpclient.InferInput(name, [1], "BYTES")
-    i.set_data_from_numpy(np.array([text.encode()], np.object_))
-    return i

@@ -77,6 +77,19 @@ pub(super) fn obj_mut<'a, T>(p: *mut T, kind: Kind, what: &str) -> Result<&'a mu
     }
 }
 
+/// Takes back an object the backend deletes: null is nothing to delete (as in Triton); a live object
+/// of `kind` is unregistered and handed back to be dropped; anything else is INVALID_ARG.
+pub(super) fn take_box<T>(p: *mut T, kind: Kind, what: &str) -> Result<Option<Box<T>>, Err> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    obj(p as *const T, kind, what)?;
+    unregister(p as *const c_void);
+    // SAFETY: every object of the kinds deleted through here was made with Box::into_raw and
+    // registered when handed out; it was live and is unregistered now, so it is freed once.
+    Ok(Some(unsafe { Box::from_raw(p) }))
+}
+
 /// Writes `v` through `out` when it is not null.
 pub(super) fn put<T>(out: *mut T, v: T) {
     if !out.is_null() {
@@ -178,14 +191,7 @@ pub extern "C" fn TRITONSERVER_MessageNewFromSerializedJson(
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_MessageDelete(message: *mut MessageObj) -> Err {
     guarded("TRITONSERVER_MessageDelete", || {
-        if message.is_null() {
-            // As in Triton, deleting nothing is allowed.
-            return Ok(());
-        }
-        obj(message, Kind::Message, "message")?;
-        unregister(message as *const c_void);
-        // SAFETY: live, made by `new_message` with Box::into_raw, unregistered: freed once.
-        drop(unsafe { Box::from_raw(message) });
+        drop(take_box(message, Kind::Message, "message")?);
         Ok(())
     })
 }
@@ -1055,14 +1061,7 @@ pub extern "C" fn TRITONBACKEND_ResponseFactoryNew(factory: *mut *mut FactoryObj
 #[no_mangle]
 pub extern "C" fn TRITONBACKEND_ResponseFactoryDelete(factory: *mut FactoryObj) -> Err {
     guarded("TRITONBACKEND_ResponseFactoryDelete", || {
-        if factory.is_null() {
-            // As in Triton, deleting nothing is allowed.
-            return Ok(());
-        }
-        obj(factory, Kind::Factory, "factory")?;
-        unregister(factory as *const c_void);
-        // SAFETY: live, made by TRITONBACKEND_ResponseFactoryNew with Box::into_raw, unregistered: freed once.
-        drop(unsafe { Box::from_raw(factory) });
+        drop(take_box(factory, Kind::Factory, "factory")?);
         Ok(())
     })
 }

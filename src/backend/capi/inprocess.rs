@@ -17,7 +17,7 @@
 #![allow(non_snake_case)]
 
 use super::abi::*;
-use super::exports::{guarded, invalid, new_error, obj, obj_mut, put, take_error, text, Err};
+use super::exports::{guarded, invalid, new_error, obj, obj_mut, put, take_box, take_error, text, Err};
 use super::host::code_of;
 use crate::error::{Error, Result};
 use crate::model_api::custom_metrics::{MetricKind, MetricOp};
@@ -230,11 +230,8 @@ pub extern "C" fn TRITONSERVER_ParameterBytesNew(
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_ParameterDelete(parameter: *mut ParameterObj) {
     let _ = std::panic::catch_unwind(|| {
-        if is_live(parameter as *const c_void, Kind::Parameter) {
-            unregister(parameter as *const c_void);
-            // SAFETY: live, made by `new_parameter` with Box::into_raw, unregistered: freed once.
-            drop(unsafe { Box::from_raw(parameter) });
-        }
+        // Nothing to answer: a bad pointer is left alone.
+        let _ = take_box(parameter, Kind::Parameter, "parameter");
     });
 }
 
@@ -283,14 +280,7 @@ pub extern "C" fn TRITONSERVER_MetricFamilyNew(
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_MetricFamilyDelete(family: *mut MetricFamilyObj) -> Err {
     guarded("TRITONSERVER_MetricFamilyDelete", || {
-        if family.is_null() {
-            // As in Triton, deleting nothing is allowed.
-            return Ok(());
-        }
-        obj(family, Kind::MetricFamily, "family")?;
-        unregister(family as *const c_void);
-        // SAFETY: live, made by TRITONSERVER_MetricFamilyNew with Box::into_raw, unregistered: freed once.
-        let f = unsafe { Box::from_raw(family) };
+        let Some(f) = take_box(family, Kind::MetricFamily, "family")? else { return Ok(()) };
         f.registry.release(f.id);
         Ok(())
     })
@@ -344,14 +334,7 @@ pub extern "C" fn TRITONSERVER_MetricArgsSetHistogram(
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_MetricArgsDelete(args: *mut MetricArgsObj) -> Err {
     guarded("TRITONSERVER_MetricArgsDelete", || {
-        if args.is_null() {
-            // As in Triton, deleting nothing is allowed.
-            return Ok(());
-        }
-        obj(args, Kind::MetricArgs, "args")?;
-        unregister(args as *const c_void);
-        // SAFETY: live, made by TRITONSERVER_MetricArgsNew with Box::into_raw, unregistered: freed once.
-        drop(unsafe { Box::from_raw(args) });
+        drop(take_box(args, Kind::MetricArgs, "args")?);
         Ok(())
     })
 }
@@ -412,14 +395,7 @@ pub extern "C" fn TRITONSERVER_MetricNewWithArgs(
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_MetricDelete(metric: *mut MetricObj) -> Err {
     guarded("TRITONSERVER_MetricDelete", || {
-        if metric.is_null() {
-            // As in Triton, deleting nothing is allowed.
-            return Ok(());
-        }
-        obj(metric, Kind::Metric, "metric")?;
-        unregister(metric as *const c_void);
-        // SAFETY: live, made by `new_metric` with Box::into_raw, unregistered: freed once.
-        let m = unsafe { Box::from_raw(metric) };
+        let Some(m) = take_box(metric, Kind::Metric, "metric")? else { return Ok(()) };
         m.registry.release(m.id);
         Ok(())
     })
@@ -482,19 +458,14 @@ pub extern "C" fn TRITONSERVER_BufferAttributesNew(attributes: *mut *mut BufferA
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_BufferAttributesDelete(attributes: *mut BufferAttributesObj) -> Err {
     guarded("TRITONSERVER_BufferAttributesDelete", || {
-        if attributes.is_null() {
-            // As in Triton, deleting nothing is allowed.
-            return Ok(());
+        if !attributes.is_null() {
+            obj(attributes, Kind::BufferAttributes, "buffer_attributes")?;
+            if !owned_attributes(attributes) {
+                return Err(invalid("these buffer attributes belong to the server, not to the backend"));
+            }
+            OWNED.lock().remove(&(attributes as usize));
         }
-        obj(attributes, Kind::BufferAttributes, "buffer_attributes")?;
-        if !owned_attributes(attributes) {
-            return Err(invalid("these buffer attributes belong to the server, not to the backend"));
-        }
-        unregister(attributes as *const c_void);
-        OWNED.lock().remove(&(attributes as usize));
-        // SAFETY: live and made by TRITONSERVER_BufferAttributesNew with Box::into_raw (checked in
-        // OWNED), unregistered: freed once.
-        drop(unsafe { Box::from_raw(attributes) });
+        drop(take_box(attributes, Kind::BufferAttributes, "buffer_attributes")?);
         Ok(())
     })
 }
@@ -633,14 +604,7 @@ pub extern "C" fn TRITONSERVER_ResponseAllocatorSetQueryFunction(
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_ResponseAllocatorDelete(allocator: *mut AllocatorObj) -> Err {
     guarded("TRITONSERVER_ResponseAllocatorDelete", || {
-        if allocator.is_null() {
-            // As in Triton, deleting nothing is allowed.
-            return Ok(());
-        }
-        obj(allocator, Kind::Allocator, "allocator")?;
-        unregister(allocator as *const c_void);
-        // SAFETY: live, made by TRITONSERVER_ResponseAllocatorNew with Box::into_raw, unregistered: freed once.
-        drop(unsafe { Box::from_raw(allocator) });
+        drop(take_box(allocator, Kind::Allocator, "allocator")?);
         Ok(())
     })
 }
@@ -690,14 +654,7 @@ pub extern "C" fn TRITONSERVER_InferenceRequestNew(
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_InferenceRequestDelete(request: *mut InferRequestObj) -> Err {
     guarded("TRITONSERVER_InferenceRequestDelete", || {
-        if request.is_null() {
-            // As in Triton, deleting nothing is allowed.
-            return Ok(());
-        }
-        obj(request, Kind::InferRequest, "inference_request")?;
-        unregister(request as *const c_void);
-        // SAFETY: live, made by TRITONSERVER_InferenceRequestNew with Box::into_raw, unregistered: freed once.
-        drop(unsafe { Box::from_raw(request) });
+        drop(take_box(request, Kind::InferRequest, "inference_request")?);
         Ok(())
     })
 }
@@ -1311,14 +1268,7 @@ fn release_output(release: Option<AllocReleaseFn>, allocator: *mut AllocatorObj,
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_InferenceResponseDelete(response: *mut InferResponseObj) -> Err {
     guarded("TRITONSERVER_InferenceResponseDelete", || {
-        if response.is_null() {
-            // As in Triton, deleting nothing is allowed.
-            return Ok(());
-        }
-        obj(response, Kind::InferResponse, "inference_response")?;
-        unregister(response as *const c_void);
-        // SAFETY: live, made by `register_response` with Box::into_raw, unregistered: freed once.
-        let r = unsafe { Box::from_raw(response) };
+        let Some(r) = take_box(response, Kind::InferResponse, "inference_response")? else { return Ok(()) };
         for o in &r.outputs {
             release_output(r.release, r.allocator as *mut AllocatorObj, o);
         }

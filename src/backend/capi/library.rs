@@ -142,29 +142,41 @@ fn fill_table(path: &Path) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// Loads a backend or agent library as tritonserver does (RTLD_NOW | RTLD_LOCAL); the error says why
+/// not in the loader's words.
+pub(super) fn open_plugin(path: &Path) -> std::result::Result<libloading::os::unix::Library, String> {
+    // SAFETY: loading the library runs its initializers; it is one the operator installed for this
+    // purpose, as tritonserver loads it.
+    unsafe {
+        libloading::os::unix::Library::open(
+            Some(path),
+            libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL,
+        )
+    }
+    .map_err(|e| {
+        format!("cannot be loaded: {}", std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string()))
+    })
+}
+
+/// The entry point `name` (NUL-terminated) of `lib`, if it has one.
+///
+/// # Safety
+/// `T` must be the documented signature of the entry point of that name.
+pub(super) unsafe fn entry_point<T: Copy>(lib: &libloading::os::unix::Library, name: &str) -> Option<T> {
+    // SAFETY: the caller vouches for the type.
+    unsafe { lib.get::<T>(name.as_bytes()) }.ok().map(|s| *s)
+}
+
 impl Library {
     /// Loads `path` as backend `name` and runs its `TRITONBACKEND_Initialize` with `config_json`.
     pub fn load(path: &Path, name: &str, config_json: String) -> Result<Library> {
         let fail = |why: String| Error::unavailable(format!("backend '{name}' ({}): {why}", path.display()));
-        // SAFETY: loading a backend runs its initializers; it is a library the operator installed for
-        // this purpose, as tritonserver loads it (RTLD_NOW | RTLD_LOCAL).
-        let lib = unsafe {
-            libloading::os::unix::Library::open(
-                Some(path),
-                libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL,
-            )
-        }
-        .map_err(|e| {
-            fail(format!(
-                "cannot be loaded: {}",
-                std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string())
-            ))
-        })?;
+        let lib = open_plugin(path).map_err(fail)?;
         macro_rules! entry {
             ($name:literal) => {{
                 // SAFETY: the symbol is the TRITONBACKEND entry point of that name, whose documented
-                // signature is the field's type.
-                unsafe { lib.get(concat!($name, "\0").as_bytes()) }.ok().map(|s: libloading::os::unix::Symbol<_>| *s)
+                // signature is the binding's type.
+                unsafe { entry_point(&lib, concat!($name, "\0")) }
             }};
         }
         let initialize: Option<ObjFn<BackendObj>> = entry!("TRITONBACKEND_Initialize");

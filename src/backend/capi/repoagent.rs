@@ -93,25 +93,12 @@ impl CAgent {
                 return Err(fail(format!("needs Triton's C API, which this binary does not export, and {why}")));
             }
         }
-        // SAFETY: loading an agent runs its initializers; it is a library the operator installed for
-        // this purpose, as tritonserver loads it.
-        let lib = unsafe {
-            libloading::os::unix::Library::open(
-                Some(path),
-                libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL,
-            )
-        }
-        .map_err(|e| {
-            fail(format!(
-                "cannot be loaded: {}",
-                std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string())
-            ))
-        })?;
+        let lib = super::library::open_plugin(path).map_err(fail)?;
         macro_rules! entry {
             ($name:literal) => {{
                 // SAFETY: the symbol is the TRITONREPOAGENT entry point of that name, whose documented
                 // signature is the binding's type.
-                unsafe { lib.get(concat!($name, "\0").as_bytes()) }.ok().map(|s: libloading::os::unix::Symbol<_>| *s)
+                unsafe { super::library::entry_point(&lib, concat!($name, "\0")) }
             }};
         }
         let initialize: Option<AgentFn> = entry!("TRITONREPOAGENT_Initialize");

@@ -8,7 +8,7 @@
 #![allow(non_snake_case)]
 
 use super::abi::*;
-use super::exports::{guarded, invalid, new_error, obj, obj_mut, put, text, Err};
+use super::exports::{guarded, invalid, new_error, obj, obj_mut, put, take_box, text, Err};
 use crate::model_api::types::Tensor;
 use std::alloc::Layout;
 use std::collections::HashMap;
@@ -471,14 +471,7 @@ pub extern "C" fn TRITONBACKEND_ModelInstanceResponseStatisticsNew(stats: *mut *
 #[no_mangle]
 pub extern "C" fn TRITONBACKEND_ModelInstanceResponseStatisticsDelete(stats: *mut ResponseStatisticsObj) -> Err {
     guarded("TRITONBACKEND_ModelInstanceResponseStatisticsDelete", || {
-        if stats.is_null() {
-            // As in Triton, deleting nothing is allowed.
-            return Ok(());
-        }
-        obj(stats, Kind::ResponseStatistics, "response_statistics")?;
-        unregister(stats as *const c_void);
-        // SAFETY: live, made by ...ResponseStatisticsNew with Box::into_raw, unregistered: freed once.
-        drop(unsafe { Box::from_raw(stats) });
+        drop(take_box(stats, Kind::ResponseStatistics, "response_statistics")?);
         Ok(())
     })
 }
