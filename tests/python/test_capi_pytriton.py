@@ -25,7 +25,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from helpers import BIN, REPO_ROOT, TritonServer, copy_models
-from test_python_backend import grpc_inputs, http_inputs
+from test_python_backend import check_model_control, grpc_inputs, http_inputs
 
 PYTHON_REPO = REPO_ROOT / "model-repos" / "python"
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -189,17 +189,9 @@ def test_a_model_loads_and_unloads_another(backends, tmp_path):
                       "--backend-config=python,use-shared-library=true", "--model-control-mode=explicit",
                       "--load-model=model_control"], name="hosted-control").start(timeout=120)
     try:
-        c = s.client()
-
-        def control(op, name="add_sub"):
-            r = c.infer("model_control", http_inputs(OP=np.array([op.encode()], np.object_),
-                                                     NAME=np.array([name.encode()], np.object_)))
-            return bool(r.as_numpy("READY")[0])
-
-        assert control("ready") is False
-        assert control("load") is True
-        assert c.infer("add_sub", http_inputs(INPUT0=A, INPUT1=B)).as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
-        assert control("unload") is False
-        assert not c.is_model_ready("add_sub")
+        # Not the failed load of a missing model afterwards: Triton 2.51's libtriton_python.so aborts the
+        # process (boost::interprocess::lock_exception) on a model-control request that follows the
+        # unload of a model its stub served, inside tritonserver 2.51 itself too (README, "Differences").
+        check_model_control(s.client(), load_missing=False)
     finally:
         s.stop()

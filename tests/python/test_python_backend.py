@@ -750,10 +750,9 @@ def test_custom_metrics_are_exported(start_server, repo):
     assert c2.is_model_ready("custom_metrics")
 
 
-def test_models_load_and_unload_models(start_server, repo):
-    copy_models(repo, "model_control", "add_sub", src=PYTHON_REPO)
-    s = start_server("--model-repository", repo, PY, "--model-control-mode=explicit", "--load-model=model_control")
-    c = s.client()
+def check_model_control(c, load_missing: bool = True) -> None:
+    """model_control (a Python model) asks whether add_sub is ready, loads it, then unloads it, and (with
+    `load_missing`) fails to load a model that does not exist."""
 
     def control(op, name="add_sub"):
         r = c.infer("model_control", http_inputs(OP=np.array([op.encode()], np.object_),
@@ -765,9 +764,17 @@ def test_models_load_and_unload_models(start_server, repo):
     assert c.infer("add_sub", http_inputs(INPUT0=A, INPUT1=B)).as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
     assert control("unload") is False
     assert not c.is_model_ready("add_sub")
+    if not load_missing:
+        return
     with pytest.raises(InferenceServerException) as e:
         control("load", "no_such_model")
     assert "Failed to load model" in e.value.message(), e.value.message()
+
+
+def test_models_load_and_unload_models(start_server, repo):
+    copy_models(repo, "model_control", "add_sub", src=PYTHON_REPO)
+    s = start_server("--model-repository", repo, PY, "--model-control-mode=explicit", "--load-model=model_control")
+    check_model_control(s.client())
 
 
 # ---- execution environments --------------------------------------------------------------------------
