@@ -8,7 +8,7 @@ pub mod rate_limiter;
 pub mod repository;
 pub mod scheduler;
 pub mod server;
-pub mod shm;
+pub mod shm_params;
 pub mod stats;
 pub mod trace;
 pub mod validate;

@@ -7,12 +7,12 @@ use crate::core::rate_limiter::RateLimiter;
 use crate::core::repository::RepoOptions;
 use crate::core::scheduler::ensemble::StepRunner;
 use crate::core::scheduler::Job;
-use crate::core::shm;
+use crate::core::shm_params;
 use crate::core::stats::{FailureReason, StatsSnapshot};
 use crate::core::trace::{Activity, Trace, TraceSettings, TraceUpdate, Tracer};
 use crate::core::validate::{self, resolve_wildcards};
 use crate::error::{Error, ErrorKind, Result};
-use crate::memory::shm::SharedMemoryManager;
+use crate::memory::regions::SharedMemoryManager;
 use crate::model_api::custom_metrics::CustomMetrics;
 use crate::model_api::types::{InferRequest, InferResponse, Parameters, RequestedOutput, StreamResponse, Tensor};
 use crate::model_api::LoadOptions;
@@ -154,7 +154,7 @@ impl Server {
         let limiter = opts.rate_limit.as_ref().map(|fixed| Arc::new(RateLimiter::new(fixed)));
         let tracer = Tracer::new(opts.trace.clone());
         // Ensembles run their steps through this server; a weak handle keeps the models from owning it.
-        let pools = crate::memory::pool::Pools::new(&opts.pools);
+        let pools = crate::memory::pool::Pools::new(&opts.pools, &crate::platform::cuda::CudaMemory);
         let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
             let steps = Arc::new(StepsThroughServer(me.clone()));
             let backends = opts.backends.build(Some(Arc::new(ApiThroughServer(me.clone()))), Some(pools.clone()));
@@ -171,7 +171,7 @@ impl Server {
                 custom_metrics: Arc::new(CustomMetrics::new()),
                 // CUDA regions open their IPC handles through the driver, loaded on first use; without
                 // one, registering a CUDA region says why.
-                shm: SharedMemoryManager::new(Some(crate::memory::shm::cuda_ipc_opener()), String::new()),
+                shm: SharedMemoryManager::new(Some(crate::platform::cuda::ipc_opener()), String::new()),
                 pools,
             }
         });
@@ -414,7 +414,7 @@ impl Server {
             return Err(e);
         }
         let mut req = req;
-        if let Err(e) = shm::resolve(&self.inner.shm, Some(&self.inner.pools.pinned), &mut req) {
+        if let Err(e) = shm_params::resolve(&self.inner.shm, Some(&self.inner.pools.pinned), &mut req) {
             model.stats.record_failure(start.elapsed(), FailureReason::Other);
             return Err(e);
         }
@@ -469,7 +469,7 @@ impl Server {
         }
         refuse_reentry(model, &req).map_err(other)?;
         let mut req = req;
-        shm::resolve(&self.inner.shm, Some(&self.inner.pools.pinned), &mut req).map_err(other)?;
+        shm_params::resolve(&self.inner.shm, Some(&self.inner.pools.pinned), &mut req).map_err(other)?;
         let id = req.id.clone();
         let prepared = validate::prepare(&model.io, &model.name, req).map_err(other)?;
         // A cache hit answers without queueing; a miss remembers the key to store the result.
@@ -551,7 +551,7 @@ impl Server {
                 t = classify(&t, class_count, batched, labels)?;
             }
             if let Some(slice) = req.and_then(|r| r.shared_memory.as_ref()) {
-                shm::place_output(&mut t, slice)?;
+                shm_params::place_output(&mut t, slice)?;
             }
             outputs.push(t);
         }

@@ -2,10 +2,10 @@
 //!
 //! Every tensor in the server carries a [`Buffer`] that says where its bytes are (host, pinned host,
 //! device, or a client's shared-memory region), so each consumer picks the right copy, or none. The
-//! pools (`pool.rs`) hand out pinned and device memory; `shm.rs` holds the regions clients register.
+//! pools (`pool.rs`) hand out pinned and device memory; `regions.rs` holds the regions clients register.
 
 pub mod pool;
-pub mod shm;
+pub mod regions;
 
 use bytes::Bytes;
 use std::fmt;
@@ -49,7 +49,7 @@ enum Repr {
     /// Device memory owned by a pool.
     Device(Arc<dyn DeviceMemory>),
     /// An output already written into a client's shared-memory region: the response carries no bytes.
-    SharedMemory(shm::ShmSlice),
+    SharedMemory(regions::ShmSlice),
 }
 
 impl Buffer {
@@ -74,12 +74,12 @@ impl Buffer {
     }
 
     /// An output written into a client's shared-memory region (`slice` holds exactly its bytes).
-    pub fn in_shared_memory(slice: shm::ShmSlice) -> Self {
+    pub fn in_shared_memory(slice: regions::ShmSlice) -> Self {
         Buffer { repr: Repr::SharedMemory(slice) }
     }
 
     /// The shared-memory region this output was written to, if it was.
-    pub fn shared_memory(&self) -> Option<&shm::ShmSlice> {
+    pub fn shared_memory(&self) -> Option<&regions::ShmSlice> {
         match &self.repr {
             Repr::SharedMemory(s) => Some(s),
             _ => None,
@@ -141,12 +141,11 @@ impl DeviceMemory for DeviceBlock {
         self.0.len()
     }
     fn to_host(&self) -> crate::error::Result<Bytes> {
-        let MemoryType::Gpu { device_id } = self.0.memory_type() else {
+        if !matches!(self.0.memory_type(), MemoryType::Gpu { .. }) {
             return Ok(Bytes::copy_from_slice(self.0.as_ref()));
-        };
-        let d = crate::platform::cuda::driver().map_err(|why| crate::error::Error::unavailable(why.to_string()))?;
+        }
         let mut host = vec![0u8; self.0.len()];
-        d.copy_to_host(device_id, self.0.addr() as u64, &mut host)?;
+        self.0.copy_to_host(&mut host)?;
         Ok(Bytes::from(host))
     }
 }

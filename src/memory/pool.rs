@@ -5,7 +5,8 @@
 //! (plain host memory for the pinned pool) and the fallback is counted, so running out is a metric,
 //! never a failure. Freed blocks are kept per size class and reused, because page-locking and device
 //! allocation are slow system calls. The allocators are a trait: the CUDA ones live with the driver
-//! (`platform::cuda`), and host-only builds and tests use [`HostAllocator`].
+//! (`platform::cuda`, handed over as a [`MemorySource`]), and host-only builds and tests use
+//! [`HostAllocator`].
 #![allow(unsafe_code)]
 
 use super::MemoryType;
@@ -25,6 +26,12 @@ pub trait Allocator: Send + Sync {
     }
     /// Allocates `len` bytes (`len > 0`); returns the address (a host pointer, or a device pointer).
     fn allocate(&self, len: usize) -> Result<usize>;
+    /// Copies `dst.len()` bytes at `addr` (an address `allocate` returned) into host memory; only
+    /// allocators of device memory need it (host blocks are read in place).
+    fn copy_to_host(&self, addr: usize, dst: &mut [u8]) -> Result<()> {
+        let _ = (addr, dst);
+        Err(Error::internal("this allocator's memory is host memory: read it in place"))
+    }
     /// Frees what `allocate` returned.
     ///
     /// # Safety
@@ -61,50 +68,35 @@ impl Allocator for HostAllocator {
     }
 }
 
-/// Page-locked host memory from the CUDA driver; mapped into GPU `device`'s address space when
-/// `mapped` (Xavier and Orin share it with the GPU without copies).
-pub struct PinnedAllocator {
-    pub device: i32,
-    pub mapped: bool,
+/// Where memory beyond plain host memory comes from: the platform (the CUDA driver, in
+/// `platform::cuda`) implements it and the server hands it to [`Pools::new`], so this module names no
+/// driver.
+pub trait MemorySource {
+    /// Page-locked host memory for the pinned pool, when the machine has a GPU to DMA with.
+    fn pinned(&self) -> Option<Box<dyn Allocator>>;
+    /// Device memory of every usable GPU.
+    fn devices(&self) -> Vec<GpuMemory>;
 }
 
-impl Allocator for PinnedAllocator {
-    fn memory_type(&self) -> MemoryType {
-        MemoryType::CpuPinned
-    }
-    fn mapped(&self) -> bool {
-        self.mapped
-    }
-    fn allocate(&self, len: usize) -> Result<usize> {
-        let d = crate::platform::cuda::driver().map_err(|why| Error::unavailable(why.to_string()))?;
-        Ok(d.host_alloc(self.device, len, self.mapped)? as usize)
-    }
-    unsafe fn release(&self, addr: usize, _len: usize) {
-        if let Ok(d) = crate::platform::cuda::driver() {
-            // SAFETY: the caller passes an address `host_alloc(self.device, ..)` returned, released
-            // once; `host_free` makes that device's context current for the call.
-            unsafe { d.host_free(self.device, addr as *mut u8) };
-        }
-    }
+/// One GPU's device memory for its pool.
+pub struct GpuMemory {
+    pub index: i32,
+    /// For the metrics' `gpu_uuid` label.
+    pub uuid: String,
+    /// The pool's allocator, and the one for allocations past its budget.
+    pub allocator: Box<dyn Allocator>,
+    pub fallback: Box<dyn Allocator>,
 }
 
-/// Device memory on one GPU.
-pub struct DeviceAllocator {
-    pub device: i32,
-}
+/// No memory but the host's (tests, and machines without CUDA).
+pub struct HostOnly;
 
-impl Allocator for DeviceAllocator {
-    fn memory_type(&self) -> MemoryType {
-        MemoryType::Gpu { device_id: self.device }
+impl MemorySource for HostOnly {
+    fn pinned(&self) -> Option<Box<dyn Allocator>> {
+        None
     }
-    fn allocate(&self, len: usize) -> Result<usize> {
-        let d = crate::platform::cuda::driver().map_err(|why| Error::unavailable(why.to_string()))?;
-        usize::try_from(d.device_alloc(self.device, len)?).map_err(|_| Error::internal("device pointer too wide"))
-    }
-    unsafe fn release(&self, addr: usize, _len: usize) {
-        if let Ok(d) = crate::platform::cuda::driver() {
-            d.device_free(self.device, addr as u64);
-        }
+    fn devices(&self) -> Vec<GpuMemory> {
+        Vec::new()
     }
 }
 
@@ -165,19 +157,18 @@ impl Pool {
         }
     }
 
-    /// A host pool: page-locked memory where a CUDA driver and GPU exist, plain host memory otherwise.
-    pub fn pinned(capacity: usize) -> Pool {
-        let allocator: Box<dyn Allocator> = match crate::platform::cuda::driver() {
-            Ok(d) if !d.gpus.is_empty() => {
-                let gpu = &d.gpus[0];
-                let mapped = gpu.pinned_strategy() == crate::platform::cuda::PinnedStrategy::Mapped;
+    /// A host pool: page-locked memory from `pinned` where the machine has it, plain host memory
+    /// otherwise.
+    pub fn pinned(capacity: usize, pinned: Option<Box<dyn Allocator>>) -> Pool {
+        let allocator: Box<dyn Allocator> = match pinned {
+            Some(a) => {
                 tracing::info!(
                     "Pinned memory pool: {capacity} bytes of page-locked memory{}.",
-                    if mapped { ", mapped into the integrated GPU's address space (no copies)" } else { "" }
+                    if a.mapped() { ", mapped into the integrated GPU's address space (no copies)" } else { "" }
                 );
-                Box::new(PinnedAllocator { device: gpu.index, mapped })
+                a
             }
-            _ => {
+            None => {
                 tracing::debug!("Pinned memory pool: no CUDA GPU, so it hands out ordinary host memory.");
                 Box::new(HostAllocator)
             }
@@ -290,6 +281,24 @@ impl Block {
         self.addr
     }
 
+    /// Copies the block's bytes into `dst` (`dst.len() == self.len()`), from device memory through its
+    /// allocator.
+    pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
+        if dst.len() != self.len {
+            return Err(Error::internal("a block copy of the wrong length"));
+        }
+        match self.memory_type() {
+            MemoryType::Gpu { .. } => {
+                let a = if self.pooled { &self.pool.allocator } else { &self.pool.fallback };
+                a.copy_to_host(self.addr, dst)
+            }
+            _ => {
+                dst.copy_from_slice(self.as_ref());
+                Ok(())
+            }
+        }
+    }
+
     /// The bytes, when the block is host memory.
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
         match self.memory_type() {
@@ -360,22 +369,16 @@ impl Default for PoolOptions {
 }
 
 impl Pools {
-    /// Pools for this machine: a device pool for every usable GPU; none without CUDA.
-    pub fn new(opts: &PoolOptions) -> Pools {
+    /// Pools for this machine: the pinned pool, and a device pool for every GPU `source` offers.
+    pub fn new(opts: &PoolOptions, source: &dyn MemorySource) -> Pools {
         let clamp = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
         let mut gpus = Vec::new();
-        for gpu in crate::platform::cuda::usable_gpus() {
+        for GpuMemory { index, uuid, allocator, fallback } in source.devices() {
             let bytes =
-                opts.cuda_bytes.iter().rev().find(|(g, _)| *g == gpu.index).map_or(DEFAULT_CUDA_POOL_BYTES, |x| x.1);
-            let pool = Pool::new(
-                format!("cuda:{}", gpu.index),
-                clamp(bytes),
-                Box::new(DeviceAllocator { device: gpu.index }),
-                Box::new(DeviceAllocator { device: gpu.index }),
-            );
-            gpus.push((gpu.index, pool, gpu.uuid.clone()));
+                opts.cuda_bytes.iter().rev().find(|(g, _)| *g == index).map_or(DEFAULT_CUDA_POOL_BYTES, |x| x.1);
+            gpus.push((index, Pool::new(format!("cuda:{index}"), clamp(bytes), allocator, fallback), uuid));
         }
-        Pools { pinned: Pool::pinned(clamp(opts.pinned_bytes)), gpus }
+        Pools { pinned: Pool::pinned(clamp(opts.pinned_bytes), source.pinned()), gpus }
     }
 
     /// Host-only pools (tests, and machines without CUDA).

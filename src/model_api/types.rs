@@ -194,7 +194,7 @@ pub struct RequestedOutput {
     pub parameters: Parameters,
     /// Where to write the output instead of returning it: set by the core from the request's
     /// `shared_memory_*` parameters (see `core::shm`).
-    pub shared_memory: Option<crate::memory::shm::ShmSlice>,
+    pub shared_memory: Option<crate::memory::regions::ShmSlice>,
 }
 
 impl RequestedOutput {

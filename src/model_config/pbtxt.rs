@@ -654,27 +654,7 @@ pub fn closest<'c>(name: &str, candidates: impl Iterator<Item = &'c str>) -> Opt
 /// Edit distance with adjacent transpositions (optimal string alignment), case-insensitive: a swapped
 /// pair of characters or a wrongly cased name is one typo.
 fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().map(|c| c.to_ascii_lowercase()).collect();
-    let b: Vec<char> = b.chars().map(|c| c.to_ascii_lowercase()).collect();
-    // rows[i][j]: distance between a[..i] and b[..j]; three rows are enough for a transposition.
-    let width = b.len() + 1;
-    let mut before: Vec<usize> = vec![0; width];
-    let mut previous: Vec<usize> = (0..width).collect();
-    let mut current = vec![0; width];
-    for i in 1..=a.len() {
-        current[0] = i;
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut d = (previous[j - 1] + cost).min(previous[j] + 1).min(current[j - 1] + 1);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d = d.min(before[j - 2] + 1);
-            }
-            current[j] = d;
-        }
-        std::mem::swap(&mut before, &mut previous);
-        std::mem::swap(&mut previous, &mut current);
-    }
-    previous[b.len()]
+    strsim::osa_distance(&a.to_ascii_lowercase(), &b.to_ascii_lowercase())
 }
 
 #[cfg(test)]

@@ -658,6 +658,99 @@ impl Drop for IpcMemory {
     }
 }
 
+// ---- what the memory pools and CUDA shared memory use, as `memory`'s traits ----
+
+/// Page-locked host memory from the CUDA driver; mapped into GPU `device`'s address space when
+/// `mapped` (Xavier and Orin share it with the GPU without copies).
+pub struct PinnedAllocator {
+    pub device: i32,
+    pub mapped: bool,
+}
+
+impl crate::memory::pool::Allocator for PinnedAllocator {
+    fn memory_type(&self) -> crate::memory::MemoryType {
+        crate::memory::MemoryType::CpuPinned
+    }
+    fn mapped(&self) -> bool {
+        self.mapped
+    }
+    fn allocate(&self, len: usize) -> Result<usize> {
+        let d = driver().map_err(|why| Error::unavailable(why.to_string()))?;
+        Ok(d.host_alloc(self.device, len, self.mapped)? as usize)
+    }
+    unsafe fn release(&self, addr: usize, _len: usize) {
+        if let Ok(d) = driver() {
+            // SAFETY: the caller passes an address `host_alloc(self.device, ..)` returned, released
+            // once; `host_free` makes that device's context current for the call.
+            unsafe { d.host_free(self.device, addr as *mut u8) };
+        }
+    }
+}
+
+/// Device memory on one GPU.
+pub struct DeviceAllocator {
+    pub device: i32,
+}
+
+impl crate::memory::pool::Allocator for DeviceAllocator {
+    fn memory_type(&self) -> crate::memory::MemoryType {
+        crate::memory::MemoryType::Gpu { device_id: self.device }
+    }
+    fn allocate(&self, len: usize) -> Result<usize> {
+        let d = driver().map_err(|why| Error::unavailable(why.to_string()))?;
+        usize::try_from(d.device_alloc(self.device, len)?).map_err(|_| Error::internal("device pointer too wide"))
+    }
+    fn copy_to_host(&self, addr: usize, dst: &mut [u8]) -> Result<()> {
+        let d = driver().map_err(|why| Error::unavailable(why.to_string()))?;
+        d.copy_to_host(self.device, addr as u64, dst)
+    }
+    unsafe fn release(&self, addr: usize, _len: usize) {
+        if let Ok(d) = driver() {
+            d.device_free(self.device, addr as u64);
+        }
+    }
+}
+
+/// The memory the CUDA driver gives the pools: page-locked host memory for the first GPU, and device
+/// memory on every usable GPU; nothing without a driver or a GPU.
+pub struct CudaMemory;
+
+impl crate::memory::pool::MemorySource for CudaMemory {
+    fn pinned(&self) -> Option<Box<dyn crate::memory::pool::Allocator>> {
+        let d = driver().ok()?;
+        let gpu = d.gpus.first()?;
+        let mapped = gpu.pinned_strategy() == PinnedStrategy::Mapped;
+        Some(Box::new(PinnedAllocator { device: gpu.index, mapped }))
+    }
+    fn devices(&self) -> Vec<crate::memory::pool::GpuMemory> {
+        usable_gpus()
+            .into_iter()
+            .map(|g| crate::memory::pool::GpuMemory {
+                index: g.index,
+                uuid: g.uuid,
+                allocator: Box::new(DeviceAllocator { device: g.index }),
+                fallback: Box::new(DeviceAllocator { device: g.index }),
+            })
+            .collect()
+    }
+}
+
+impl crate::memory::regions::CudaIpcMemory for IpcMemory {
+    fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        IpcMemory::copy_to_host(self, offset, dst)
+    }
+    fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
+        IpcMemory::copy_from_host(self, offset, src)
+    }
+}
+
+/// The opener the shared-memory manager uses for CUDA regions: the CUDA driver's IPC.
+pub fn ipc_opener() -> crate::memory::regions::CudaIpcOpener {
+    std::sync::Arc::new(|handle: &[u8], device: i64, len: usize| {
+        Ok(Box::new(IpcMemory::open(handle, device, len)?) as Box<dyn crate::memory::regions::CudaIpcMemory>)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

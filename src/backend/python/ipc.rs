@@ -1,6 +1,6 @@
 //! The control protocol between the server and a Python stub: length-prefixed frames
 //! (`<u32 json length><u32 payload length><json><payload>`, little-endian) over a Unix socket. The JSON
-//! says what to do; tensor bytes live in shared memory ([`super::shm`]) or, when they do not fit there,
+//! says what to do; tensor bytes live in shared memory ([`super::stub_memory`]) or, when they do not fit there,
 //! in the frame's payload.
 
 use crate::error::{Error, ErrorKind, Result};

@@ -16,8 +16,8 @@
 
 pub mod calls;
 pub mod ipc;
-pub mod shm;
 pub mod stub;
+pub mod stub_memory;
 
 use crate::error::{Error, Result};
 use crate::model_api::SequenceId;

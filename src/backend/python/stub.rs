@@ -11,7 +11,7 @@
 //! and the last lines are kept to explain a stub that dies before it is ready.
 
 use super::ipc::{self, FromStub, WireResponse, WireTensor};
-use super::shm::{Ring, SharedRegion};
+use super::stub_memory::{Ring, SharedRegion};
 use super::Settings;
 use crate::error::{Error, Result};
 use crate::model_api::types::{Parameters, Tensor};

@@ -3,7 +3,7 @@
 
 pub mod codec;
 mod deepstack;
-mod shm;
+mod shm_api;
 
 use crate::core::server::parse_version;
 use crate::core::trace::{Activity, SettingValue, Trace, TraceSettings, TraceUpdate, TRACE_MODE};
@@ -98,7 +98,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/models/{name}/trace/setting", get(trace_get_model).post(trace_post_model))
         .route("/v1/vision/detection", deepstack::detection(state.max_body))
         .route("/v1/vision/custom/{model}", deepstack::custom(state.max_body));
-    let router = shm::routes(router).fallback(not_found).method_not_allowed_fallback(method_not_allowed);
+    let router = shm_api::routes(router).fallback(not_found).method_not_allowed_fallback(method_not_allowed);
     let state = Arc::new(state);
     let router = if state.restricted.is_empty() {
         router

@@ -90,7 +90,7 @@ fn pools_are_safe_to_share_between_threads() {
 
 #[test]
 fn host_pools_need_no_gpu() {
-    let pools = Pools::new(&PoolOptions { pinned_bytes: 1 << 20, cuda_bytes: vec![(0, 1 << 20)] });
+    let pools = Pools::new(&PoolOptions { pinned_bytes: 1 << 20, cuda_bytes: vec![(0, 1 << 20)] }, &HostOnly);
     // This machine may or may not have a GPU; the pinned pool works either way.
     let b = pools.pinned.allocate(100).unwrap();
     assert!(matches!(b.memory_type(), MemoryType::Cpu | MemoryType::CpuPinned));

@@ -37,24 +37,8 @@ pub trait CudaIpcMemory: Send + Sync {
     fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()>;
 }
 
-/// Opens CUDA IPC handles: the CUDA driver when one is loaded, or an explanation of why not.
+/// Opens CUDA IPC handles (`platform::cuda::ipc_opener` gives the CUDA driver's).
 pub type CudaIpcOpener = Arc<dyn Fn(&[u8], i64, usize) -> Result<Box<dyn CudaIpcMemory>> + Send + Sync>;
-
-impl CudaIpcMemory for crate::platform::cuda::IpcMemory {
-    fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        crate::platform::cuda::IpcMemory::copy_to_host(self, offset, dst)
-    }
-    fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
-        crate::platform::cuda::IpcMemory::copy_from_host(self, offset, src)
-    }
-}
-
-/// The opener the shared-memory manager uses for CUDA regions: the CUDA driver's IPC.
-pub fn cuda_ipc_opener() -> CudaIpcOpener {
-    Arc::new(|handle: &[u8], device: i64, len: usize| {
-        Ok(Box::new(crate::platform::cuda::IpcMemory::open(handle, device, len)?) as Box<dyn CudaIpcMemory>)
-    })
-}
 
 /// The bytes behind a region: a mapping of a POSIX shared-memory object, or GPU memory.
 enum Backing {

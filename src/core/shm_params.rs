@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::memory::pool::Pool;
-use crate::memory::shm::{SharedMemoryManager, ShmSlice};
+use crate::memory::regions::{SharedMemoryManager, ShmSlice};
 use crate::memory::Buffer;
 use crate::model_api::types::{shm_ref, InferRequest, Parameters, Tensor, BYTE_SIZE, OFFSET, REGION};
 
