@@ -5,10 +5,8 @@
 use crate::error::{Error, Result};
 use crate::model_api::types::Tensor;
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
 
-/// A cache key: 128 bits from two independently seeded hashes, so a collision is not a practical concern.
+/// A cache key: a 128-bit hash, so a collision is not a practical concern.
 pub type CacheKey = (u64, u64);
 
 /// Parses `--cache-config` values: `local,size=<bytes>` is the one cache implementation. Returns the
@@ -40,42 +38,44 @@ pub fn parse_cache_config(values: &[String]) -> Result<Option<usize>> {
     Ok(size.filter(|&s| s > 0))
 }
 
-/// Computes the key of a request to one model version.
+/// Computes the key of a request to one model version: one pass of a 128-bit hash (XXH3) over the
+/// model, version, inputs (in name order: the same request with inputs listed differently is the same
+/// request) and requested outputs, each field length-prefixed so no two requests feed the same bytes.
 pub fn key(model: &str, version: i64, inputs: &[Tensor], outputs: &[String]) -> Result<CacheKey> {
-    let mut a = std::collections::hash_map::DefaultHasher::new();
-    let mut b = std::collections::hash_map::DefaultHasher::new();
-    0xa5a5_u16.hash(&mut b);
-    // Inputs in name order: the same request with inputs listed differently is the same request.
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut field = |bytes: &[u8]| {
+        h.update(&(bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(model.as_bytes());
+    field(&version.to_le_bytes());
     let mut sorted: Vec<&Tensor> = inputs.iter().collect();
     sorted.sort_by(|x, y| x.name.cmp(&y.name));
-    for h in [&mut a, &mut b] {
-        model.hash(h);
-        version.hash(h);
-        for t in &sorted {
-            t.name.hash(h);
-            t.datatype.as_str().hash(h);
-            t.shape.hash(h);
-            // Device buffers are copied out once to hash them; a cache is for small host results.
-            t.data.to_host()?.as_ref().hash(h);
-        }
-        outputs.hash(h);
+    for t in &sorted {
+        field(t.name.as_bytes());
+        field(t.datatype.as_str().as_bytes());
+        let shape: Vec<u8> = t.shape.iter().flat_map(|d| d.to_le_bytes()).collect();
+        field(&shape);
+        // Device buffers are copied out once to hash them; a cache is for small host results.
+        field(t.data.to_host()?.as_ref());
     }
-    Ok((a.finish(), b.finish()))
+    for o in outputs {
+        field(o.as_bytes());
+    }
+    let k = h.digest128();
+    Ok(((k >> 64) as u64, k as u64))
 }
 
-/// A cached result and its place in the LRU order.
+/// A cached result and the bytes it is charged.
 struct Entry {
     outputs: Vec<Tensor>,
     bytes: usize,
-    /// Position in `order`; larger is more recent.
-    tick: u64,
 }
 
+/// The entries in recency order (the `lru` crate), and the bytes they hold: the byte bound is ours,
+/// the crate's count bound is not used.
 struct Lru {
-    entries: HashMap<CacheKey, Entry>,
-    /// tick -> key, oldest first.
-    order: BTreeMap<u64, CacheKey>,
-    next_tick: u64,
+    entries: lru::LruCache<CacheKey, Entry>,
     used: usize,
 }
 
@@ -104,7 +104,7 @@ impl ResponseCache {
     pub fn new(capacity: usize) -> Self {
         ResponseCache {
             capacity,
-            lru: Mutex::new(Lru { entries: HashMap::new(), order: BTreeMap::new(), next_tick: 0, used: 0 }),
+            lru: Mutex::new(Lru { entries: lru::LruCache::unbounded(), used: 0 }),
             evictions: Default::default(),
         }
     }
@@ -112,15 +112,7 @@ impl ResponseCache {
     /// The cached outputs for `key`, marking the entry as recently used. Tensors share their buffers
     /// with the cache, so a hit copies no data.
     pub fn lookup(&self, key: &CacheKey) -> Option<Vec<Tensor>> {
-        let mut lru = self.lru.lock();
-        let tick = lru.next_tick;
-        let entry = lru.entries.get_mut(key)?;
-        let old = std::mem::replace(&mut entry.tick, tick);
-        let outputs = entry.outputs.clone();
-        lru.order.remove(&old);
-        lru.order.insert(tick, *key);
-        lru.next_tick += 1;
-        Some(outputs)
+        self.lru.lock().entries.get(key).map(|e| e.outputs.clone())
     }
 
     /// Stores a result, evicting the least recently used entries to make room. A result larger than the
@@ -131,22 +123,16 @@ impl ResponseCache {
             return;
         }
         let mut lru = self.lru.lock();
-        if let Some(old) = lru.entries.remove(&key) {
-            lru.order.remove(&old.tick);
+        if let Some(old) = lru.entries.pop(&key) {
             lru.used -= old.bytes;
         }
         while lru.used + bytes > self.capacity {
-            let Some((_, victim)) = lru.order.pop_first() else { break };
-            if let Some(e) = lru.entries.remove(&victim) {
-                lru.used -= e.bytes;
-                self.evictions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
+            let Some((_, victim)) = lru.entries.pop_lru() else { break };
+            lru.used -= victim.bytes;
+            self.evictions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let tick = lru.next_tick;
-        lru.next_tick += 1;
-        lru.order.insert(tick, key);
         lru.used += bytes;
-        lru.entries.insert(key, Entry { outputs, bytes, tick });
+        lru.entries.put(key, Entry { outputs, bytes });
     }
 
     pub fn summary(&self) -> CacheSummary {

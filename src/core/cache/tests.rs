@@ -44,3 +44,12 @@ fn lru_evicts_the_least_recently_used_within_the_byte_bound() {
     c.insert((4, 4), vec![t("O", 10_000)]);
     assert_eq!(c.summary().entries, 2);
 }
+
+#[test]
+fn keys_keep_fields_apart() {
+    // The same bytes split differently between fields are different requests.
+    let a = key("m", 1, &[t("A", 4)], &["AB".into()]).unwrap();
+    let b = key("m", 1, &[t("A", 4)], &["A".into(), "B".into()]).unwrap();
+    assert_ne!(a, b);
+    assert_ne!(key("mA", 1, &[], &[]).unwrap(), key("m", 1, &[], &["A".into()]).unwrap());
+}
