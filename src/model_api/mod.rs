@@ -26,6 +26,31 @@ pub enum SequenceId {
     Str(String),
 }
 
+/// Puts what an in-process request (a backend's BLS) says about its sequence and timeout into the
+/// request parameters Triton reserves for them: `sequence_id`, `sequence_start` (flag 1),
+/// `sequence_end` (flag 2) and `timeout` (microseconds; 0 is none).
+pub fn set_control_parameters(parameters: &mut Parameters, sequence: Option<SequenceId>, flags: u32, timeout_us: u64) {
+    use types::ParamValue;
+    match sequence {
+        Some(SequenceId::U64(v)) => {
+            parameters.insert("sequence_id".into(), ParamValue::Uint(v));
+        }
+        Some(SequenceId::Str(s)) => {
+            parameters.insert("sequence_id".into(), ParamValue::String(s));
+        }
+        None => {}
+    }
+    if flags & 1 != 0 {
+        parameters.insert("sequence_start".into(), ParamValue::Bool(true));
+    }
+    if flags & 2 != 0 {
+        parameters.insert("sequence_end".into(), ParamValue::Bool(true));
+    }
+    if timeout_us > 0 {
+        parameters.insert("timeout".into(), ParamValue::Uint(timeout_us));
+    }
+}
+
 /// What a load request can override (the model repository extension's parameters).
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {

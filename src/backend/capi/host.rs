@@ -48,6 +48,11 @@ pub fn to_error(code: u32, message: &str) -> Error {
     Error::new(kind, message)
 }
 
+/// `--backend-directory` (global in the backend configuration), or tritonserver's default.
+fn backend_directory(config: &BackendConfig) -> PathBuf {
+    config.global.get("backend-directory").map_or_else(|| PathBuf::from(DEFAULT_BACKEND_DIRECTORY), PathBuf::from)
+}
+
 /// The `TRITONSERVER_Error_Code` for our error.
 pub fn code_of(e: &Error) -> u32 {
     use super::abi::code;
@@ -87,11 +92,7 @@ impl CApiBackend {
     pub fn new(config: &BackendConfig, api: Option<Arc<dyn crate::model_api::ServerApi>>) -> CApiBackend {
         let server = ServerObj::new(api);
         super::inprocess::set_current(&server);
-        let directory = config
-            .global
-            .get("backend-directory")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_BACKEND_DIRECTORY));
+        let directory = backend_directory(config);
         CApiBackend { config: config.clone(), server, directory }
     }
 
@@ -187,11 +188,7 @@ pub struct CCompleter {
 
 impl CCompleter {
     pub fn new(config: &BackendConfig, builtin: Vec<&'static str>) -> CCompleter {
-        let directory = config
-            .global
-            .get("backend-directory")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_BACKEND_DIRECTORY));
+        let directory = backend_directory(config);
         // Completers are made before the server: the model is given the running server's object
         // when it completes (see `complete`); this one serves only without a server.
         let server = ServerObj::new(None);

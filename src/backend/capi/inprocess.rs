@@ -1002,24 +1002,7 @@ pub extern "C" fn TRITONSERVER_InferenceRequestIsCancelled(request: *mut InferRe
 /// The server's request for what the backend built (inputs copied once, here).
 fn to_infer_request(r: &InferRequestObj) -> InferRequest {
     let mut parameters = r.parameters.clone();
-    match &r.correlation {
-        Some(SequenceId::U64(v)) => {
-            parameters.insert("sequence_id".into(), ParamValue::Uint(*v));
-        }
-        Some(SequenceId::Str(s)) => {
-            parameters.insert("sequence_id".into(), ParamValue::String(s.clone()));
-        }
-        None => {}
-    }
-    if r.flags & 1 != 0 {
-        parameters.insert("sequence_start".into(), ParamValue::Bool(true));
-    }
-    if r.flags & 2 != 0 {
-        parameters.insert("sequence_end".into(), ParamValue::Bool(true));
-    }
-    if r.timeout_us > 0 {
-        parameters.insert("timeout".into(), ParamValue::Uint(r.timeout_us));
-    }
+    crate::model_api::set_control_parameters(&mut parameters, r.correlation.clone(), r.flags, r.timeout_us);
     if r.priority > 0 {
         parameters.insert("priority".into(), ParamValue::Uint(r.priority));
     }
@@ -1222,19 +1205,18 @@ fn allocate(
     };
     if !data.is_empty() {
         if buffer.is_null() || mt == MEMORY_GPU {
-            // Nothing to copy into (tritonrs copies to host memory only); the buffer is released with
-            // the response.
+            // Nothing to copy into (tritonrs copies to host memory only): give back what it gave.
             if buffer.is_null() {
                 o.byte_size = 0;
             }
+            release_output(alloc.release, allocator, &o);
             return Err((
                 code::UNSUPPORTED,
                 format!(
                     "output '{}': the allocator gave no host buffer (tritonrs returns outputs in host memory)",
                     t.name
                 ),
-            ))
-            .inspect_err(|_| release_output(alloc.release, allocator, &o));
+            ));
         }
         // SAFETY: the allocator gave `buffer` for `data.len()` bytes of host memory.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buffer.cast::<u8>(), data.len()) };

@@ -7,11 +7,9 @@ use super::ipc::{self, BlsRequest};
 use super::stub::Conn;
 use crate::error::{Error, Result};
 use crate::model_api::custom_metrics::{MetricKind, MetricOp};
-use crate::model_api::types::{
-    CallChain, InferRequest, ParamValue, Parameters, RequestedOutput, StreamResponse, Tensor,
-};
-use crate::model_api::LoadOptions;
+use crate::model_api::types::{CallChain, InferRequest, Parameters, RequestedOutput, StreamResponse, Tensor};
 use crate::model_api::ServerApi;
+use crate::model_api::{LoadOptions, SequenceId};
 use base64::Engine as _;
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
@@ -305,26 +303,12 @@ fn load_options(args: &Map<String, Value>) -> Result<LoadOptions> {
 /// request parameters Triton reserves for them.
 fn bls_request(req: &BlsRequest, inputs: Vec<Tensor>, callers: CallChain) -> InferRequest {
     let mut parameters: Parameters = ipc::params_from_json(&req.params);
-    match &req.corr {
-        Value::Number(n) => {
-            if let Some(v) = n.as_u64().filter(|&v| v != 0) {
-                parameters.insert("sequence_id".into(), ParamValue::Uint(v));
-            }
-        }
-        Value::String(s) if !s.is_empty() => {
-            parameters.insert("sequence_id".into(), ParamValue::String(s.clone()));
-        }
-        _ => {}
-    }
-    if req.flags & 1 != 0 {
-        parameters.insert("sequence_start".into(), ParamValue::Bool(true));
-    }
-    if req.flags & 2 != 0 {
-        parameters.insert("sequence_end".into(), ParamValue::Bool(true));
-    }
-    if req.timeout > 0 {
-        parameters.insert("timeout".into(), ParamValue::Uint(req.timeout));
-    }
+    let sequence = match &req.corr {
+        Value::Number(n) => n.as_u64().filter(|&v| v != 0).map(SequenceId::U64),
+        Value::String(s) if !s.is_empty() => Some(SequenceId::Str(s.clone())),
+        _ => None,
+    };
+    crate::model_api::set_control_parameters(&mut parameters, sequence, req.flags, req.timeout);
     InferRequest {
         model_name: req.model.clone(),
         model_version: (req.version >= 0).then_some(req.version),
