@@ -23,7 +23,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     // nothing else leaks into its dynamic symbol table).
     // zig's linker (cargo-zigbuild, the glibc-2.27 release builds) accepts no symbol list: those
     // binaries export nothing, and the C API host says so when a model needs it.
-    let exports = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/backend/capi/exports.list");
+    let exports = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?).join("src/backend/capi/exports.list");
     println!("cargo:rerun-if-changed={}", exports.display());
     println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
     let zig = env::var("RUSTC_LINKER").is_ok_and(|l| l.contains("zig"));
