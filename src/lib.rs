@@ -15,4 +15,5 @@ pub mod model_api;
 pub mod model_config;
 pub mod platform;
 pub mod proto;
+pub mod tensor;
 pub mod vision;

@@ -3,56 +3,31 @@
 
 use crate::error::{Error, Result};
 use crate::model_api::types::{serialize_bytes, DataType, Tensor};
-
-/// Reads element `i` of a numeric tensor as f64.
-fn values(t: &Tensor, bytes: &[u8]) -> Result<Vec<f64>> {
-    macro_rules! read {
-        ($ty:ty) => {
-            bytes
-                .chunks_exact(std::mem::size_of::<$ty>())
-                .map(|c| <$ty>::from_le_bytes(c.try_into().expect("chunk size equals type size; this is a bug")) as f64)
-                .collect()
-        };
-    }
-    Ok(match t.datatype {
-        DataType::Bool | DataType::Uint8 => bytes.iter().map(|&b| f64::from(b)).collect(),
-        DataType::Int8 => bytes.iter().map(|&b| f64::from(b as i8)).collect(),
-        DataType::Uint16 => read!(u16),
-        DataType::Int16 => read!(i16),
-        DataType::Uint32 => read!(u32),
-        DataType::Int32 => read!(i32),
-        DataType::Uint64 => read!(u64),
-        DataType::Int64 => read!(i64),
-        DataType::Fp32 => read!(f32),
-        DataType::Fp64 => read!(f64),
-        DataType::Fp16 => bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
-        DataType::Bf16 => bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
-        DataType::Bytes => return Err(Error::invalid(format!("cannot classify BYTES output '{}'", t.name))),
-    })
-}
+use crate::tensor::view;
 
 /// Formats a score as Triton does (C++ `std::to_string`): six decimals for floating point types.
 fn format_score(dt: DataType, v: f64) -> String {
-    match dt {
-        DataType::Fp16 | DataType::Bf16 | DataType::Fp32 | DataType::Fp64 => format!("{v:.6}"),
-        _ => format!("{}", v as i64),
+    if dt.is_float() {
+        format!("{v:.6}")
+    } else {
+        format!("{}", v as i64)
     }
 }
 
 /// Top-`k` classes of `t`, per batch item when `batched`. The result is a BYTES tensor of shape
 /// `[batch, k]` (or `[k]`), ordered by descending score, ties by ascending index.
 pub fn classify(t: &Tensor, k: u32, batched: bool, labels: Option<&[String]>) -> Result<Tensor> {
-    let bytes = t.data.to_host()?;
-    let vals = values(t, &bytes)?;
+    if t.datatype == DataType::Bytes {
+        return Err(Error::invalid(format!("cannot classify BYTES output '{}'", t.name)));
+    }
+    let vals = view::numbers(t)?;
     let rows = if batched { t.shape.first().copied().unwrap_or(1).max(1) as usize } else { 1 };
     let per_row = vals.len().checked_div(rows).unwrap_or(0);
     let k = (k as usize).min(per_row);
     let mut out = Vec::with_capacity(rows * k);
     for r in 0..rows {
         let row = &vals[r * per_row..(r + 1) * per_row];
-        let mut idx: Vec<usize> = (0..row.len()).collect();
-        idx.sort_by(|&a, &b| row[b].partial_cmp(&row[a]).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b)));
-        for &i in idx.iter().take(k) {
+        for i in view::top_k(row, k, |_| true) {
             let score = format_score(t.datatype, row[i]);
             out.push(match labels.and_then(|l| l.get(i)) {
                 Some(label) => format!("{score}:{i}:{label}"),

@@ -4,7 +4,9 @@
 use super::preprocess::Transform;
 use super::{Class, Detection};
 use crate::error::{Error, Result};
-use crate::model_api::types::{bytes_elements, DataType, Tensor};
+use crate::model_api::types::Tensor;
+use crate::tensor::kserve::{KeyOrder, Outputs};
+use crate::tensor::view;
 
 /// Most candidate boxes kept for NMS (the highest scores), as Ultralytics does.
 const MAX_CANDIDATES: usize = 30_000;
@@ -13,58 +15,13 @@ const MAX_DETECTIONS: usize = 300;
 
 /// A tensor's elements as `f32` (integer and half types converted), row-major.
 pub fn to_f32(t: &Tensor) -> Result<Vec<f32>> {
-    Ok(to_f64(t)?.into_iter().map(|v| v as f32).collect())
-}
-
-/// A tensor's elements as `f64` (exact for every integer up to 2^53), row-major.
-fn to_f64(t: &Tensor) -> Result<Vec<f64>> {
-    let data = t.data.to_host()?;
-    let bad =
-        || Error::internal(format!("output '{}' holds {} bytes, which its shape does not fit", t.name, data.len()));
-    let size =
-        t.datatype.byte_size().filter(|_| t.datatype != DataType::Bytes).ok_or_else(|| {
-            Error::invalid(format!("output '{}' is {}, not a number type", t.name, t.datatype.as_str()))
-        })?;
-    if data.len() % size != 0 || data.len() / size != t.element_count() {
-        return Err(bad());
-    }
-    let mut out = Vec::with_capacity(data.len() / size);
-    macro_rules! read {
-        ($ty:ty, $conv:expr) => {
-            for c in data.chunks_exact(size) {
-                let v = <$ty>::from_le_bytes(c.try_into().map_err(|_| bad())?);
-                out.push($conv(v));
-            }
-        };
-    }
-    match t.datatype {
-        DataType::Fp32 => read!(f32, f64::from),
-        DataType::Fp16 => read!(half::f16, |v: half::f16| v.to_f64()),
-        DataType::Bf16 => read!(half::bf16, |v: half::bf16| v.to_f64()),
-        DataType::Fp64 => read!(f64, |v| v),
-        DataType::Int8 => read!(i8, f64::from),
-        DataType::Int16 => read!(i16, f64::from),
-        DataType::Int32 => read!(i32, f64::from),
-        DataType::Int64 => read!(i64, |v| v as f64),
-        DataType::Uint8 => read!(u8, f64::from),
-        DataType::Uint16 => read!(u16, f64::from),
-        DataType::Uint32 => read!(u32, f64::from),
-        DataType::Uint64 => read!(u64, |v| v as f64),
-        DataType::Bool => read!(u8, |v| if v != 0 { 1.0 } else { 0.0 }),
-        DataType::Bytes => return Err(bad()),
-    }
-    Ok(out)
+    Ok(view::numbers(t)?.into_iter().map(|v| v as f32).collect())
 }
 
 /// The first batch item's scores, top `top_k` (at least `min_score`), sorted by score then index.
 pub fn classify(scores: &[f32], labels: Option<&[String]>, top_k: usize, min_score: Option<f32>) -> Vec<Class> {
-    let mut order: Vec<usize> = (0..scores.len()).filter(|&i| !scores[i].is_nan()).collect();
-    if let Some(min) = min_score {
-        order.retain(|&i| scores[i] >= min);
-    }
-    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
-    order.truncate(top_k);
-    order
+    let min = min_score.map_or(f64::NEG_INFINITY, f64::from);
+    view::top_k(scores, top_k, |s| !s.is_nan() && s >= min)
         .into_iter()
         .map(|i| Class {
             index: i,
@@ -227,30 +184,10 @@ pub fn max_detections(top_k: Option<usize>) -> usize {
     top_k.unwrap_or(MAX_DETECTIONS).min(MAX_DETECTIONS)
 }
 
-/// The outputs as KServe v2 JSON (`[{"name", "datatype", "shape", "data"}]`).
+/// The outputs as KServe v2 JSON (`[{"data", "datatype", "name", "shape"}]`), every output's data
+/// in JSON.
 pub fn raw_json(outputs: &[Tensor]) -> Result<serde_json::Value> {
-    let mut list = Vec::with_capacity(outputs.len());
-    for t in outputs {
-        let data: Vec<serde_json::Value> = if t.datatype == DataType::Bytes {
-            let bytes = t.data.to_host()?;
-            bytes_elements(&bytes)?.into_iter().map(|b| String::from_utf8_lossy(b).into_owned().into()).collect()
-        } else {
-            let values = to_f64(t)?;
-            match t.datatype {
-                DataType::Fp32 | DataType::Fp16 | DataType::Bf16 | DataType::Fp64 => values
-                    .into_iter()
-                    .map(|v| serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into))
-                    .collect(),
-                DataType::Bool => values.into_iter().map(|v| (v != 0.0).into()).collect(),
-                _ => values.into_iter().map(|v| (v as i64).into()).collect(),
-            }
-        };
-        list.push(serde_json::json!({
-            "name": t.name,
-            "datatype": t.datatype.as_str(),
-            "shape": t.shape,
-            "data": data,
-        }));
-    }
-    Ok(serde_json::Value::Array(list))
+    let encoded = Outputs::new(outputs, |_| false)?;
+    serde_json::to_value(encoded.json(KeyOrder::Sorted))
+        .map_err(|e| Error::internal(format!("cannot encode the raw outputs: {e}")))
 }

@@ -397,17 +397,16 @@ pub fn read_tensor(t: &WireTensor, payload: &[u8], ring: impl FnOnce(u64, u64) -
         (None, None) if t.l == 0 => Vec::new(),
         (None, None) => return Err(Error::internal(format!("tensor '{}' says neither where its bytes are", t.n))),
     };
-    if let Some(size) = dt.byte_size() {
-        let count = crate::model_api::types::element_count(&t.s)
+    if dt != DataType::Bytes {
+        let need = crate::tensor::byte_len(dt, &t.s)
             .ok_or_else(|| Error::internal(format!("tensor '{}' has an invalid shape {:?}", t.n, t.s)))?;
-        if count.checked_mul(size) != Some(data.len()) {
+        if need != data.len() {
             return Err(Error::internal(format!(
-                "tensor '{}' holds {} bytes, but {:?} elements of {} need {}",
+                "tensor '{}' holds {} bytes, but {:?} elements of {} need {need}",
                 t.n,
                 data.len(),
                 t.s,
-                dt,
-                count * size
+                dt
             )));
         }
     }

@@ -6,10 +6,11 @@ use crate::model_api::types::{
     bytes_elements, element_count, DataType, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput,
     Tensor,
 };
+use crate::tensor::kserve::{JsonParams, KeyOrder, Outputs, OutputsJson};
+use crate::tensor::view::push_float;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::de::{DeserializeSeed, SeqAccess, Visitor};
-use serde::ser::{SerializeMap, SerializeSeq};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::fmt;
 
@@ -255,10 +256,9 @@ macro_rules! push_int {
                 let x = <$ty>::try_from($v).map_err(|_| <$E>::custom(format!("{} is out of range for {}", $v, $self.dt)))?;
                 $self.out.extend_from_slice(&x.to_le_bytes());
             })*
-            DataType::Fp16 => $self.out.extend_from_slice(&half::f16::from_f64($v as f64).to_le_bytes()),
-            DataType::Bf16 => $self.out.extend_from_slice(&half::bf16::from_f64($v as f64).to_le_bytes()),
-            DataType::Fp32 => $self.out.extend_from_slice(&($v as f32).to_le_bytes()),
-            DataType::Fp64 => $self.out.extend_from_slice(&($v as f64).to_le_bytes()),
+            DataType::Fp16 | DataType::Bf16 | DataType::Fp32 | DataType::Fp64 => {
+                push_float($self.dt, $v as f64, $self.out);
+            }
             DataType::Bool | DataType::Bytes => return Err(<$E>::custom(format!("expected a {} value, got a number", $self.dt))),
         }
     };
@@ -299,10 +299,9 @@ impl<'de> Visitor<'de> for Flatten<'_> {
 
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
         match self.dt {
-            DataType::Fp16 => self.out.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
-            DataType::Bf16 => self.out.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
-            DataType::Fp32 => self.out.extend_from_slice(&(v as f32).to_le_bytes()),
-            DataType::Fp64 => self.out.extend_from_slice(&v.to_le_bytes()),
+            dt if dt.is_float() => {
+                push_float(dt, v, self.out);
+            }
             _ if v.fract() == 0.0 && v.abs() < 9.0e15 => return self.visit_i64(v as i64),
             _ => return Err(E::custom(format!("expected a {} value, got {v}", self.dt))),
         }
@@ -327,98 +326,6 @@ pub struct EncodedResponse {
     pub header_len: Option<usize>,
 }
 
-/// Serializes tensor bytes as a flat JSON array of the tensor's datatype.
-struct JsonData<'a> {
-    dt: DataType,
-    bytes: &'a [u8],
-}
-
-impl Serialize for JsonData<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        macro_rules! seq {
-            ($ty:ty, $n:expr) => {{
-                let mut seq = s.serialize_seq(Some(self.bytes.len() / $n))?;
-                for c in self.bytes.chunks_exact($n) {
-                    let v = <$ty>::from_le_bytes(c.try_into().expect("chunk size equals type size; this is a bug"));
-                    seq.serialize_element(&v)?;
-                }
-                seq.end()
-            }};
-        }
-        match self.dt {
-            DataType::Bool => {
-                let mut seq = s.serialize_seq(Some(self.bytes.len()))?;
-                for &b in self.bytes {
-                    seq.serialize_element(&(b != 0))?;
-                }
-                seq.end()
-            }
-            DataType::Uint8 => seq!(u8, 1),
-            DataType::Int8 => seq!(i8, 1),
-            DataType::Uint16 => seq!(u16, 2),
-            DataType::Int16 => seq!(i16, 2),
-            DataType::Uint32 => seq!(u32, 4),
-            DataType::Int32 => seq!(i32, 4),
-            DataType::Uint64 => seq!(u64, 8),
-            DataType::Int64 => seq!(i64, 8),
-            DataType::Fp32 => seq!(f32, 4),
-            DataType::Fp64 => seq!(f64, 8),
-            DataType::Fp16 => {
-                let mut seq = s.serialize_seq(Some(self.bytes.len() / 2))?;
-                for c in self.bytes.chunks_exact(2) {
-                    seq.serialize_element(&half::f16::from_le_bytes([c[0], c[1]]).to_f32())?;
-                }
-                seq.end()
-            }
-            DataType::Bf16 => {
-                let mut seq = s.serialize_seq(Some(self.bytes.len() / 2))?;
-                for c in self.bytes.chunks_exact(2) {
-                    seq.serialize_element(&half::bf16::from_le_bytes([c[0], c[1]]).to_f32())?;
-                }
-                seq.end()
-            }
-            DataType::Bytes => {
-                let elems = bytes_elements(self.bytes).map_err(serde::ser::Error::custom)?;
-                let mut seq = s.serialize_seq(Some(elems.len()))?;
-                for e in elems {
-                    seq.serialize_element(&String::from_utf8_lossy(e))?;
-                }
-                seq.end()
-            }
-        }
-    }
-}
-
-/// Serializes typed parameters as a JSON object.
-pub struct JsonParams<'a>(pub &'a Parameters);
-
-impl Serialize for JsonParams<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(self.0.len()))?;
-        for (k, v) in self.0 {
-            match v {
-                ParamValue::Bool(b) => m.serialize_entry(k, b)?,
-                ParamValue::Int(i) => m.serialize_entry(k, i)?,
-                ParamValue::Uint(u) => m.serialize_entry(k, u)?,
-                ParamValue::Double(d) => m.serialize_entry(k, d)?,
-                ParamValue::String(st) => m.serialize_entry(k, st)?,
-            }
-        }
-        m.end()
-    }
-}
-
-#[derive(Serialize)]
-struct JsonOutputOut<'a> {
-    name: &'a str,
-    datatype: &'static str,
-    shape: &'a [i64],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    parameters: Option<JsonParams<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    data: Option<JsonData<'a>>,
-}
-
 #[derive(Serialize)]
 struct JsonResponse<'a> {
     model_name: &'a str,
@@ -427,71 +334,29 @@ struct JsonResponse<'a> {
     id: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     parameters: Option<JsonParams<'a>>,
-    outputs: Vec<JsonOutputOut<'a>>,
+    outputs: OutputsJson<'a>,
 }
 
 /// Encodes a response: outputs for which `binary(name)` is true go after the JSON as binary data.
 pub fn encode_response(resp: &InferResponse, binary: impl Fn(&str) -> bool) -> Result<EncodedResponse> {
-    // An output written into the client's shared memory goes back as its name, datatype and shape only.
-    let binary = |t: &Tensor| t.data.shared_memory().is_none() && binary(&t.name);
-    let hosts: Vec<Bytes> = resp
-        .outputs
-        .iter()
-        .map(|t| if t.data.shared_memory().is_some() { Ok(Bytes::new()) } else { t.data.to_host() })
-        .collect::<Result<_>>()?;
-    let sizes: Vec<Parameters> = resp
-        .outputs
-        .iter()
-        .zip(&hosts)
-        .map(|(t, b)| {
-            let mut p = t.parameters.clone();
-            if binary(t) {
-                p.insert("binary_data_size".into(), ParamValue::Int(b.len() as i64));
-            }
-            p
-        })
-        .collect();
-    let mut any_binary = false;
-    let outputs = resp
-        .outputs
-        .iter()
-        .zip(&hosts)
-        .zip(&sizes)
-        .map(|((t, b), p)| {
-            let is_bin = binary(t);
-            any_binary |= is_bin;
-            let placed = t.data.shared_memory().is_some();
-            JsonOutputOut {
-                name: &t.name,
-                datatype: t.datatype.as_str(),
-                shape: &t.shape,
-                parameters: (!p.is_empty()).then_some(JsonParams(p)),
-                data: (!is_bin && !placed).then_some(JsonData { dt: t.datatype, bytes: b }),
-            }
-        })
-        .collect();
+    let outputs = Outputs::new(&resp.outputs, binary)?;
     let json = JsonResponse {
         model_name: &resp.model_name,
         model_version: resp.model_version.to_string(),
         id: &resp.id,
         parameters: (!resp.parameters.is_empty()).then_some(JsonParams(&resp.parameters)),
-        outputs,
+        outputs: outputs.json(KeyOrder::KServe),
     };
     let mut buf = serde_json::to_vec(&json).map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
-    if !any_binary {
+    let binary_len = outputs.binary_len();
+    if !outputs.any_binary() {
         return Ok(EncodedResponse { body: Bytes::from(buf), header_len: None });
     }
     let header_len = buf.len();
-    let total: usize =
-        header_len + resp.outputs.iter().zip(&hosts).filter(|(t, _)| binary(t)).map(|(_, b)| b.len()).sum::<usize>();
-    let mut out = BytesMut::with_capacity(total);
+    let mut out = BytesMut::with_capacity(header_len + binary_len);
     out.extend_from_slice(&buf);
     buf.clear();
-    for (t, b) in resp.outputs.iter().zip(&hosts) {
-        if binary(t) {
-            out.extend_from_slice(b);
-        }
-    }
+    outputs.write_binary(&mut out);
     Ok(EncodedResponse { body: out.freeze(), header_len: Some(header_len) })
 }
 

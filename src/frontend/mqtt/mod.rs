@@ -19,7 +19,7 @@ use dedup::{Dedup, JobId, Seen};
 use ledger::{Accepted, Action, DeliveryId, Ledger, Outgoing};
 use link::{Link, LinkEvent, LinkOptions, Message, Protocol};
 use metrics::{MqttMetrics, Outcome};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -569,7 +569,7 @@ impl Actor {
                         "the server stopped while this request was running; it is not run again, so that it never runs \
                          twice (send it with a new id or correlation data to run it)",
                     );
-                    let msg = result_message(self.s.qos, &reply, fields, None);
+                    let msg = result_message(self.s.qos, &reply, request::Answer::fields(fields));
                     self.dedup.answered(key, Arc::new(msg.clone()));
                     self.send(msg, deliveries);
                     return;
@@ -618,7 +618,7 @@ impl Actor {
         };
         if let Some((outcome, code, message)) = refusal {
             let fields = common.borrow().error(code, &message);
-            let msg = result_message(self.s.qos, &reply, fields, None);
+            let msg = result_message(self.s.qos, &reply, request::Answer::fields(fields));
             // A payload over the limit is refused the same way again; a full queue or an expiry passes.
             if outcome == Outcome::Error {
                 self.dedup.answered(key, Arc::new(msg.clone()));
@@ -637,8 +637,8 @@ impl Actor {
         let tx = self.done_tx.clone();
         let qos = self.s.qos;
         tokio::spawn(async move {
-            let (outcome, fields, binary, keep) = execute(&server, &common, &m, deadline).await;
-            let msg = result_message(qos, &reply, fields, binary);
+            let (outcome, answer, keep) = execute(&server, &common, &m, deadline).await;
+            let msg = result_message(qos, &reply, answer);
             let _ = tx.send(Done { job, outcome, msg, keep, received }).await;
         });
     }
@@ -684,13 +684,14 @@ impl OwnedCommon {
     }
 }
 
-/// Runs one request: its outcome, result fields, binary tail, and whether to keep it for duplicates.
+/// Runs one request: its outcome, its answer with the common fields, and whether to keep it for
+/// duplicates.
 async fn execute(
     server: &Server,
     c: &OwnedCommon,
     m: &Message,
     deadline: Option<Instant>,
-) -> (Outcome, Map<String, Value>, Option<Bytes>, bool) {
+) -> (Outcome, request::Answer, bool) {
     let common = c.borrow();
     let run = async {
         // A kept session delivers requests as soon as the server connects, before its models load.
@@ -707,7 +708,7 @@ async fn execute(
             Ok(r) => r,
             Err(_) => {
                 let f = common.error("expired", "the request expired before its result was ready");
-                return (Outcome::Expired, f, None, false);
+                return (Outcome::Expired, request::Answer::fields(f), false);
             }
         },
         None => run.await,
@@ -715,21 +716,22 @@ async fn execute(
     match result {
         Ok(mut a) => {
             common.write(&mut a.fields);
-            (Outcome::Ok, a.fields, a.binary, true)
+            (Outcome::Ok, a, true)
         }
         Err(e) => {
             use crate::error::ErrorKind;
             // A client's mistake is answered the same way again; a passing failure is not kept.
             let keep =
                 matches!(e.kind, ErrorKind::InvalidArgument | ErrorKind::Unsupported | ErrorKind::PayloadTooLarge);
-            (Outcome::Error, common.error(request::error_code(e.kind), &e.message), None, keep)
+            let fields = common.error(request::error_code(e.kind), &e.message);
+            (Outcome::Error, request::Answer::fields(fields), keep)
         }
     }
 }
 
-fn result_message(qos: u8, reply: &Reply, fields: Map<String, Value>, binary: Option<Bytes>) -> Outgoing {
-    let json = serde_json::to_vec(&Value::Object(fields)).unwrap_or_else(|_| b"{}".to_vec());
-    let (payload, user, content_type) = match binary {
+fn result_message(qos: u8, reply: &Reply, answer: request::Answer) -> Outgoing {
+    let json = answer.to_json();
+    let (payload, user, content_type) = match answer.binary {
         Some(b) => {
             let len = json.len();
             let mut all = Vec::with_capacity(len + b.len());
@@ -813,9 +815,10 @@ mod tests {
     #[test]
     fn binary_results_carry_their_header_length() {
         let reply = Reply { topic: "t".into(), correlation: Some(Bytes::from_static(b"c")) };
-        let mut f = Map::new();
+        let mut f = serde_json::Map::new();
         f.insert("a".into(), json!(1));
-        let m = result_message(1, &reply, f, Some(Bytes::from_static(b"\x01\x02")));
+        let answer = request::Answer { fields: f, outputs: None, binary: Some(Bytes::from_static(b"\x01\x02")) };
+        let m = result_message(1, &reply, answer);
         assert_eq!(&m.payload[..], b"{\"a\":1}\x01\x02");
         assert_eq!(m.user, vec![(request::HEADER_LEN.to_string(), "7".to_string())]);
         assert_eq!(m.correlation.as_deref(), Some(&b"c"[..]));

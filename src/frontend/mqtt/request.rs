@@ -4,7 +4,9 @@
 use crate::core::Server;
 use crate::error::{Error, ErrorKind, Result};
 use crate::frontend::http::codec;
+use crate::tensor::kserve::{JsonParams, KeyOrder, Outputs};
 use bytes::Bytes;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::time::Instant;
 
@@ -96,8 +98,50 @@ impl Options {
 /// The answer to run, before the common fields are added.
 pub struct Answer {
     pub fields: Map<String, Value>,
+    /// The KServe `outputs` array of a tensor request, encoded once from the response's tensors; it
+    /// takes its place among `fields` by name when the result is written.
+    pub outputs: Option<Box<RawValue>>,
     /// Binary output data after the JSON (tensor requests asking for binary outputs).
     pub binary: Option<Bytes>,
+}
+
+impl Answer {
+    /// An answer of JSON fields only.
+    pub fn fields(fields: Map<String, Value>) -> Answer {
+        Answer { fields, outputs: None, binary: None }
+    }
+
+    /// The result's JSON: one object, its keys in name order.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&SortedObject(self)).unwrap_or_else(|_| b"{}".to_vec())
+    }
+}
+
+/// Writes an answer's fields and its encoded outputs as one object with sorted keys, as a
+/// `serde_json::Map` does.
+struct SortedObject<'a>(&'a Answer);
+
+impl serde::Serialize for SortedObject<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        const OUTPUTS: &str = "outputs";
+        let mut m = s.serialize_map(None)?;
+        let mut outputs = self.0.outputs.as_deref();
+        for (k, v) in &self.0.fields {
+            if let Some(raw) = outputs.filter(|_| k.as_str() >= OUTPUTS) {
+                m.serialize_entry(OUTPUTS, raw)?;
+                outputs = None;
+                if k == OUTPUTS {
+                    continue;
+                }
+            }
+            m.serialize_entry(k, v)?;
+        }
+        if let Some(raw) = outputs {
+            m.serialize_entry(OUTPUTS, raw)?;
+        }
+        m.end()
+    }
 }
 
 /// Runs one request through the core.
@@ -117,7 +161,7 @@ pub async fn run(
             let mut fields = Map::new();
             fields.insert("model_version".into(), json!(r.model_version.to_string()));
             r.write_json(&mut fields);
-            Ok(Answer { fields, binary: None })
+            Ok(Answer::fields(fields))
         }
         Kind::Json | Kind::Binary(_) => {
             let start = Instant::now();
@@ -135,18 +179,27 @@ pub async fn run(
             if server.is_decoupled(model, opts.version) {
                 return Err(Error::unsupported("the MQTT bridge does not serve decoupled models"));
             }
-            let outputs = decoded.binary_outputs();
+            let binary = decoded.binary_outputs();
             let resp = server.infer(decoded.request).await?;
-            let enc = codec::encode_response(&resp, |n| outputs.is_binary(n))?;
-            let (json_part, binary) = match enc.header_len {
-                Some(n) => (enc.body.slice(..n), Some(enc.body.slice(n..))),
-                None => (enc.body, None),
-            };
-            let mut fields: Map<String, Value> = serde_json::from_slice(&json_part)
-                .map_err(|e| Error::internal(format!("cannot re-read the encoded response: {e}")))?;
+            // The KServe response, built from the tensors: the outputs are encoded once, straight into
+            // the result's JSON, with the keys in name order as every result object has them.
+            let outputs = Outputs::new(&resp.outputs, |n| binary.is_binary(n))?;
+            let raw = serde_json::value::to_raw_value(&outputs.json(KeyOrder::Sorted))
+                .map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
+            let mut fields = Map::new();
+            fields.insert("model_name".into(), json!(resp.model_name));
+            fields.insert("model_version".into(), json!(resp.model_version.to_string()));
+            if !resp.id.is_empty() {
+                fields.insert("id".into(), json!(resp.id));
+            }
+            if !resp.parameters.is_empty() {
+                let p = serde_json::to_value(JsonParams(&resp.parameters))
+                    .map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
+                fields.insert("parameters".into(), p);
+            }
             let total = start.elapsed().as_secs_f64() * 1e3;
             fields.insert("timings_ms".into(), json!({ "total": total }));
-            Ok(Answer { fields, binary })
+            Ok(Answer { fields, outputs: Some(raw), binary: outputs.binary_tail() })
         }
     }
 }
@@ -200,6 +253,31 @@ mod tests {
 
     fn props(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn encoded_outputs_take_their_place_among_sorted_keys() {
+        use crate::model_api::types::{DataType, Tensor};
+        let t = [Tensor::new("OUT", DataType::Fp32, vec![2], [0.1f32, 2.5].map(f32::to_le_bytes).concat())];
+        let outputs = Outputs::new(&t, |_| false).unwrap();
+        let raw = serde_json::value::to_raw_value(&outputs.json(KeyOrder::Sorted)).unwrap();
+        let mut fields = Map::new();
+        for k in ["model", "model_name", "ts", "parameters", "a"] {
+            fields.insert(k.into(), json!(k));
+        }
+        let answer = Answer { fields: fields.clone(), outputs: Some(raw), binary: None };
+        let written = String::from_utf8(answer.to_json()).unwrap();
+        // The same bytes as the object re-read into a sorted map and written again.
+        let reread: Map<String, Value> = serde_json::from_str(&written).unwrap();
+        assert_eq!(written, serde_json::to_string(&reread).unwrap());
+        assert!(written.contains(r#""model_name":"model_name","outputs":[{"data":[0.1,2.5],"datatype":"FP32","#));
+        // Outputs sort last, and an answer without outputs is its fields.
+        let mut last = Map::new();
+        last.insert("a".into(), json!(1));
+        let raw = serde_json::value::to_raw_value(&json!([])).unwrap();
+        let answer = Answer { fields: last.clone(), outputs: Some(raw), binary: None };
+        assert_eq!(answer.to_json(), br#"{"a":1,"outputs":[]}"#);
+        assert_eq!(Answer::fields(last).to_json(), br#"{"a":1}"#);
     }
 
     #[test]

@@ -1,0 +1,96 @@
+//! The tensor layer: datatypes and their sizes, tensors and their parameters, a typed view of the
+//! elements (numbers as f64, top-k, BYTES elements), and the KServe v2 JSON and binary-extension
+//! encoding of outputs. Classification, vision post-processing, the HTTP, gRPC and MQTT front-ends and
+//! the Python backend's IPC all read and write tensors through it. It imports nothing but `error` and
+//! `memory` (where a tensor's bytes live).
+
+mod datatype;
+pub mod kserve;
+pub mod view;
+
+pub use datatype::DataType;
+pub use view::{bytes_elements, serialize_bytes};
+
+use crate::memory::Buffer;
+use std::collections::BTreeMap;
+
+/// A request or response parameter value (KServe v2 parameters; Triton's typed `InferParameter`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamValue {
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Double(f64),
+    String(String),
+}
+
+impl ParamValue {
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            ParamValue::Int(v) => Some(v),
+            ParamValue::Uint(v) => i64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            ParamValue::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// Named parameters, sorted by name so encoders are deterministic.
+pub type Parameters = BTreeMap<String, ParamValue>;
+
+/// A named tensor: datatype, shape and the bytes (row-major; BYTES elements length-prefixed).
+#[derive(Debug, Clone)]
+pub struct Tensor {
+    pub name: String,
+    pub datatype: DataType,
+    pub shape: Vec<i64>,
+    pub data: Buffer,
+    /// Per-tensor parameters (e.g. `binary_data_size` on the wire; front-ends strip theirs).
+    pub parameters: Parameters,
+}
+
+impl Tensor {
+    pub fn new(name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: impl Into<Buffer>) -> Self {
+        Tensor { name: name.into(), datatype, shape, data: data.into(), parameters: Parameters::new() }
+    }
+
+    /// Number of elements implied by the shape (0 if any dimension is negative).
+    pub fn element_count(&self) -> usize {
+        element_count(&self.shape).unwrap_or(0)
+    }
+}
+
+/// Multiplies the dimensions, or `None` on a negative dimension or overflow.
+pub fn element_count(shape: &[i64]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| usize::try_from(d).ok().and_then(|d| acc.checked_mul(d)))
+}
+
+/// The bytes `count` elements of `dt` take, or `None` for BYTES (variable size) or on overflow.
+pub fn byte_len(dt: DataType, shape: &[i64]) -> Option<usize> {
+    element_count(shape)?.checked_mul(dt.byte_size()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn element_count_handles_overflow_and_negatives() {
+        assert_eq!(element_count(&[2, 3]), Some(6));
+        assert_eq!(element_count(&[]), Some(1));
+        assert_eq!(element_count(&[-1, 3]), None);
+        assert_eq!(element_count(&[i64::MAX, i64::MAX]), None);
+    }
+
+    #[test]
+    fn byte_len_is_count_times_size() {
+        assert_eq!(byte_len(DataType::Fp32, &[2, 3]), Some(24));
+        assert_eq!(byte_len(DataType::Bytes, &[2]), None);
+        assert_eq!(byte_len(DataType::Int64, &[-1]), None);
+    }
+}
