@@ -1,10 +1,11 @@
 //! The default scheduler: one bounded queue per model version, drained by every instance thread.
 
+use super::workers::{answer_alone, Workers};
 use super::{execute, guarded, Job, Scheduler};
 use crate::core::heartbeat::Beat;
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
-use crate::model_api::{ExecResult, ModelInstance};
+use crate::model_api::ModelInstance;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,8 +22,8 @@ pub struct DefaultScheduler {
     model: String,
     /// The queue bound, for the "queue full" message.
     capacity: usize,
-    /// Instance threads still running; reaches 0 once the queue is closed and drained.
-    running: Arc<AtomicUsize>,
+    /// The instance threads.
+    workers: Workers,
     /// Where the queue keeps its pending-request count.
     stats: Arc<ModelStats>,
 }
@@ -36,34 +37,18 @@ impl DefaultScheduler {
         stats: Arc<ModelStats>,
     ) -> Result<Self> {
         let (tx, rx) = bounded::<Job>(capacity);
-        let running = Arc::new(AtomicUsize::new(0));
-        for (name, mut instance) in instances {
-            let rx = rx.clone();
-            let stats = stats.clone();
-            let running_thread = running.clone();
-            running.fetch_add(1, Ordering::SeqCst);
-            std::thread::Builder::new()
-                .name(format!("inst-{name}"))
-                .spawn(move || {
-                    let beat = crate::core::heartbeat::register(format!("inst-{name}"));
-                    drain(&mut *instance, &rx, &stats, &beat);
-                    // Dropping the instance runs the backend's finalizer before the thread counts as gone.
-                    drop(instance);
-                    running_thread.fetch_sub(1, Ordering::SeqCst);
-                    tracing::debug!(instance = %name, "Instance thread exited because its model was unloaded.");
-                })
-                .map_err(|e| {
-                    running.fetch_sub(1, Ordering::SeqCst);
-                    Error::internal(format!("cannot start a thread for instance of model '{model}': {e}"))
-                })?;
+        let workers = Workers::new(model);
+        for (name, instance) in instances {
+            let (rx, stats) = (rx.clone(), stats.clone());
+            workers.instance(&name, instance, move |instance, beat| drain(instance, &rx, &stats, beat))?;
         }
-        Ok(DefaultScheduler { tx, model: model.to_string(), capacity, running, stats })
+        Ok(DefaultScheduler { tx, model: model.to_string(), capacity, workers, stats })
     }
 }
 
 impl Scheduler for DefaultScheduler {
     fn running(&self) -> Arc<AtomicUsize> {
-        self.running.clone()
+        self.workers.running()
     }
 
     /// Queues a job, or rejects it at once when the queue is full or closed. The job counts as pending
@@ -119,12 +104,12 @@ fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStat
         let start = Instant::now();
         match guarded(|| instance.begin(&job.exec).transpose()) {
             Ok(Some(ticket)) => sent.push_back((job, start, ticket)),
-            Err(e) => reply(job, start, Err(e), stats),
+            Err(e) => answer_alone(stats, job, start, Err(e)),
             Ok(None) => {
                 // Not pipelined: what was sent finishes first, then this job runs on its own.
                 while finish_oldest(instance, &mut sent, stats) {}
                 let result = execute(instance, &job.exec);
-                reply(job, start, result, stats);
+                answer_alone(stats, job, start, result);
             }
         }
     }
@@ -138,19 +123,6 @@ fn finish_oldest(
 ) -> bool {
     let Some((job, start, ticket)) = sent.pop_front() else { return false };
     let result = guarded(|| instance.finish(ticket, &job.exec));
-    reply(job, start, result, stats);
+    answer_alone(stats, job, start, result);
     true
-}
-
-/// Records a finished job's statistics and answers it.
-fn reply(job: Job, start: Instant, mut result: Result<ExecResult>, stats: &ModelStats) {
-    let queue_ns = (start - job.enqueued).as_nanos() as u64;
-    if let Ok(r) = &mut result {
-        // A trace's COMPUTE_START: the moment this instance thread took the job.
-        r.timings.started = Some(start);
-        let t = r.timings;
-        stats.record_execution(job.batch_size, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
-        stats.record_request_compute(queue_ns, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
-    }
-    let _ = job.reply.send(result);
 }

@@ -7,6 +7,7 @@
 //! instance threads; one timer thread wakes only when a queue delay or a request timeout falls due.
 
 use super::timer::{self, Alarm};
+use super::workers::{finish_request, record_execution, serve, unloaded, Work, Workers};
 use super::{batch, execute, execute_list, Job, Scheduler, DEFAULT_MAX_QUEUE_SIZE};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
@@ -297,13 +298,6 @@ struct Queued {
     seq: u64,
 }
 
-/// What an instance thread receives.
-enum Work {
-    Batch(Vec<Queued>),
-    /// The batcher is gone: exit after dropping the instance.
-    Stop,
-}
-
 /// State shared by submitters, instance threads and the timer thread.
 struct Shared {
     model: String,
@@ -311,7 +305,7 @@ struct Shared {
     /// Wakes the timer thread when the next deadline moves earlier or the batcher stops.
     timer: Condvar,
     /// Batches for idle instances; at most one per idle instance is ever in it.
-    work_tx: crossbeam_channel::Sender<Work>,
+    work_tx: crossbeam_channel::Sender<Work<Vec<Queued>>>,
     /// Number of instance threads, each stopped by one [`Work::Stop`].
     instances: usize,
     stats: Arc<ModelStats>,
@@ -337,7 +331,7 @@ struct State {
 /// The dynamic batcher of one model version.
 pub struct DynamicBatcher {
     shared: Arc<Shared>,
-    running: Arc<AtomicUsize>,
+    workers: Workers,
 }
 
 impl DynamicBatcher {
@@ -349,7 +343,7 @@ impl DynamicBatcher {
         stats: Arc<ModelStats>,
     ) -> Result<Self> {
         let policy = BatchPolicy::from_config(cfg.max_batch_size, d);
-        let (work_tx, work_rx) = crossbeam_channel::unbounded::<Work>();
+        let (work_tx, work_rx) = crossbeam_channel::unbounded::<Work<Vec<Queued>>>();
         let shared = Arc::new(Shared {
             model: name.to_string(),
             state: Mutex::new(State {
@@ -366,40 +360,19 @@ impl DynamicBatcher {
             reorder: d.preserve_ordering.then(|| Mutex::new(Reorder { next: 0, done: BTreeMap::new() })),
             lists: !instances.is_empty() && instances.iter().all(|(_, i)| i.takes_request_lists()),
         });
-        let running = Arc::new(AtomicUsize::new(0));
-        for (inst_name, mut instance) in instances {
-            let (shared, rx, running_thread) = (shared.clone(), work_rx.clone(), running.clone());
-            running.fetch_add(1, Ordering::SeqCst);
-            let spawned = std::thread::Builder::new().name(format!("inst-{inst_name}")).spawn(move || {
-                let beat = crate::core::heartbeat::register(format!("inst-{inst_name}"));
-                while let Ok(Work::Batch(batch)) = rx.recv() {
-                    beat.working();
-                    run_batch(&shared, &mut *instance, batch);
-                    beat.idle();
+        let workers = Workers::new(name);
+        for (inst_name, instance) in instances {
+            let (shared, rx) = (shared.clone(), work_rx.clone());
+            workers.instance(&inst_name, instance, move |instance, beat| {
+                serve(&rx, beat, |batch| {
+                    run_batch(&shared, instance, batch);
                     shared.instance_free();
-                }
-                drop(instance);
-                running_thread.fetch_sub(1, Ordering::SeqCst);
-            });
-            if let Err(e) = spawned {
-                running.fetch_sub(1, Ordering::SeqCst);
-                return Err(Error::internal(format!("cannot start a thread for an instance of model '{name}': {e}")));
-            }
+                })
+            })?;
         }
         let timer_shared = shared.clone();
-        let timer_running = running.clone();
-        running.fetch_add(1, Ordering::SeqCst);
-        std::thread::Builder::new()
-            .name(format!("batch-{name}"))
-            .spawn(move || {
-                timer_shared.timer_loop();
-                timer_running.fetch_sub(1, Ordering::SeqCst);
-            })
-            .map_err(|e| {
-                running.fetch_sub(1, Ordering::SeqCst);
-                Error::internal(format!("cannot start the batcher thread of model '{name}': {e}"))
-            })?;
-        Ok(DynamicBatcher { shared, running })
+        workers.timer(format!("batch-{name}"), move || timer_shared.timer_loop())?;
+        Ok(DynamicBatcher { shared, workers })
     }
 }
 
@@ -432,7 +405,7 @@ impl Scheduler for DynamicBatcher {
     }
 
     fn running(&self) -> Arc<AtomicUsize> {
-        self.running.clone()
+        self.workers.running()
     }
 }
 
@@ -496,8 +469,7 @@ impl Shared {
         drop(st);
         self.stats.pending.fetch_sub(leftovers.len() as i64, Ordering::Relaxed);
         for q in leftovers {
-            let err = Error::unavailable(format!("model '{}' was unloaded before the request ran", self.model));
-            self.reply(q.seq, q.job.reply, Err(err));
+            self.reply(q.seq, q.job.reply, Err(unloaded(&self.model)));
         }
         for _ in 0..self.instances {
             let _ = self.work_tx.send(Work::Stop);
@@ -531,45 +503,24 @@ fn run_batch(shared: &Shared, instance: &mut dyn ModelInstance, batch: Vec<Queue
         results
             .resize_with(batch.len(), || Err(Error::internal("the backend returned too few results; this is a bug")));
         if let Some(t) = results.iter().find_map(|r| r.as_ref().ok()).map(|r| r.timings) {
-            let total: u32 = sizes.iter().sum();
-            shared.stats.record_execution(total, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
+            record_execution(&shared.stats, sizes.iter().sum(), &t);
         }
         for (q, mut result) in batch.into_iter().zip(results) {
-            if let Ok(part) = &mut result {
-                part.timings.started = Some(start);
-                let t = part.timings;
-                let queue_ns = start.duration_since(q.job.enqueued).as_nanos() as u64;
-                shared.stats.record_request_compute(
-                    queue_ns,
-                    t.compute_input_ns,
-                    t.compute_infer_ns,
-                    t.compute_output_ns,
-                );
-            }
+            finish_request(&shared.stats, q.job.enqueued, start, &mut result);
             shared.reply(q.seq, q.job.reply, result);
         }
         return;
     }
     let result = batch::merge(&execs, &shared.ragged).and_then(|merged| execute(instance, &merged)).and_then(|r| {
-        let t = r.timings;
-        let total: u32 = sizes.iter().sum();
-        shared.stats.record_execution(total, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
+        record_execution(&shared.stats, sizes.iter().sum(), &r.timings);
         batch::split(r, &execs, &sizes)
     });
     match result {
         Ok(parts) => {
-            for (q, mut part) in batch.into_iter().zip(parts) {
-                // A trace's COMPUTE_START: when this instance took the batch.
-                part.timings.started = Some(start);
-                let t = part.timings;
-                let queue_ns = start.duration_since(q.job.enqueued).as_nanos() as u64;
-                shared.stats.record_request_compute(
-                    queue_ns,
-                    t.compute_input_ns,
-                    t.compute_infer_ns,
-                    t.compute_output_ns,
-                );
-                shared.reply(q.seq, q.job.reply, Ok(part));
+            for (q, part) in batch.into_iter().zip(parts) {
+                let mut result = Ok(part);
+                finish_request(&shared.stats, q.job.enqueued, start, &mut result);
+                shared.reply(q.seq, q.job.reply, result);
             }
         }
         Err(e) => {

@@ -9,6 +9,7 @@
 
 pub mod graph;
 
+use super::workers;
 use super::{Job, RequestControl, Scheduler};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
@@ -133,15 +134,12 @@ impl Scheduler for EnsembleScheduler {
             let _running = running;
             shared.stats.pending.fetch_sub(1, Ordering::Relaxed);
             let started = Instant::now();
-            let queue_ns = (started - job.enqueued).as_nanos() as u64;
             let result = shared.execute(&job).await;
             if let Ok(r) = &result {
                 // As Triton reports an ensemble: one execution per request, whose compute times are the
-                // sums of its steps' compute times.
-                let t = r.timings;
-                let stats = &shared.stats;
-                stats.record_execution(job.batch_size, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
-                stats.record_request_compute(queue_ns, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
+                // sums of its steps' compute times. No COMPUTE_START: the steps have their own.
+                workers::record_execution(&shared.stats, job.batch_size, &r.timings);
+                workers::record_request(&shared.stats, job.enqueued, started, &r.timings);
             }
             let _ = job.reply.send(result);
         });

@@ -1,5 +1,6 @@
-//! Schedulers: how queued requests reach a model's instances. Each scheduler is a thin loop over a
-//! queue whose policy is a pure state struct; the instances run on their own OS threads.
+//! Schedulers: how queued requests reach a model's instances. Each scheduler is a queue policy (a pure
+//! state struct) connected to one runtime ([`workers`]: instance threads, heartbeat, running count,
+//! statistics and replies; [`timer`]: the batchers' timer thread and its alarm).
 //!
 //! - [`DefaultScheduler`]: one bounded FIFO, each request executed alone.
 //! - [`dynamic::DynamicBatcher`]: `dynamic_batching`, merging queued requests into batches.
@@ -13,6 +14,7 @@ pub mod dynamic;
 pub mod ensemble;
 pub mod sequence;
 mod timer;
+pub mod workers;
 
 pub use default::DefaultScheduler;
 

@@ -14,6 +14,7 @@ pub mod slots;
 
 use super::dynamic::Next;
 use super::timer::{self, Alarm};
+use super::workers::{finish_request, serve, unloaded, Work, Workers};
 use super::{batch, execute, Job, Scheduler, DEFAULT_MAX_QUEUE_SIZE};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
@@ -28,13 +29,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// What an instance thread receives.
-enum Work {
-    /// Rows in slot order (direct) or arrival order (oldest).
-    Batch(Vec<Row<Job>>),
-    /// The batcher is gone: exit after dropping the instance.
-    Stop,
-}
+/// What an instance thread receives: rows in slot order (direct) or arrival order (oldest).
+type Rows = Vec<Row<Job>>;
 
 /// State shared by submitters, instance threads and the timer thread.
 struct Shared {
@@ -45,7 +41,7 @@ struct Shared {
     /// Wakes the timer thread when the next deadline moves earlier or the batcher stops.
     timer: Condvar,
     /// One queue per instance: a batch holds slots of exactly one instance.
-    work: Vec<crossbeam_channel::Sender<Work>>,
+    work: Vec<crossbeam_channel::Sender<Work<Rows>>>,
     /// The model version's statistics.
     stats: Arc<ModelStats>,
     /// Inputs that may differ in shape within a batch.
@@ -65,8 +61,8 @@ struct State {
 pub struct SequenceBatcher {
     /// What the submitters, instance threads and timer thread share.
     shared: Arc<Shared>,
-    /// Threads still running (instances and the timer); 0 once the batcher is gone.
-    running: Arc<AtomicUsize>,
+    /// The instance threads and the timer thread.
+    workers: Workers,
 }
 
 impl SequenceBatcher {
@@ -86,7 +82,7 @@ impl SequenceBatcher {
         let mut senders = Vec::with_capacity(instances.len());
         let mut receivers = Vec::with_capacity(instances.len());
         for _ in &instances {
-            let (tx, rx) = crossbeam_channel::unbounded::<Work>();
+            let (tx, rx) = crossbeam_channel::unbounded::<Work<Rows>>();
             senders.push(tx);
             receivers.push(rx);
         }
@@ -99,46 +95,32 @@ impl SequenceBatcher {
             ragged: cfg.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect(),
             policy,
         });
-        let running = Arc::new(AtomicUsize::new(0));
-        for (index, ((inst_name, mut instance), rx)) in instances.into_iter().zip(receivers).enumerate() {
-            let (thread_shared, running_thread) = (shared.clone(), running.clone());
-            running.fetch_add(1, Ordering::SeqCst);
-            let spawned = std::thread::Builder::new().name(format!("inst-{inst_name}")).spawn(move || {
-                let shared = thread_shared;
+        let workers = Workers::new(name);
+        let mut started = Ok(());
+        for (index, ((inst_name, instance), rx)) in instances.into_iter().zip(receivers).enumerate() {
+            let shared = shared.clone();
+            started = workers.instance(&inst_name, instance, move |instance, beat| {
                 // This instance's slots' implicit state: one tensor per configured state, or none before
                 // the slot's first request.
                 let mut states: Vec<Option<Vec<Tensor>>> = vec![None; shared.policy.slots_per_instance.max(1)];
-                let beat = crate::core::heartbeat::register(format!("inst-{inst_name}"));
-                while let Ok(Work::Batch(rows)) = rx.recv() {
-                    beat.working();
-                    run_batch(&shared, &mut *instance, &mut states, rows);
-                    beat.idle();
+                serve(&rx, beat, |rows| {
+                    run_batch(&shared, instance, &mut states, rows);
                     shared.instance_free(index);
-                }
-                drop(instance);
-                running_thread.fetch_sub(1, Ordering::SeqCst);
+                })
             });
-            if let Err(e) = spawned {
-                running.fetch_sub(1, Ordering::SeqCst);
-                shared.state.lock().alarm.open = false;
-                shared.stop_instances();
-                return Err(Error::internal(format!("cannot start a thread for an instance of model '{name}': {e}")));
+            if started.is_err() {
+                break;
             }
         }
         let timer_shared = shared.clone();
-        let timer_running = running.clone();
-        running.fetch_add(1, Ordering::SeqCst);
-        let spawned = std::thread::Builder::new().name(format!("seq-{name}")).spawn(move || {
-            timer_shared.timer_loop();
-            timer_running.fetch_sub(1, Ordering::SeqCst);
-        });
-        if let Err(e) = spawned {
-            running.fetch_sub(1, Ordering::SeqCst);
+        let started = started.and_then(|()| workers.timer(format!("seq-{name}"), move || timer_shared.timer_loop()));
+        if let Err(e) = started {
+            // The threads already started are stopped; nothing was queued yet.
             shared.state.lock().alarm.open = false;
             shared.stop_instances();
-            return Err(Error::internal(format!("cannot start the sequence batcher thread of model '{name}': {e}")));
+            return Err(e);
         }
-        Ok(SequenceBatcher { shared, running })
+        Ok(SequenceBatcher { shared, workers })
     }
 }
 
@@ -173,7 +155,7 @@ impl Scheduler for SequenceBatcher {
     }
 
     fn running(&self) -> Arc<AtomicUsize> {
-        self.running.clone()
+        self.workers.running()
     }
 }
 
@@ -226,8 +208,7 @@ impl Shared {
         drop(st);
         self.stats.pending.fetch_sub(leftovers.len() as i64, Ordering::Relaxed);
         for job in leftovers {
-            let err = Error::unavailable(format!("model '{}' was unloaded before the request ran", self.model));
-            let _ = job.reply.send(Err(err));
+            let _ = job.reply.send(Err(unloaded(&self.model)));
         }
         self.stop_instances();
     }
@@ -316,22 +297,14 @@ fn run_batch(
         Ok(parts) => {
             for (row, part) in rows.into_iter().zip(parts) {
                 let Row::Request { job, slot, end, .. } = row else { continue };
-                let (mut client, state) = split_state(policy, &job.exec.outputs, part);
-                // A trace's COMPUTE_START: when this instance took the batch.
-                client.timings.started = Some(start);
+                let (client, state) = split_state(policy, &job.exec.outputs, part);
                 if let Some(s) = states.get_mut(slot) {
                     // An ended sequence's state is dropped; its slot's next owner starts afresh.
                     *s = if end || state.is_empty() { None } else { Some(state) };
                 }
-                let t = client.timings;
-                let queue_ns = start.duration_since(job.enqueued).as_nanos() as u64;
-                shared.stats.record_request_compute(
-                    queue_ns,
-                    t.compute_input_ns,
-                    t.compute_infer_ns,
-                    t.compute_output_ns,
-                );
-                let _ = job.reply.send(Ok(client));
+                let mut result = Ok(client);
+                finish_request(&shared.stats, job.enqueued, start, &mut result);
+                let _ = job.reply.send(result);
             }
         }
         Err(e) => {
