@@ -6,7 +6,7 @@
 //! and finishing instances call `dispatch` under one short lock, handing formed batches straight to idle
 //! instance threads; one timer thread wakes only when a queue delay or a request timeout falls due.
 
-use super::timer::{self, Alarm};
+use super::timer::{Clocked, Timed};
 use super::workers::{finish_request, record_execution, serve, unloaded, Work, Workers};
 use super::{batch, execute, execute_list, Job, Scheduler, DEFAULT_MAX_QUEUE_SIZE};
 use crate::core::stats::ModelStats;
@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::model_api::{ExecRequest, ExecResult, ModelInstance};
 use crate::proto::inference::model_queue_policy::TimeoutAction;
 use crate::proto::inference::{ModelConfig, ModelDynamicBatching, ModelQueuePolicy};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -301,9 +301,8 @@ struct Queued {
 /// State shared by submitters, instance threads and the timer thread.
 struct Shared {
     model: String,
-    state: Mutex<State>,
-    /// Wakes the timer thread when the next deadline moves earlier or the batcher stops.
-    timer: Condvar,
+    /// The queue and idle count, with the timer's alarm.
+    state: Clocked<State>,
     /// Batches for idle instances; at most one per idle instance is ever in it.
     work_tx: crossbeam_channel::Sender<Work<Vec<Queued>>>,
     /// Number of instance threads, each stopped by one [`Work::Stop`].
@@ -324,8 +323,6 @@ struct State {
     idle: usize,
     /// The next submission number.
     seq: u64,
-    /// When the timer thread looks next, and whether the batcher still accepts requests.
-    alarm: Alarm,
 }
 
 /// The dynamic batcher of one model version.
@@ -346,13 +343,7 @@ impl DynamicBatcher {
         let (work_tx, work_rx) = crossbeam_channel::unbounded::<Work<Vec<Queued>>>();
         let shared = Arc::new(Shared {
             model: name.to_string(),
-            state: Mutex::new(State {
-                queue: BatchQueue::new(policy),
-                idle: instances.len(),
-                seq: 0,
-                alarm: Alarm::new(),
-            }),
-            timer: Condvar::new(),
+            state: Clocked::new(State { queue: BatchQueue::new(policy), idle: instances.len(), seq: 0 }),
             work_tx,
             instances: instances.len(),
             stats,
@@ -378,8 +369,7 @@ impl DynamicBatcher {
 
 impl Drop for DynamicBatcher {
     fn drop(&mut self) {
-        self.shared.state.lock().alarm.open = false;
-        self.shared.timer.notify_all();
+        self.shared.state.close();
     }
 }
 
@@ -387,10 +377,7 @@ impl Scheduler for DynamicBatcher {
     fn submit(&self, job: Job) -> Result<()> {
         let s = &self.shared;
         let now = Instant::now();
-        let mut st = s.state.lock();
-        if !st.alarm.open {
-            return Err(Error::unavailable(format!("model '{}' is unloading", s.model)));
-        }
+        let mut st = s.state.lock_open(&s.model)?;
         let seq = st.seq;
         let (size, priority, timeout) = (job.batch_size, job.control.priority, job.control.timeout);
         match st.queue.push(Queued { job, seq }, size, priority, timeout, now) {
@@ -412,7 +399,7 @@ impl Scheduler for DynamicBatcher {
 impl Shared {
     /// Forms batches for idle instances, answers timed-out requests, and re-arms the timer. Takes the
     /// state lock guard so the batches are handed over after the lock is released.
-    fn dispatch(&self, mut st: parking_lot::MutexGuard<'_, State>, now: Instant) {
+    fn dispatch(&self, mut st: MutexGuard<'_, Timed<State>>, now: Instant) {
         let expired = st.queue.take_expired(now);
         let mut batches = Vec::new();
         let mut wait = None;
@@ -431,11 +418,7 @@ impl Shared {
             }
         }
         let wake = [wait, st.queue.next_deadline()].into_iter().flatten().min();
-        let rearm = st.alarm.rearm(wake);
-        drop(st);
-        if rearm {
-            self.timer.notify_one();
-        }
+        self.state.rearm(st, wake);
         let taken = expired.len() + batches.iter().map(Vec::len).sum::<usize>();
         self.stats.pending.fetch_sub(taken as i64, Ordering::Relaxed);
         for q in expired {
@@ -464,7 +447,7 @@ impl Shared {
     /// still queued (only requests whose clients went away: a request in flight keeps its model alive)
     /// and stops the instance threads, which finish their current batch first.
     fn timer_loop(&self) {
-        let mut st = timer::run(&self.state, &self.timer, |st| &mut st.alarm, |st, now| self.dispatch(st, now));
+        let mut st = self.state.run(|st, now| self.dispatch(st, now));
         let leftovers = st.queue.drain_all();
         drop(st);
         self.stats.pending.fetch_sub(leftovers.len() as i64, Ordering::Relaxed);

@@ -13,7 +13,7 @@ pub mod policy;
 pub mod slots;
 
 use super::dynamic::Next;
-use super::timer::{self, Alarm};
+use super::timer::{Clocked, Timed};
 use super::workers::{finish_request, serve, unloaded, Work, Workers};
 use super::{batch, execute, Job, Scheduler, DEFAULT_MAX_QUEUE_SIZE};
 use crate::core::stats::ModelStats;
@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::model_api::types::Tensor;
 use crate::model_api::{ExecRequest, ExecResult, ModelInstance};
 use crate::proto::inference::ModelConfig;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::MutexGuard;
 use policy::{RowSignals, SequencePolicy};
 use slots::{Row, SlotPolicy, SlotTable};
 use std::collections::HashSet;
@@ -36,10 +36,8 @@ type Rows = Vec<Row<Job>>;
 struct Shared {
     /// Model name, for messages.
     model: String,
-    /// The slot table and timer bookkeeping, under one short lock.
-    state: Mutex<State>,
-    /// Wakes the timer thread when the next deadline moves earlier or the batcher stops.
-    timer: Condvar,
+    /// The slot table, with the timer's alarm, under one short lock.
+    state: Clocked<State>,
     /// One queue per instance: a batch holds slots of exactly one instance.
     work: Vec<crossbeam_channel::Sender<Work<Rows>>>,
     /// The model version's statistics.
@@ -53,8 +51,6 @@ struct Shared {
 struct State {
     /// Slots, sequences, backlog and batch formation.
     table: SlotTable<Job>,
-    /// When the timer thread looks next, and whether the batcher still accepts requests.
-    alarm: Alarm,
 }
 
 /// The sequence batcher of one model version.
@@ -88,8 +84,7 @@ impl SequenceBatcher {
         }
         let shared = Arc::new(Shared {
             model: name.to_string(),
-            state: Mutex::new(State { table, alarm: Alarm::new() }),
-            timer: Condvar::new(),
+            state: Clocked::new(State { table }),
             work: senders,
             stats,
             ragged: cfg.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect(),
@@ -116,7 +111,7 @@ impl SequenceBatcher {
         let started = started.and_then(|()| workers.timer(format!("seq-{name}"), move || timer_shared.timer_loop()));
         if let Err(e) = started {
             // The threads already started are stopped; nothing was queued yet.
-            shared.state.lock().alarm.open = false;
+            shared.state.close();
             shared.stop_instances();
             return Err(e);
         }
@@ -126,8 +121,7 @@ impl SequenceBatcher {
 
 impl Drop for SequenceBatcher {
     fn drop(&mut self) {
-        self.shared.state.lock().alarm.open = false;
-        self.shared.timer.notify_all();
+        self.shared.state.close();
     }
 }
 
@@ -140,10 +134,7 @@ impl Scheduler for SequenceBatcher {
         if let Some(id) = &job.control.sequence_id {
             s.policy.check_corrid(&s.model, id)?;
         }
-        let mut st = s.state.lock();
-        if !st.alarm.open {
-            return Err(Error::unavailable(format!("model '{}' is unloading", s.model)));
-        }
+        let mut st = s.state.lock_open(&s.model)?;
         let (id, start, end, size) =
             (job.control.sequence_id.clone(), job.control.sequence_start, job.control.sequence_end, job.batch_size);
         if let Err((_, e)) = st.table.submit(job, id, start, end, size, now) {
@@ -162,7 +153,7 @@ impl Scheduler for SequenceBatcher {
 impl Shared {
     /// Releases idle sequences, forms a batch for every idle instance that has work, and re-arms the
     /// timer. Takes the state lock guard so batches are handed over after the lock is released.
-    fn dispatch(&self, mut st: parking_lot::MutexGuard<'_, State>, now: Instant) {
+    fn dispatch(&self, mut st: MutexGuard<'_, Timed<State>>, now: Instant) {
         st.table.expire_idle(now);
         let mut batches = Vec::new();
         let mut wait: Option<Instant> = None;
@@ -178,11 +169,7 @@ impl Shared {
             }
         }
         let wake = [wait, st.table.next_deadline()].into_iter().flatten().min();
-        let rearm = st.alarm.rearm(wake);
-        drop(st);
-        if rearm {
-            self.timer.notify_one();
-        }
+        self.state.rearm(st, wake);
         let taken: usize = batches.iter().map(|(_, rows)| rows.iter().filter(|r| r.is_request()).count()).sum();
         self.stats.pending.fetch_sub(taken as i64, Ordering::Relaxed);
         for (i, rows) in batches {
@@ -203,7 +190,7 @@ impl Shared {
     /// answers whatever is still queued (only requests whose clients went away: a request in flight
     /// keeps its model alive) and stops the instance threads after their current batch.
     fn timer_loop(&self) {
-        let mut st = timer::run(&self.state, &self.timer, |st| &mut st.alarm, |st, now| self.dispatch(st, now));
+        let mut st = self.state.run(|st, now| self.dispatch(st, now));
         let leftovers = st.table.drain_all();
         drop(st);
         self.stats.pending.fetch_sub(leftovers.len() as i64, Ordering::Relaxed);

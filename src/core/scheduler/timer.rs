@@ -2,6 +2,7 @@
 //! queue delay ending, a timeout, an idle sequence) and lets the batcher act on it. Each timer thread
 //! has a `core::heartbeat` mark, working while the batcher acts.
 
+use crate::error::{Error, Result};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -30,35 +31,92 @@ impl Alarm {
     }
 }
 
-/// Runs the timer until the alarm closes: sleeps until `wake_at` (or a notification on `cv`), then
-/// calls `fire` with the lock and the time. Returns the lock once the batcher is closed, for the caller
-/// to answer what is left.
-pub fn run<'a, S>(
-    state: &'a Mutex<S>,
-    cv: &Condvar,
-    alarm: impl Fn(&mut S) -> &mut Alarm,
-    fire: impl Fn(MutexGuard<'a, S>, Instant),
-) -> MutexGuard<'a, S> {
-    // The systemd watchdog also waits for this thread: a `fire` that never returns is a stall.
-    let name = std::thread::current().name().unwrap_or("batch-timer").to_string();
-    let beat = crate::core::heartbeat::register(name);
-    let mut st = state.lock();
-    while alarm(&mut st).open {
-        match alarm(&mut st).wake_at {
-            Some(t) if t > Instant::now() => {
-                cv.wait_until(&mut st, t);
-            }
-            Some(_) => {
-                alarm(&mut st).wake_at = None;
-                beat.working();
-                fire(st, Instant::now());
-                beat.idle();
-                st = state.lock();
-            }
-            None => cv.wait(&mut st),
+/// A batcher's state with the alarm its timer thread sleeps on: one lock and one condition variable.
+/// Submitters, instance threads and the timer thread all act under the lock, briefly.
+pub struct Clocked<S> {
+    state: Mutex<Timed<S>>,
+    cv: Condvar,
+}
+
+/// The locked state: the batcher's own (reached through `Deref`) and the alarm.
+pub struct Timed<S> {
+    pub alarm: Alarm,
+    inner: S,
+}
+
+impl<S> std::ops::Deref for Timed<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S> std::ops::DerefMut for Timed<S> {
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+}
+
+impl<S> Clocked<S> {
+    pub fn new(inner: S) -> Self {
+        Clocked { state: Mutex::new(Timed { alarm: Alarm::new(), inner }), cv: Condvar::new() }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Timed<S>> {
+        self.state.lock()
+    }
+
+    /// Locks the state of a batcher that still takes requests, or refuses: the model is unloading.
+    pub fn lock_open(&self, model: &str) -> Result<MutexGuard<'_, Timed<S>>> {
+        let st = self.state.lock();
+        if !st.alarm.open {
+            return Err(Error::unavailable(format!("model '{model}' is unloading")));
+        }
+        Ok(st)
+    }
+
+    /// Moves the alarm to `wake` when that is sooner and releases the lock; then wakes the timer thread
+    /// if it must notice.
+    pub fn rearm(&self, mut st: MutexGuard<'_, Timed<S>>, wake: Option<Instant>) {
+        let sooner = st.alarm.rearm(wake);
+        drop(st);
+        if sooner {
+            self.cv.notify_one();
         }
     }
-    st
+
+    /// Closes the batcher (it is dropped, or failed to start): the timer thread answers what is queued
+    /// and returns.
+    pub fn close(&self) {
+        self.state.lock().alarm.open = false;
+        self.cv.notify_all();
+    }
+
+    /// The timer thread's loop, until the batcher closes: sleeps until the alarm (or a notification),
+    /// then calls `fire` with the lock and the time. Returns the lock once closed, for the caller to
+    /// answer what is left.
+    pub fn run(&self, fire: impl Fn(MutexGuard<'_, Timed<S>>, Instant)) -> MutexGuard<'_, Timed<S>> {
+        // The systemd watchdog also waits for this thread: a `fire` that never returns is a stall.
+        let name = std::thread::current().name().unwrap_or("batch-timer").to_string();
+        let beat = crate::core::heartbeat::register(name);
+        let mut st = self.state.lock();
+        while st.alarm.open {
+            match st.alarm.wake_at {
+                Some(t) if t > Instant::now() => {
+                    self.cv.wait_until(&mut st, t);
+                }
+                Some(_) => {
+                    st.alarm.wake_at = None;
+                    beat.working();
+                    fire(st, Instant::now());
+                    beat.idle();
+                    st = self.state.lock();
+                }
+                None => self.cv.wait(&mut st),
+            }
+        }
+        st
+    }
 }
 
 #[cfg(test)]
@@ -79,20 +137,27 @@ mod tests {
 
     #[test]
     fn run_fires_when_due_and_returns_once_closed() {
-        let state = Mutex::new(Alarm::new());
-        let cv = Condvar::new();
-        state.lock().wake_at = Some(Instant::now());
-        let fired = std::cell::Cell::new(0);
-        let st = run(
-            &state,
-            &cv,
-            |a| a,
-            |mut st, _| {
-                fired.set(fired.get() + 1);
-                st.open = false; // the batcher closes while the timer acts
-            },
-        );
-        assert!(!st.open && st.wake_at.is_none());
-        assert_eq!(fired.get(), 1);
+        let clocked = Clocked::new(0u32);
+        clocked.lock().alarm.wake_at = Some(Instant::now());
+        let st = clocked.run(|mut st, _| {
+            **st += 1;
+            st.alarm.open = false; // the batcher closes while the timer acts
+        });
+        assert!(!st.alarm.open && st.alarm.wake_at.is_none());
+        assert_eq!(**st, 1);
+        drop(st);
+        assert!(clocked.lock_open("m").is_err(), "a closed batcher refuses requests");
+    }
+
+    #[test]
+    fn close_wakes_a_sleeping_timer() {
+        let clocked = std::sync::Arc::new(Clocked::new(()));
+        let c = clocked.clone();
+        let t = std::thread::spawn(move || drop(c.run(|_, _| {})));
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(clocked.lock_open("m").is_ok());
+        clocked.rearm(clocked.lock(), Some(Instant::now() + Duration::from_secs(3600)));
+        clocked.close();
+        t.join().unwrap();
     }
 }
