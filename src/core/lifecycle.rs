@@ -483,13 +483,52 @@ impl ModelManager {
         let name2 = name.to_string();
         let ropts = self.opts.clone();
         let cfg_json = opts.config_json.clone();
+        // Repository agents run on the model's files before anything else reads them (auto-complete
+        // reads the model file), from the configuration as declared, and may hand back another copy
+        // of the files: the configuration and versions are then read from there, with the agents of
+        // the declared configuration.
+        let declared = tokio::task::spawn_blocking(move || {
+            repository::read_declared_config(&dir2, &name2, &ropts, cfg_json.as_deref())
+        })
+        .await
+        .map_err(|e| Error::internal(format!("config reader failed: {e}")))?;
+        let declared = match declared {
+            Ok(c) => c,
+            Err(mut e) => {
+                e.message = scrub(&e.message);
+                return Err(self.model_failed(name, fingerprint, e));
+            }
+        };
+        let mut pending = PendingAgents(None);
+        let location = match self.run_agents(name, &declared, &dir, &mut pending).await {
+            Ok(l) => l,
+            Err(mut e) => {
+                e.message = scrub(&e.message);
+                return Err(self.model_failed(name, fingerprint, e));
+            }
+        };
+        let relocated = location.as_ref().is_some_and(|l| *l != dir);
+        let agents = declared.model_repository_agents.clone();
+        let (dir2, name2, ropts) =
+            (location.clone().unwrap_or_else(|| dir.clone()), name.to_string(), self.opts.clone());
+        let from_request = opts.config_json.is_some();
         let cfg = tokio::task::spawn_blocking(move || {
-            repository::read_model_config_detailed(&dir2, &name2, &ropts, cfg_json.as_deref())
+            if relocated {
+                // The agents' copy: its own config.pbtxt, as Triton reads it.
+                repository::read_model_config_detailed(&dir2, &name2, &ropts, None)
+            } else {
+                repository::complete_config(&dir2, &name2, &ropts, declared, from_request)
+            }
         })
         .await
         .map_err(|e| Error::internal(format!("config reader failed: {e}")))?;
         let cfg = match cfg {
-            Ok(c) => Arc::new(c),
+            Ok(mut c) => {
+                if relocated {
+                    c.model_repository_agents = agents;
+                }
+                Arc::new(c)
+            }
             Err(f) => {
                 let mut e = f.error;
                 e.message = scrub(&e.message);
@@ -499,18 +538,7 @@ impl ModelManager {
                 });
             }
         };
-        // Repository agents run on the model's files before anything else reads them, and may hand
-        // back another copy of them: the configuration and versions are then read from there, with
-        // the agents of the original configuration.
-        let mut pending = PendingAgents(None);
-        let (cfg, dir) = match self.run_agents(name, &cfg, &dir, &mut pending).await {
-            Ok(Some((c, d))) => (c, d),
-            Ok(None) => (cfg, dir),
-            Err(mut e) => {
-                e.message = scrub(&e.message);
-                return Err(self.model_failed(name, fingerprint, e));
-            }
-        };
+        let dir = location.unwrap_or(dir);
         let labels = match repository::read_labels(&cfg, &dir) {
             Ok(l) => Arc::new(l),
             Err(mut e) => {
@@ -661,15 +689,15 @@ impl ModelManager {
         }
     }
 
-    /// Runs LOAD through the repository agents `cfg` names (none: `Ok(None)`), leaving them in
-    /// `pending`; returns the configuration and folder to load from.
+    /// Runs LOAD through the repository agents the declared configuration `cfg` names (none:
+    /// `Ok(None)`), leaving them in `pending`; returns the folder to load from.
     async fn run_agents(
         &self,
         name: &str,
-        cfg: &Arc<ModelConfig>,
+        cfg: &ModelConfig,
         dir: &Path,
         pending: &mut PendingAgents,
-    ) -> Result<Option<(Arc<ModelConfig>, PathBuf)>> {
+    ) -> Result<Option<PathBuf>> {
         if cfg.model_repository_agents.as_ref().is_none_or(|a| a.agents.is_empty()) {
             return Ok(None);
         }
@@ -684,18 +712,13 @@ impl ModelManager {
             .map_err(|e| Error::internal(format!("repository agents failed: {e}")))??;
         let location = chain.location();
         pending.0 = Some(chain);
-        if location == dir {
-            return Ok(Some((cfg.clone(), location)));
+        if location != dir {
+            tracing::info!(
+                "Model '{name}' is loaded from '{}', where its repository agents put it.",
+                location.display()
+            );
         }
-        tracing::info!("Model '{name}' is loaded from '{}', where its repository agents put it.", location.display());
-        let (l, n, o) = (location.clone(), name.to_string(), self.opts.clone());
-        let relocated = tokio::task::spawn_blocking(move || repository::read_model_config_detailed(&l, &n, &o, None))
-            .await
-            .map_err(|e| Error::internal(format!("config reader failed: {e}")))?
-            .map_err(|f| f.error)?;
-        let mut relocated = relocated;
-        relocated.model_repository_agents = cfg.model_repository_agents.clone();
-        Ok(Some((Arc::new(relocated), location)))
+        Ok(Some(location))
     }
 
     /// Records a failure of the whole model (before any version loads). Versions still serving from an

@@ -112,6 +112,18 @@ pub fn read_model_config_detailed(
     opts: &RepoOptions,
     override_json: Option<&str>,
 ) -> Result<ModelConfig, ConfigFailure> {
+    let cfg = read_declared_config(dir, name, opts, override_json)?;
+    complete_config(dir, name, opts, cfg, override_json.is_some())
+}
+
+/// The configuration as the model declares it (its `config.pbtxt`, or `override_json` from a load
+/// request), before anything reads the model's files: what the repository agents run from.
+pub fn read_declared_config(
+    dir: &Path,
+    name: &str,
+    opts: &RepoOptions,
+    override_json: Option<&str>,
+) -> Result<ModelConfig> {
     let cfg_path = dir.join("config.pbtxt");
     let too_large = |what: String, len: usize| {
         Error::invalid(format!(
@@ -121,7 +133,7 @@ pub fn read_model_config_detailed(
     };
     let mut cfg = match override_json {
         Some(json) if json.len() > limits::MAX_CONFIG_BYTES => {
-            return Err(too_large(format!("the 'config' parameter for model '{name}'"), json.len()).into())
+            return Err(too_large(format!("the 'config' parameter for model '{name}'"), json.len()))
         }
         Some(json) => pbtxt::config_from_json(json)
             .map_err(|e| Error::invalid(format!("invalid 'config' parameter for model '{name}': {e}")))?,
@@ -141,8 +153,7 @@ pub fn read_model_config_detailed(
             return Err(Error::invalid(format!(
                 "model '{name}' has no '{}' and auto-complete is disabled",
                 cfg_path.display()
-            ))
-            .into())
+            )))
         }
     };
     if cfg.name.is_empty() {
@@ -155,9 +166,21 @@ pub fn read_model_config_detailed(
         return Err(Error::invalid(format!(
             "{source}: field 'name': the configuration names model '{}' but the model is '{name}'",
             cfg.name
-        ))
-        .into());
+        )));
     }
+    Ok(cfg)
+}
+
+/// Completes and checks a declared configuration against the model's folder `dir`: versions, backend,
+/// file names, auto-complete from the model file and the backend, limits and validation.
+/// `from_request`: the configuration came from a load request.
+pub fn complete_config(
+    dir: &Path,
+    name: &str,
+    opts: &RepoOptions,
+    mut cfg: ModelConfig,
+    from_request: bool,
+) -> Result<ModelConfig, ConfigFailure> {
     let versions = list_versions(dir);
     if versions.is_empty() {
         return Err(Error::invalid(format!(
@@ -169,7 +192,7 @@ pub fn read_model_config_detailed(
     }
     resolve_backend(dir, &mut cfg)?;
     // Names from the configuration are checked before any of them is used to open a file.
-    check_paths(&cfg, dir, override_json.is_some())?;
+    check_paths(&cfg, dir, from_request)?;
     if opts.autocomplete && cfg.backend == "onnxruntime" {
         // Triton completes from the model file of the version that will be served (the latest).
         if let Some(&v) = versions.iter().next_back() {
