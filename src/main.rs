@@ -25,7 +25,30 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Some(Command::Validate(args)) => validate(args),
+        Some(Command::EncryptModel(args)) => encrypt_model(args),
         None => serve(cli.serve, file),
+    }
+}
+
+/// `tritonrs encrypt-model`: an encrypted copy of a model folder for the `decrypt` agent.
+fn encrypt_model(args: tritonrs::config::EncryptModelArgs) -> ExitCode {
+    use tritonrs::backend::agents::decrypt;
+    let output = args.output.unwrap_or_else(|| {
+        let mut name = args.dir.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "model".into());
+        name.push(".encrypted");
+        args.dir.with_file_name(name)
+    });
+    let result = decrypt::read_key(&args.key_file)
+        .and_then(|key| decrypt::encrypt_model(&args.dir, &output, &key, decrypt::DEFAULT_CHUNK));
+    match result {
+        Ok(n) => {
+            println!("Encrypted {n} files of '{}' into '{}'.", args.dir.display(), output.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            ExitCode::FAILURE
+        }
     }
 }
 

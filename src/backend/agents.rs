@@ -5,6 +5,9 @@
 //! and UNLOAD_COMPLETE in reverse order. The agent list and parameters are those of the model's
 //! original `config.pbtxt` for the whole load, whatever a relocated copy says.
 
+pub mod checksum;
+pub mod decrypt;
+
 use crate::error::{Error, Result};
 use crate::model_api::agents::{AgentAction, AgentChain, AgentModel, RepoAgent, RepoAgents};
 use crate::proto::inference::ModelConfig;
@@ -27,6 +30,18 @@ pub struct AgentRegistry {
 impl AgentRegistry {
     pub fn new(directory: PathBuf) -> AgentRegistry {
         AgentRegistry { builtin: HashMap::new(), directory, libraries: Mutex::new(HashMap::new()) }
+    }
+
+    /// The registry with the agents built into tritonrs, `checksum` and `decrypt`, set up from
+    /// `--repoagent-config` (`decrypt,key-file=PATH`, `decrypt,work-dir=PATH`).
+    pub fn with_builtin(directory: PathBuf, settings: &crate::model_api::BackendConfig) -> AgentRegistry {
+        let mut r = AgentRegistry::new(directory);
+        r.insert("checksum", Arc::new(checksum::Checksum));
+        let key_file = settings.get("decrypt", "key-file").map(PathBuf::from);
+        let work_dir =
+            settings.get("decrypt", "work-dir").map_or_else(decrypt::Decrypt::default_work_dir, PathBuf::from);
+        r.insert("decrypt", Arc::new(decrypt::Decrypt::new(key_file, work_dir)));
+        r
     }
 
     /// Adds a built-in agent under `name` (it takes precedence over a library of that name).

@@ -36,10 +36,10 @@ pub fn builtin(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>, pools: O
 
 /// The repository agents: built-in ones (none yet) and Triton agent libraries in
 /// `--repoagent-directory`.
-pub fn agents(config: &BackendConfig) -> crate::model_api::agents::Agents {
+pub fn agents(config: &BackendConfig, agent_settings: &BackendConfig) -> crate::model_api::agents::Agents {
     let dir =
         config.global.get("repoagent-directory").map(String::as_str).unwrap_or(agents::DEFAULT_REPOAGENT_DIRECTORY);
-    crate::model_api::agents::Agents(Some(Arc::new(agents::AgentRegistry::new(dir.into()))))
+    crate::model_api::agents::Agents(Some(Arc::new(agents::AgentRegistry::with_builtin(dir.into(), agent_settings))))
 }
 
 /// What only these backends can complete a configuration from, by backend name: a TensorRT engine, a

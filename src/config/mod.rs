@@ -79,6 +79,21 @@ pub struct Cli {
 pub enum Command {
     /// Check every model's configuration without serving or loading it; exits 1 if any is invalid.
     Validate(ValidateArgs),
+    /// Write an encrypted copy of a model folder for the `decrypt` repository agent: every file but the
+    /// top-level config.pbtxt is sealed with AES-256-GCM (the format is in the README).
+    EncryptModel(EncryptModelArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EncryptModelArgs {
+    /// The model folder (the one holding config.pbtxt and the version folders).
+    pub dir: PathBuf,
+    /// The key: 32 bytes or 64 hex digits, readable only by its owner (e.g. `head -c 32 /dev/urandom`).
+    #[arg(long, value_name = "PATH")]
+    pub key_file: PathBuf,
+    /// Where the encrypted copy goes; must not exist. Default: `<dir>.encrypted` beside the folder.
+    #[arg(long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +141,11 @@ pub struct ModelConfigArgs {
     /// `model_repository_agents` is `<dir>/<agent>/libtritonrepoagent_<agent>.so`.
     #[arg(long, env = "TRITONRS_REPOAGENT_DIRECTORY", default_value = crate::backend::agents::DEFAULT_REPOAGENT_DIRECTORY)]
     pub repoagent_directory: std::path::PathBuf,
+    /// Settings for a built-in repository agent, as `<agent>,<setting>=<value>` (repeatable):
+    /// `decrypt,key-file=PATH` (32 bytes or 64 hex digits, readable only by the server's user) and
+    /// `decrypt,work-dir=PATH` (where decrypted models are kept while loaded).
+    #[arg(long, env = "TRITONRS_REPOAGENT_CONFIG", value_delimiter = ';')]
+    pub repoagent_config: Vec<String>,
 }
 
 /// Flags of the server itself.
@@ -496,7 +516,11 @@ impl ModelConfigArgs {
             default_max_batch_size,
             completers: crate::backend::completers(backend_config).map_err(|e| anyhow::anyhow!("{}", e.message))?,
             max_tensor_bytes,
-            agents: crate::backend::agents(backend_config),
+            agents: crate::backend::agents(
+                backend_config,
+                &crate::model_api::BackendConfig::parse_flag(&self.repoagent_config, "--repoagent-config", "agent")
+                    .map_err(|e| anyhow::anyhow!("{}", e.message))?,
+            ),
         })
     }
 }

@@ -293,6 +293,12 @@ pub struct BackendConfig {
 impl BackendConfig {
     /// Parses Triton's `--backend-config` values: `<backend>,<setting>=<value>` or `<setting>=<value>`.
     pub fn parse(values: &[String]) -> Result<BackendConfig> {
+        BackendConfig::parse_flag(values, "--backend-config", "backend")
+    }
+
+    /// Parses the values of a flag of the same form (`--repoagent-config`), naming `flag` and what its
+    /// first part names (`noun`) in errors.
+    pub fn parse_flag(values: &[String], flag: &str, noun: &str) -> Result<BackendConfig> {
         let mut cfg = BackendConfig::default();
         for v in values {
             let (backend, setting) = match v.split_once(',') {
@@ -300,9 +306,7 @@ impl BackendConfig {
                 None => (None, v.as_str()),
             };
             let (key, value) = setting.split_once('=').ok_or_else(|| {
-                Error::invalid(format!(
-                    "--backend-config '{v}' must be '<backend>,<setting>=<value>' or '<setting>=<value>'"
-                ))
+                Error::invalid(format!("{flag} '{v}' must be '<{noun}>,<setting>=<value>' or '<setting>=<value>'"))
             })?;
             let map = match backend {
                 Some(b) if !b.is_empty() => cfg.per_backend.entry(b.to_string()).or_default(),
