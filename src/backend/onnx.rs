@@ -208,6 +208,9 @@ impl Backend for OnnxBackend {
         }
         let ort_err = |what: &str, e: ort::Error| Error::internal(format!("{what} for model '{}': {e}", ctx.name));
         let mut builder = Session::builder(env).map_err(|e| ort_err("cannot create an ONNX Runtime session", e))?;
+        for lib in ctx.config.model_operations.iter().flat_map(|o| &o.op_library_filename) {
+            builder = register_op_library(builder, ctx, lib)?;
+        }
         if !self.allow_spinning {
             builder = builder
                 .with_intra_op_spinning(false)
@@ -340,6 +343,37 @@ fn to_element_type(dt: DataType) -> Option<TensorElementType> {
         DataType::Fp32 => TensorElementType::Float32,
         DataType::Fp64 => TensorElementType::Float64,
         DataType::Bytes => TensorElementType::String,
+    })
+}
+
+/// Registers a custom-operation library (`model_operations { op_library_filename }`) on a session, as
+/// Triton's ONNX Runtime backend does: ONNX Runtime loads it and calls its `RegisterCustomOps`. A
+/// relative name is inside the model's folder (the repository checked it); a missing library, one that
+/// cannot be loaded and one whose registration fails each fail the model, naming the path and ONNX
+/// Runtime's message.
+fn register_op_library(
+    builder: ort::session::builder::SessionBuilder,
+    ctx: &ModelContext,
+    lib: &str,
+) -> Result<ort::session::builder::SessionBuilder> {
+    let path = if Path::new(lib).is_absolute() {
+        PathBuf::from(lib)
+    } else {
+        crate::model_config::paths::confined(&ctx.model_dir, lib, "model_operations.op_library_filename")?
+    };
+    if !path.is_file() {
+        return Err(Error::invalid(format!(
+            "model '{}': custom operation library '{}' not found",
+            ctx.name,
+            path.display()
+        )));
+    }
+    builder.with_operator_library(&path).map_err(|e| {
+        Error::invalid(format!(
+            "model '{}': cannot register the custom operations of '{}': {e}",
+            ctx.name,
+            path.display()
+        ))
     })
 }
 

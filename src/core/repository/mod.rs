@@ -245,6 +245,21 @@ fn check_paths(cfg: &ModelConfig, dir: &Path, from_request: bool) -> Result<()> 
             }
         }
     }
+    for lib in cfg.model_operations.iter().flat_map(|o| &o.op_library_filename) {
+        let field = "model_operations.op_library_filename";
+        if Path::new(lib).is_absolute() {
+            // A load request may not make the server load a library from anywhere on the machine.
+            if from_request {
+                return Err(fail(Error::invalid(format!(
+                    "field '{field}': '{}' must be a path inside the model's folder when the configuration comes \
+                     from a load request",
+                    paths::printable(lib)
+                ))));
+            }
+        } else {
+            paths::confined(dir, lib, field).map_err(fail)?;
+        }
+    }
     if from_request {
         if let Some(p) =
             cfg.parameters.get("EXECUTION_ENV_PATH").map(|p| p.string_value.trim()).filter(|p| !p.is_empty())
