@@ -11,6 +11,7 @@ pub mod error;
 pub mod frontend;
 pub mod logging;
 pub mod memory;
+pub mod metrics_text;
 pub mod model_api;
 pub mod model_config;
 pub mod platform;

@@ -35,9 +35,3 @@ pub fn model_config_descriptor() -> MessageDescriptor {
 pub mod onnx {
     include!(concat!(env!("OUT_DIR"), "/onnx.rs"));
 }
-
-/// The standard gRPC health checking protocol (`grpc.health.v1`, proto/health.proto).
-#[allow(clippy::all, clippy::pedantic, missing_docs)]
-pub mod grpc_health_v1 {
-    include!(concat!(env!("OUT_DIR"), "/grpc.health.v1.rs"));
-}

@@ -119,6 +119,8 @@ struct Inner {
     started: AtomicBool,
     /// Cleared when shutdown begins.
     accepting: AtomicBool,
+    /// Bumped when `started` or `accepting` changes, for [`Server::readiness`].
+    flags_changed: tokio::sync::watch::Sender<u64>,
     /// The response cache, when configured.
     cache: Option<ResponseCache>,
     /// The trace extension's settings and sampling.
@@ -167,6 +169,7 @@ impl Server {
                 models: Arc::new(models),
                 started: AtomicBool::new(false),
                 accepting: AtomicBool::new(true),
+                flags_changed: tokio::sync::watch::Sender::new(0),
                 tracer,
                 custom_metrics: Arc::new(CustomMetrics::new()),
                 // CUDA regions open their IPC handles through the driver, loaded on first use; without
@@ -205,6 +208,7 @@ impl Server {
         });
         let results = futures_util::future::join_all(loads).await;
         self.inner.started.store(true, Ordering::SeqCst);
+        self.inner.flags_changed.send_modify(|n| *n = n.wrapping_add(1));
         if o.exit_on_error {
             if let Some((name, Err(e))) = results.into_iter().find(|(_, r)| r.is_err()) {
                 return Err(e.context(format!("model '{name}' failed to load and --exit-on-error is set")));
@@ -286,9 +290,37 @@ impl Server {
             && (!self.inner.opts.strict_readiness || self.inner.models.all_ready())
     }
 
+    /// Readiness now, then each time it changes (start-up finishing, shutdown beginning, and under
+    /// `--strict-readiness` a model's state), for front-ends that push it (gRPC health `Watch`). The
+    /// stream holds no strong handle: it ends when the server is dropped.
+    pub fn readiness(&self) -> BoxStream<'static, bool> {
+        let changes = (self.inner.flags_changed.subscribe(), self.inner.models.changes());
+        let state = (Arc::downgrade(&self.inner), changes, None);
+        futures_util::stream::unfold(state, |(inner, mut changes, last)| async move {
+            loop {
+                if last.is_some() {
+                    let (flags, models) = &mut changes;
+                    let open = tokio::select! {
+                        r = flags.changed() => r.is_ok(),
+                        r = models.changed() => r.is_ok(),
+                    };
+                    if !open {
+                        return None;
+                    }
+                }
+                let ready = Server { inner: inner.upgrade()? }.is_ready();
+                if last != Some(ready) {
+                    return Some((ready, (inner, changes, Some(ready))));
+                }
+            }
+        })
+        .boxed()
+    }
+
     /// Stops readiness (for shutdown); requests in flight continue.
     pub fn stop_accepting(&self) {
         self.inner.accepting.store(false, Ordering::SeqCst);
+        self.inner.flags_changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Unloads every model, waiting for queued and running requests to finish and for the backends'
@@ -852,4 +884,48 @@ fn refuse_reentry(model: &LoadedModel, req: &InferRequest) -> Result<()> {
         model.version,
         chain.join(" -> ")
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn readiness_streams_each_change_and_ends_with_the_server() {
+        let repo = tempfile::tempdir().unwrap();
+        let broken = repo.path().join("broken");
+        std::fs::create_dir_all(broken.join("1")).unwrap();
+        std::fs::write(broken.join("config.pbtxt"), "max_batch_sizee: 8\n").unwrap();
+        let server = Server::new(ServerOptions {
+            id: "triton".into(),
+            repositories: vec![repo.path().to_path_buf()],
+            control_mode: ControlMode::Explicit,
+            load_models: vec![],
+            poll_interval: Duration::from_secs(1),
+            strict_readiness: true,
+            exit_on_error: false,
+            repo: Default::default(),
+            backend_config: Default::default(),
+            backends: Default::default(),
+            load_threads: 1,
+            rate_limit: None,
+            cache_bytes: None,
+            trace: Default::default(),
+            pools: Default::default(),
+        });
+        let mut readiness = server.readiness();
+        let mut next = async || tokio::time::timeout(Duration::from_secs(10), readiness.next()).await.unwrap();
+        assert_eq!(next().await, Some(false), "before start-up");
+        server.startup().await.unwrap();
+        assert_eq!(next().await, Some(true));
+        // Strict readiness: a model that failed to load counts until it is unloaded.
+        assert!(server.load_model("broken", LoadOptions::default()).await.is_err());
+        assert_eq!(next().await, Some(false));
+        server.unload_model("broken").await.unwrap();
+        assert_eq!(next().await, Some(true));
+        server.stop_accepting();
+        assert_eq!(next().await, Some(false), "shutdown began");
+        drop(server);
+        assert_eq!(next().await, None, "the server is gone");
+    }
 }

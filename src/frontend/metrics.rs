@@ -3,12 +3,14 @@
 
 use crate::core::server::ModelStatistics;
 use crate::core::Server;
+use crate::metrics_text::{header, sample, Kind};
 use crate::platform::{CpuMonitor, CpuReading};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use std::fmt::Write;
+use std::fmt::Display;
 use std::sync::Arc;
 
 /// Triton's metric names, in one place.
@@ -66,7 +68,7 @@ async fn scrape(axum::extract::State(s): axum::extract::State<MetricsState>) -> 
         m.render(&mut body);
     }
     let mut r = (StatusCode::OK, body).into_response();
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(crate::metrics_text::MEDIA_TYPE));
     r
 }
 
@@ -74,54 +76,42 @@ async fn scrape(axum::extract::State(s): axum::extract::State<MetricsState>) -> 
 pub fn render_pools(out: &mut String, pools: &crate::memory::pool::Pools) {
     use names::*;
     let pinned = pools.pinned.stats();
-    let _ = writeln!(
-        out,
-        "# HELP {PINNED_POOL_TOTAL} Pinned memory pool total memory size, in bytes\n# TYPE {PINNED_POOL_TOTAL} gauge\n\
-         {PINNED_POOL_TOTAL} {}\n# HELP {PINNED_POOL_USED} Pinned memory pool used memory size, in bytes\n\
-         # TYPE {PINNED_POOL_USED} gauge\n{PINNED_POOL_USED} {}",
-        pinned.total_bytes, pinned.used_bytes
-    );
+    header(out, PINNED_POOL_TOTAL, "Pinned memory pool total memory size, in bytes", Kind::Gauge);
+    sample(out, PINNED_POOL_TOTAL, &[], pinned.total_bytes);
+    header(out, PINNED_POOL_USED, "Pinned memory pool used memory size, in bytes", Kind::Gauge);
+    sample(out, PINNED_POOL_USED, &[], pinned.used_bytes);
     if !pools.gpus.is_empty() {
-        let _ =
-            writeln!(out, "# HELP {CUDA_POOL_TOTAL} CUDA memory pool size, in bytes\n# TYPE {CUDA_POOL_TOTAL} gauge");
+        header(out, CUDA_POOL_TOTAL, "CUDA memory pool size, in bytes", Kind::Gauge);
         for (_, p, uuid) in &pools.gpus {
-            let _ = writeln!(out, "{CUDA_POOL_TOTAL}{{gpu_uuid=\"{}\"}} {}", label(uuid), p.stats().total_bytes);
+            sample(out, CUDA_POOL_TOTAL, &[("gpu_uuid", uuid)], p.stats().total_bytes);
         }
-        let _ = writeln!(out, "# HELP {CUDA_POOL_USED} CUDA memory pool used, in bytes\n# TYPE {CUDA_POOL_USED} gauge");
+        header(out, CUDA_POOL_USED, "CUDA memory pool used, in bytes", Kind::Gauge);
         for (_, p, uuid) in &pools.gpus {
-            let _ = writeln!(out, "{CUDA_POOL_USED}{{gpu_uuid=\"{}\"}} {}", label(uuid), p.stats().used_bytes);
+            sample(out, CUDA_POOL_USED, &[("gpu_uuid", uuid)], p.stats().used_bytes);
         }
     }
-    let _ = writeln!(
-        out,
-        "# HELP {POOL_FALLBACKS} Allocations served outside a memory pool because it was full\n# TYPE {POOL_FALLBACKS} counter"
-    );
-    let _ = writeln!(out, "{POOL_FALLBACKS}{{pool=\"{}\"}} {}", pinned.name, pinned.fallbacks);
+    header(out, POOL_FALLBACKS, "Allocations served outside a memory pool because it was full", Kind::Counter);
+    sample(out, POOL_FALLBACKS, &[("pool", &pinned.name)], pinned.fallbacks);
     for (_, p, _) in &pools.gpus {
         let st = p.stats();
-        let _ = writeln!(out, "{POOL_FALLBACKS}{{pool=\"{}\"}} {}", label(&st.name), st.fallbacks);
+        sample(out, POOL_FALLBACKS, &[("pool", &st.name)], st.fallbacks);
     }
 }
 
-/// Escapes a label value for the text exposition format.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-/// One metric family: HELP, TYPE, then one sample per model version.
-fn family<F: Fn(&ModelStatistics) -> Vec<(String, String)>>(
+/// One of Triton's per-model families: HELP, TYPE, then a sample per model version that `value` gives
+/// one for.
+fn family<V: Display>(
     out: &mut String,
     name: &str,
-    kind: &str,
+    kind: Kind,
     help: &str,
     models: &[ModelStatistics],
-    samples: F,
+    value: impl Fn(&ModelStatistics) -> Option<V>,
 ) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    header(out, name, help, kind);
     for m in models {
-        for (extra_labels, value) in samples(m) {
-            let _ =
-                writeln!(out, "{name}{{model=\"{}\",version=\"{}\"{extra_labels}}} {value}", label(&m.name), m.version);
+        if let Some(v) = value(m) {
+            sample(out, name, &[("model", &m.name), ("version", &m.version.to_string())], v);
         }
     }
 }
@@ -130,50 +120,59 @@ fn family<F: Fn(&ModelStatistics) -> Vec<(String, String)>>(
 pub fn render(models: &[ModelStatistics], cpu: Option<CpuReading>) -> String {
     use names::*;
     let mut out = String::with_capacity(4096);
-    let one = |v: u64| vec![(String::new(), v.to_string())];
-    let us = |ns: u64| vec![(String::new(), (ns / 1000).to_string())];
+    let us = |ns: u64| Some(ns / 1000);
     family(
         &mut out,
         REQUEST_SUCCESS,
-        "counter",
+        Kind::Counter,
         "Number of successful inference requests, all batch sizes",
         models,
-        |m| one(m.stats.success.count),
+        |m| Some(m.stats.success.count),
     );
-    family(&mut out, REQUEST_FAILURE, "counter", "Number of failed inference requests, all batch sizes", models, |m| {
-        m.failures.iter().map(|(r, n)| (format!(",reason=\"{}\"", r.as_str()), n.to_string())).collect()
-    });
+    header(&mut out, REQUEST_FAILURE, "Number of failed inference requests, all batch sizes", Kind::Counter);
+    for m in models {
+        let version = m.version.to_string();
+        for (reason, n) in &m.failures {
+            let labels = [("model", m.name.as_str()), ("version", &version), ("reason", reason.as_str())];
+            sample(&mut out, REQUEST_FAILURE, &labels, n);
+        }
+    }
     family(
         &mut out,
         INFERENCE_COUNT,
-        "counter",
+        Kind::Counter,
         "Number of inferences performed (a batch of n counts n)",
         models,
-        |m| one(m.stats.inference_count),
+        |m| Some(m.stats.inference_count),
     );
     family(
         &mut out,
         EXEC_COUNT,
-        "counter",
+        Kind::Counter,
         "Number of model executions performed (a batch counts once)",
         models,
-        |m| one(m.stats.execution_count),
+        |m| Some(m.stats.execution_count),
     );
     family(
         &mut out,
         REQUEST_DURATION,
-        "counter",
+        Kind::Counter,
         "Cumulative inference request duration in microseconds",
         models,
         |m| us(m.stats.success.ns + m.stats.fail.ns),
     );
-    family(&mut out, QUEUE_DURATION, "counter", "Cumulative inference queuing duration in microseconds", models, |m| {
-        us(m.stats.queue.ns)
-    });
+    family(
+        &mut out,
+        QUEUE_DURATION,
+        Kind::Counter,
+        "Cumulative inference queuing duration in microseconds",
+        models,
+        |m| us(m.stats.queue.ns),
+    );
     family(
         &mut out,
         COMPUTE_INPUT_DURATION,
-        "counter",
+        Kind::Counter,
         "Cumulative compute input duration in microseconds",
         models,
         |m| us(m.stats.compute_input.ns),
@@ -181,7 +180,7 @@ pub fn render(models: &[ModelStatistics], cpu: Option<CpuReading>) -> String {
     family(
         &mut out,
         COMPUTE_INFER_DURATION,
-        "counter",
+        Kind::Counter,
         "Cumulative compute inference duration in microseconds",
         models,
         |m| us(m.stats.compute_infer.ns),
@@ -189,7 +188,7 @@ pub fn render(models: &[ModelStatistics], cpu: Option<CpuReading>) -> String {
     family(
         &mut out,
         COMPUTE_OUTPUT_DURATION,
-        "counter",
+        Kind::Counter,
         "Cumulative compute output duration in microseconds",
         models,
         |m| us(m.stats.compute_output.ns),
@@ -197,28 +196,27 @@ pub fn render(models: &[ModelStatistics], cpu: Option<CpuReading>) -> String {
     family(
         &mut out,
         PENDING_REQUESTS,
-        "gauge",
+        Kind::Gauge,
         "Instantaneous number of pending requests awaiting execution",
         models,
-        |m| vec![(String::new(), m.pending.max(0).to_string())],
+        |m| Some(m.pending.max(0)),
     );
-    family(&mut out, MODEL_LOAD_DURATION, "gauge", "Model load time in seconds", models, |m| {
-        vec![(String::new(), format!("{}", m.load_duration.as_secs_f64()))]
+    family(&mut out, MODEL_LOAD_DURATION, Kind::Gauge, "Model load time in seconds", models, |m| {
+        Some(m.load_duration.as_secs_f64())
     });
     if models.iter().any(|m| m.cache_enabled) {
         // Like Triton, the cache families exist only for models that use the response cache.
-        let cached =
-            |v: u64, m: &ModelStatistics| if m.cache_enabled { vec![(String::new(), v.to_string())] } else { vec![] };
-        family(&mut out, CACHE_HITS, "counter", "Number of cache hits per model", models, |m| {
+        let cached = |v: u64, m: &ModelStatistics| m.cache_enabled.then_some(v);
+        family(&mut out, CACHE_HITS, Kind::Counter, "Number of cache hits per model", models, |m| {
             cached(m.stats.cache_hit.count, m)
         });
-        family(&mut out, CACHE_MISSES, "counter", "Number of cache misses per model", models, |m| {
+        family(&mut out, CACHE_MISSES, Kind::Counter, "Number of cache misses per model", models, |m| {
             cached(m.stats.cache_miss.count, m)
         });
         family(
             &mut out,
             CACHE_HIT_DURATION,
-            "counter",
+            Kind::Counter,
             "Total cache hit duration per model, in microseconds",
             models,
             |m| cached(m.stats.cache_hit.ns / 1000, m),
@@ -226,24 +224,19 @@ pub fn render(models: &[ModelStatistics], cpu: Option<CpuReading>) -> String {
         family(
             &mut out,
             CACHE_MISS_DURATION,
-            "counter",
+            Kind::Counter,
             "Total cache miss (lookup and insertion) duration per model, in microseconds",
             models,
             |m| cached(m.stats.cache_miss.ns / 1000, m),
         );
     }
     if let Some(c) = cpu {
-        let _ =
-            writeln!(out, "# HELP {CPU_UTILIZATION} CPU utilization rate [0.0 - 1.0]\n# TYPE {CPU_UTILIZATION} gauge");
-        let _ = writeln!(out, "{CPU_UTILIZATION} {}", c.utilization);
-        let _ = writeln!(
-            out,
-            "# HELP {CPU_MEMORY_TOTAL} CPU total memory (RAM), in bytes\n# TYPE {CPU_MEMORY_TOTAL} gauge"
-        );
-        let _ = writeln!(out, "{CPU_MEMORY_TOTAL} {}", c.memory_total_bytes);
-        let _ =
-            writeln!(out, "# HELP {CPU_MEMORY_USED} CPU used memory (RAM), in bytes\n# TYPE {CPU_MEMORY_USED} gauge");
-        let _ = writeln!(out, "{CPU_MEMORY_USED} {}", c.memory_used_bytes);
+        header(&mut out, CPU_UTILIZATION, "CPU utilization rate [0.0 - 1.0]", Kind::Gauge);
+        sample(&mut out, CPU_UTILIZATION, &[], c.utilization);
+        header(&mut out, CPU_MEMORY_TOTAL, "CPU total memory (RAM), in bytes", Kind::Gauge);
+        sample(&mut out, CPU_MEMORY_TOTAL, &[], c.memory_total_bytes);
+        header(&mut out, CPU_MEMORY_USED, "CPU used memory (RAM), in bytes", Kind::Gauge);
+        sample(&mut out, CPU_MEMORY_USED, &[], c.memory_used_bytes);
     }
     out
 }

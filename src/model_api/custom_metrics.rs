@@ -7,9 +7,9 @@
 //! handle.
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::metrics_text::{header, histogram, sample, Kind};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write;
 
 /// A metric family's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,12 +20,17 @@ pub enum MetricKind {
 }
 
 impl MetricKind {
-    fn as_str(self) -> &'static str {
+    /// Its `# TYPE` on `/metrics`.
+    fn text_kind(self) -> Kind {
         match self {
-            MetricKind::Counter => "counter",
-            MetricKind::Gauge => "gauge",
-            MetricKind::Histogram => "histogram",
+            MetricKind::Counter => Kind::Counter,
+            MetricKind::Gauge => Kind::Gauge,
+            MetricKind::Histogram => Kind::Histogram,
         }
+    }
+
+    fn as_str(self) -> &'static str {
+        self.text_kind().as_str()
     }
 }
 
@@ -92,10 +97,6 @@ fn valid_name(name: &str, colon: bool) -> bool {
     };
     let mut chars = name.chars();
     chars.next().is_some_and(|c| ok(c, true)) && chars.all(|c| ok(c, false))
-}
-
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 impl CustomMetrics {
@@ -248,29 +249,14 @@ impl CustomMetrics {
             if f.metrics.is_empty() {
                 continue;
             }
-            let _ =
-                writeln!(out, "# HELP {name} {}\n# TYPE {name} {}", f.description.replace('\n', " "), f.kind.as_str());
+            header(out, name, &f.description, f.kind.text_kind());
             for (labels, m) in &f.metrics {
-                let label_text = |extra: Option<String>| {
-                    let mut parts: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
-                    parts.extend(extra);
-                    if parts.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{{{}}}", parts.join(","))
-                    }
-                };
+                let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                 if f.kind == MetricKind::Histogram {
-                    let mut cumulative = 0;
-                    for (b, c) in m.buckets.iter().zip(&m.counts) {
-                        cumulative += c;
-                        let _ = writeln!(out, "{name}_bucket{} {cumulative}", label_text(Some(format!("le=\"{b}\""))));
-                    }
-                    let _ = writeln!(out, "{name}_bucket{} {}", label_text(Some("le=\"+Inf\"".into())), m.count);
-                    let _ = writeln!(out, "{name}_sum{} {}", label_text(None), m.value);
-                    let _ = writeln!(out, "{name}_count{} {}", label_text(None), m.count);
+                    let buckets = m.buckets.iter().copied().zip(m.counts.iter().copied());
+                    histogram(out, name, &labels, buckets, m.value, m.count);
                 } else {
-                    let _ = writeln!(out, "{name}{} {}", label_text(None), m.value);
+                    sample(out, name, &labels, m.value);
                 }
             }
         }

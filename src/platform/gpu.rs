@@ -145,19 +145,23 @@ impl Sources {
 
 /// Renders the readings with Triton's `nv_gpu_*` names and our `tritonrs_jetson_*` ones.
 pub fn render(out: &mut String, r: &GpuReadings) {
-    use std::fmt::Write;
-    let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
+    use crate::metrics_text::{header, sample, Kind};
+    /// Each sample's labels and value.
+    type Samples<'a> = Vec<(Vec<(&'static str, &'a str)>, f64)>;
+    fn gpu(uuid: &str) -> Vec<(&'static str, &str)> {
+        vec![("gpu_uuid", uuid)]
+    }
+    // A family without samples is left out.
+    let mut family = |name: &str, kind: Kind, help: &str, samples: Samples| {
         if samples.is_empty() {
             return;
         }
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        header(out, name, help, kind);
         for (labels, v) in samples {
-            let _ = writeln!(out, "{name}{{{labels}}} {v}");
+            sample(out, name, &labels, v);
         }
     };
-    let gpu = |u: &str| format!("gpu_uuid=\"{}\"", esc(u));
-    let nvml = |f: &dyn Fn(&NvmlReading) -> Option<f64>| -> Vec<(String, f64)> {
+    let nvml = |f: &dyn Fn(&NvmlReading) -> Option<f64>| -> Samples {
         r.nvml.iter().filter_map(|g| f(g).map(|v| (gpu(&g.uuid), v))).collect()
     };
     let mut utilization = nvml(&|g| g.utilization);
@@ -166,51 +170,52 @@ pub fn render(out: &mut String, r: &GpuReadings) {
             utilization.push((gpu(uuid), load));
         }
     }
-    family("nv_gpu_utilization", "gauge", "GPU utilization rate [0.0 - 1.0)", utilization);
+    family("nv_gpu_utilization", Kind::Gauge, "GPU utilization rate [0.0 - 1.0)", utilization);
     family(
         "nv_gpu_memory_total_bytes",
-        "gauge",
+        Kind::Gauge,
         "GPU total memory, in bytes",
         nvml(&|g| g.memory_total_bytes.map(|v| v as f64)),
     );
     family(
         "nv_gpu_memory_used_bytes",
-        "gauge",
+        Kind::Gauge,
         "GPU used memory, in bytes",
         nvml(&|g| g.memory_used_bytes.map(|v| v as f64)),
     );
-    family("nv_gpu_power_usage", "gauge", "GPU power usage in watts", nvml(&|g| g.power_watts));
-    family("nv_gpu_power_limit", "gauge", "GPU power management limit in watts", nvml(&|g| g.power_limit_watts));
+    family("nv_gpu_power_usage", Kind::Gauge, "GPU power usage in watts", nvml(&|g| g.power_watts));
+    family("nv_gpu_power_limit", Kind::Gauge, "GPU power management limit in watts", nvml(&|g| g.power_limit_watts));
     family(
         "nv_energy_consumption",
-        "counter",
+        Kind::Counter,
         "GPU energy consumption in joules since the Triton Server started",
         nvml(&|g| g.energy_joules),
     );
     if let Some((uuid, j)) = &r.jetson {
         family(
             "tritonrs_jetson_gpu_frequency_hertz",
-            "gauge",
+            Kind::Gauge,
             "Jetson GPU clock frequency, in hertz",
             j.gpu_frequency_hz.map(|f| (gpu(uuid), f as f64)).into_iter().collect(),
         );
         family(
             "tritonrs_jetson_temperature_celsius",
-            "gauge",
+            Kind::Gauge,
             "Jetson thermal zone temperature, in degrees Celsius",
-            j.temperatures.iter().map(|(z, c)| (format!("zone=\"{}\"", esc(z)), *c)).collect(),
+            j.temperatures.iter().map(|(z, c)| (vec![("zone", z.as_str())], *c)).collect(),
         );
         family(
             "tritonrs_jetson_power_watts",
-            "gauge",
+            Kind::Gauge,
             "Jetson power rail (INA3221), in watts",
-            j.rails.iter().map(|(rail, w)| (format!("rail=\"{}\"", esc(rail)), *w)).collect(),
+            j.rails.iter().map(|(rail, w)| (vec![("rail", rail.as_str())], *w)).collect(),
         );
+        let mode = j.power_mode.as_ref().map(|(id, name)| (id.to_string(), name));
         family(
             "tritonrs_jetson_nvpmodel_mode",
-            "gauge",
+            Kind::Gauge,
             "Jetson power mode (nvpmodel): 1 for the current mode",
-            j.power_mode.iter().map(|(id, name)| (format!("id=\"{id}\",name=\"{}\"", esc(name)), 1.0)).collect(),
+            mode.iter().map(|(id, name)| (vec![("id", id.as_str()), ("name", name.as_str())], 1.0)).collect(),
         );
     }
 }

@@ -3,12 +3,15 @@ inference (raw contents, BYTES, classification, versions, async, streaming), rep
 statistics, logging and status codes."""
 
 import queue
+import signal
 import threading
+import time
 
 import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from helpers import copy_models
@@ -68,6 +71,71 @@ def test_grpc_health_check(examples_server):
         with pytest.raises(grpc.RpcError) as e:
             check(b"\x0a\x03foo")  # service: "foo"
         assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def health(name: str = "") -> health_pb2.HealthCheckRequest:
+    return health_pb2.HealthCheckRequest(service=name)
+
+
+def test_grpc_health_check_and_watch_with_the_standard_stub(examples_server):
+    with grpc.insecure_channel(examples_server.grpc_url) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        for name in ("", "inference.GRPCInferenceService"):
+            assert stub.Check(health(name), timeout=10).status == SERVING
+            watch = stub.Watch(health(name), timeout=10)
+            assert next(watch).status == SERVING
+            watch.cancel()
+        for call in (lambda r: stub.Check(r, timeout=10), lambda r: next(stub.Watch(r, timeout=10))):
+            with pytest.raises(grpc.RpcError) as e:
+                call(health("no.such.Service"))
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_grpc_health_watch_follows_readiness_until_shutdown(start_server, repo):
+    copy_models(repo, "simple")
+    bad = repo / "broken"
+    (bad / "1").mkdir(parents=True)
+    (bad / "config.pbtxt").write_text('name: "broken"\nbackend: "onnxruntime"\nmax_batch_sizee: 8\n')
+    # Strict readiness (the default): a model that failed to load makes the server not ready until
+    # it is unloaded.
+    s = start_server("--model-repository", repo, "--model-control-mode=explicit", "--load-model", "simple")
+    c = s.grpc_client()
+    statuses: queue.Queue = queue.Queue()
+    with grpc.insecure_channel(s.grpc_url) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        watch = stub.Watch(health())
+
+        def read():
+            try:
+                for r in watch:
+                    statuses.put(r.status)
+                statuses.put("end")
+            except grpc.RpcError as e:
+                statuses.put(e.code())
+
+        threading.Thread(target=read, daemon=True).start()
+        assert statuses.get(timeout=10) == SERVING
+        with pytest.raises(InferenceServerException):
+            c.load_model("broken")
+        assert statuses.get(timeout=10) == NOT_SERVING
+        assert stub.Check(health("inference.GRPCInferenceService"), timeout=10).status == NOT_SERVING
+        c.unload_model("broken")
+        assert statuses.get(timeout=10) == SERVING
+        assert stub.Check(health(), timeout=10).status == SERVING
+        c.close()
+        # Shutdown: NOT_SERVING, then the stream ends, so an open Watch does not hold the graceful
+        # shutdown until --exit-timeout-secs (30 s).
+        start = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        assert statuses.get(timeout=10) == NOT_SERVING
+        assert statuses.get(timeout=10) == "end"
+        assert s.wait_exit(timeout=20) == 0
+        assert time.monotonic() - start < 10
+        assert statuses.empty()
 
 
 def test_model_ready(gclient):

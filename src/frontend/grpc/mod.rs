@@ -13,11 +13,10 @@ use crate::frontend::conn::{GuardedListener, TrackLayer};
 use crate::logging::{LogControl, LogSettings, LogUpdate};
 use crate::model_api::types::StreamResponse;
 use crate::model_api::LoadOptions;
-use crate::proto::grpc_health_v1::health_check_response::ServingStatus;
-use crate::proto::grpc_health_v1::health_server::{Health, HealthServer};
-use crate::proto::grpc_health_v1::{HealthCheckRequest, HealthCheckResponse};
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use futures_util::stream::BoxStream;
+use futures_util::FutureExt as _;
 use prost::Message as _;
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,9 +25,14 @@ use std::time::{Duration, Instant};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Code, Request, Response, Status, Streaming};
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
 
 /// The full name of the inference service, as gRPC health checks may name it.
 pub const SERVICE_NAME: &str = "inference.GRPCInferenceService";
+
+/// What `grpc.health.v1.Health` knows: the whole server ("") and the inference service.
+const HEALTH_NAMES: [&str; 2] = ["", SERVICE_NAME];
 
 /// What the gRPC services share.
 #[derive(Clone)]
@@ -86,7 +90,9 @@ pub async fn serve(
 ) -> std::result::Result<(), tonic::transport::Error> {
     let limit = state.max_message_size;
     let restricted = std::sync::Arc::new(state.restricted.clone());
-    let health = HealthServer::new(HealthService { server: state.server.clone() });
+    let shutdown = shutdown.shared();
+    let (reporter, health) = tonic_health::server::health_reporter();
+    report_readiness(reporter, state.server.readiness(), shutdown.clone()).await;
     let server = state.server.clone();
     use tonic::codec::CompressionEncoding::{Deflate, Gzip};
     // As tritonserver: gzip and deflate requests are accepted, and their responses are compressed the
@@ -139,6 +145,47 @@ pub async fn serve(
         // it also sets TCP_NODELAY.
         .serve_with_incoming_shutdown(listener.into_stream(), shutdown)
         .await
+}
+
+/// `grpc.health.v1.Health` (tonic-health) tells readiness: both [`HEALTH_NAMES`] are SERVING while the
+/// server is ready and NOT_SERVING otherwise; other names are NOT_FOUND. Sets the current status, then
+/// a task follows the changes. At `shutdown` it reports NOT_SERVING and removes the names, which ends
+/// every `Watch` call: an open one would otherwise hold the graceful shutdown for
+/// `--exit-timeout-secs`.
+async fn report_readiness(
+    mut reporter: HealthReporter,
+    mut readiness: BoxStream<'static, bool>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    async fn set(reporter: &HealthReporter, ready: bool) {
+        let status = if ready { ServingStatus::Serving } else { ServingStatus::NotServing };
+        for name in HEALTH_NAMES {
+            reporter.set_service_status(name, status).await;
+        }
+    }
+    let mut last = readiness.next().await.unwrap_or(false);
+    set(&reporter, last).await;
+    tokio::spawn(async move {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                next = readiness.next() => match next {
+                    Some(ready) => {
+                        last = ready;
+                        set(&reporter, ready).await;
+                    }
+                    None => break,
+                },
+                () = &mut shutdown => break,
+            }
+        }
+        if last {
+            set(&reporter, false).await;
+        }
+        for name in HEALTH_NAMES {
+            reporter.clear_service_status(name).await;
+        }
+    });
 }
 
 /// `--grpc-restricted-protocol`: a call to a restricted group without its metadata entry is answered
@@ -665,29 +712,6 @@ impl GrpcInferenceService for InferenceService {
             self.state.log.update(log_update_from_proto(settings).map_err(status)?).map_err(status)?
         };
         ok(pb::LogSettingsResponse { settings: log_settings_to_proto(current) })
-    }
-}
-
-/// `grpc.health.v1.Health`: SERVING when the server is ready.
-pub struct HealthService {
-    server: Server,
-}
-
-#[tonic::async_trait]
-impl Health for HealthService {
-    async fn check(&self, req: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
-        let service = req.into_inner().service;
-        if !service.is_empty() && service != SERVICE_NAME {
-            return Err(Status::not_found(format!("unknown service '{service}'")));
-        }
-        let st = if self.server.is_ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
-        ok(HealthCheckResponse { status: st as i32 })
-    }
-
-    type WatchStream = Pin<Box<dyn Stream<Item = std::result::Result<HealthCheckResponse, Status>> + Send + 'static>>;
-
-    async fn watch(&self, _: Request<HealthCheckRequest>) -> GrpcResult<Self::WatchStream> {
-        Err(Status::unimplemented("health Watch is not supported; poll Check instead"))
     }
 }
 

@@ -1,6 +1,6 @@
 //! The bridge's Prometheus metrics: connection state, messages by result and request durations.
 
-use std::fmt::Write;
+use crate::metrics_text::{header, histogram, sample, Kind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub const CONNECTED: &str = "tritonrs_mqtt_connected";
@@ -73,25 +73,19 @@ impl MqttMetrics {
 
     /// Appends the families in the text exposition format.
     pub fn render(&self, out: &mut String) {
-        let _ = writeln!(out, "# HELP {CONNECTED} Whether the MQTT bridge is connected to its broker");
-        let _ = writeln!(out, "# TYPE {CONNECTED} gauge");
-        let _ = writeln!(out, "{CONNECTED} {}", u8::from(self.is_connected()));
-        let _ = writeln!(out, "# HELP {MESSAGES} MQTT request messages by how they ended");
-        let _ = writeln!(out, "# TYPE {MESSAGES} counter");
+        header(out, CONNECTED, "Whether the MQTT bridge is connected to its broker", Kind::Gauge);
+        sample(out, CONNECTED, &[], u8::from(self.is_connected()));
+        header(out, MESSAGES, "MQTT request messages by how they ended", Kind::Counter);
         for o in Outcome::ALL {
-            let _ = writeln!(out, "{MESSAGES}{{result=\"{}\"}} {}", o.as_str(), self.messages(o));
+            sample(out, MESSAGES, &[("result", o.as_str())], self.messages(o));
         }
-        let _ = writeln!(out, "# HELP {DURATION} Time from an MQTT request's arrival to its result's publish");
-        let _ = writeln!(out, "# TYPE {DURATION} histogram");
-        let mut cumulative = 0;
-        for (b, n) in BUCKETS.iter().zip(&self.buckets) {
-            cumulative += n.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{DURATION}_bucket{{le=\"{b}\"}} {cumulative}");
-        }
+        header(out, DURATION, "Time from an MQTT request's arrival to its result's publish", Kind::Histogram);
+        // Read as `observe` writes them: buckets, then the count, then the sum.
+        let buckets: Vec<(f64, u64)> =
+            BUCKETS.iter().zip(&self.buckets).map(|(b, n)| (*b, n.load(Ordering::Relaxed))).collect();
         let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{DURATION}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{DURATION}_sum {}", self.sum_us.load(Ordering::Relaxed) as f64 / 1e6);
-        let _ = writeln!(out, "{DURATION}_count {count}");
+        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        histogram(out, DURATION, &[], buckets, sum, count);
     }
 }
 

@@ -1,0 +1,176 @@
+//! The Prometheus text exposition format (0.0.4) that `/metrics` serves: one writer for every family
+//! the server exports (the core's `nv_*` statistics, memory pools, GPU readings, models' custom
+//! metrics, the MQTT bridge) and one label-value escape. It imports nothing from the crate, so any
+//! module may use it, `platform` included.
+//!
+//! No crate writes these bytes. `prometheus` 0.14's `TextEncoder` would change the scrape: its registry
+//! emits families sorted by name and samples sorted by label values, it sorts label pairs by name
+//! (Triton's `reason` label would move before `version`), it leaves out `# HELP` when the help text is
+//! empty, and it writes every value as an f64 (integers past 2^53 lose digits). `prometheus-client`
+//! writes OpenMetrics and renames counters with `_total`. Values here are written with Rust's
+//! `Display`, as before: integers as integers, floats in their shortest exact decimal, never in
+//! exponent notation.
+
+use std::borrow::Cow;
+use std::fmt::{Display, Write};
+
+/// The `Content-Type` of a scrape.
+pub const MEDIA_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A family's `# TYPE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// Escapes a label value: backslash, double quote and line feed, as the format requires.
+pub fn escape_label_value(v: &str) -> Cow<'_, str> {
+    if !v.contains(['\\', '"', '\n']) {
+        return Cow::Borrowed(v);
+    }
+    let mut s = String::with_capacity(v.len() + 8);
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    Cow::Owned(s)
+}
+
+/// Writes a family's `# HELP` and `# TYPE` lines. A line feed in `help` (a model's description)
+/// becomes a space; the rest of it is written as it is.
+pub fn header(out: &mut String, name: &str, help: &str, kind: Kind) {
+    let help = if help.contains('\n') { Cow::Owned(help.replace('\n', " ")) } else { Cow::Borrowed(help) };
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {}", kind.as_str());
+}
+
+/// Writes one sample: `name{label="value",...} value`, without braces when there are no labels.
+/// Label values are escaped; labels keep the order given.
+pub fn sample(out: &mut String, name: impl Display, labels: &[(&str, &str)], value: impl Display) {
+    let _ = write!(out, "{name}");
+    for (i, (label, v)) in labels.iter().enumerate() {
+        out.push(if i == 0 { '{' } else { ',' });
+        let _ = write!(out, "{label}=\"{}\"", escape_label_value(v));
+    }
+    if !labels.is_empty() {
+        out.push('}');
+    }
+    let _ = writeln!(out, " {value}");
+}
+
+/// Writes a histogram's samples: a cumulative `_bucket` per upper bound (`le`, after `labels`), the
+/// `+Inf` bucket (`count`), `_sum` and `_count`. `buckets` gives each bound with the observations that
+/// fell in it alone (not cumulative), in ascending order.
+pub fn histogram(
+    out: &mut String,
+    name: &str,
+    labels: &[(&str, &str)],
+    buckets: impl IntoIterator<Item = (f64, u64)>,
+    sum: impl Display,
+    count: u64,
+) {
+    let bucket = format!("{name}_bucket");
+    let with_le = |le: &str, out: &mut String, n: u64| {
+        let mut all = labels.to_vec();
+        all.push(("le", le));
+        sample(out, &bucket, &all, n);
+    };
+    let mut cumulative = 0;
+    for (bound, n) in buckets {
+        cumulative += n;
+        with_le(&bound.to_string(), out, cumulative);
+    }
+    with_le("+Inf", out, count);
+    sample(out, format_args!("{name}_sum"), labels, sum);
+    sample(out, format_args!("{name}_count"), labels, count);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_escape_backslash_quote_and_line_feed() {
+        assert_eq!(escape_label_value("plain-GPU_0.1"), "plain-GPU_0.1");
+        assert!(matches!(escape_label_value("plain"), Cow::Borrowed(_)));
+        assert_eq!(escape_label_value("a\\b\"c\nd\te"), "a\\\\b\\\"c\\nd\te");
+        assert_eq!(escape_label_value("\"\\\n"), "\\\"\\\\\\n");
+        assert_eq!(escape_label_value("é\u{1F600}"), "é\u{1F600}");
+    }
+
+    #[test]
+    fn header_lines() {
+        let mut out = String::new();
+        header(&mut out, "nv_inference_count", "Number of inferences", Kind::Counter);
+        header(&mut out, "g", "", Kind::Gauge);
+        header(&mut out, "h", "two\nlines \\ \"kept\"", Kind::Histogram);
+        assert_eq!(
+            out,
+            "# HELP nv_inference_count Number of inferences\n# TYPE nv_inference_count counter\n\
+             # HELP g \n# TYPE g gauge\n\
+             # HELP h two lines \\ \"kept\"\n# TYPE h histogram\n"
+        );
+    }
+
+    #[test]
+    fn samples_with_and_without_labels() {
+        let mut out = String::new();
+        sample(&mut out, "nv_cpu_utilization", &[], 0.25);
+        sample(&mut out, "nv_inference_count", &[("model", "sim\"ple"), ("version", "2")], 6u64);
+        sample(&mut out, format_args!("{}_sum", "x"), &[("le", "+Inf")], -1i64);
+        assert_eq!(
+            out,
+            "nv_cpu_utilization 0.25\n\
+             nv_inference_count{model=\"sim\\\"ple\",version=\"2\"} 6\n\
+             x_sum{le=\"+Inf\"} -1\n"
+        );
+    }
+
+    #[test]
+    fn values_keep_their_display_form() {
+        let mut out = String::new();
+        for v in [1.0, 1.5, 1e-7, 1e21, 0.1 + 0.2, f64::NAN] {
+            sample(&mut out, "f", &[], v);
+        }
+        sample(&mut out, "u", &[], u64::MAX);
+        assert_eq!(
+            out,
+            "f 1\nf 1.5\nf 0.0000001\nf 1000000000000000000000\nf 0.30000000000000004\nf NaN\n\
+             u 18446744073709551615\n"
+        );
+    }
+
+    #[test]
+    fn histograms_are_cumulative_with_le_last() {
+        let mut out = String::new();
+        histogram(&mut out, "lat", &[("model", "a")], [(0.5, 1), (1.0, 0), (10.0, 2)], 12.5, 4);
+        histogram(&mut out, "empty", &[], [], 0, 0);
+        assert_eq!(
+            out,
+            "lat_bucket{model=\"a\",le=\"0.5\"} 1\n\
+             lat_bucket{model=\"a\",le=\"1\"} 1\n\
+             lat_bucket{model=\"a\",le=\"10\"} 3\n\
+             lat_bucket{model=\"a\",le=\"+Inf\"} 4\n\
+             lat_sum{model=\"a\"} 12.5\n\
+             lat_count{model=\"a\"} 4\n\
+             empty_bucket{le=\"+Inf\"} 0\n\
+             empty_sum 0\n\
+             empty_count 0\n"
+        );
+    }
+}
