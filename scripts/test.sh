@@ -16,6 +16,8 @@ command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
 # The TensorRT shim is C++ (the cc crate compiles it with c++).
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
+# Azurite, the Azure Blob server of tests/python/test_cloud_repository.py, comes from npm.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 # Triton's own Python backend (tests/python/test_capi_pytriton.py) embeds the system interpreter: its
 # shared libpython and numpy.
 if [ -x /usr/bin/python3 ]; then
@@ -44,5 +46,9 @@ echo "== cargo build"
 cargo build --bins
 echo "== cargo test"
 cargo test
+if [ ! -x .npm/node_modules/.bin/azurite-blob ]; then
+    echo "== npm install azurite (into .npm/)"
+    npm install --prefix .npm --no-audit --no-fund --silent azurite@3.37.0
+fi
 echo "== black-box tests (tritonclient)"
 TRITONRS_BIN="$PWD/target/debug/tritonrs" python -m pytest tests/python "$@"

@@ -16,5 +16,6 @@ pub mod model_api;
 pub mod model_config;
 pub mod platform;
 pub mod proto;
+pub mod storage;
 pub mod tensor;
 pub mod vision;

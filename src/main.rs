@@ -1,11 +1,13 @@
 //! The `tritonrs` binary: parse flags, then serve or validate.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use tritonrs::config::file::ConfigFile;
 use tritonrs::config::{self, CliError, Command, ServeArgs, ValidateArgs};
+use tritonrs::core::repository::RemoteRepository;
 use tritonrs::core::{repository, Server, ServerOptions};
 use tritonrs::frontend::conn::{self, ConnLimits, GuardedListener};
 use tritonrs::frontend::restrict::Restrictions;
@@ -13,6 +15,7 @@ use tritonrs::frontend::tls::{TlsFiles, TlsListener};
 use tritonrs::frontend::{grpc, http, metrics};
 use tritonrs::logging::{self, LogSettings};
 use tritonrs::platform::systemd;
+use tritonrs::storage;
 
 fn main() -> ExitCode {
     let (cli, file) = match config::parse(std::env::args_os().collect()) {
@@ -77,8 +80,14 @@ fn validate(args: ValidateArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-    let (models, errors) = repository::scan(&args.model_repository);
+    let (cloud, local): (Vec<PathBuf>, Vec<PathBuf>) =
+        args.model_repository.iter().cloned().partition(|r| storage::is_cloud(&r.to_string_lossy()));
+    let (models, errors) = repository::scan(&local);
     let mut bad = errors.len();
+    // The unit's ExecStartPre runs validate: a cloud repository is checked when the server fetches it.
+    for r in &cloud {
+        println!("SKIP  '{}' is a cloud repository: its models are checked as the server loads them", r.display());
+    }
     for e in &errors {
         println!("ERROR {}", e.message);
     }
@@ -102,8 +111,10 @@ fn validate(args: ValidateArgs) -> ExitCode {
         .collect();
     // Ensembles are checked against their composing models' configurations, as the server does when
     // it loads them.
+    // (Not with cloud repositories, which may hold the composing models.)
     let ensemble_errors: Vec<(String, tritonrs::error::Error)> = results
         .iter()
+        .filter(|_| cloud.is_empty())
         .filter_map(|(name, r)| match r {
             Ok(cfg) if cfg.platform == "ensemble" => {
                 repository::check_ensemble_in_repository(cfg, &results).err().map(|e| (name.clone(), e))
@@ -189,9 +200,11 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
         anyhow::bail!("--min-supported-compute-capability must be a non-negative number, got {min_cc}");
     }
     tritonrs::platform::cuda::set_min_compute_capability(min_cc);
+    let (repositories, remotes) = open_repositories(&args)?;
     let opts = ServerOptions {
         id: args.id.clone(),
-        repositories: args.model_repository.clone(),
+        repositories,
+        remotes,
         control_mode: args.model_control_mode,
         load_models: args.load_model.clone(),
         poll_interval: Duration::from_secs(args.repository_poll_secs.max(1)),
@@ -223,13 +236,44 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
     };
     // After the flags are checked and before any port is bound: a repository that cannot be read is a
     // start-up error, said once.
-    for r in &args.model_repository {
+    for r in args.model_repository.iter().filter(|r| !storage::is_cloud(&r.to_string_lossy())) {
         if let Err(e) = std::fs::read_dir(r) {
             anyhow::bail!("cannot read model repository '{}': {e}", r.display());
         }
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tritonrs-io").build()?;
     runtime.block_on(run(args, file, opts, log))
+}
+
+/// The repositories as the core sees them (a cloud repository by its local view), and the cloud ones.
+/// A malformed URL, an unreadable credential file or a cache folder that cannot be made stop the
+/// server; the storage being unreachable does not (it is only contacted once serving begins).
+type Remotes = Vec<Arc<dyn RemoteRepository>>;
+
+fn open_repositories(args: &ServeArgs) -> anyhow::Result<(Vec<PathBuf>, Remotes)> {
+    let any_cloud = args.model_repository.iter().any(|r| storage::is_cloud(&r.to_string_lossy()));
+    if !any_cloud {
+        return Ok((args.model_repository.clone(), Vec::new()));
+    }
+    let credentials = match &args.cloud_credential_path {
+        Some(p) => storage::CredentialFile::load(p).map_err(|e| anyhow::anyhow!(e))?,
+        None => Default::default(),
+    };
+    let cache = args.repository_cache_dir.clone().unwrap_or_else(storage::default_cache_dir);
+    let mut local = Vec::new();
+    let mut remotes: Remotes = Vec::new();
+    for r in &args.model_repository {
+        let text = r.to_string_lossy();
+        if !storage::is_cloud(&text) {
+            local.push(r.clone());
+            continue;
+        }
+        let repo = storage::CloudRepository::open(&text, &credentials, &cache).map_err(|e| anyhow::anyhow!(e))?;
+        tracing::info!("Model repository '{}' is cached in '{}'.", repo.url(), repo.local_dir().display());
+        local.push(repo.local_dir().to_path_buf());
+        remotes.push(Arc::new(repo));
+    }
+    Ok((local, remotes))
 }
 
 /// A front-end server running in the background; its result says how it ended.

@@ -168,6 +168,14 @@ pub struct ServeArgs {
     /// Seconds between repository scans in poll mode.
     #[arg(long, env = "TRITONRS_REPOSITORY_POLL_SECS", default_value_t = 15)]
     pub repository_poll_secs: u64,
+    /// tritonserver's cloud credential file (JSON: per cloud, credentials keyed by repository URL
+    /// prefix) for s3://, gs:// and as:// repositories.
+    #[arg(long, env = "TRITON_CLOUD_CREDENTIAL_PATH")]
+    pub cloud_credential_path: Option<PathBuf>,
+    /// Where cloud repositories are cached [default: $CACHE_DIRECTORY under systemd, else
+    /// $XDG_CACHE_HOME/tritonrs or ~/.cache/tritonrs].
+    #[arg(long, env = "TRITONRS_REPOSITORY_CACHE_DIR")]
+    pub repository_cache_dir: Option<PathBuf>,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
     /// Ready only when every model is READY (true), or whenever the server is up (false).

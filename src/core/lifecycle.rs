@@ -5,7 +5,7 @@
 mod ensemble;
 
 use crate::core::rate_limiter::{Limited, Needs, RateLimiter, ResourceKey};
-use crate::core::repository::{self, RepoOptions, VersionPolicy};
+use crate::core::repository::{self, RemoteRepository, RepoOptions, SyncScope, VersionPolicy};
 use crate::core::scheduler::ensemble::StepRunner;
 use crate::core::scheduler::{self, Scheduler};
 use crate::core::stats::ModelStats;
@@ -137,6 +137,10 @@ pub struct ModelManager {
     /// Bumped after every change to the table (a state, a version, a model added or removed), for
     /// front-ends that follow model states (the MQTT bridge's subscriptions and state topic).
     changes: tokio::sync::watch::Sender<u64>,
+    /// Cloud repositories, whose local views are among `repos`.
+    remotes: Vec<Arc<dyn RemoteRepository>>,
+    /// Explicit model control: a load first brings the model's files from the cloud repositories.
+    sync_on_load: bool,
 }
 
 /// The table, locked for writing; tells the followers of [`ModelManager::changes`] when dropped.
@@ -181,7 +185,33 @@ impl ModelManager {
             waits: parking_lot::Mutex::new(HashMap::new()),
             generations: std::sync::atomic::AtomicU64::new(0),
             changes: tokio::sync::watch::Sender::new(0),
+            remotes: Vec::new(),
+            sync_on_load: false,
         }
+    }
+
+    /// Adds the cloud repositories (their views are already among the repositories); with
+    /// `sync_on_load` each load brings the model's files from them first (explicit model control).
+    pub fn with_remotes(mut self, remotes: Vec<Arc<dyn RemoteRepository>>, sync_on_load: bool) -> Self {
+        self.remotes = remotes;
+        self.sync_on_load = sync_on_load;
+        self
+    }
+
+    pub fn remotes(&self) -> &[Arc<dyn RemoteRepository>] {
+        &self.remotes
+    }
+
+    /// Brings every cloud repository's view up to date for `scope`; the errors are logged and returned.
+    pub async fn sync_remotes(&self, scope: SyncScope<'_>) -> Vec<Error> {
+        let mut errors = Vec::new();
+        for r in &self.remotes {
+            for e in r.sync(scope).await {
+                tracing::error!("{}", e.message);
+                errors.push(e);
+            }
+        }
+        errors
     }
 
     /// Locks the table for a change; followers of [`Self::changes`] hear of it once the lock is released.
@@ -284,7 +314,9 @@ impl ModelManager {
     /// The repository index: every model folder in the repositories plus every model the server knows.
     pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
         let (on_disk, _) = repository::scan(&self.repos);
-        let mut out = self.rows(on_disk.keys().map(String::as_str));
+        // A cloud repository's models are listed even before their files are brought in.
+        let listed: Vec<String> = self.remotes.iter().flat_map(|r| r.listed_models()).collect();
+        let mut out = self.rows(on_disk.keys().map(String::as_str).chain(listed.iter().map(String::as_str)));
         if ready_only {
             out.retain(|e| e.state == Some(ModelState::Ready));
         }
@@ -395,6 +427,16 @@ impl ModelManager {
         if bad {
             return Err(Error::invalid(format!("'{}' is not a valid model name", name.escape_debug())));
         }
+        if self.sync_on_load && opts.files.is_empty() && !self.remotes.is_empty() {
+            let errors = self.sync_remotes(SyncScope::Models(std::slice::from_ref(&name.to_string()))).await;
+            // Without a copy of the model anywhere, the store's error is the reason; with one (cached
+            // earlier, or in a local repository) the load goes on from it.
+            if let Some(e) = errors.into_iter().next() {
+                if !repository::scan(&self.repos).0.contains_key(name) {
+                    return Err(e);
+                }
+            }
+        }
         let _turn = self.lock_model(name).await;
         self.load_holding_lock(name, opts, remember_missing).await
     }
@@ -477,6 +519,12 @@ impl ModelManager {
                     }
                 }
             }
+        };
+        // A cloud repository's view links each model to its current download; the load reads that
+        // download, so a newer one switched in meanwhile cannot mix with it.
+        let dir = match self.remotes.iter().any(|r| dir.parent() == Some(r.local_dir())) {
+            true => std::fs::canonicalize(&dir).unwrap_or(dir),
+            false => dir,
         };
         let fingerprint = repository::fingerprint(&dir);
         let dir2 = dir.clone();

@@ -4,7 +4,7 @@ use crate::core::cache::{self, ResponseCache};
 use crate::core::classification::classify;
 use crate::core::lifecycle::{IndexEntry, LoadedModel, ModelManager};
 use crate::core::rate_limiter::RateLimiter;
-use crate::core::repository::RepoOptions;
+use crate::core::repository::{RemoteRepository, RepoOptions, SyncScope};
 use crate::core::scheduler::ensemble::StepRunner;
 use crate::core::scheduler::Job;
 use crate::core::shm_params;
@@ -60,6 +60,8 @@ pub struct ServerOptions {
     pub trace: TraceSettings,
     /// `--pinned-memory-pool-byte-size`, `--cuda-memory-pool-byte-size`.
     pub pools: crate::memory::pool::PoolOptions,
+    /// Cloud repositories (`s3://`, `gs://`, `as://`); each one's local view is also in `repositories`.
+    pub remotes: Vec<Arc<dyn RemoteRepository>>,
 }
 
 /// The protocol extensions this server implements, as listed in server metadata.
@@ -162,7 +164,8 @@ impl Server {
             let backends = opts.backends.build(Some(Arc::new(ApiThroughServer(me.clone()))), Some(pools.clone()));
             let models = ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads)
                 .with_rate_limiter(limiter)
-                .with_ensembles(steps, opts.control_mode == ControlMode::Explicit);
+                .with_ensembles(steps, opts.control_mode == ControlMode::Explicit)
+                .with_remotes(opts.remotes.clone(), opts.control_mode == ControlMode::Explicit);
             Inner {
                 cache: opts.cache_bytes.map(ResponseCache::new),
                 opts,
@@ -185,6 +188,13 @@ impl Server {
     /// with `exit_on_error` the first one is returned instead.
     pub async fn startup(&self) -> Result<()> {
         let o = &self.inner.opts;
+        // Cloud repositories first: what the control mode loads must be in their views before the scan.
+        // Their errors are logged and leave their models out; the server starts regardless.
+        let everything = o.control_mode != ControlMode::Explicit || o.load_models.iter().any(|m| m == "*");
+        let _ = match everything {
+            true => self.inner.models.sync_remotes(SyncScope::All).await,
+            false => self.inner.models.sync_remotes(SyncScope::Models(&o.load_models)).await,
+        };
         let names: Vec<String> = match o.control_mode {
             ControlMode::None | ControlMode::Poll => self.inner.models.repository_models(),
             ControlMode::Explicit => {
@@ -234,6 +244,7 @@ impl Server {
     /// One poll-mode rescan.
     pub async fn poll_once(&self) {
         let models = &self.inner.models;
+        let _ = models.sync_remotes(SyncScope::All).await;
         let (on_disk, _) = crate::core::repository::scan(&self.inner.opts.repositories);
         for (name, dir) in &on_disk {
             let changed = match dir {
@@ -260,6 +271,7 @@ impl Server {
             ControlMode::Poll => self.poll_once().await,
             ControlMode::Explicit => {
                 let models = &self.inner.models;
+                let _ = models.sync_remotes(SyncScope::Models(&models.known_models())).await;
                 let (on_disk, _) = crate::core::repository::scan(&self.inner.opts.repositories);
                 for name in models.known_models() {
                     let Some(Ok(dir)) = on_disk.get(&name) else { continue };
@@ -596,6 +608,11 @@ impl Server {
         })
     }
 
+    /// The cloud repositories, for their download counters.
+    pub fn remote_repositories(&self) -> &[Arc<dyn RemoteRepository>] {
+        self.inner.models.remotes()
+    }
+
     /// The memory pools (pinned host memory, device memory per GPU).
     pub fn pools(&self) -> &crate::memory::pool::Pools {
         &self.inner.pools
@@ -912,6 +929,7 @@ mod tests {
             cache_bytes: None,
             trace: Default::default(),
             pools: Default::default(),
+            remotes: Vec::new(),
         });
         let mut readiness = server.readiness();
         let mut next = async || tokio::time::timeout(Duration::from_secs(10), readiness.next()).await.unwrap();

@@ -38,6 +38,10 @@ pub mod names {
     pub const CUDA_POOL_TOTAL: &str = "tritonrs_cuda_memory_pool_total_bytes";
     pub const CUDA_POOL_USED: &str = "tritonrs_cuda_memory_pool_used_bytes";
     pub const POOL_FALLBACKS: &str = "tritonrs_memory_pool_fallback_total";
+    pub const REPO_DOWNLOAD_BYTES: &str = "tritonrs_repository_download_bytes_total";
+    pub const REPO_DOWNLOAD_FILES: &str = "tritonrs_repository_download_files_total";
+    pub const REPO_PENDING_BYTES: &str = "tritonrs_repository_download_pending_bytes";
+    pub const REPO_SYNC_FAILURES: &str = "tritonrs_repository_sync_failures_total";
 }
 
 /// What the endpoint reads.
@@ -63,6 +67,7 @@ async fn scrape(axum::extract::State(s): axum::extract::State<MetricsState>) -> 
         crate::platform::gpu::render(&mut body, &g.readings());
     }
     render_pools(&mut body, s.server.pools());
+    render_remotes(&mut body, s.server.remote_repositories());
     s.server.custom_metrics().render(&mut body);
     if let Some(m) = &s.mqtt {
         m.render(&mut body);
@@ -70,6 +75,30 @@ async fn scrape(axum::extract::State(s): axum::extract::State<MetricsState>) -> 
     let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(crate::metrics_text::MEDIA_TYPE));
     r
+}
+
+/// Downloads from cloud repositories (ours; tritonserver has none), one series per repository URL.
+pub fn render_remotes(out: &mut String, remotes: &[Arc<dyn crate::core::repository::RemoteRepository>]) {
+    use names::*;
+    if remotes.is_empty() {
+        return;
+    }
+    let all: Vec<_> = remotes.iter().map(|r| (r.url(), r.progress())).collect();
+    type Read = fn(&crate::core::repository::SyncProgress) -> u64;
+    let families: [(&str, &str, Kind, Read); 4] = [
+        (REPO_DOWNLOAD_BYTES, "Bytes downloaded from the cloud model repository", Kind::Counter, |p| p.bytes),
+        (REPO_DOWNLOAD_FILES, "Files downloaded from the cloud model repository", Kind::Counter, |p| p.files),
+        (REPO_PENDING_BYTES, "Bytes of the download under way not received yet", Kind::Gauge, |p| p.pending_bytes),
+        (REPO_SYNC_FAILURES, "Failed listings and model downloads of the cloud model repository", Kind::Counter, |p| {
+            p.failures
+        }),
+    ];
+    for (name, help, kind, value) in families {
+        header(out, name, help, kind);
+        for (url, p) in &all {
+            sample(out, name, &[("repository", url)], value(p));
+        }
+    }
 }
 
 /// The memory pools: tritonserver's pinned-pool gauges, and ours for the device pools and fallbacks.

@@ -2,6 +2,7 @@
 //! validation. Nothing here loads a model; it only decides what a model is.
 
 pub mod limits;
+pub mod remote;
 pub mod version_policy;
 
 use crate::core::scheduler::ensemble::graph::EnsembleGraph;
@@ -22,6 +23,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use remote::{RemoteRepository, SyncProgress, SyncScope};
 pub use version_policy::VersionPolicy;
 
 /// How configurations are completed; built from the server flags.

@@ -25,6 +25,7 @@ async fn app(max_body: usize) -> Router {
         cache_bytes: None,
         trace: Default::default(),
         pools: Default::default(),
+        remotes: Vec::new(),
     });
     server.startup().await.unwrap();
     let log = LogControl::detached(LogSettings::default());
