@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -201,6 +202,10 @@ class CuttingProxy:
         self.upstream = upstream
         self.cut = False
         self.cuts = 0
+        # While `stall` is set, half of a model.onnx body is sent and the rest waits for `release`.
+        self.stall = False
+        self.stalled = threading.Event()
+        self.release = threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -217,7 +222,8 @@ class CuttingProxy:
                              headers={k: v for k, v in self.headers.items() if k.lower() != "connection"})
                 r = conn.getresponse()
                 data = r.read()
-                cutting = proxy.cut and self.command == "GET" and self.path.split("?")[0].endswith("model.onnx")
+                model_get = self.command == "GET" and self.path.split("?")[0].endswith("model.onnx")
+                cutting = (proxy.cut or proxy.stall) and model_get
                 self.send_response(r.status)
                 for k, v in r.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -229,6 +235,9 @@ class CuttingProxy:
                     self.end_headers()
                     self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()
+                    if proxy.stall:
+                        proxy.stalled.set()
+                        proxy.release.wait(60)
                     self.close_connection = True
                     return
                 self.end_headers()
@@ -269,6 +278,55 @@ def test_a_download_cut_off_never_reaches_the_served_model(start_server, s3, buc
         s.wait_until(lambda: c.is_model_ready("simple", "2"), timeout=POLL, what="simple version 2 READY")
         assert simple_infer(c, "2") == EXPECTED
     finally:
+        proxy.close()
+
+
+def test_wrong_credentials_are_named(start_server, tmp_path):
+    # moto in its own process with authentication on (INITIAL_NO_AUTH_ACTION_COUNT=0): an unknown key
+    # is refused, as AWS refuses it.
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "moto did not start"
+                time.sleep(0.1)
+        url = f"s3://127.0.0.1:{port}/fleet/models"
+        s = start_server("--model-repository", url, "--repository-cache-dir", tmp_path / "cache",
+                         "--strict-readiness=false", env={**AWS_ENV, "AWS_ACCESS_KEY_ID": "not-a-key"})
+        s.wait_for_log(rf"cannot list the model repository '{url}': .*InvalidAccessKeyId", timeout=30)
+        assert s.client().get_model_repository_index() == []
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_server_killed_mid_download_loads_no_partial_model(start_server, s3, bucket, tmp_path):
+    proxy = CuttingProxy(s3.endpoint)
+    try:
+        url = f"s3://{proxy.endpoint}/{bucket}/models"
+        cache = tmp_path / "cache"
+        proxy.stall = True
+        s = serve(start_server, url, cache, wait="live")
+        s.wait_until(lambda: proxy.stalled.is_set(), timeout=30, what="a download under way")
+        s.proc.kill()
+        s.proc.wait(10)
+        root = next((cache / "repositories").iterdir())
+        assert list((root / "store" / "simple").glob("g*.partial")), "the download was under way"
+        assert not (root / "models" / "simple").exists(), "no link to a partial model"
+        proxy.stall = False
+        proxy.release.set()
+        s = serve(start_server, url, cache)
+        assert simple_infer(s.client()) == EXPECTED
+        assert not list((root / "store" / "simple").glob("g*.partial"))
+    finally:
+        proxy.release.set()
         proxy.close()
 
 
@@ -351,3 +409,40 @@ def test_azure_repository_through_azurite(start_server, azurite, tmp_path):
     s2.wait_for_log(rf"cannot list the model repository '{url}': .*(403|uthoriz)", timeout=30)
     assert s2.client().is_model_ready("vlen_scale")
     assert not s2.client().is_model_ready("simple")
+
+
+def test_repository_agents_run_on_cloud_models(start_server, s3, tmp_path):
+    """checksum and decrypt on models that come from S3: the agents see the cached download."""
+    import hashlib
+
+    s3.create_bucket(Bucket="agents")
+    local = tmp_path / "src"
+    copy_models(local, "simple")
+    digest = hashlib.md5((local / "simple/1/model.onnx").read_bytes()).hexdigest()
+    cfg = local / "simple/config.pbtxt"
+    cfg.write_text(cfg.read_text() + '\nmodel_repository_agents { agents [ { name: "checksum" parameters [ '
+                   f'{{ key: "MD5:1/model.onnx" value: "{digest}" }} ] }} ] }}\n')
+    upload(s3, "agents", "models", "simple", src=local)
+    # The same model encrypted, as "secret".
+    plain = tmp_path / "plain"
+    copy_models(plain, "simple")
+    pc = plain / "simple/config.pbtxt"
+    pc.write_text(pc.read_text().replace('name: "simple"', 'name: "secret"')
+                  + '\nmodel_repository_agents { agents [ { name: "decrypt" } ] }\n')
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    r = run_cli("encrypt-model", str(plain / "simple"), "--key-file", str(key), "--output", str(tmp_path / "enc" / "secret"))
+    assert r.returncode == 0, r.stderr
+    upload(s3, "agents", "models", "secret", src=tmp_path / "enc")
+    url = f"s3://{s3.endpoint}/agents/models"
+    s = serve(start_server, url, tmp_path / "cache",
+              f"--repoagent-config=decrypt,key-file={key};decrypt,work-dir={tmp_path / 'work'}")
+    c = s.client()
+    assert simple_infer(c) == EXPECTED
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    i0 = httpclient.InferInput("INPUT0", [1, 16], "INT32")
+    i0.set_data_from_numpy(a)
+    i1 = httpclient.InferInput("INPUT1", [1, 16], "INT32")
+    i1.set_data_from_numpy(np.ones((1, 16), np.int32))
+    assert c.infer("secret", [i0, i1]).as_numpy("OUTPUT0").tolist() == EXPECTED
