@@ -64,14 +64,36 @@ def run_requests(s, n: int, results: list, started: threading.Event):
     return threads
 
 
+def established(port: int) -> int:
+    """Connections the server has on `port` (its side: local port `port`, state ESTABLISHED)."""
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if parts[3] == "01" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                n += 1
+    return n
+
+
+def wait_in_flight(s, n: int, started: threading.Event):
+    """Until every client is connected, plus a moment for the request bodies (1 MB each) to arrive: a
+    loaded machine may start the client threads late."""
+    assert started.wait(30)
+    s.wait_until(lambda: established(s.port) >= n, timeout=30, interval=0.02, what=f"{n} connections")
+    time.sleep(0.3)
+
+
 def test_sigterm_finishes_in_flight_requests_and_exits_0(start_server, repo):
     write_slow_model(repo)
     s = start_server("--model-repository", repo)
     results: list = [None] * 4
     started = threading.Event()
     threads = run_requests(s, 4, results, started)
-    assert started.wait(30)
-    time.sleep(0.1)  # the requests are in the server: one executing, the others queued
+    wait_in_flight(s, 4, started)  # the requests are in the server: one executing, the others queued
     signalled = time.monotonic()
     s.proc.send_signal(signal.SIGTERM)
     for t in threads:
@@ -89,8 +111,7 @@ def test_second_signal_exits_at_once(start_server, repo):
     results: list = [None] * 6
     started = threading.Event()
     threads = run_requests(s, 6, results, started)
-    assert started.wait(30)
-    time.sleep(0.1)
+    wait_in_flight(s, 6, started)
     s.proc.send_signal(signal.SIGTERM)
     time.sleep(0.1)
     t0 = time.monotonic()
