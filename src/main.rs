@@ -423,6 +423,10 @@ async fn run(
     let mqtt_settings = tritonrs::frontend::mqtt::Settings::from_args(&args.mqtt).map_err(|e| anyhow::anyhow!(e))?;
     let mqtt_metrics =
         mqtt_settings.as_ref().map(|_| Arc::new(tritonrs::frontend::mqtt::metrics::MqttMetrics::default()));
+    let frigate_settings = tritonrs::frontend::frigate::FrigateSettings::from_args(&args.frigate, &opts.repositories)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let frigate_metrics =
+        frigate_settings.as_ref().map(|_| Arc::new(tritonrs::frontend::frigate::metrics::FrigateMetrics::default()));
     let server = Server::new(opts);
     // From the start, so a SIGHUP while models load is kept for later instead of killing the server.
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
@@ -482,10 +486,20 @@ async fn run(
         } else {
             None
         };
-        let app =
-            metrics::router(metrics::MetricsState { server: server.clone(), cpu, gpu, mqtt: mqtt_metrics.clone() });
+        let app = metrics::router(metrics::MetricsState {
+            server: server.clone(),
+            cpu,
+            gpu,
+            mqtt: mqtt_metrics.clone(),
+            frigate: frigate_metrics.clone(),
+        });
         let header_timeout = listener.limits().header_timeout;
         tasks.push(("metrics", serve_axum(listener, header_timeout, app, stop_rx.clone())));
+    }
+    if let (Some(settings), Some(m)) = (frigate_settings, frigate_metrics) {
+        use tritonrs::frontend::frigate;
+        let socket = frigate::bind(&settings).await.map_err(|e| anyhow::anyhow!(e))?;
+        tasks.push(("Frigate ZMQ", tokio::spawn(frigate::serve(socket, settings, server.clone(), m, stop_rx.clone()))));
     }
     // The bridge subscribes to each model's requests as it becomes READY.
     let bridge = match (mqtt_settings, mqtt_metrics) {

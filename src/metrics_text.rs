@@ -100,6 +100,40 @@ pub fn histogram(
     sample(out, format_args!("{name}_count"), labels, count);
 }
 
+/// Upper bounds of [`SecondsHistogram`]'s buckets, in seconds.
+pub const SECONDS_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
+/// A lock-free histogram of durations in seconds (a front-end's request times), written by the
+/// front-end and read at scrape time.
+#[derive(Debug, Default)]
+pub struct SecondsHistogram {
+    buckets: [std::sync::atomic::AtomicU64; SECONDS_BUCKETS.len()],
+    count: std::sync::atomic::AtomicU64,
+    sum_us: std::sync::atomic::AtomicU64,
+}
+
+impl SecondsHistogram {
+    pub fn observe(&self, secs: f64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Some(i) = SECONDS_BUCKETS.iter().position(|&b| secs <= b) {
+            self.buckets[i].fetch_add(1, Relaxed);
+        }
+        self.count.fetch_add(1, Relaxed);
+        self.sum_us.fetch_add((secs * 1e6) as u64, Relaxed);
+    }
+
+    /// Writes the samples (the family's header is the caller's).
+    pub fn render(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Read as `observe` writes them: buckets, then the count, then the sum.
+        let buckets: Vec<(f64, u64)> =
+            SECONDS_BUCKETS.iter().zip(&self.buckets).map(|(b, n)| (*b, n.load(Relaxed))).collect();
+        let count = self.count.load(Relaxed);
+        let sum = self.sum_us.load(Relaxed) as f64 / 1e6;
+        histogram(out, name, labels, buckets, sum, count);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

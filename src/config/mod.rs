@@ -3,6 +3,7 @@
 //! the environment, which wins over the file.
 
 pub mod file;
+pub mod frigate;
 pub mod memory;
 pub mod mqtt;
 
@@ -403,6 +404,8 @@ pub struct ServeArgs {
     pub trace_log_frequency: Option<u32>,
     #[command(flatten)]
     pub mqtt: mqtt::MqttArgs,
+    #[command(flatten)]
+    pub frigate: frigate::FrigateArgs,
     #[command(flatten)]
     pub memory: memory::MemoryArgs,
 }

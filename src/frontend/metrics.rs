@@ -54,6 +54,8 @@ pub struct MetricsState {
     pub gpu: Option<Arc<crate::platform::gpu::GpuMonitor>>,
     /// The MQTT bridge's counters, when it runs.
     pub mqtt: Option<Arc<crate::frontend::mqtt::metrics::MqttMetrics>>,
+    /// Frigate's ZMQ detector's counters, when it runs.
+    pub frigate: Option<Arc<crate::frontend::frigate::metrics::FrigateMetrics>>,
 }
 
 pub fn router(state: MetricsState) -> Router {
@@ -70,6 +72,9 @@ async fn scrape(axum::extract::State(s): axum::extract::State<MetricsState>) -> 
     render_remotes(&mut body, s.server.remote_repositories());
     s.server.custom_metrics().render(&mut body);
     if let Some(m) = &s.mqtt {
+        m.render(&mut body);
+    }
+    if let Some(m) = &s.frigate {
         m.render(&mut body);
     }
     let mut r = (StatusCode::OK, body).into_response();

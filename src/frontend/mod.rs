@@ -2,6 +2,7 @@
 //! answer once.
 
 pub mod conn;
+pub mod frigate;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

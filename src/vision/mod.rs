@@ -3,6 +3,7 @@
 //! the picture's pixels, or the raw outputs. The MQTT bridge and the DeepStack HTTP endpoints call
 //! [`infer_image`]; nothing here knows a transport.
 
+pub mod frames;
 pub mod postprocess;
 pub mod preprocess;
 pub mod spec;
@@ -199,6 +200,34 @@ pub async fn infer_image(
             .await
             .map_err(|e| Error::internal(format!("the detection post-processing task failed: {e}")))??;
             Analysis::Detections(detections)
+        }
+        OutputKind::Ssd { boxes, classes, scores, count } => {
+            let labels = labels(classes);
+            let read = |name: &str| find(&response.outputs, name).and_then(postprocess::to_f32);
+            let threshold = opts.min_confidence.unwrap_or(spec.score_threshold);
+            let found =
+                postprocess::ssd_boxes(&read(boxes)?, &read(classes)?, &read(scores)?, &read(count)?, threshold)?;
+            // Normalised to the input: back to its pixels, then through the letterbox to the picture's.
+            let (iw, ih) = (spec.width as f32, spec.height as f32);
+            let mut kept: Vec<postprocess::Candidate> = found
+                .into_iter()
+                .map(|(class, score, [y1, x1, y2, x2])| postprocess::Candidate {
+                    x1: x1 * iw,
+                    y1: y1 * ih,
+                    x2: x2 * iw,
+                    y2: y2 * ih,
+                    score,
+                    class,
+                })
+                .collect();
+            kept.truncate(postprocess::max_detections(top_k));
+            Analysis::Detections(postprocess::to_detections(
+                &kept,
+                &transform,
+                w,
+                h,
+                labels.as_deref().map(Vec::as_slice),
+            ))
         }
         OutputKind::EfficientNms => {
             let [num, boxes, scores, classes] = NMS_OUTPUTS;

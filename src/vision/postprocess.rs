@@ -158,6 +158,31 @@ pub fn efficient_nms_candidates(
     Ok(out)
 }
 
+/// The detections of TensorFlow SSD outputs at least `threshold`, first batch item: class, score and
+/// the box as y_min, x_min, y_max, x_max (normalised, as the model gives it).
+pub fn ssd_boxes(
+    boxes: &[f32],
+    classes: &[f32],
+    scores: &[f32],
+    count: &[f32],
+    threshold: f32,
+) -> Result<Vec<(usize, f32, [f32; 4])>> {
+    let k = scores.len().min(classes.len()).min(boxes.len() / 4);
+    let n = count.first().copied().unwrap_or(k as f32);
+    if n.is_nan() || n < 0.0 {
+        return Err(Error::invalid(format!("the SSD detection count is {n}")));
+    }
+    let mut out = Vec::new();
+    for i in 0..(n as usize).min(k) {
+        let (score, class) = (scores[i], classes[i]);
+        let b = [boxes[i * 4], boxes[i * 4 + 1], boxes[i * 4 + 2], boxes[i * 4 + 3]];
+        if score >= threshold && class >= 0.0 && b.iter().all(|v| v.is_finite()) {
+            out.push((class as usize, score, b));
+        }
+    }
+    Ok(out)
+}
+
 /// Maps boxes back to the `w`x`h` picture, clamped to it, and names their classes.
 pub fn to_detections(boxes: &[Candidate], t: &Transform, w: u32, h: u32, labels: Option<&[String]>) -> Vec<Detection> {
     let (wf, hf) = (w as f32, h as f32);

@@ -42,6 +42,9 @@ pub enum OutputKind {
     Yolo { output: String, objectness: bool },
     /// TensorRT's EfficientNMS_TRT plugin outputs (boxes x1, y1, x2, y2 in input pixels).
     EfficientNms,
+    /// TensorFlow's SSD outputs: boxes `[1, N, 4]` (y_min, x_min, y_max, x_max, normalised to the
+    /// input), classes `[1, N]`, scores `[1, N]` and the count `[1]`, named here.
+    Ssd { boxes: String, classes: String, scores: String, count: String },
     /// The outputs as KServe v2 JSON.
     Raw,
 }
@@ -197,9 +200,10 @@ impl ImageSpec {
                 }
                 OutputKind::EfficientNms
             }
+            Some("ssd") => ssd_outputs(cfg).map_err(bad)?,
             Some("raw") => OutputKind::Raw,
             Some(v) => {
-                return Err(bad(format!("image.output '{v}' is not classification, yolo, efficient_nms or raw")))
+                return Err(bad(format!("image.output '{v}' is not classification, yolo, efficient_nms, ssd or raw")))
             }
         };
         let threshold = |key: &str, default: f32| -> Result<f32> {
@@ -228,6 +232,29 @@ impl ImageSpec {
             iou_threshold: threshold("detection.iou_threshold", 0.45)?,
         })
     }
+}
+
+/// The four SSD outputs: by name where the names say (`*box*`, `*class*`, `*score*`, `num*` or
+/// `*count*`, as TensorFlow's exports have them), else in the configuration's order.
+fn ssd_outputs(cfg: &ModelConfig) -> std::result::Result<OutputKind, String> {
+    let names: Vec<&str> = cfg.output.iter().map(|o| o.name.as_str()).collect();
+    if names.len() != 4 {
+        return Err(format!(
+            "image.output 'ssd' needs four outputs (boxes, classes, scores, count), not {}",
+            names.len()
+        ));
+    }
+    let find = |keys: &[&str]| names.iter().find(|n| keys.iter().any(|k| n.to_ascii_lowercase().contains(k))).copied();
+    let by_name = (find(&["box"]), find(&["class"]), find(&["score"]), find(&["num", "count"]));
+    let [boxes, classes, scores, count] = match by_name {
+        (Some(b), Some(c), Some(s), Some(n))
+            if [b, c, s, n].iter().collect::<std::collections::HashSet<_>>().len() == 4 =>
+        {
+            [b, c, s, n]
+        }
+        _ => [names[0], names[1], names[2], names[3]],
+    };
+    Ok(OutputKind::Ssd { boxes: boxes.into(), classes: classes.into(), scores: scores.into(), count: count.into() })
 }
 
 /// A finite number, also written as a fraction ("1/255").

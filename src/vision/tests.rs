@@ -365,3 +365,41 @@ fn write_json_shapes() {
         json!([{"name": "o", "datatype": "INT64", "shape": [2], "data": [7, -1]}])
     );
 }
+
+#[test]
+fn ssd_outputs_by_name_or_order_and_their_boxes() {
+    let text = "name: \"m\"\nmax_batch_size: 0\ninput [{ name: \"x\" data_type: TYPE_UINT8 dims: [1, 8, 8, 3] }]\n\
+        output [{ name: \"num_detections\" data_type: TYPE_FP32 dims: [1] },\
+        { name: \"detection_scores\" data_type: TYPE_FP32 dims: [1, 2] },\
+        { name: \"detection_boxes\" data_type: TYPE_FP32 dims: [1, 2, 4] },\
+        { name: \"detection_classes\" data_type: TYPE_FP32 dims: [1, 2] }]\n\
+        parameters { key: \"image.output\" value: { string_value: \"ssd\" } }\n";
+    let s = ImageSpec::from_config(&parse_config(text, "config.pbtxt").unwrap()).unwrap();
+    assert_eq!(
+        s.output,
+        OutputKind::Ssd {
+            boxes: "detection_boxes".into(),
+            classes: "detection_classes".into(),
+            scores: "detection_scores".into(),
+            count: "num_detections".into()
+        }
+    );
+    // Names that say nothing: the configuration's order.
+    let plain = text
+        .replace("num_detections", "a")
+        .replace("detection_scores", "b")
+        .replace("detection_boxes", "c")
+        .replace("detection_classes", "d");
+    let s = ImageSpec::from_config(&parse_config(&plain, "config.pbtxt").unwrap()).unwrap();
+    assert_eq!(
+        s.output,
+        OutputKind::Ssd { boxes: "a".into(), classes: "b".into(), scores: "c".into(), count: "d".into() }
+    );
+    assert!(invalid_message(spec("3, 8, 8", &[("image.output", "ssd")])).contains("four outputs"));
+
+    let boxes = [0.1, 0.2, 0.5, 0.6, 0.0, 0.0, 0.25, 0.25, 9.0, 9.0, 9.0, 9.0];
+    let found = postprocess::ssd_boxes(&boxes, &[2.0, 0.0, 1.0], &[0.9, 0.2, 0.95], &[2.0], 0.3).unwrap();
+    // The count limits the rows read (the third is past it); the threshold drops the second.
+    assert_eq!(found, vec![(2, 0.9, [0.1, 0.2, 0.5, 0.6])]);
+    assert!(postprocess::ssd_boxes(&boxes, &[0.0], &[0.9], &[f32::NAN], 0.3).is_err());
+}

@@ -1,6 +1,6 @@
 //! The bridge's Prometheus metrics: connection state, messages by result and request durations.
 
-use crate::metrics_text::{header, histogram, sample, Kind};
+use crate::metrics_text::{header, sample, Kind, SecondsHistogram};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub const CONNECTED: &str = "tritonrs_mqtt_connected";
@@ -32,17 +32,12 @@ impl Outcome {
     }
 }
 
-/// Upper bounds of the duration histogram's buckets, in seconds.
-const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
-
 /// Shared between the bridge (writer) and the metrics endpoint (reader).
 #[derive(Default)]
 pub struct MqttMetrics {
     connected: AtomicBool,
     messages: [AtomicU64; 5],
-    buckets: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    sum_us: AtomicU64,
+    duration: SecondsHistogram,
 }
 
 impl MqttMetrics {
@@ -64,11 +59,7 @@ impl MqttMetrics {
 
     /// Records a request's time from arrival to its result being handed to the broker.
     pub fn observe(&self, secs: f64) {
-        if let Some(i) = BUCKETS.iter().position(|&b| secs <= b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_us.fetch_add((secs * 1e6) as u64, Ordering::Relaxed);
+        self.duration.observe(secs);
     }
 
     /// Appends the families in the text exposition format.
@@ -80,12 +71,7 @@ impl MqttMetrics {
             sample(out, MESSAGES, &[("result", o.as_str())], self.messages(o));
         }
         header(out, DURATION, "Time from an MQTT request's arrival to its result's publish", Kind::Histogram);
-        // Read as `observe` writes them: buckets, then the count, then the sum.
-        let buckets: Vec<(f64, u64)> =
-            BUCKETS.iter().zip(&self.buckets).map(|(b, n)| (*b, n.load(Ordering::Relaxed))).collect();
-        let count = self.count.load(Ordering::Relaxed);
-        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-        histogram(out, DURATION, &[], buckets, sum, count);
+        self.duration.render(out, DURATION, &[]);
     }
 }
 

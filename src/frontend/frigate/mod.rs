@@ -1,0 +1,303 @@
+//! Frigate's `zmq` detector served over a ZMQ ROUTER socket (`--frigate-zmq-endpoint`): Frigate's REQ
+//! sockets (several cameras, several Frigate boxes) send pre-processed frames, each answered with the
+//! 20 best detections. Every frame goes through `core::Server` like any other request, so a model with
+//! a dynamic batcher batches frames from several cameras. The protocol is `protocol.rs`; pushed models
+//! are `models.rs`.
+//!
+//! Nothing a client sends can stop the socket: a frame that cannot be read or run is answered with an
+//! all-zero reply (Frigate's "nothing found"), counted under its reason, and logged.
+
+pub mod metrics;
+pub mod models;
+pub mod protocol;
+
+use crate::config::frigate::FrigateArgs;
+use crate::core::Server;
+use crate::error::Error;
+use crate::vision::frames::{self, Frame, NormBox};
+use bytes::Bytes;
+use metrics::{FrigateMetrics, Kind};
+use protocol::{ReplyForm, Request, COLS, ROWS};
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
+
+/// The detector's settings (`--frigate-zmq-*`).
+#[derive(Debug, Clone)]
+pub struct FrigateSettings {
+    /// `tcp://0.0.0.0:5555` or `ipc:///run/tritonrs/frigate.sock`.
+    pub endpoint: String,
+    /// The model for a name that names none (`--frigate-zmq-model`).
+    pub fallback_model: Option<String>,
+    /// A repository folder where models Frigate pushes are written (`--frigate-zmq-accept-models`).
+    pub accept_dir: Option<PathBuf>,
+    /// The largest model file accepted from Frigate, in bytes.
+    pub max_model_bytes: usize,
+    pub reply: ReplyForm,
+}
+
+/// Peers whose chosen model is remembered (Frigate reconnects with a new identity after a timeout).
+const PEERS: usize = 1024;
+
+struct Detector {
+    server: Server,
+    settings: FrigateSettings,
+    metrics: Arc<FrigateMetrics>,
+    /// The model each peer asked for, and the last one any peer asked for.
+    chosen: parking_lot::Mutex<(lru::LruCache<Bytes, String>, Option<String>)>,
+}
+
+impl FrigateSettings {
+    /// The settings from the flags; `None` without `--frigate-zmq-endpoint`. The accept folder must be
+    /// one of the model repositories, or what Frigate pushes could never load.
+    pub fn from_args(a: &FrigateArgs, repositories: &[PathBuf]) -> Result<Option<FrigateSettings>, String> {
+        let Some(endpoint) = a.frigate_zmq_endpoint.clone() else { return Ok(None) };
+        if let Some(dir) = &a.frigate_zmq_accept_models {
+            let same = |r: &PathBuf| std::fs::canonicalize(r).ok() == std::fs::canonicalize(dir).ok();
+            if !dir.is_dir() || !repositories.iter().any(same) {
+                return Err(format!(
+                    "--frigate-zmq-accept-models '{}' must be a folder that is also a --model-repository",
+                    dir.display()
+                ));
+            }
+        }
+        Ok(Some(FrigateSettings {
+            endpoint,
+            fallback_model: a.frigate_zmq_model.clone(),
+            accept_dir: a.frigate_zmq_accept_models.clone(),
+            max_model_bytes: a.frigate_zmq_max_model_mb.saturating_mul(1 << 20),
+            reply: a.frigate_zmq_reply,
+        }))
+    }
+}
+
+/// Binds the ROUTER socket and logs the address it got (a `:0` port resolved); an endpoint that
+/// cannot be bound stops the start, as a taken HTTP port does.
+pub async fn bind(settings: &FrigateSettings) -> Result<zeromq::RouterSocket, String> {
+    let mut socket = zeromq::RouterSocket::new();
+    let bound = socket
+        .bind(&settings.endpoint)
+        .await
+        .map_err(|e| format!("cannot bind the Frigate ZMQ detector to {}: {e}", settings.endpoint))?;
+    tracing::info!("Started Frigate ZMQ detector at {bound}");
+    Ok(socket)
+}
+
+/// Serves the bound socket until `stop` turns true.
+pub async fn serve(
+    socket: zeromq::RouterSocket,
+    settings: FrigateSettings,
+    server: Server,
+    metrics: Arc<FrigateMetrics>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), String> {
+    if settings.accept_dir.is_none() {
+        tracing::info!("Models pushed by Frigate are refused; --frigate-zmq-accept-models DIR accepts them into DIR.");
+    }
+    let (send, mut recv) = socket.split();
+    let cap = NonZeroUsize::new(PEERS).unwrap_or(NonZeroUsize::MIN);
+    let detector = Arc::new(Detector {
+        server,
+        settings,
+        metrics,
+        chosen: parking_lot::Mutex::new((lru::LruCache::new(cap), None)),
+    });
+    loop {
+        tokio::select! {
+            msg = recv.recv() => {
+                let msg = match msg {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!("Frigate ZMQ detector: cannot receive: {e}");
+                        continue;
+                    }
+                };
+                let d = detector.clone();
+                let mut send = send.clone();
+                tokio::spawn(async move {
+                    let Some((envelope, payload)) = split_envelope(msg.into_vec()) else { return };
+                    let peer = envelope[0].clone();
+                    let reply = d.handle(peer, &payload).await;
+                    let frames: Vec<Bytes> = envelope.into_iter().chain(reply).collect();
+                    if let Ok(m) = ZmqMessage::try_from(frames) {
+                        // A peer that timed out and left is no error of ours.
+                        if let Err(e) = send.send(m).await {
+                            tracing::debug!("Frigate ZMQ detector: reply not delivered: {e}");
+                        }
+                    }
+                });
+            }
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        }
+    }
+}
+
+/// The routing envelope (identity and, from a REQ socket, the empty delimiter) and the request's frames.
+fn split_envelope(mut frames: Vec<Bytes>) -> Option<(Vec<Bytes>, Vec<Bytes>)> {
+    if frames.is_empty() {
+        return None;
+    }
+    let at = match frames.get(1) {
+        Some(f) if f.is_empty() => 2,
+        _ => 1,
+    };
+    let payload = frames.split_off(at.min(frames.len()));
+    Some((frames, payload))
+}
+
+impl Detector {
+    async fn handle(&self, peer: Bytes, payload: &[Bytes]) -> Vec<Bytes> {
+        let start = Instant::now();
+        let request = match protocol::parse(payload) {
+            Ok(r) => r,
+            Err(bad) => {
+                self.metrics.request(Kind::Detect);
+                return self.failed(bad.reason(), &bad.message());
+            }
+        };
+        match request {
+            Request::ModelCheck { name } => {
+                self.metrics.request(Kind::ModelCheck);
+                let (available, loaded) = self.check_model(peer, &name).await;
+                protocol::model_check_reply(available, loaded)
+            }
+            Request::ModelPush { name, data } => {
+                self.metrics.request(Kind::ModelPush);
+                let (saved, loaded) = self.push_model(peer, &name, data).await;
+                protocol::model_push_reply(saved, loaded)
+            }
+            Request::Detect { shape, datatype, model_type: _, tensor } => {
+                self.metrics.request(Kind::Detect);
+                let Some(model) = self.model_for(&peer) else {
+                    return self
+                        .failed("model", "no model: Frigate has not named one yet and --frigate-zmq-model is not set");
+                };
+                let frame = Frame { shape, datatype, data: tensor };
+                match self.detect(&model, frame).await {
+                    Ok(boxes) => {
+                        self.metrics.observe(start.elapsed().as_secs_f64());
+                        protocol::detection_reply(&rows(&boxes), self.settings.reply)
+                    }
+                    Err((reason, e)) => self.failed(reason, &format!("model '{model}': {}", e.message)),
+                }
+            }
+        }
+    }
+
+    /// An all-zero reply for a request that failed, counted and logged.
+    fn failed(&self, reason: &'static str, message: &str) -> Vec<Bytes> {
+        self.metrics.error(reason);
+        tracing::warn!("Frigate ZMQ detector: {message}");
+        protocol::detection_reply(&[], self.settings.reply)
+    }
+
+    async fn detect(&self, model: &str, frame: Frame) -> Result<Vec<NormBox>, (&'static str, Error)> {
+        let ready = self.server.model_ready(model, "").await.unwrap_or(false);
+        if !ready {
+            return Err(("model", Error::unavailable("the model is not ready")));
+        }
+        let spec = frames::frame_spec(&self.server, model).map_err(|e| ("model", e))?;
+        if let Err(e) = frames::check_frame(model, &spec, &frame) {
+            let reason = if frame.datatype != spec.datatype {
+                "dtype"
+            } else if e.message.contains("holds") {
+                "short_tensor"
+            } else {
+                "shape"
+            };
+            return Err((reason, e));
+        }
+        frames::detect_frame(&self.server, model, &spec, frame, ROWS).await.map_err(|e| ("infer", e))
+    }
+
+    /// The model for a name Frigate gives: its stem when the server knows such a model, else the fallback.
+    fn resolve(&self, name: &str) -> Option<String> {
+        let stem = protocol::model_stem(name);
+        let known = self.server.repository_index(false).iter().any(|e| e.name == stem);
+        if known {
+            return Some(stem.to_string());
+        }
+        self.settings.fallback_model.clone()
+    }
+
+    fn choose(&self, peer: Bytes, model: &str) {
+        let mut chosen = self.chosen.lock();
+        chosen.0.put(peer, model.to_string());
+        chosen.1 = Some(model.to_string());
+    }
+
+    /// The peer's model, else the last any peer chose, else the fallback.
+    fn model_for(&self, peer: &Bytes) -> Option<String> {
+        let mut chosen = self.chosen.lock();
+        if let Some(m) = chosen.0.get(peer) {
+            return Some(m.clone());
+        }
+        chosen.1.clone().or_else(|| self.settings.fallback_model.clone())
+    }
+
+    async fn check_model(&self, peer: Bytes, name: &str) -> (bool, bool) {
+        let Some(model) = self.resolve(name) else {
+            tracing::info!(
+                "Frigate asked for model '{name}', which names no model here{}",
+                if self.settings.accept_dir.is_some() {
+                    "; it may push it"
+                } else {
+                    ": set --frigate-zmq-model NAME, or let Frigate push it with --frigate-zmq-accept-models DIR"
+                }
+            );
+            return (false, false);
+        };
+        self.choose(peer, &model);
+        let loaded = models::ensure_loaded(&self.server, &model).await;
+        (true, loaded)
+    }
+
+    async fn push_model(&self, peer: Bytes, name: &str, data: Bytes) -> (bool, bool) {
+        let Some(dir) = &self.settings.accept_dir else {
+            self.metrics.error("model_push_refused");
+            tracing::warn!("Frigate pushed model '{name}'; pushes are refused without --frigate-zmq-accept-models DIR");
+            return (false, false);
+        };
+        let stem = protocol::model_stem(name).to_string();
+        match models::save(dir, &stem, &data, self.settings.max_model_bytes) {
+            Ok(()) => {
+                tracing::info!("Frigate pushed model '{stem}' ({} bytes); saved in '{}'.", data.len(), dir.display());
+                self.choose(peer, &stem);
+                (true, models::ensure_loaded(&self.server, &stem).await)
+            }
+            Err(e) => {
+                self.metrics.error("model_push_refused");
+                tracing::warn!("Frigate pushed model '{stem}', refused: {}", e.message);
+                (false, false)
+            }
+        }
+    }
+}
+
+/// The reply's rows: class, score, y_min, x_min, y_max, x_max.
+fn rows(boxes: &[NormBox]) -> Vec<[f32; COLS]> {
+    boxes.iter().take(ROWS).map(|b| [b.class as f32, b.score, b.y_min, b.x_min, b.y_max, b.x_max]).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelopes_of_req_and_dealer_peers() {
+        let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        let (env, payload) = split_envelope(vec![b("id"), b(""), b("h"), b("t")]).unwrap();
+        assert_eq!((env.len(), payload), (2, vec![b("h"), b("t")]));
+        let (env, payload) = split_envelope(vec![b("id"), b("h")]).unwrap();
+        assert_eq!((env.len(), payload), (1, vec![b("h")]));
+        assert!(split_envelope(vec![]).is_none());
+    }
+
+    #[test]
+    fn rows_are_class_score_then_y_x() {
+        let r = rows(&[NormBox { class: 2, score: 0.5, y_min: 0.1, x_min: 0.2, y_max: 0.3, x_max: 0.4 }]);
+        assert_eq!(r, vec![[2.0, 0.5, 0.1, 0.2, 0.3, 0.4]]);
+    }
+}
