@@ -80,11 +80,12 @@ def established(port: int) -> int:
 
 
 def wait_in_flight(s, n: int, started: threading.Event):
-    """Until every client is connected, plus a moment for the request bodies (1 MB each) to arrive: a
-    loaded machine may start the client threads late."""
+    """Until every client is connected (a loaded machine may start the client threads late), plus a
+    moment for the request bodies (1 MB each) to arrive. Short: a request takes well under 0.1 s on a
+    fast machine, and the test needs most of them still queued."""
     assert started.wait(30)
-    s.wait_until(lambda: established(s.port) >= n, timeout=30, interval=0.02, what=f"{n} connections")
-    time.sleep(0.3)
+    s.wait_until(lambda: established(s.port) >= n, timeout=30, interval=0.01, what=f"{n} connections")
+    time.sleep(0.05)
 
 
 def test_sigterm_finishes_in_flight_requests_and_exits_0(start_server, repo):
