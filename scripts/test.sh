@@ -52,3 +52,5 @@ if [ ! -x .npm/node_modules/.bin/azurite-blob ]; then
 fi
 echo "== black-box tests (tritonclient)"
 TRITONRS_BIN="$PWD/target/debug/tritonrs" python -m pytest tests/python "$@"
+echo "== the Python backend's tests again, with the stubs' fork server off"
+TRITONRS_TEST_PYTHON_ZYGOTE=0 TRITONRS_BIN="$PWD/target/debug/tritonrs" python -m pytest tests/python/test_python_backend.py "$@"

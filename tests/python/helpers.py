@@ -30,6 +30,10 @@ EXAMPLE_MODELS = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and any
 _STARTED_RE = re.compile(r"Started HTTPService at (\S+):(\d+)")
 _GRPC_STARTED_RE = re.compile(r"Started GRPCInferenceService at (\S+):(\d+)")
 
+# TRITONRS_TEST_PYTHON_ZYGOTE=0 runs every server with the Python stubs' fork server off
+# (scripts/test.sh runs the Python backend's tests both ways).
+ZYGOTE = os.environ.get("TRITONRS_TEST_PYTHON_ZYGOTE", "1") != "0"
+
 # Servers that are running right now; their logs go into the report of a failing test.
 _RUNNING: list["TritonServer"] = []
 
@@ -94,6 +98,8 @@ class TritonServer:
             raise RuntimeError(f"tritonrs binary not found at {BIN}; run `cargo build` or set TRITONRS_BIN")
         cmd = [str(BIN), "--http-port", "0", "--http-address", self.host,
                "--grpc-port", "0", "--grpc-address", self.host, "--allow-metrics=false", *self.args]
+        if not ZYGOTE:
+            cmd.append("--backend-config=python,zygote=false")
         def limit():
             import resource
 

@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import EXAMPLES, REPO_ROOT, TritonServer, copy_models
+from helpers import EXAMPLES, REPO_ROOT, TritonServer, ZYGOTE, copy_models
 
 PYTHON_REPO = REPO_ROOT / "model-repos" / "python"
 FAULTS_REPO = REPO_ROOT / "model-repos" / "python_faults"
@@ -408,11 +408,41 @@ def test_a_stub_that_dies_while_idle_is_restarted_without_a_request(start_server
 
     copy_models(repo, "add_sub", src=PYTHON_REPO)
     s = start_server("--model-repository", repo, PY)
-    stubs = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == s.proc.pid]
+    zygotes, stubs = stub_processes(s.proc.pid)
     assert len(stubs) == 1, stubs
     os.kill(stubs[0], signal.SIGKILL)
     s.wait_for_log(r"The Python stub of model 'add_sub' instance 'add_sub_0_0' is running again")
     assert s.client().is_model_ready("add_sub")
+    r = s.client().infer("add_sub", http_inputs(INPUT0=A, INPUT1=B))
+    assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+    # With the fork server on (the default), the new stub is forked from the same fork server.
+    zygotes_after, stubs_after = stub_processes(s.proc.pid)
+    assert len(stubs_after) == 1 and stubs_after != stubs, (stubs, stubs_after)
+    assert zygotes_after == zygotes
+    if ZYGOTE:
+        assert len(zygotes) == 1 and _parent(stubs_after[0]) == zygotes[0]
+    else:
+        assert zygotes == [] and _parent(stubs_after[0]) == s.proc.pid
+
+
+@pytest.mark.skipif(not ZYGOTE, reason="the stubs' fork server is off (TRITONRS_TEST_PYTHON_ZYGOTE=0)")
+def test_a_dead_fork_server_is_started_again(start_server, repo):
+    import signal
+
+    copy_models(repo, "add_sub", src=PYTHON_REPO)
+    s = start_server("--model-repository", repo, PY)
+    zygotes, stubs = stub_processes(s.proc.pid)
+    assert len(zygotes) == 1 and len(stubs) == 1, (zygotes, stubs)
+    # The stubs it forked live on without it.
+    os.kill(zygotes[0], signal.SIGKILL)
+    r = s.client().infer("add_sub", http_inputs(INPUT0=A, INPUT1=B))
+    assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+    # The next stub to start comes from a new fork server.
+    os.kill(stubs[0], signal.SIGKILL)
+    s.wait_for_log(r"The Python stub of model 'add_sub' instance 'add_sub_0_0' is running again")
+    zygotes_after, stubs_after = stub_processes(s.proc.pid)
+    assert len(zygotes_after) == 1 and zygotes_after != zygotes
+    assert len(stubs_after) == 1 and _parent(stubs_after[0]) == zygotes_after[0]
     r = s.client().infer("add_sub", http_inputs(INPUT0=A, INPUT1=B))
     assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
 
@@ -423,6 +453,25 @@ def _parent(pid: int) -> int:
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return -1
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def stub_processes(server_pid: int) -> tuple[list[int], list[int]]:
+    """The server's fork servers (children running tritonrs_zygote.py) and its stubs (children running
+    tritonrs_stub.py, and the fork servers' children)."""
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    children = [p for p in pids if _parent(p) == server_pid]
+    zygotes = sorted(p for p in children if "tritonrs_zygote.py" in _cmdline(p))
+    stubs = [p for p in children if "tritonrs_stub.py" in _cmdline(p)]
+    stubs += [p for p in pids if _parent(p) in zygotes]
+    return zygotes, sorted(stubs)
 
 
 # ---- dynamic batching --------------------------------------------------------------------------------

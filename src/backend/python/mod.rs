@@ -13,11 +13,14 @@
 //! silent while executing, before it counts as hung), `shm-default-byte-size` (each stub's shared-memory
 //! file, default 8 MiB; larger tensors travel through the socket). A model's `EXECUTION_ENV_PATH`
 //! parameter names a Python environment (a folder, or a `.tar.gz` conda-pack archive) to run its stubs in.
+//! `zygote` (default true): stubs of the server's interpreter are forked from one process that has
+//! imported numpy and the stub once ([`zygote`]), so they share that memory.
 
 pub mod calls;
 pub mod ipc;
 pub mod stub;
 pub mod stub_memory;
+pub mod zygote;
 
 use crate::error::{Error, Result};
 use crate::model_api::SequenceId;
@@ -39,6 +42,8 @@ use stub::{Control, Launch, Stub};
 const STUB_PY: &str = include_str!("stub/tritonrs_stub.py");
 /// The module models import as `triton_python_backend_utils`.
 const UTILS_PY: &str = include_str!("stub/triton_python_backend_utils.py");
+/// The stubs' fork server.
+const ZYGOTE_PY: &str = include_str!("stub/tritonrs_zygote.py");
 
 /// Triton's default `stub-timeout-seconds`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -58,6 +63,10 @@ pub struct Settings {
     files: Arc<OnceLock<std::result::Result<tempfile::TempDir, String>>>,
     /// Execution environments unpacked from archives, by archive path.
     unpacked: Arc<Mutex<HashMap<PathBuf, Arc<tempfile::TempDir>>>>,
+    /// Whether stubs of the server's interpreter are forked from the fork server (`zygote`, default true).
+    pub zygote: bool,
+    /// The fork server, started on first use (shared by every clone).
+    zygote_process: Arc<Mutex<Option<zygote::Zygote>>>,
 }
 
 impl Default for Settings {
@@ -68,6 +77,8 @@ impl Default for Settings {
             shm_size: DEFAULT_SHM,
             files: Arc::new(OnceLock::new()),
             unpacked: Arc::new(Mutex::new(HashMap::new())),
+            zygote: true,
+            zygote_process: Arc::new(Mutex::new(None)),
         }
     }
 }
@@ -87,6 +98,17 @@ impl Settings {
             })?;
             s.timeout = Duration::from_secs(secs);
         }
+        if let Some(v) = cfg.get("python", "zygote") {
+            s.zygote = match v.to_ascii_lowercase().as_str() {
+                "true" | "1" | "on" => true,
+                "false" | "0" | "off" => false,
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "--backend-config=python,zygote must be true or false, got '{v}'"
+                    )))
+                }
+            };
+        }
         if let Some(v) = cfg.get("python", "shm-default-byte-size") {
             s.shm_size = v.parse::<usize>().ok().filter(|&n| n >= 1 << 16).ok_or_else(|| {
                 Error::invalid(format!(
@@ -104,13 +126,46 @@ impl Settings {
                 .prefix("tritonrs-python-")
                 .tempdir()
                 .map_err(|e| format!("cannot create a folder for the Python stub files: {e}"))?;
-            for (name, text) in [("tritonrs_stub.py", STUB_PY), ("triton_python_backend_utils.py", UTILS_PY)] {
+            let all = [
+                ("tritonrs_stub.py", STUB_PY),
+                ("triton_python_backend_utils.py", UTILS_PY),
+                ("tritonrs_zygote.py", ZYGOTE_PY),
+            ];
+            for (name, text) in all {
                 std::fs::write(dir.path().join(name), text)
                     .map_err(|e| format!("cannot write the Python stub file '{name}': {e}"))?;
             }
             Ok(dir)
         });
         dir.as_ref().map(|d| d.path().to_path_buf()).map_err(|e| Error::internal(e.clone()))
+    }
+}
+
+impl Settings {
+    /// Forks a stub from the fork server (started, or started again, as needed). An error means the
+    /// caller starts the stub as a fresh process instead.
+    pub fn fork_stub(
+        &self,
+        sys_path: &[PathBuf],
+        env: &[(String, String)],
+        socket: std::os::fd::BorrowedFd<'_>,
+        stderr: std::os::fd::BorrowedFd<'_>,
+    ) -> Result<rustix::process::Pid> {
+        let files = self.stub_files()?;
+        let mut z = self.zygote_process.lock();
+        // A fork server that died is started again, once per request.
+        for attempt in 0..2 {
+            if !z.as_mut().is_some_and(|z| z.is_alive()) {
+                *z = Some(zygote::Zygote::start(&self.executable, &files, self.timeout)?);
+            }
+            let Some(running) = z.as_ref() else { break };
+            match running.fork(sys_path, env, socket, stderr) {
+                Ok(pid) => return Ok(pid),
+                Err(e) if attempt == 1 => return Err(e),
+                Err(_) => *z = None,
+            }
+        }
+        Err(Error::unavailable("the Python stubs' fork server is not running"))
     }
 }
 

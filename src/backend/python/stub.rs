@@ -263,9 +263,43 @@ impl Conn {
     }
 }
 
+/// A stub's process: our child, or a child of the fork server (which the kernel reaps; we know its
+/// pid and watch its socket).
+enum Process {
+    Spawned(Child),
+    Forked(rustix::process::Pid),
+}
+
+impl Process {
+    /// `Some(how it ended)` once the process is gone.
+    fn exited(&mut self) -> Option<String> {
+        match self {
+            Process::Spawned(c) => match c.try_wait() {
+                Ok(Some(s)) => Some(s.to_string()),
+                Ok(None) => None,
+                Err(e) => Some(e.to_string()),
+            },
+            // The fork server ignores SIGCHLD, so a dead stub leaves no zombie and its pid is free.
+            Process::Forked(pid) => rustix::process::test_kill_process(*pid).err().map(|_| "forked stub exited".into()),
+        }
+    }
+
+    fn kill(&mut self) {
+        match self {
+            Process::Spawned(c) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            Process::Forked(pid) => {
+                let _ = rustix::process::kill_process(*pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
+}
+
 /// A running stub process.
 pub struct Stub {
-    child: Child,
+    child: Process,
     pub conn: Arc<Conn>,
     /// The main socket: requests out, their answers in (with a read timeout, for the liveness checks).
     main: UnixStream,
@@ -295,52 +329,23 @@ impl Stub {
         let (side, their_side) = UnixStream::pair().map_err(socket_err)?;
         let shm =
             if launch.with_shm { Some(SharedRegion::create(settings.shm_size, "tritonrs-python-")?) } else { None };
-        let exe = launch.env.as_ref().map(|e| e.python.clone()).unwrap_or_else(|| settings.executable.clone());
-        let mut cmd = Command::new(&exe);
-        cmd.arg(files.join("tritonrs_stub.py"))
-            .args(&launch.sys_path)
-            .stdin(Stdio::from(OwnedFd::from(theirs)))
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::piped())
-            // Model folders stay as they are (no __pycache__), and prints reach the log at once.
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("PYTHONUNBUFFERED", "1")
-            // Its own process group: a Ctrl-C in the terminal reaches the server, which then stops the
-            // stubs in order (finalize first), instead of killing them mid-request.
-            .process_group(0);
-        if let Some(env) = &launch.env {
-            for (k, v) in &env.vars {
-                cmd.env(k, v);
-            }
-        }
-        let mut child = cmd.spawn().map_err(|e| {
-            Error::unavailable(format!(
-                "cannot start the Python stub for {} with '{}': {e} (set --backend-config=python,python-executable=PATH)",
-                launch.label,
-                exe.display()
-            ))
-        })?;
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-        if let Some(err) = child.stderr.take() {
-            let tail = stderr_tail.clone();
-            let label = launch.label.clone();
-            let _ = std::thread::Builder::new().name("py-stderr".into()).spawn(move || {
-                for line in BufReader::new(err).lines().map_while(|l| l.ok()) {
-                    tracing::warn!("Python stub of {label}: {line}");
-                    let mut t = tail.lock();
-                    if t.len() == STDERR_TAIL {
-                        t.pop_front();
-                    }
-                    t.push_back(line);
-                }
-            });
-        }
+        let forked = match launch.env.is_none() && settings.zygote {
+            true => Self::fork(launch, &theirs, &stderr_tail),
+            false => None,
+        };
+        let mut child = match forked {
+            Some(pid) => {
+                drop(theirs);
+                Process::Forked(pid)
+            }
+            None => Process::Spawned(Self::start_process(launch, &files, theirs, &stderr_tail)?),
+        };
         // The stub's first read on its standard input is this byte, with the side socket attached.
         let passed = send_socket(&main, their_side.as_fd()).map_err(socket_err);
         drop(their_side);
         if let Err(e) = passed {
-            let _ = child.kill();
-            let _ = child.wait();
+            child.kill();
             return Err(e);
         }
         let reader_sock = side.try_clone().map_err(socket_err)?;
@@ -396,6 +401,73 @@ impl Stub {
             return Err(e);
         }
         Ok(stub)
+    }
+
+    /// Starts the stub as a fresh interpreter (`python3 tritonrs_stub.py PATH...`).
+    fn start_process(
+        launch: &Launch,
+        files: &std::path::Path,
+        socket: UnixStream,
+        stderr_tail: &Arc<Mutex<VecDeque<String>>>,
+    ) -> Result<Child> {
+        let exe = launch.env.as_ref().map(|e| e.python.clone()).unwrap_or_else(|| launch.settings.executable.clone());
+        let mut cmd = Command::new(&exe);
+        cmd.arg(files.join("tritonrs_stub.py"))
+            .args(&launch.sys_path)
+            .stdin(Stdio::from(OwnedFd::from(socket)))
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped())
+            // Model folders stay as they are (no __pycache__), and prints reach the log at once.
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONUNBUFFERED", "1")
+            // Its own process group: a Ctrl-C in the terminal reaches the server, which then stops the
+            // stubs in order (finalize first), instead of killing them mid-request.
+            .process_group(0);
+        if let Some(env) = &launch.env {
+            for (k, v) in &env.vars {
+                cmd.env(k, v);
+            }
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            Error::unavailable(format!(
+                "cannot start the Python stub for {} with '{}': {e} (set --backend-config=python,python-executable=PATH)",
+                launch.label,
+                exe.display()
+            ))
+        })?;
+        if let Some(err) = child.stderr.take() {
+            follow_stderr(err, launch.label.clone(), stderr_tail.clone());
+        }
+        Ok(child)
+    }
+
+    /// Forks the stub from the fork server; `None` (after a warning) means start a fresh process.
+    fn fork(
+        launch: &Launch,
+        socket: &UnixStream,
+        stderr_tail: &Arc<Mutex<VecDeque<String>>>,
+    ) -> Option<rustix::process::Pid> {
+        let (reader, writer) = match std::io::pipe() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(
+                    "{}: no pipe for the stub's error output ({e}); starting a fresh interpreter",
+                    launch.label
+                );
+                return None;
+            }
+        };
+        match launch.settings.fork_stub(&launch.sys_path, &[], socket.as_fd(), writer.as_fd()) {
+            Ok(pid) => {
+                drop(writer);
+                follow_stderr(reader, launch.label.clone(), stderr_tail.clone());
+                Some(pid)
+            }
+            Err(e) => {
+                tracing::warn!("{}: {}; starting a fresh interpreter instead", launch.label, e.message);
+                None
+            }
+        }
     }
 
     /// Sends a request on the main socket.
@@ -523,21 +595,20 @@ impl Stub {
         let _ = self.conn.writer.lock().shutdown(std::net::Shutdown::Both);
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            match self.child.try_wait() {
-                Ok(Some(_)) | Err(_) => return,
-                Ok(None) if Instant::now() >= deadline => {
+            match self.child.exited() {
+                Some(_) => return,
+                None if Instant::now() >= deadline => {
                     self.kill();
                     return;
                 }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                None => std::thread::sleep(Duration::from_millis(5)),
             }
         }
     }
 
     /// Kills the process at once and reaps it.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill();
         self.conn.alive.store(false, Ordering::SeqCst);
         let _ = self.main.shutdown(std::net::Shutdown::Both);
         let _ = self.conn.writer.lock().shutdown(std::net::Shutdown::Both);
@@ -548,10 +619,10 @@ impl Stub {
         // The process closes its socket as it exits; give it a moment to be reaped.
         let deadline = Instant::now() + Duration::from_millis(500);
         let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
-                _ => break None,
+            match self.child.exited() {
+                Some(s) => break Some(s),
+                None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+                None => break None,
             }
         };
         if status.is_none() {
@@ -569,10 +640,24 @@ impl Stub {
 
 impl Drop for Stub {
     fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
+        if self.child.exited().is_none() {
             self.kill();
         }
     }
+}
+
+/// Logs a stub's error output line by line and keeps its last lines for the death message.
+fn follow_stderr(err: impl std::io::Read + Send + 'static, label: String, tail: Arc<Mutex<VecDeque<String>>>) {
+    let _ = std::thread::Builder::new().name("py-stderr".into()).spawn(move || {
+        for line in BufReader::new(err).lines().map_while(|l| l.ok()) {
+            tracing::warn!("Python stub of {label}: {line}");
+            let mut t = tail.lock();
+            if t.len() == STDERR_TAIL {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    });
 }
 
 /// How often the instance thread looks at a silent stub.
