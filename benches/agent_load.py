@@ -60,6 +60,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_http(port: int, path: str = "/v2/health/ready", seconds: float = 30.0) -> bool:
+    """Until the server on 127.0.0.1:`port` answers `path` with 200; False if it never does."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1)
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
 def post(url: str) -> None:
     req = urllib.request.Request(url, data=b"{}", method="POST", headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=300) as r:
@@ -96,12 +108,7 @@ def main():
                                   stdout=log, stderr=subprocess.STDOUT)
         try:
             base = f"http://127.0.0.1:{http}/v2/repository/models"
-            for _ in range(300):
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/live", timeout=1)
-                    break
-                except OSError:
-                    time.sleep(0.05)
+            wait_http(http, "/v2/health/live", 15)
             times = {"local": [], "encrypted": []}
             for r in range(args.rounds):
                 for name in (("local", "encrypted") if r % 2 == 0 else ("encrypted", "local")):

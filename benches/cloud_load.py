@@ -25,11 +25,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_load import CONFIG, big_model, free_port, post  # noqa: E402
+from agent_load import CONFIG, big_model, free_port, post, wait_http  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 AWS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -43,13 +42,8 @@ class Server:
         for r in repos:
             args += ["--model-repository", r]
         self.proc = subprocess.Popen(args, stdout=open(log, "a"), stderr=subprocess.STDOUT, env={**os.environ, **AWS})
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/health/ready", timeout=1)
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"server did not become ready; see {log}")
+        if not wait_http(self.port):
+            raise RuntimeError(f"server did not become ready; see {log}")
 
     def load(self, name: str) -> float:
         t0 = time.perf_counter()

@@ -15,14 +15,11 @@ import argparse
 import io
 import json
 import os
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +28,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "model-repos"))
 import gen_frigate  # noqa: E402
 
+sys.path.insert(0, str(REPO / "benches"))
+from agent_load import free_port, wait_http  # noqa: E402
+
 SIZE = 320
 CONFIG = f"""name: "det320"
 backend: "onnxruntime"
@@ -38,12 +38,6 @@ max_batch_size: 4
 dynamic_batching {{ max_queue_delay_microseconds: 500 }}
 parameters {{ key: "image.output" value: {{ string_value: "yolo" }} }}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def zmq_camera(endpoint: str, frames: int, frame: np.ndarray, out: list):
@@ -132,12 +126,7 @@ def main():
                                    "--frigate-zmq-endpoint", f"tcp://127.0.0.1:{zport}"],
                                   stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "log", "w"), env=os.environ)
         try:
-            for _ in range(600):
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1)
-                    break
-                except OSError:
-                    time.sleep(0.05)
+            wait_http(http)
             print(f"320x320 frame: ZMQ and gRPC send FP32 NCHW ({frame.nbytes} bytes), DeepStack a JPEG ({len(jpeg)} bytes)")
             print(f"{'path':<10} {'cameras':>7} {'frames/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
             paths = [

@@ -21,6 +21,9 @@ import sys
 import onnx
 from onnx import TensorProto, helper
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gen_models  # noqa: E402
+
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "custom_ops")
 CONTRIB = "ai.onnx.contrib"
 
@@ -60,17 +63,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="verify the files on disk instead of writing them")
     args = ap.parse_args(argv)
-    for rel, data in sorted(files().items()):
-        path = os.path.join(OUT, rel)
-        if args.check:
-            with open(path, "rb") as f:
-                if f.read() != data:
-                    sys.exit(f"{path} differs from what gen_custom_ops.py writes")
-            continue
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
-        print(f"wrote {path}")
+    gen_models.write_or_check(OUT, files(), args.check, "gen_custom_ops.py")
     return 0
 
 

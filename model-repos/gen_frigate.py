@@ -170,17 +170,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="verify the files on disk instead of writing them")
     args = ap.parse_args(argv)
-    for rel, data in sorted(files().items()):
-        path = os.path.join(OUT, rel)
-        if args.check:
-            with open(path, "rb") as f:
-                if f.read() != data:
-                    sys.exit(f"{path} differs from what gen_frigate.py writes")
-            continue
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
-        print(f"wrote {path}")
+    gen_models.write_or_check(OUT, files(), args.check, "gen_frigate.py")
     return 0
 
 

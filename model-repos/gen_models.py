@@ -743,6 +743,22 @@ def _on_disk(out: str) -> dict[str, bytes]:
     return found
 
 
+def write_or_check(out: str, files: dict[str, bytes], check: bool, script: str) -> None:
+    """For the smaller generators (gen_custom_ops.py, gen_frigate.py): write `files` under `out`, or with
+    `check` exit naming the first file on disk that differs from what `script` writes."""
+    for rel, data in sorted(files.items()):
+        path = os.path.join(out, rel)
+        if check:
+            with open(path, "rb") as f:
+                if f.read() != data:
+                    sys.exit(f"{path} differs from what {script} writes")
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        print(f"wrote {path}")
+
+
 # ---------------------------------------------------------------------------------------------
 # --check: byte-for-byte comparison + run every model in ONNX Runtime
 # ---------------------------------------------------------------------------------------------

@@ -16,9 +16,11 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +50,21 @@ def server_env() -> dict:
         if lib.exists():
             env["ORT_DYLIB_PATH"] = str(lib)
     return env
+
+
+def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30.0) -> None:
+    """Until something accepts connections on 127.0.0.1:`port`; fails if `proc` exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+                raise RuntimeError(f"{what} did not start on port {port}: {err}")
+            time.sleep(0.1)
 
 
 def run_cli(*args: str, timeout: float = 30, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -247,6 +264,13 @@ class TritonServer:
 
     def is_live(self) -> bool:
         return self.get("/v2/health/live").status == 200
+
+    def metrics(self) -> dict[str, float]:
+        """One scrape of /metrics (the server runs with --allow-metrics=true and a metrics port) as
+        {'name{labels}': value}."""
+        port = int(self.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
+        text = urllib.request.urlopen(f"http://{self.host}:{port}/metrics", timeout=10).read().decode()
+        return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")}
 
     def index(self) -> list[dict]:
         r = self.post("/v2/repository/index", b"{}")

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import EXAMPLES, REPO_ROOT, copy_models, run_cli
+from helpers import EXAMPLES, REPO_ROOT, copy_models, run_cli, wait_port
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
@@ -41,17 +40,6 @@ def simple_infer(c, version: str = "") -> list:
 
 
 EXPECTED = [list(range(1, 17))]
-
-
-def scrape(s) -> dict:
-    port = int(s.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
-    text = urllib.request.urlopen(f"http://{s.host}:{port}/metrics", timeout=10).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-    return out
 
 
 def free_port() -> int:
@@ -115,7 +103,7 @@ def test_s3_repository_is_served_and_followed_in_poll_mode(start_server, s3, buc
     c = s.client()
     assert simple_infer(c) == EXPECTED
     assert c.is_model_ready("vlen_scale")
-    m = scrape(s)
+    m = s.metrics()
     label = f'{{repository="{url}"}}'
     files = sum(1 for p in (EXAMPLES / "simple").rglob("*") if p.is_file()) + \
         sum(1 for p in (EXAMPLES / "vlen_scale").rglob("*") if p.is_file())
@@ -141,11 +129,11 @@ def test_a_restart_loads_from_the_cache_without_downloading(start_server, s3, bu
     cache = tmp_path / "cache"
     s = serve(start_server, url, cache)
     assert simple_infer(s.client()) == EXPECTED
-    assert scrape(s)[f'tritonrs_repository_download_bytes_total{{repository="{url}"}}'] > 0
+    assert s.metrics()[f'tritonrs_repository_download_bytes_total{{repository="{url}"}}'] > 0
     s.stop()
     s = serve(start_server, url, cache)
     assert simple_infer(s.client()) == EXPECTED
-    assert scrape(s)[f'tritonrs_repository_download_bytes_total{{repository="{url}"}}'] == 0
+    assert s.metrics()[f'tritonrs_repository_download_bytes_total{{repository="{url}"}}'] == 0
     # The cache holds one generation per model behind a link; the core reads the generation.
     view = next((cache / "repositories").iterdir()) / "models"
     assert (view / "simple").is_symlink() and (view / "simple" / "1" / "model.onnx").is_file()
@@ -273,7 +261,7 @@ def test_a_download_cut_off_never_reaches_the_served_model(start_server, s3, buc
         # Version 1 serves throughout; version 2 never appears half-written.
         assert simple_infer(c) == EXPECTED
         assert not c.is_model_ready("simple", "2")
-        assert scrape(s)[f'tritonrs_repository_sync_failures_total{{repository="{url}"}}'] >= 1
+        assert s.metrics()[f'tritonrs_repository_sync_failures_total{{repository="{url}"}}'] >= 1
         proxy.cut = False
         s.wait_until(lambda: c.is_model_ready("simple", "2"), timeout=POLL, what="simple version 2 READY")
         assert simple_infer(c, "2") == EXPECTED
@@ -289,14 +277,7 @@ def test_wrong_credentials_are_named(start_server, tmp_path):
                             env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "moto did not start"
-                time.sleep(0.1)
+        wait_port(port, proc, "moto")
         url = f"s3://127.0.0.1:{port}/fleet/models"
         s = start_server("--model-repository", url, "--repository-cache-dir", tmp_path / "cache",
                          "--strict-readiness=false", env={**AWS_ENV, "AWS_ACCESS_KEY_ID": "not-a-key"})
@@ -371,16 +352,7 @@ def azurite(tmp_path):
                              "--skipApiVersionCheck", "--loose", "--blobHost", "127.0.0.1", "--blobPort", str(port)],
                             cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"Azurite did not start: {proc.stderr.read().decode()[-2000:]}")
-            time.sleep(0.1)
+    wait_port(port, proc, "Azurite")
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
     proc.wait(10)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-import urllib.request
 
 import numpy as np
 import pytest
@@ -94,12 +93,6 @@ def endpoint_of(s) -> str:
     return s.wait_for_log(r"Started Frigate ZMQ detector at (\S+)").group(1)
 
 
-def scrape(s) -> dict:
-    port = int(s.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
-    text = urllib.request.urlopen(f"http://{s.host}:{port}/metrics", timeout=10).read().decode()
-    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")}
-
-
 @pytest.fixture
 def frigate_repo(repo):
     copy_models(repo, "image_detector")
@@ -131,7 +124,7 @@ def test_model_check_then_nchw_float_and_nhwc_uint8_frames(start_server, frigate
     finally:
         a.close()
         b.close()
-    m = scrape(s)
+    m = s.metrics()
     assert m['tritonrs_frigate_zmq_requests_total{kind="detect"}'] == 4
     assert m['tritonrs_frigate_zmq_requests_total{kind="model_request"}'] == 2
     assert m["tritonrs_frigate_zmq_request_duration_seconds_count"] == 4
@@ -160,7 +153,7 @@ def test_unknown_models_and_pushes(start_server, frigate_repo, tmp_path):
         s.wait_for_log(r"pushes are refused without --frigate-zmq-accept-models DIR")
     finally:
         c.close()
-    assert scrape(s)['tritonrs_frigate_zmq_errors_total{reason="model_push_refused"}'] == 1
+    assert s.metrics()['tritonrs_frigate_zmq_errors_total{reason="model_push_refused"}'] == 1
 
     # Accepted into a repository folder of the server, then loaded (explicit control loads it now).
     accept = tmp_path / "accepted"
@@ -227,7 +220,7 @@ def test_bad_requests_get_zero_replies_and_the_socket_keeps_serving(start_server
         expect(rows(c.send_frames([json.dumps({"shape": [1], "dtype": "float32"}).encode()])), [])
     finally:
         c.close()
-    m = scrape(s)
+    m = s.metrics()
     for reason in cases:
         assert m[f'tritonrs_frigate_zmq_errors_total{{reason="{reason}"}}'] >= 1, reason
     assert m['tritonrs_frigate_zmq_errors_total{reason="model"}'] == 2
