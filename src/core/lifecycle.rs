@@ -392,7 +392,7 @@ impl ModelManager {
     /// each in once READY, and unloads versions the policy no longer selects. Serving continues from the
     /// old versions until then.
     pub async fn load(self: &Arc<Self>, name: &str, opts: LoadOptions) -> Result<()> {
-        let result = self.load_with(name, opts, false).await;
+        let result = self.load_with(name, opts, false, true).await;
         self.composing_changed(name, None).await;
         // As tritonserver words it, and as clients (tritonclient's examples) look for.
         result.map_err(|mut e| {
@@ -405,18 +405,26 @@ impl ModelManager {
 
     /// Loads a model the server was told to serve at start-up (`--load-model`, or every model in the
     /// repositories). Unlike an API load, a name that matches no model folder is remembered as
-    /// UNAVAILABLE, so the index and strict readiness show the missing model.
-    pub async fn load_requested(self: &Arc<Self>, name: &str) -> Result<()> {
+    /// UNAVAILABLE, so the index and strict readiness show the missing model. `synced`: start-up has
+    /// just brought every model of the cloud repositories into their views, so this load does not ask
+    /// them again.
+    pub async fn load_requested(self: &Arc<Self>, name: &str, synced: bool) -> Result<()> {
         // An ensemble that loaded first may have loaded this model already, as its composing model.
         if self.serving_unchanged(name) {
             return Ok(());
         }
-        let result = self.load_with(name, LoadOptions::default(), true).await;
+        let result = self.load_with(name, LoadOptions::default(), true, !synced).await;
         self.composing_changed(name, None).await;
         result
     }
 
-    async fn load_with(self: &Arc<Self>, name: &str, opts: LoadOptions, remember_missing: bool) -> Result<()> {
+    async fn load_with(
+        self: &Arc<Self>,
+        name: &str,
+        opts: LoadOptions,
+        remember_missing: bool,
+        sync: bool,
+    ) -> Result<()> {
         // A model name is a folder name in a repository: nothing that could lead elsewhere, or that a
         // file system would refuse (NUL, control characters, a backslash, over 255 bytes).
         let bad = name.is_empty()
@@ -427,7 +435,7 @@ impl ModelManager {
         if bad {
             return Err(Error::invalid(format!("'{}' is not a valid model name", name.escape_debug())));
         }
-        if self.sync_on_load && opts.files.is_empty() && !self.remotes.is_empty() {
+        if sync && self.sync_on_load && opts.files.is_empty() && !self.remotes.is_empty() {
             let errors = self.sync_remotes(SyncScope::Models(std::slice::from_ref(&name.to_string()))).await;
             // Without a copy of the model anywhere, the store's error is the reason; with one (cached
             // earlier, or in a local repository) the load goes on from it.

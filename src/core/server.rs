@@ -188,13 +188,16 @@ impl Server {
     /// with `exit_on_error` the first one is returned instead.
     pub async fn startup(&self) -> Result<()> {
         let o = &self.inner.opts;
-        // Cloud repositories first: what the control mode loads must be in their views before the scan.
-        // Their errors are logged and leave their models out; the server starts regardless.
+        // Cloud repositories first: when every model loads, all of them must be in their views before
+        // the scan (errors are logged and leave those models out; the server starts regardless). Named
+        // models are brought in by their own loads, whose failures then name the storage's error; with
+        // none, a listing fills the repository index.
         let everything = o.control_mode != ControlMode::Explicit || o.load_models.iter().any(|m| m == "*");
-        let _ = match everything {
-            true => self.inner.models.sync_remotes(SyncScope::All).await,
-            false => self.inner.models.sync_remotes(SyncScope::Models(&o.load_models)).await,
-        };
+        if everything {
+            let _ = self.inner.models.sync_remotes(SyncScope::All).await;
+        } else if o.load_models.is_empty() {
+            let _ = self.inner.models.sync_remotes(SyncScope::List).await;
+        }
         let names: Vec<String> = match o.control_mode {
             ControlMode::None | ControlMode::Poll => self.inner.models.repository_models(),
             ControlMode::Explicit => {
@@ -214,7 +217,7 @@ impl Server {
         let loads = names.iter().map(|n| {
             let models = self.inner.models.clone();
             let n = n.clone();
-            async move { (n.clone(), models.load_requested(&n).await) }
+            async move { (n.clone(), models.load_requested(&n, everything).await) }
         });
         let results = futures_util::future::join_all(loads).await;
         self.inner.started.store(true, Ordering::SeqCst);
