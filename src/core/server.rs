@@ -679,6 +679,11 @@ impl Server {
         self.inner.models.unload(name).await
     }
 
+    /// `--model-control-mode`.
+    pub fn control_mode(&self) -> ControlMode {
+        self.inner.opts.control_mode
+    }
+
     fn check_control(&self, what: &str) -> Result<()> {
         if self.inner.opts.control_mode == ControlMode::Explicit {
             Ok(())

@@ -34,31 +34,46 @@ fn squeezed(shape: &[i64]) -> &[i64] {
     &shape[ones.min(shape.len().saturating_sub(3))..]
 }
 
+/// What about a frame the model does not take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mismatch {
+    Datatype,
+    Shape,
+    /// Not the bytes its shape and datatype need.
+    Length,
+}
+
 /// Whether `frame` is what the model's image input takes: its datatype, its shape (a leading batch of
-/// one or not), and exactly the bytes that shape holds.
-pub fn check_frame(model: &str, spec: &ImageSpec, frame: &Frame) -> Result<()> {
+/// one or not), and exactly the bytes that shape holds. The error says which, and why.
+pub fn check_frame(model: &str, spec: &ImageSpec, frame: &Frame) -> std::result::Result<(), (Mismatch, Error)> {
     if frame.datatype != spec.datatype {
-        return Err(Error::invalid(format!(
-            "model '{model}' takes {} frames, not {}",
-            spec.datatype.as_str(),
-            frame.datatype.as_str()
-        )));
+        return Err((
+            Mismatch::Datatype,
+            Error::invalid(format!(
+                "model '{model}' takes {} frames, not {}",
+                spec.datatype.as_str(),
+                frame.datatype.as_str()
+            )),
+        ));
     }
     if squeezed(&frame.shape) != squeezed(&spec.shape) {
-        return Err(Error::invalid(format!(
-            "model '{model}' takes frames of shape {:?}, not {:?}",
-            spec.shape, frame.shape
-        )));
+        return Err((
+            Mismatch::Shape,
+            Error::invalid(format!("model '{model}' takes frames of shape {:?}, not {:?}", spec.shape, frame.shape)),
+        ));
     }
     let elements: i64 = spec.shape.iter().product();
     let want = usize::try_from(elements).unwrap_or(usize::MAX).saturating_mul(spec.datatype.byte_size().unwrap_or(1));
     if frame.data.len() != want {
-        return Err(Error::invalid(format!(
-            "the frame holds {} bytes; shape {:?} of {} needs {want}",
-            frame.data.len(),
-            frame.shape,
-            spec.datatype.as_str()
-        )));
+        return Err((
+            Mismatch::Length,
+            Error::invalid(format!(
+                "the frame holds {} bytes; shape {:?} of {} needs {want}",
+                frame.data.len(),
+                frame.shape,
+                spec.datatype.as_str()
+            )),
+        ));
     }
     Ok(())
 }
@@ -77,7 +92,7 @@ pub async fn detect_frame(
     frame: Frame,
     max: usize,
 ) -> Result<Vec<NormBox>> {
-    check_frame(model, spec, &frame)?;
+    check_frame(model, spec, &frame).map_err(|(_, e)| e)?;
     let request = InferRequest {
         model_name: model.to_string(),
         inputs: vec![Tensor::new(spec.input.clone(), spec.datatype, spec.shape.clone(), frame.data)],

@@ -14,7 +14,7 @@ pub mod protocol;
 use crate::config::frigate::FrigateArgs;
 use crate::core::Server;
 use crate::error::Error;
-use crate::vision::frames::{self, Frame, NormBox};
+use crate::vision::frames::{self, Frame, Mismatch, NormBox};
 use bytes::Bytes;
 use metrics::{FrigateMetrics, Kind};
 use protocol::{ReplyForm, Request, COLS, ROWS};
@@ -199,13 +199,11 @@ impl Detector {
             return Err(("model", Error::unavailable("the model is not ready")));
         }
         let spec = frames::frame_spec(&self.server, model).map_err(|e| ("model", e))?;
-        if let Err(e) = frames::check_frame(model, &spec, &frame) {
-            let reason = if frame.datatype != spec.datatype {
-                "dtype"
-            } else if e.message.contains("holds") {
-                "short_tensor"
-            } else {
-                "shape"
+        if let Err((mismatch, e)) = frames::check_frame(model, &spec, &frame) {
+            let reason = match mismatch {
+                Mismatch::Datatype => "dtype",
+                Mismatch::Shape => "shape",
+                Mismatch::Length => "short_tensor",
             };
             return Err((reason, e));
         }

@@ -2,7 +2,7 @@
 //! (`<dir>/<stem>/1/model.onnx` with a generated `config.pbtxt`), switched in by renaming a complete
 //! folder so the repository never shows half a model.
 
-use crate::core::Server;
+use crate::core::{ControlMode, Server};
 use crate::error::{Error, Result};
 use crate::model_api::LoadOptions;
 use crate::model_config::autocomplete::{onnx_io_from_bytes, ModelIoInfo};
@@ -15,10 +15,14 @@ pub async fn ensure_loaded(server: &Server, model: &str) -> bool {
     if server.model_ready(model, "").await.unwrap_or(false) {
         return true;
     }
-    match server.load_model(model, LoadOptions::default()).await {
-        Ok(()) => {}
-        Err(e) if e.message.contains("explicit model load is not allowed") => server.rescan().await,
-        Err(e) => tracing::warn!("Frigate ZMQ detector: model '{model}' did not load: {}", e.message),
+    match server.control_mode() {
+        ControlMode::Explicit => {
+            if let Err(e) = server.load_model(model, LoadOptions::default()).await {
+                tracing::warn!("Frigate ZMQ detector: model '{model}' did not load: {}", e.message);
+            }
+        }
+        ControlMode::Poll => server.poll_once().await,
+        ControlMode::None => {}
     }
     server.model_ready(model, "").await.unwrap_or(false)
 }
