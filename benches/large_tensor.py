@@ -7,11 +7,19 @@ run, with the server's own per-stage times.
   source scripts/env.sh && cargo build --release --bin tritonrs && python benches/large_tensor.py
 
 The in-process floor is onnxruntime's Python API in this venv (the same libonnxruntime.so the server
-loads, default session options on both sides), timing `session.run` on one pre-built input. The model
-is generated into a temporary folder (weights fixed by a seed). Machines here are shared and noisy:
-compare the ratios of one run, not absolute numbers across runs.
+loads), timing `session.run` on one pre-built input, twice: with ONNX Runtime's default options (its
+thread pools spin after a run) and with the server's (no spinning; `--backend-config=onnxruntime,
+allow_spinning=true` turns it back on). The server is measured both ways too, so each served row has
+a floor with the same session options beside it. The model is generated into a temporary folder
+(weights fixed by a seed). Machines here are shared and noisy: compare the ratios of one run, not
+absolute numbers across runs.
 
-Environment: BENCH_INTERVAL_MS (3000), BENCH_STABILITY_PERCENT (40), BENCH_RUNS (in-process runs, 300).
+On a 2-core machine the client shares the cores with ONNX Runtime's two intra-op threads, so the
+served rows include perf_analyzer's own work (building and sending 588 KiB per request); the server's
+columns show what the server itself adds (request - infer).
+
+Environment: BENCH_INTERVAL_MS (3000), BENCH_STABILITY_PERCENT (40), BENCH_RUNS (in-process runs, 300),
+BENCH_SERVER_ARGS (extra server flags).
 """
 from __future__ import annotations
 
@@ -68,11 +76,14 @@ def write_model(repo: Path) -> Path:
     return d / "1/model.onnx"
 
 
-def in_process(model: Path) -> float:
+def in_process(model: Path, spinning: bool) -> float:
     """Runs per second of `session.run` in this process, after a warm-up."""
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    so.add_session_config_entry("session.inter_op.allow_spinning", "1" if spinning else "0")
+    sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(1).random(SHAPE, dtype=np.float32)
     for _ in range(20):
         sess.run(None, {"INPUT": x})
@@ -110,37 +121,51 @@ def perf(pa: list[str], server: Server, protocol: str, shm: bool) -> dict | None
     return {"thr": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]), "server": per}
 
 
+def serve(tmp: Path, spinning: bool) -> list:
+    http, grpc = free_port(), free_port()
+    extra = ["--backend-config=onnxruntime,allow_spinning=true"] if spinning else []
+    rs = Server("tritonrs", [str(TRITONRS), "--model-repository", str(tmp / "repo"), "--http-port", str(http),
+                             "--grpc-port", str(grpc), "--metrics-port", "0", "--log-info=false", *extra,
+                             *os.environ.get("BENCH_SERVER_ARGS", "").split()],
+                http, grpc, dict(os.environ))
+    try:
+        shm_pa = perf_cmd(tmp)
+        return [("grpc", perf([str(PERF)], rs, "grpc", False)),
+                ("http", perf([str(PERF)], rs, "http", False)),
+                ("grpc + system shm", perf(shm_pa, rs, "grpc", True))]
+    finally:
+        rs.stop()
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         model = write_model(tmp / "repo")
-        floor = in_process(model)
-        http, grpc = free_port(), free_port()
-        rs = Server("tritonrs", [str(TRITONRS), "--model-repository", str(tmp / "repo"), "--http-port", str(http),
-                                 "--grpc-port", str(grpc), "--metrics-port", "0", "--log-info=false"],
-                    http, grpc, dict(os.environ))
-        try:
-            shm_pa = perf_cmd(tmp)
-            rows = [("grpc", perf([str(PERF)], rs, "grpc", False)),
-                    ("http", perf([str(PERF)], rs, "http", False)),
-                    ("grpc + system shm", perf(shm_pa, rs, "grpc", True))]
-            floor_after = in_process(model)
-        finally:
-            rs.stop()
-    floor = (floor + floor_after) / 2
+        floors = {False: [in_process(model, False)], True: [in_process(model, True)]}
+        served = {spin: serve(tmp, spin) for spin in (False, True)}
+        for spin in (False, True):
+            floors[spin].append(in_process(model, spin))
+    floor = {spin: sum(v) / len(v) for spin, v in floors.items()}
     print()
-    print(f"FP32 {SHAPE} into a 2-layer conv net, concurrency 1; in-process ONNX Runtime floor: {floor:,.1f} runs/s "
-          f"({1000 / floor:.2f} ms)")
-    print(f"{'path':18} | {'inf/s':>8} {'p50 ms':>7} | {'served/in-process':>17} | server ms: {'request':>7} {'queue':>6} "
-          f"{'input':>6} {'infer':>6} {'output':>6}")
-    for name, r in rows:
-        if r is None:
-            print(f"{name:18} | n/a")
-            continue
-        s = r["server"]
-        print(f"{name:18} | {r['thr']:>8,.1f} {r['p50'] / 1000:>7.2f} | {r['thr'] / floor:>16.2f}x | "
-              f"{'':10} {s['success'] / 1000:>7.2f} {s['queue'] / 1000:>6.2f} {s['compute_input'] / 1000:>6.2f} "
-              f"{s['compute_infer'] / 1000:>6.2f} {s['compute_output'] / 1000:>6.2f}")
+    print(f"FP32 {SHAPE} into a 2-layer conv net, concurrency 1. In-process ONNX Runtime floor: "
+          f"{floor[True]:,.1f} runs/s ({1000 / floor[True]:.2f} ms) with its default spinning thread pools, "
+          f"{floor[False]:,.1f} runs/s ({1000 / floor[False]:.2f} ms) without (the server's default)")
+    print(f"{'path':30} | {'inf/s':>8} {'p50 ms':>7} | {'/floor':>6} {'/same':>6} | server ms: {'request':>7} "
+          f"{'queue':>6} {'input':>6} {'infer':>6} {'output':>6} | {'own':>5}")
+    for spin in (False, True):
+        for name, r in served[spin]:
+            label = f"{name}{' (spinning)' if spin else ''}"
+            if r is None:
+                print(f"{label:30} | n/a")
+                continue
+            s = r["server"]
+            own = (s["success"] - s["compute_infer"]) / 1000
+            print(f"{label:30} | {r['thr']:>8,.1f} {r['p50'] / 1000:>7.2f} | {r['thr'] / floor[True]:>5.2f}x "
+                  f"{r['thr'] / floor[spin]:>5.2f}x | {'':10} {s['success'] / 1000:>7.2f} {s['queue'] / 1000:>6.2f} "
+                  f"{s['compute_input'] / 1000:>6.2f} {s['compute_infer'] / 1000:>6.2f} {s['compute_output'] / 1000:>6.2f}"
+                  f" | {own:>5.2f}")
+    print("/floor: served throughput over the default floor; /same: over the floor with the same spinning setting;"
+          " own: the server's time per request outside ONNX Runtime's run (request - infer), ms")
 
 
 if __name__ == "__main__":
