@@ -49,10 +49,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     fs::write(out_dir.join("file_descriptor_set.bin"), compiler.encode_file_descriptor_set())?;
 
     // tonic's generator emits the message types (through prost-build) and the gRPC service stubs in
-    // one pass over the same descriptors. Only servers are generated; raw tensor contents are
-    // `bytes::Bytes` so a request's tensors can share the decoded message's buffers.
+    // one pass over the same descriptors: the server, and the client `tritonrs tune --via` drives a
+    // running server with (no transport helpers: it brings its own HTTP/2 connection). Raw tensor
+    // contents are `bytes::Bytes` so a request's tensors can share the decoded message's buffers.
     tonic_prost_build::configure()
-        .build_client(false)
+        .build_client(true)
         .build_transport(false)
         .out_dir(&out_dir)
         .bytes(".inference.ModelInferRequest.raw_input_contents")

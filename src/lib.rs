@@ -18,4 +18,5 @@ pub mod platform;
 pub mod proto;
 pub mod storage;
 pub mod tensor;
+pub mod tune;
 pub mod vision;

@@ -29,6 +29,15 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Validate(args)) => validate(args),
         Some(Command::EncryptModel(args)) => encrypt_model(args),
+        Some(Command::Tune(args)) => {
+            // Warnings only: the model loads' info lines would bury the progress and the results.
+            let settings = LogSettings { log_info: false, ..Default::default() };
+            if let Err(e) = logging::init(settings) {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+            tritonrs::tune::cli::main(*args)
+        }
         None => serve(cli.serve, file),
     }
 }

@@ -6,6 +6,7 @@ pub mod file;
 pub mod frigate;
 pub mod memory;
 pub mod mqtt;
+pub mod tune;
 
 use crate::core::trace::{self, TraceLevel, TraceSettings, TRACE_MODE};
 use crate::core::ControlMode;
@@ -42,11 +43,19 @@ pub fn parse(args: Vec<OsString>) -> Result<(Cli, Option<file::ConfigFile>), Cli
     };
     let mut cmd = Cli::command();
     if let Some(f) = &config {
+        // The file's keys are the server's flags and those of `validate` and `tune`; each command takes
+        // the keys it knows as defaults and leaves the others' to them.
         let top = cmd.clone();
-        let validate =
-            cmd.find_subcommand("validate").cloned().ok_or_else(|| CliError::File("no validate command".into()))?;
-        let validate = f.apply(validate, &[&top]).map_err(CliError::File)?;
-        cmd = f.apply(cmd, &[&validate]).map_err(CliError::File)?.mut_subcommand("validate", |_| validate);
+        let sub =
+            |name: &str| cmd.find_subcommand(name).cloned().ok_or_else(|| CliError::File(format!("no {name} command")));
+        let (validate, tune) = (sub("validate")?, sub("tune")?);
+        let validate_done = f.apply(validate.clone(), &[&top, &tune]).map_err(CliError::File)?;
+        let tune_done = f.apply(tune.clone(), &[&top, &validate]).map_err(CliError::File)?;
+        cmd = f
+            .apply(cmd, &[&validate, &tune])
+            .map_err(CliError::File)?
+            .mut_subcommand("validate", |_| validate_done)
+            .mut_subcommand("tune", |_| tune_done);
     }
     let matches = cmd.try_get_matches_from(args)?;
     Ok((Cli::from_arg_matches(&matches)?, config))
@@ -83,6 +92,9 @@ pub enum Command {
     /// Write an encrypted copy of a model folder for the `decrypt` repository agent: every file but the
     /// top-level config.pbtxt is sealed with AES-256-GCM (the format is in the README).
     EncryptModel(EncryptModelArgs),
+    /// Find the best configuration of a model (Model Analyzer built in): sweep instance counts,
+    /// batching and threads in-process, measure each variant, and report and export the best.
+    Tune(Box<tune::TuneArgs>),
 }
 
 #[derive(Debug, Args)]

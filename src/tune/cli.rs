@@ -1,0 +1,218 @@
+//! The `tritonrs tune` command: builds the in-process server (or the `--via` client), runs the search
+//! with a progress bar, writes the report, the export and `--apply`, and picks the exit status.
+
+use super::{export, report, run, Context, Outcome};
+use crate::config::tune::TuneArgs;
+use crate::core::repository;
+use crate::core::{ControlMode, Server, ServerOptions};
+use crate::model_api::BackendFactory;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Exit status when Ctrl-C ended the run (after writing what was measured), as shells report SIGINT.
+const INTERRUPTED: u8 = 130;
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::FAILURE
+}
+
+pub fn main(args: TuneArgs) -> ExitCode {
+    if args.model_repository.is_empty() && args.via.is_none() {
+        return fail(
+            "no model repository: give --model-repository, TRITONRS_MODEL_REPOSITORY or model-repository in the \
+             configuration file",
+        );
+    }
+    if args.model_repository.iter().any(|r| crate::storage::is_cloud(&r.to_string_lossy())) {
+        return fail("tune reads local repositories only; sync the cloud repository to a folder first");
+    }
+    if args.apply && args.via.is_some() {
+        return fail("--apply writes into a local repository; it cannot be used with --via");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tritonrs-io").build() {
+        Ok(r) => r,
+        Err(e) => return fail(format!("cannot start the runtime: {e}")),
+    };
+    runtime.block_on(tune(args))
+}
+
+async fn tune(args: TuneArgs) -> ExitCode {
+    let (models, _errors) = repository::scan(&args.model_repository);
+    let mut model_dirs = Vec::new();
+    for m in &args.models {
+        match models.get(m) {
+            Some(Ok(dir)) => model_dirs.push((m.clone(), dir.clone())),
+            Some(Err(e)) => return fail(format!("model '{m}': {}", e.message)),
+            None if args.via.is_some() => {}
+            None => {
+                let hint = crate::model_config::pbtxt::closest(m, models.keys().map(String::as_str))
+                    .map(|n| format!("; did you mean '{n}'?"))
+                    .unwrap_or_default();
+                return fail(format!("unknown model '{m}': it is not in the model repository{hint}"));
+            }
+        }
+    }
+    // An ensemble is refused before anything loads (its steps are tuned one by one).
+    for (m, dir) in &model_dirs {
+        let text = std::fs::read_to_string(dir.join("config.pbtxt")).unwrap_or_default();
+        if let Ok(cfg) = crate::model_config::pbtxt::parse_config(&text, "config.pbtxt") {
+            if let Some(why) = super::space::untunable(&cfg) {
+                return fail(format!("cannot tune model '{m}': {why}"));
+            }
+        }
+    }
+    let target = match &args.via {
+        Some(url) => {
+            let t = match super::target::Target::via(url) {
+                Ok(t) => t,
+                Err(e) => return fail(e.message),
+            };
+            eprintln!(
+                "warning: tune --via loads variants of {} into the server at {url} and drives it at up to {} \
+                 requests in flight; its clients will see the load and the changed configuration until tuning ends.",
+                args.models.join(", "),
+                if args.concurrency.is_empty() {
+                    args.max_concurrency
+                } else {
+                    *args.concurrency.iter().max().unwrap_or(&1)
+                }
+            );
+            if !args.yes {
+                eprintln!("Starting in 5 seconds; press Ctrl-C to stop (--yes skips this wait).");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    _ = tokio::signal::ctrl_c() => return ExitCode::from(INTERRUPTED),
+                }
+            }
+            t
+        }
+        None => match in_process_server(&args).await {
+            Ok(server) => super::target::Target::InProcess(server),
+            Err(e) => return fail(e),
+        },
+    };
+    let (cancel_tx, cancel) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\nInterrupted: writing what was measured so far (Ctrl-C again to quit at once).");
+            let _ = cancel_tx.send(true);
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(i32::from(INTERRUPTED));
+            }
+        }
+    });
+    let bar = if args.quiet || !std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new_spinner();
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}") {
+            b.set_style(style);
+        }
+        b.enable_steady_tick(Duration::from_millis(200));
+        b
+    };
+    let progress_bar = bar.clone();
+    let quiet = args.quiet;
+    let ctx = Context {
+        target,
+        model_dirs: model_dirs.clone(),
+        gpu: !crate::platform::cuda::usable_gpus().is_empty(),
+        cancel,
+        progress: Box::new(move |line: &str| {
+            if progress_bar.is_hidden() {
+                if !quiet && line.contains("infer/s") {
+                    eprintln!("{line}");
+                }
+            } else {
+                progress_bar.set_message(line.to_string());
+            }
+        }),
+    };
+    let result = run(&args, &ctx).await;
+    bar.finish_and_clear();
+    let (report, outcome) = match result {
+        Ok(r) => r,
+        Err(e) => return fail(e.message),
+    };
+    if let super::target::Target::InProcess(server) = &ctx.target {
+        server.unload_all().await;
+    }
+    println!("{}", report::summary_table(&report));
+    let written = match report::write_all(&report, &args.output_dir) {
+        Ok(w) => w,
+        Err(e) => return fail(format!("cannot write the report into '{}': {e}", args.output_dir.display())),
+    };
+    println!("Results: {} and {}", written.csv.display(), written.html.display());
+    for line in super::best_lines(&report) {
+        println!("{line}");
+    }
+    if let Some(dir) = &args.export {
+        match export::export(&report, dir, &model_dirs) {
+            Ok(files) => println!("Exported {} configurations into {}", files.len(), dir.display()),
+            Err(e) => return fail(format!("cannot export into '{}': {e}", dir.display())),
+        }
+    }
+    if args.apply && outcome == Outcome::Done {
+        for (model, best) in &report.best {
+            let (Some(v), Some((_, dir))) =
+                (best.and_then(|i| report.variants.get(i)), model_dirs.iter().find(|(n, _)| n == model))
+            else {
+                continue;
+            };
+            if v.name.ends_with("_config_default") {
+                println!("{model}: its current configuration is the best; config.pbtxt is left as it is.");
+                continue;
+            }
+            match export::apply(dir, &v.config_pbtxt) {
+                Ok(Some(backup)) => {
+                    println!("{model}: wrote {} into {} (the old one is {})", v.name, dir.display(), backup.display())
+                }
+                Ok(None) => println!("{model}: wrote {} into {}", v.name, dir.display()),
+                Err(e) => return fail(format!("cannot write the configuration of '{model}': {e}")),
+            }
+        }
+    } else if args.apply {
+        println!("--apply: nothing written, since the run did not finish with a best configuration for every model.");
+    }
+    match outcome {
+        Outcome::Done => ExitCode::SUCCESS,
+        Outcome::NothingMeets => {
+            eprintln!("error: no variant of some model meets the constraints (the report lists what was measured)");
+            ExitCode::FAILURE
+        }
+        Outcome::Interrupted => ExitCode::from(INTERRUPTED),
+    }
+}
+
+/// A server over the repository with nothing loaded: tuning loads each variant itself.
+async fn in_process_server(args: &TuneArgs) -> Result<Server, String> {
+    let backend_config = args.model_config.backend_config().map_err(|e| e.to_string())?;
+    let repo = args.model_config.repo_options(&backend_config, 64 << 20).map_err(|e| format!("{e:#}"))?;
+    let opts = ServerOptions {
+        id: "tritonrs-tune".into(),
+        repositories: args.model_repository.clone(),
+        control_mode: ControlMode::Explicit,
+        load_models: Vec::new(),
+        poll_interval: Duration::from_secs(15),
+        strict_readiness: false,
+        exit_on_error: false,
+        repo,
+        backends: {
+            let config = backend_config.clone();
+            BackendFactory(Arc::new(move |api, pools| crate::backend::builtin(&config, api, pools)))
+        },
+        backend_config,
+        load_threads: 1,
+        rate_limit: None,
+        cache_bytes: None,
+        trace: Default::default(),
+        pools: Default::default(),
+        remotes: Vec::new(),
+    };
+    let server = Server::new(opts);
+    server.startup().await.map_err(|e| e.message)?;
+    Ok(server)
+}

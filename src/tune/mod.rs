@@ -1,0 +1,373 @@
+//! `tritonrs tune`: Model Analyzer built into the server. Each variant of a model's configuration is
+//! loaded in this process as the server would load it (a configuration override on the same model
+//! name, so no restart between variants), warmed up and driven at a concurrency sweep through the core
+//! API; the variants are ranked under an objective and constraints, and the results written as Model
+//! Analyzer's CSV, an HTML report with SVG plots, and exported configurations.
+//!
+//! space (what may change) → target (where variants load) → measure (one point) → results (ranking)
+//! → report / export.
+
+pub mod cli;
+pub mod export;
+pub mod inputs;
+pub mod measure;
+pub mod probe;
+pub mod report;
+pub mod results;
+pub mod space;
+pub mod target;
+
+use crate::config::tune::{SearchMode, TuneArgs};
+use crate::error::{Error, Result};
+use crate::model_api::types::InferRequest;
+use crate::model_config::pbtxt::config_to_pbtxt;
+use crate::proto::inference::ModelConfig;
+use measure::Stop;
+use results::{Candidate, Point, TuneReport, VariantResult};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use target::Target;
+use tokio::sync::watch;
+
+/// How a run ended, for the exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every model has a best variant.
+    Done,
+    /// Some model has no variant meeting the constraints (the report is written).
+    NothingMeets,
+    /// Ctrl-C: what was measured is written.
+    Interrupted,
+}
+
+/// What the run needs besides its flags.
+pub struct Context {
+    pub target: Target,
+    /// Each model's folder in the repository (for warmup samples, --export links and --apply).
+    pub model_dirs: Vec<(String, PathBuf)>,
+    /// Whether a CUDA GPU can be used here.
+    pub gpu: bool,
+    /// Set to true to stop (Ctrl-C).
+    pub cancel: watch::Receiver<bool>,
+    /// Progress lines go here (the terminal's progress bar, or nothing).
+    pub progress: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+/// The time one point needs at least: the warm-up allowance and three windows.
+fn point_cost(args: &TuneArgs) -> Duration {
+    Duration::from_millis(args.measurement_interval_ms.max(1)) * 4
+}
+
+struct Run<'a> {
+    args: &'a TuneArgs,
+    ctx: &'a Context,
+    settings: measure::Settings,
+    deadline: Option<Instant>,
+    power: Option<probe::PowerProbe>,
+    report: TuneReport,
+    /// Set when the budget or Ctrl-C ended the search early.
+    stopped: Option<String>,
+    /// Points measured in the whole run.
+    points: usize,
+}
+
+impl Run<'_> {
+    fn out_of_time(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() + point_cost(self.args) > d)
+    }
+
+    /// Loads and measures one variant; `None` when the run was stopped before it began.
+    async fn variant(
+        &mut self,
+        model: &str,
+        base: &ModelConfig,
+        candidate: &Candidate,
+        name: String,
+        requests: &Arc<Vec<InferRequest>>,
+    ) -> Option<usize> {
+        if self.stopped.is_some() {
+            return None;
+        }
+        if self.out_of_time() {
+            self.stopped = Some("the time budget ran out".into());
+            return None;
+        }
+        let config = space::apply(base, candidate);
+        (self.ctx.progress)(&format!("{name} ({candidate}): loading"));
+        let mut result = VariantResult {
+            model: model.to_string(),
+            name: name.clone(),
+            candidate: candidate.clone(),
+            config_pbtxt: config_to_pbtxt(&config),
+            points: Vec::new(),
+            error: None,
+            best: None,
+        };
+        if let Err(e) = self.ctx.target.load(model, &config).await {
+            result.error = Some(format!("failed to load: {}", e.message));
+            tracing::warn!("Variant {name} ({candidate}) failed to load and is skipped: {}", e.message);
+            self.report.variants.push(result);
+            return Some(self.report.variants.len() - 1);
+        }
+        // The configuration as the server completed it (defaults filled in) is what gets exported.
+        if let Ok(done) = self.ctx.target.config(model).await {
+            result.config_pbtxt = config_to_pbtxt(&done);
+        }
+        let batch = 1;
+        let mut sweep: Vec<u32> =
+            if self.args.concurrency.is_empty() { vec![1] } else { self.args.concurrency.clone() };
+        let automatic = self.args.concurrency.is_empty();
+        let mut i = 0;
+        let mut best_throughput = 0.0f64;
+        while i < sweep.len() {
+            let c = sweep[i];
+            i += 1;
+            if self.out_of_time() {
+                self.stopped = Some("the time budget ran out".into());
+                break;
+            }
+            (self.ctx.progress)(&format!("{name} ({candidate}): concurrency {c}"));
+            let measured = measure::point(
+                &self.ctx.target,
+                model,
+                requests.clone(),
+                batch,
+                c,
+                &self.settings,
+                self.power.as_ref(),
+                &self.ctx.cancel,
+            )
+            .await;
+            match measured {
+                Ok(p) => {
+                    self.points += 1;
+                    (self.ctx.progress)(&format!(
+                        "{name} ({candidate}): concurrency {c}: {:.1} infer/s, p99 {:.2} ms",
+                        p.throughput, p.p99_ms
+                    ));
+                    let rising = p.throughput > best_throughput * (1.0 + self.args.stability_percentage / 100.0);
+                    let over_latency = self.args.max_p99_ms.is_some_and(|m| p.p99_ms > m);
+                    best_throughput = best_throughput.max(p.throughput);
+                    result.points.push(p);
+                    // Doubling goes on while throughput still rises and latency is within its limit.
+                    if automatic && rising && !over_latency && c < self.args.max_concurrency {
+                        sweep.push((c * 2).min(self.args.max_concurrency));
+                    }
+                }
+                Err(Stop::Cancelled) => {
+                    self.stopped = Some("interrupted (Ctrl-C)".into());
+                    break;
+                }
+                Err(Stop::Failed(e)) => {
+                    tracing::warn!("Variant {name} ({candidate}) failed at concurrency {c} and is skipped: {e}");
+                    result.error = Some(format!("a request failed at concurrency {c}: {e}"));
+                    break;
+                }
+            }
+        }
+        result.rank(self.args.objective, &self.args.constraints());
+        self.report.variants.push(result);
+        Some(self.report.variants.len() - 1)
+    }
+
+    fn score(&self, index: usize) -> f64 {
+        self.report.variants[index].best_point().map(|p| p.score(self.args.objective)).unwrap_or(f64::NEG_INFINITY)
+    }
+
+    /// Searches one model's variants.
+    async fn model(&mut self, model: &str, base: &ModelConfig, requests: Arc<Vec<InferRequest>>) -> Result<()> {
+        let here = space::current(base);
+        let mut tried: Vec<Candidate> = vec![here.clone()];
+        let mut next_name = 0;
+        let name = |n: &mut usize| {
+            let s = format!("{model}_config_{n}");
+            *n += 1;
+            s
+        };
+        let default = self.variant(model, base, &here, format!("{model}_config_default"), &requests).await;
+        let limits = space::Limits {
+            max_instance_count: self.args.max_instance_count,
+            max_batch_size: self.args.max_batch_size,
+            gpu: self.ctx.gpu,
+            cores: std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1),
+        };
+        match &self.args.search {
+            SearchMode::Brute | SearchMode::Custom(_) => {
+                let space = match &self.args.search {
+                    SearchMode::Custom(path) => {
+                        space::CustomSpace::read(path).and_then(|s| s.space_for(model, base)).map_err(Error::invalid)?
+                    }
+                    _ => space::automatic(base, limits),
+                };
+                for c in space::combinations(&space) {
+                    if tried.contains(&c) {
+                        continue;
+                    }
+                    tried.push(c.clone());
+                    let n = name(&mut next_name);
+                    if self.variant(model, base, &c, n, &requests).await.is_none() {
+                        break;
+                    }
+                }
+            }
+            SearchMode::Quick => {
+                let space = space::automatic(base, limits);
+                let start = space::start(base, &space);
+                let mut current = default;
+                if !tried.contains(&start) {
+                    tried.push(start.clone());
+                    let n = name(&mut next_name);
+                    let v = self.variant(model, base, &start, n, &requests).await;
+                    if let Some(v) = v {
+                        if current.is_none_or(|c| self.score(v) > self.score(c)) {
+                            current = Some(v);
+                        }
+                    }
+                }
+                // Hill climb: measure every untried neighbour of the best so far; move to the best of
+                // them if it beats it, else stop.
+                while let Some(at) = current {
+                    if self.stopped.is_some() {
+                        break;
+                    }
+                    let from = self.report.variants[at].candidate.clone();
+                    let mut best_step: Option<usize> = None;
+                    for c in space::neighbours(&from, &space) {
+                        if tried.contains(&c) {
+                            continue;
+                        }
+                        tried.push(c.clone());
+                        let n = name(&mut next_name);
+                        let Some(v) = self.variant(model, base, &c, n, &requests).await else { break };
+                        if best_step.is_none_or(|b| self.score(v) > self.score(b)) {
+                            best_step = Some(v);
+                        }
+                    }
+                    match best_step {
+                        Some(b) if self.score(b) > self.score(at) => current = Some(b),
+                        _ => break,
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the whole tuning: every model's search, then the report, the export and --apply.
+pub async fn run(args: &TuneArgs, ctx: &Context) -> Result<(TuneReport, Outcome)> {
+    let started = Instant::now();
+    let deadline = args.budget.map(|b| started + b);
+    if let Some(b) = args.budget {
+        if b < point_cost(args) {
+            return Err(Error::invalid(format!(
+                "--budget {} is too small for one measurement (at least {} with --measurement-interval-ms {})",
+                humantime::format_duration(b),
+                humantime::format_duration(point_cost(args)),
+                args.measurement_interval_ms
+            )));
+        }
+    }
+    let shapes = inputs::parse_shapes(&args.shapes)?;
+    let mut run = Run {
+        args,
+        ctx,
+        settings: measure::Settings {
+            interval: Duration::from_millis(args.measurement_interval_ms.max(1)),
+            stability_percent: args.stability_percentage,
+            max_trials: args.max_trials,
+            warmup_requests: args.warmup_requests,
+        },
+        deadline,
+        power: probe::PowerProbe::start(Duration::from_millis(100)),
+        report: TuneReport {
+            objective: args.objective,
+            constraints: args.constraints(),
+            measured_by: ctx.target.describe(),
+            ..Default::default()
+        },
+        stopped: None,
+        points: 0,
+    };
+    for model in &args.models {
+        // The model as it is: loaded once without an override, to learn its completed configuration.
+        (ctx.progress)(&format!("{model}: loading its current configuration"));
+        let loaded = match &ctx.target {
+            Target::InProcess(server) => server.load_model(model, Default::default()).await,
+            Target::Via { .. } => Ok(()),
+        };
+        if let Err(e) = loaded {
+            return Err(Error::new(e.kind, format!("cannot tune model '{model}': {}", e.message)));
+        }
+        let base = ctx
+            .target
+            .config(model)
+            .await
+            .map_err(|e| Error::new(e.kind, format!("model '{model}': {}", e.message)))?;
+        if let Some(why) = space::untunable(&base) {
+            return Err(Error::invalid(format!("cannot tune model '{model}': {why}")));
+        }
+        let model_dir = ctx.model_dirs.iter().find(|(n, _)| n == model).map(|(_, d)| d.clone());
+        let requests = match (&args.input_data, &model_dir) {
+            (Some(path), _) => inputs::from_json(&base, model, path, &shapes)?,
+            (None, Some(dir)) if !base.model_warmup.is_empty() => {
+                let w = inputs::from_warmup(&base, model, dir)?;
+                if w.is_empty() {
+                    inputs::random(&base, model, &shapes)?
+                } else {
+                    w
+                }
+            }
+            _ => inputs::random(&base, model, &shapes)?,
+        };
+        run.model(model, &base, Arc::new(requests)).await?;
+        // The server under --via goes back to its own configuration.
+        if let Target::Via { .. } = &ctx.target {
+            if let Err(e) = ctx.target.load(model, &base).await {
+                tracing::warn!("Could not restore model '{model}' to its configuration on the server: {}", e.message);
+            }
+        }
+        if run.stopped.is_some() {
+            break;
+        }
+    }
+    if run.points == 0 && run.stopped.as_deref() == Some("the time budget ran out") {
+        return Err(Error::invalid(format!(
+            "--budget {} ran out before one measurement finished",
+            humantime::format_duration(args.budget.unwrap_or_default())
+        )));
+    }
+    let mut report = run.report;
+    report.incomplete = run.stopped.clone();
+    report.best = args.models.iter().map(|m| (m.clone(), report.best_of(m))).collect();
+    let outcome = if run.stopped.as_deref() == Some("interrupted (Ctrl-C)") {
+        Outcome::Interrupted
+    } else if report.best.iter().any(|(_, b)| b.is_none()) {
+        Outcome::NothingMeets
+    } else {
+        Outcome::Done
+    };
+    Ok((report, outcome))
+}
+
+/// The best point of each model's best variant, as one line per model.
+pub fn best_lines(report: &TuneReport) -> Vec<String> {
+    report
+        .best
+        .iter()
+        .map(|(model, best)| match best.and_then(|i| report.variants.get(i)) {
+            Some(v) => {
+                let p: &Point = match v.best_point() {
+                    Some(p) => p,
+                    None => return format!("{model}: no variant meets the constraints"),
+                };
+                format!(
+                    "{model}: best is {} ({}) at concurrency {}: {:.1} infer/s, p99 {:.2} ms",
+                    v.name, v.candidate, p.concurrency, p.throughput, p.p99_ms
+                )
+            }
+            None => format!("{model}: no variant meets the constraints"),
+        })
+        .collect()
+}

@@ -1,0 +1,169 @@
+//! Readings of the serving process and the board taken around each measurement: CPU time, resident
+//! memory, and on a Jetson the power rails (sampled in the background, since a rail is a moment's
+//! reading).
+
+use crate::platform::jetson::Jetson;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// CPU seconds (user + system) this process and the processes it started (Python stubs) have used,
+/// from `/proc/<pid>/stat`.
+pub fn cpu_seconds() -> Option<f64> {
+    let own = cpu_of("self")?;
+    Some(own + descendants(std::process::id()).into_iter().filter_map(|p| cpu_of(&p.to_string())).sum::<f64>())
+}
+
+fn cpu_of(pid: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces): utime is the 14th
+    // field of the line, stime the 15th, in clock ticks.
+    let rest = text.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / CLOCK_TICKS)
+}
+
+/// USER_HZ: 100 on every Linux architecture this runs on (the kernel's ABI, not CONFIG_HZ).
+const CLOCK_TICKS: f64 = 100.0;
+
+/// A `/proc/<pid>/...` file's `Key:   N kB` line, in kB.
+fn kb_field(path: &str, key: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The parent of a process, from `/proc/<pid>/stat` (the field after the parenthesised name).
+fn parent_of(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every process descended from `root` (a Python model's stubs and their fork server among them).
+fn descendants(root: u32) -> Vec<u32> {
+    let all: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(|pid| Some((pid, parent_of(pid)?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(all.iter().filter(|(_, parent)| *parent == p).map(|(pid, _)| *pid));
+        i += 1;
+    }
+    out.remove(0);
+    out
+}
+
+/// The memory the server holds in MB: this process's proportional set size plus that of every process
+/// it started (a Python model's stubs live in their own processes), so pages the stubs share through
+/// their fork server count once. Resident size where PSS cannot be read.
+pub fn memory_mb() -> Option<f64> {
+    let me = std::process::id();
+    let one = |pid: String| {
+        kb_field(&format!("/proc/{pid}/smaps_rollup"), "Pss:")
+            .or_else(|| kb_field(&format!("/proc/{pid}/status"), "VmRSS:"))
+    };
+    let own = one("self".into())?;
+    let children: f64 = descendants(me).into_iter().filter_map(|pid| one(pid.to_string())).sum();
+    Some((own + children) / 1024.0)
+}
+
+/// The board's input power from a Jetson reading's rails: the total input rail where the board has
+/// one (`POM_5V_IN` on the Nano and Xavier, `VDD_IN` on the Orin), else the sum of the rails.
+pub fn board_watts(rails: &[(String, f64)]) -> Option<f64> {
+    if rails.is_empty() {
+        return None;
+    }
+    let total = rails.iter().find(|(name, _)| {
+        let n = name.to_ascii_uppercase();
+        n == "VDD_IN" || n.ends_with("5V_IN") || n == "POM_5V_IN"
+    });
+    Some(match total {
+        Some((_, w)) => *w,
+        None => rails.iter().map(|(_, w)| w).sum(),
+    })
+}
+
+/// Samples the Jetson's board power every `interval` while a measurement runs; the mean is its power.
+pub struct PowerProbe {
+    samples: Arc<Mutex<Vec<f64>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl PowerProbe {
+    /// Starts sampling if this is a Jetson with power rails (`TRITONRS_SYSFS_ROOT` points tests at a
+    /// fixture tree); `None` otherwise.
+    pub fn start(interval: Duration) -> Option<PowerProbe> {
+        let jetson = Jetson::detect(&Jetson::root_from_env())?;
+        board_watts(&jetson.read().rails)?;
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (samples.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("tune-power".into())
+            .spawn(move || {
+                while !st.load(Ordering::Relaxed) {
+                    if let Some(w) = board_watts(&jetson.read().rails) {
+                        s.lock().push(w);
+                    }
+                    std::thread::sleep(interval);
+                }
+            })
+            .ok()?;
+        Some(PowerProbe { samples, stop })
+    }
+
+    /// The mean power since the last call, and starts a new period.
+    pub fn take_mean(&self) -> Option<f64> {
+        let v = std::mem::take(&mut *self.samples.lock());
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    }
+}
+
+impl Drop for PowerProbe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_cpu_time_and_memory() {
+        let t = cpu_seconds().unwrap();
+        assert!(t >= 0.0);
+        assert!(memory_mb().unwrap() > 1.0);
+    }
+
+    #[test]
+    fn a_child_process_counts_toward_memory() {
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let pid = child.id();
+        let found = (0..50).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            descendants(std::process::id()).contains(&pid)
+        });
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(found);
+    }
+
+    #[test]
+    fn the_input_rail_is_the_board_power() {
+        let r = |n: &str, w: f64| (n.to_string(), w);
+        assert_eq!(board_watts(&[r("VDD_CPU_GPU_CV", 2.0), r("VDD_IN", 7.5), r("VDD_SOC", 1.5)]), Some(7.5));
+        assert_eq!(board_watts(&[r("POM_5V_GPU", 1.0), r("POM_5V_IN", 3.8)]), Some(3.8));
+        assert_eq!(board_watts(&[r("CPU", 1.0), r("GPU", 2.0)]), Some(3.0));
+        assert_eq!(board_watts(&[]), None);
+    }
+}

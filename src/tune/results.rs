@@ -1,0 +1,295 @@
+//! What a tuning run measured: the variants it tried, each one's points of the concurrency sweep, and
+//! how they rank. The report (`report`), the exported configurations (`export`) and the terminal
+//! summary all read these; nothing here measures.
+
+use std::fmt;
+
+/// What the search ranks by (`--objective`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Objective {
+    /// Most inferences per second.
+    #[default]
+    Throughput,
+    /// Lowest p99 latency.
+    Latency,
+    /// Most inferences per joule where a power sensor exists, else per CPU-second.
+    Efficiency,
+}
+
+impl Objective {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Objective::Throughput => "throughput",
+            Objective::Latency => "latency",
+            Objective::Efficiency => "efficiency",
+        }
+    }
+}
+
+/// Limits a point must meet to count (`--max-p99-ms`, `--min-throughput`, `--max-memory-mb`, `--max-power-w`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Constraints {
+    pub max_p99_ms: Option<f64>,
+    pub min_throughput: Option<f64>,
+    pub max_memory_mb: Option<f64>,
+    pub max_power_w: Option<f64>,
+}
+
+impl Constraints {
+    /// Whether `p` meets every limit. Memory is resident memory plus GPU memory; a power limit with no
+    /// power reading is not met (nothing says it holds).
+    pub fn satisfied_by(&self, p: &Point) -> bool {
+        let memory = p.rss_mb + p.gpu_memory_mb.unwrap_or(0.0);
+        self.max_p99_ms.is_none_or(|m| p.p99_ms <= m)
+            && self.min_throughput.is_none_or(|m| p.throughput >= m)
+            && self.max_memory_mb.is_none_or(|m| memory <= m)
+            && self.max_power_w.is_none_or(|m| p.power_w.is_some_and(|w| w <= m))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Constraints::default()
+    }
+}
+
+/// Where a variant's instances run and with which accelerator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Accelerator {
+    /// The model's own setting (CPU for KIND_CPU, the backend's default on a GPU).
+    #[default]
+    Default,
+    /// ONNX Runtime's CUDA execution provider.
+    Cuda,
+    /// ONNX Runtime's TensorRT execution provider with FP16.
+    TensorRtFp16,
+}
+
+/// One point in the search space: the settings a variant changes in the model's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Candidate {
+    /// `instance_group { count }`.
+    pub instance_count: u32,
+    /// `instance_group { kind: KIND_GPU }` when true, else KIND_CPU.
+    pub gpu: bool,
+    /// `max_batch_size` (0: the model does not batch).
+    pub max_batch_size: u32,
+    /// `dynamic_batching { }` with its queue delay in microseconds and preferred sizes; `None`: off.
+    pub dynamic_batching: Option<(u64, Vec<u32>)>,
+    /// ONNX Runtime `intra_op_thread_count` / `inter_op_thread_count` parameters (`None`: the default).
+    pub intra_op_threads: Option<u32>,
+    pub inter_op_threads: Option<u32>,
+    pub accelerator: Accelerator,
+}
+
+impl fmt::Display for Candidate {
+    /// A short description for tables: `2xCPU mbs=8 db(100us) intra=2`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.instance_count, if self.gpu { "GPU" } else { "CPU" })?;
+        if self.max_batch_size > 0 {
+            write!(f, " mbs={}", self.max_batch_size)?;
+        }
+        if let Some((delay, preferred)) = &self.dynamic_batching {
+            write!(f, " db({delay}us")?;
+            if !preferred.is_empty() {
+                let p: Vec<String> = preferred.iter().map(u32::to_string).collect();
+                write!(f, " pref={}", p.join("/"))?;
+            }
+            write!(f, ")")?;
+        }
+        if let Some(n) = self.intra_op_threads {
+            write!(f, " intra={n}")?;
+        }
+        if let Some(n) = self.inter_op_threads {
+            write!(f, " inter={n}")?;
+        }
+        match self.accelerator {
+            Accelerator::Default => Ok(()),
+            Accelerator::Cuda => write!(f, " cuda"),
+            Accelerator::TensorRtFp16 => write!(f, " trt-fp16"),
+        }
+    }
+}
+
+/// One measured concurrency of one variant (the mean over the stable windows).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Point {
+    /// Requests in flight.
+    pub concurrency: u32,
+    /// Inferences per second (a request of batch B counts B).
+    pub throughput: f64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub avg_ms: f64,
+    /// The server's mean per-request queue and compute times over the windows, from its statistics.
+    pub queue_ms: f64,
+    pub compute_input_ms: f64,
+    pub compute_infer_ms: f64,
+    pub compute_output_ms: f64,
+    /// The server's memory at the end of the point, in MB: the proportional set size of its process and
+    /// of the processes it started (Python stubs), so pages they share count once.
+    pub rss_mb: f64,
+    /// GPU memory in use by the process (NVML) where a GPU is visible.
+    pub gpu_memory_mb: Option<f64>,
+    /// The server's CPU use (its process and the ones it started), in percent of one core (200 = two
+    /// cores busy).
+    pub cpu_percent: f64,
+    /// Mean board power over the windows, from the Jetson rails, where there are some.
+    pub power_w: Option<f64>,
+    /// Whether three windows agreed within the stability percentage (else the last windows' mean).
+    pub stable: bool,
+    /// Whether this point meets every constraint.
+    pub satisfies: bool,
+}
+
+impl Point {
+    /// Inferences per joule (with a power reading) or per CPU-second (without); `None` when the
+    /// process used no measurable CPU.
+    pub fn efficiency(&self) -> Option<f64> {
+        match self.power_w {
+            Some(w) if w > 0.0 => Some(self.throughput / w),
+            Some(_) => None,
+            None if self.cpu_percent > 0.0 => Some(self.throughput / (self.cpu_percent / 100.0)),
+            None => None,
+        }
+    }
+
+    /// How good the point is under `objective`, higher better; NaN and a missing efficiency rank last.
+    pub fn score(&self, objective: Objective) -> f64 {
+        let s = match objective {
+            Objective::Throughput => self.throughput,
+            Objective::Latency => -self.p99_ms,
+            Objective::Efficiency => self.efficiency().unwrap_or(f64::NEG_INFINITY),
+        };
+        if s.is_nan() {
+            f64::NEG_INFINITY
+        } else {
+            s
+        }
+    }
+
+    /// The unit `efficiency` is in.
+    pub fn efficiency_unit(&self) -> &'static str {
+        if self.power_w.is_some() {
+            "infer/J"
+        } else {
+            "infer/CPU-s"
+        }
+    }
+}
+
+/// One variant: a candidate as loaded, and what happened when it was measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VariantResult {
+    /// The model it tunes.
+    pub model: String,
+    /// Its name as Model Analyzer names them: `<model>_config_default` for the configuration as it is,
+    /// `<model>_config_<n>` for the others.
+    pub name: String,
+    pub candidate: Candidate,
+    /// The complete configuration it was loaded with, in config.pbtxt form (`name` is the model's).
+    pub config_pbtxt: String,
+    /// The sweep, in increasing concurrency.
+    pub points: Vec<Point>,
+    /// Why it was skipped (failed to load, a request failed), if it was.
+    pub error: Option<String>,
+    /// The index in `points` of the variant's best point under the constraints, if any meets them.
+    pub best: Option<usize>,
+}
+
+impl VariantResult {
+    /// Marks each point that meets `constraints` and picks the best of those under `objective`.
+    pub fn rank(&mut self, objective: Objective, constraints: &Constraints) {
+        for p in &mut self.points {
+            p.satisfies = constraints.satisfied_by(p);
+        }
+        self.best = self
+            .points
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.satisfies)
+            .max_by(|(_, a), (_, b)| a.score(objective).total_cmp(&b.score(objective)))
+            .map(|(i, _)| i);
+    }
+
+    /// The best point under the constraints, if any.
+    pub fn best_point(&self) -> Option<&Point> {
+        self.best.and_then(|i| self.points.get(i))
+    }
+}
+
+impl TuneReport {
+    /// The best variant of `model`: the one whose best point scores highest (the first measured on a tie).
+    pub fn best_of(&self, model: &str) -> Option<usize> {
+        let mut best: Option<(usize, f64)> = None;
+        for (i, v) in self.variants.iter().enumerate().filter(|(_, v)| v.model == model && v.error.is_none()) {
+            let Some(p) = v.best_point() else { continue };
+            let s = p.score(self.objective);
+            if best.is_none_or(|(_, b)| s > b) {
+                best = Some((i, s));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+}
+
+/// A whole run, as the report shows it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TuneReport {
+    pub objective: Objective,
+    pub constraints: Constraints,
+    /// Every variant tried, in the order measured.
+    pub variants: Vec<VariantResult>,
+    /// Per model, the index in `variants` of the best variant (its best point meets the constraints).
+    pub best: Vec<(String, Option<usize>)>,
+    /// `in-process` or the `--via` address.
+    pub measured_by: String,
+    /// Whether the run ended early (Ctrl-C or the budget) and what is missing.
+    pub incomplete: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(throughput: f64, p99_ms: f64) -> Point {
+        Point { throughput, p99_ms, rss_mb: 100.0, cpu_percent: 50.0, ..Default::default() }
+    }
+
+    #[test]
+    fn constraints_rule_points_out() {
+        let c = Constraints { max_p99_ms: Some(10.0), ..Default::default() };
+        assert!(c.satisfied_by(&p(100.0, 9.0)));
+        assert!(!c.satisfied_by(&p(100.0, 11.0)));
+        let power = Constraints { max_power_w: Some(5.0), ..Default::default() };
+        assert!(!power.satisfied_by(&p(1.0, 1.0)), "no reading does not meet a power limit");
+        assert!(power.satisfied_by(&Point { power_w: Some(4.0), ..p(1.0, 1.0) }));
+        let mem = Constraints { max_memory_mb: Some(150.0), ..Default::default() };
+        assert!(!mem.satisfied_by(&Point { gpu_memory_mb: Some(60.0), ..p(1.0, 1.0) }));
+    }
+
+    #[test]
+    fn the_best_point_and_variant_follow_the_objective_within_the_constraints() {
+        let variant = |name: &str, points: Vec<Point>| VariantResult {
+            model: "m".into(),
+            name: name.into(),
+            candidate: Candidate::default(),
+            config_pbtxt: String::new(),
+            points,
+            error: None,
+            best: None,
+        };
+        let c = Constraints { max_p99_ms: Some(10.0), ..Default::default() };
+        let mut a = variant("a", vec![p(100.0, 5.0), p(300.0, 20.0)]);
+        let mut b = variant("b", vec![p(200.0, 8.0)]);
+        a.rank(Objective::Throughput, &c);
+        b.rank(Objective::Throughput, &c);
+        assert_eq!(a.best, Some(0));
+        let report = TuneReport { variants: vec![a.clone(), b.clone()], ..Default::default() };
+        assert_eq!(report.best_of("m"), Some(1));
+        a.rank(Objective::Latency, &c);
+        assert_eq!(a.best_point().unwrap().p99_ms, 5.0);
+        // CPU efficiency: throughput per CPU-second.
+        assert_eq!(p(100.0, 1.0).efficiency(), Some(200.0));
+        assert_eq!(Point { power_w: Some(4.0), ..p(100.0, 1.0) }.efficiency(), Some(25.0));
+    }
+}
