@@ -8,7 +8,8 @@
 //! are rounded to one decimal as `_create_non_gpu_metric_row_entry` does. Rows are in Model Analyzer's
 //! order: per model (in the order first measured), its variants best first by the objective (a
 //! variant ranks by its best point that meets the constraints, or by its best point when none does,
-//! as `RunConfigResultComparator` does), and within a variant the points that meet the constraints
+//! as `RunConfigResultComparator` does, except that variants meeting the constraints come first, as
+//! in Model Analyzer's top configurations), and within a variant the points that meet the constraints
 //! best first, then those that do not, best first (`ResultTableManager._tabulate_measurements`).
 
 use std::cmp::Ordering;
@@ -266,9 +267,16 @@ fn shown_point(v: &VariantResult, objective: Objective) -> Option<&Point> {
 /// The model's measured variants, best first (stable, so ties keep the measured order).
 fn ranked_variants<'a>(report: &'a TuneReport, model: &str) -> Vec<&'a VariantResult> {
     let mut out: Vec<&VariantResult> = model_variants(report, model).into_iter().filter(|v| measured(v)).collect();
-    out.sort_by(|a, b| match (shown_point(a, report.objective), shown_point(b, report.objective)) {
-        (Some(pa), Some(pb)) => by_score(pa, pb, report.objective),
-        _ => Ordering::Equal,
+    // Variants with a point that meets the constraints come first (Model Analyzer's CSV can list a
+    // failing variant above passing ones; its own "top configs" do not).
+    let passes = |v: &VariantResult| v.points.iter().any(|p| p.satisfies);
+    out.sort_by(|a, b| {
+        passes(b).cmp(&passes(a)).then_with(|| {
+            match (shown_point(a, report.objective), shown_point(b, report.objective)) {
+                (Some(pa), Some(pb)) => by_score(pa, pb, report.objective),
+                _ => Ordering::Equal,
+            }
+        })
     });
     out
 }
@@ -841,6 +849,20 @@ mod tests {
         assert_eq!(&rows[0][3], "m<&>_config_1");
         assert_eq!(&rows[0][2], "1");
         assert_eq!(&rows[1][2], "2");
+    }
+
+    #[test]
+    fn csv_lists_variants_meeting_the_constraints_first() {
+        let fast_but_failing = variant("m", 0, Candidate::default(), vec![point(1, 900.0, 50.0, false)], None);
+        let passing = variant("m", 1, Candidate::default(), vec![point(1, 100.0, 5.0, true)], Some(0));
+        let r = TuneReport { variants: vec![fast_but_failing, passing], ..Default::default() };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(CSV_FILE);
+        write_csv(&r, &path).unwrap();
+        let rows: Vec<csv::StringRecord> =
+            csv::Reader::from_path(&path).unwrap().records().map(|r| r.unwrap()).collect();
+        assert_eq!(&rows[0][6], "Yes");
+        assert_eq!(&rows[1][6], "No");
     }
 
     #[test]
