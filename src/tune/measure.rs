@@ -2,7 +2,7 @@
 //! windows until three agree (perf_analyzer's stability rule: each window's throughput and average
 //! latency within the stability percentage of the three windows' mean), or the trials run out.
 
-use super::probe::{self, PowerProbe};
+use super::probe::{self, GpuMemoryProbe, PowerProbe};
 use super::results::Point;
 use super::target::{ServerTimes, Target};
 use crate::model_api::types::InferRequest;
@@ -18,6 +18,13 @@ pub struct Settings {
     pub stability_percent: f64,
     pub max_trials: u32,
     pub warmup_requests: u32,
+}
+
+/// The readings taken beside the requests: board power (Jetson) and GPU memory (NVML).
+#[derive(Default)]
+pub struct Probes {
+    pub power: Option<PowerProbe>,
+    pub gpu_memory: Option<GpuMemoryProbe>,
 }
 
 /// One measurement window.
@@ -84,9 +91,10 @@ pub async fn point(
     batch: u32,
     concurrency: u32,
     settings: &Settings,
-    power: Option<&PowerProbe>,
+    probes: &Probes,
     cancel: &watch::Receiver<bool>,
 ) -> Result<Point, Stop> {
+    let power = probes.power.as_ref();
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(Mutex::new(Vec::<u64>::with_capacity(4096)));
     let completed = Arc::new(AtomicU64::new(0));
@@ -144,7 +152,11 @@ pub async fn point(
         compute_infer_ms,
         compute_output_ms,
         rss_mb: if target.is_local() { probe::memory_mb().unwrap_or(0.0) } else { 0.0 },
-        gpu_memory_mb: None,
+        gpu_memory_mb: if target.is_local() {
+            probes.gpu_memory.as_ref().and_then(GpuMemoryProbe::read_mb)
+        } else {
+            None
+        },
         cpu_percent: cpu,
         power_w: (!powers.is_empty()).then(|| powers.iter().sum::<f64>() / powers.len() as f64),
         stable: stable(&windows, batch, settings.stability_percent),

@@ -64,7 +64,7 @@ struct Run<'a> {
     ctx: &'a Context,
     settings: measure::Settings,
     deadline: Option<Instant>,
-    power: Option<probe::PowerProbe>,
+    probes: measure::Probes,
     report: TuneReport,
     /// Set when the budget or Ctrl-C ended the search early.
     stopped: Option<String>,
@@ -135,7 +135,7 @@ impl Run<'_> {
                 batch,
                 c,
                 &self.settings,
-                self.power.as_ref(),
+                &self.probes,
                 &self.ctx.cancel,
             )
             .await;
@@ -280,7 +280,10 @@ pub async fn run(args: &TuneArgs, ctx: &Context) -> Result<(TuneReport, Outcome)
             warmup_requests: args.warmup_requests,
         },
         deadline,
-        power: probe::PowerProbe::start(Duration::from_millis(100)),
+        probes: measure::Probes {
+            power: probe::PowerProbe::start(Duration::from_millis(100)),
+            gpu_memory: probe::GpuMemoryProbe::start(),
+        },
         report: TuneReport {
             objective: args.objective,
             constraints: args.constraints(),

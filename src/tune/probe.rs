@@ -76,6 +76,37 @@ pub fn memory_mb() -> Option<f64> {
     Some((own + children) / 1024.0)
 }
 
+/// GPU memory used by this process and the ones it started, through NVML (loaded at run time; `None`
+/// where there is no NVML, as on a Jetson or a machine without a GPU).
+pub struct GpuMemoryProbe {
+    nvml: nvml_wrapper::Nvml,
+}
+
+impl GpuMemoryProbe {
+    pub fn start() -> Option<GpuMemoryProbe> {
+        let nvml = nvml_wrapper::Nvml::init().ok()?;
+        (nvml.device_count().ok()? > 0).then_some(GpuMemoryProbe { nvml })
+    }
+
+    /// MB in use by the server's processes over every GPU.
+    pub fn read_mb(&self) -> Option<f64> {
+        let mut ours = descendants(std::process::id());
+        ours.push(std::process::id());
+        let mut bytes = 0u64;
+        for i in 0..self.nvml.device_count().ok()? {
+            let Ok(d) = self.nvml.device_by_index(i) else { continue };
+            for p in d.running_compute_processes().unwrap_or_default() {
+                if let (true, nvml_wrapper::enums::device::UsedGpuMemory::Used(b)) =
+                    (ours.contains(&p.pid), p.used_gpu_memory)
+                {
+                    bytes += b;
+                }
+            }
+        }
+        Some(bytes as f64 / (1024.0 * 1024.0))
+    }
+}
+
 /// The board's input power from a Jetson reading's rails: the total input rail where the board has
 /// one (`POM_5V_IN` on the Nano and Xavier, `VDD_IN` on the Orin), else the sum of the rails.
 pub fn board_watts(rails: &[(String, f64)]) -> Option<f64> {
