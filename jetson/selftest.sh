@@ -17,7 +17,9 @@
 #                  after the real work was queued), requests 3 and 6 fail with a clear error, every other
 #                  one is right, the server stays up, and the memory pools are all given back: the runs
 #                  that failed synchronized the stream before freeing memory the GPU was using;
-#   5. pools       after all that, the pinned and device pools report no memory in use.
+#   5. pools       after all that, the pinned and device pools report no memory in use;
+#   6. tune        `tritonrs tune` on the engine (one and two instances, concurrency 1 and 4) ends with a
+#                  best variant, and on a Jetson reads the board's power (inferences per joule).
 #
 # Needs: trtexec (JetPack: /usr/src/tensorrt/bin/trtexec), curl, python3 (3.6+, standard library only),
 # ONNX Runtime for the reference model (as tritonrs finds it: jetson/setup.sh). On TensorRT 8
@@ -254,6 +256,27 @@ if start_server "$work/faults.log" TRITONRS_TRT_FAULT=enqueue:3,sync:6; then
 else
     record faults FAIL "$(not_ready "$work/faults.log")"
     stop_server
+fi
+
+say "tuning the engine with tritonrs tune (about 20 s)"
+printf 'instance_count = [1, 2]\n' >"$work/space.toml"
+if "$BIN" tune --model-repository "$repo" --model engine --search "custom:$work/space.toml" --concurrency 1,4 \
+    --measurement-interval-ms 500 --stability-percentage 30 --output-dir "$work/tune" --quiet \
+    --min-supported-compute-capability=5.3 >"$work/tune.log" 2>&1; then
+    best=$(sed -n 's/^engine: best is \(.*\) at concurrency.*/\1/p' "$work/tune.log" | head -n 1)
+    power=$(python3 - "$work/tune/metrics-model-inference.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+print(next((f"{r['Power Usage (W)']} W, {r['Efficiency']} {r['Efficiency Unit']}" for r in rows if r["Power Usage (W)"]), ""))
+PY
+)
+    if [ -r /etc/nv_tegra_release ] && [ -z "$power" ]; then
+        record tune FAIL "best ${best:-?}, but no power reading from the board's rails"
+    else
+        record tune PASS "best ${best:-?}${power:+; $power}"
+    fi
+else
+    record tune FAIL "$(tail -n 3 "$work/tune.log" | tr '\n' ' ')"
 fi
 
 # The report.

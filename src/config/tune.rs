@@ -159,6 +159,9 @@ pub struct TuneArgs {
     /// No progress bar (it is also off when stderr is not a terminal).
     #[arg(long)]
     pub quiet: bool,
+    /// As for the server: GPUs below this compute capability are not used (a Jetson Nano is 5.3).
+    #[arg(long, env = "TRITONRS_MIN_SUPPORTED_COMPUTE_CAPABILITY", default_value_t = 6.0)]
+    pub min_supported_compute_capability: f64,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
 }

@@ -32,6 +32,11 @@ pub fn main(args: TuneArgs) -> ExitCode {
     if args.apply && args.via.is_some() {
         return fail("--apply writes into a local repository; it cannot be used with --via");
     }
+    let min_cc = args.min_supported_compute_capability;
+    if !(min_cc.is_finite() && min_cc >= 0.0) {
+        return fail(format!("--min-supported-compute-capability must be a non-negative number, got {min_cc}"));
+    }
+    crate::platform::cuda::set_min_compute_capability(min_cc);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tritonrs-io").build() {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot start the runtime: {e}")),

@@ -216,6 +216,8 @@ def test_the_device_selftest_ends_in_a_report_where_it_cannot_run(tmp_path):
     assert "| FAIL | the server did not become ready within 5 s:" in engine, out
     assert "TensorRT is not installed" in engine, out
     assert any(line.startswith("| faults | FAIL |") for line in out.splitlines()), out
+    tune = next(line for line in out.splitlines() if line.startswith("| tune |"))
+    assert "| FAIL |" in tune and "cannot tune model 'engine'" in tune, out
     kept = re.search(r"the servers' logs are in (\S+) \(server.log, faults.log\)", out)
     assert kept and (Path(kept.group(1)) / "server.log").is_file(), out
     shutil.rmtree(kept.group(1))
