@@ -79,10 +79,9 @@ pub fn random(cfg: &ModelConfig, model: &str, shapes: &HashMap<String, Vec<i64>>
                         .checked_mul(size)
                         .filter(|&n| n <= MAX_INPUT_BYTES)
                         .ok_or_else(|| Error::invalid(format!("input '{}' would be over 256 MiB", input.name)))?;
-                    let mut v = vec![0u8; len];
-                    // One significant byte per element keeps floats finite, bools valid and indexes small.
-                    for chunk in v.chunks_mut(size) {
-                        chunk[0] = if dt == DataType::Bool { (next() & 1) as u8 } else { (next() % 32) as u8 };
+                    let mut v = Vec::with_capacity(len);
+                    for _ in 0..count {
+                        push_random(&mut v, dt, next());
                     }
                     v
                 }
@@ -93,6 +92,26 @@ pub fn random(cfg: &ModelConfig, model: &str, shapes: &HashMap<String, Vec<i64>>
         out.push(request(model, tensors));
     }
     Ok(out)
+}
+
+/// One element of random data: floats in [0, 1) (normal numbers: subnormal inputs run far slower
+/// on CPUs and would misjudge every variant), integers from 0 to 31 (small enough to be valid indexes
+/// for most models), bools 0 or 1.
+fn push_random(out: &mut Vec<u8>, dt: DataType, r: u32) {
+    let unit = f64::from(r >> 8) / f64::from(1u32 << 24);
+    let small = r % 32;
+    match dt {
+        DataType::Bool => out.push((r & 1) as u8),
+        DataType::Uint8 | DataType::Int8 => out.push(small as u8),
+        DataType::Uint16 | DataType::Int16 => out.extend((small as u16).to_le_bytes()),
+        DataType::Uint32 | DataType::Int32 => out.extend(small.to_le_bytes()),
+        DataType::Uint64 | DataType::Int64 => out.extend(u64::from(small).to_le_bytes()),
+        DataType::Fp16 => out.extend(half::f16::from_f64(unit).to_le_bytes()),
+        DataType::Bf16 => out.extend(half::bf16::from_f64(unit).to_le_bytes()),
+        DataType::Fp32 => out.extend((unit as f32).to_le_bytes()),
+        DataType::Fp64 => out.extend(unit.to_le_bytes()),
+        DataType::Bytes => {}
+    }
 }
 
 /// The model's warmup samples of batch 1 (or any batch for a model that does not batch), as requests.
@@ -260,6 +279,11 @@ mod tests {
         assert_eq!(reqs[0].inputs[0].shape, [1, 2, 3]);
         assert_eq!(reqs[0].inputs[0].data.to_host().unwrap().len(), 6 * 4);
         assert_eq!(reqs[0].inputs[1].shape, [1, 1]);
+        // Random floats are normal numbers in [0, 1), never subnormals.
+        let a = reqs[0].inputs[0].data.to_host().unwrap();
+        let floats: Vec<f32> = a.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        assert!(floats.iter().all(|f| (0.0..1.0).contains(f) && (*f == 0.0 || f.is_normal())), "{floats:?}");
+        assert!(floats.iter().any(|f| *f > 0.01), "{floats:?}");
         assert!(parse_shapes(&["A:2,x".into()]).is_err());
         assert!(random(&cfg(), "m", &parse_shapes(&["A:3,3".into()]).unwrap()).is_err());
     }
