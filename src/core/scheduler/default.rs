@@ -38,9 +38,10 @@ impl DefaultScheduler {
     ) -> Result<Self> {
         let (tx, rx) = bounded::<Job>(capacity);
         let workers = Workers::new(model);
+        let waiting = Arc::new(AtomicUsize::new(0));
         for (name, instance) in instances {
-            let (rx, stats) = (rx.clone(), stats.clone());
-            workers.instance(&name, instance, move |instance, beat| drain(instance, &rx, &stats, beat))?;
+            let (rx, stats, waiting) = (rx.clone(), stats.clone(), waiting.clone());
+            workers.instance(&name, instance, move |instance, beat| drain(instance, &rx, &stats, beat, &waiting))?;
         }
         Ok(DefaultScheduler { tx, model: model.to_string(), capacity, workers, stats })
     }
@@ -79,17 +80,21 @@ const PIPELINE_DEPTH: usize = 2;
 /// An instance thread's loop: runs jobs until the queue closes. With an instance that pipelines, the
 /// next queued job is sent before the previous one is finished, so the instance's process goes from one
 /// request to the next without waiting for this thread; a job is only taken early when one is already
-/// queued, so nothing waits for a batch that is not there.
-fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStats, beat: &Beat) {
+/// queued and no other instance of the model is waiting for work (`waiting` counts the threads
+/// blocked on the queue), so a job never queues behind a busy instance while another one is idle.
+fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStats, beat: &Beat, waiting: &AtomicUsize) {
     let mut sent: VecDeque<(Job, Instant, u64)> = VecDeque::new();
     loop {
         let next = if sent.is_empty() {
             beat.idle();
-            match rx.recv() {
+            waiting.fetch_add(1, Ordering::SeqCst);
+            let job = rx.recv();
+            waiting.fetch_sub(1, Ordering::SeqCst);
+            match job {
                 Ok(job) => Some(job),
                 Err(_) => return,
             }
-        } else if sent.len() < PIPELINE_DEPTH {
+        } else if sent.len() < PIPELINE_DEPTH && waiting.load(Ordering::SeqCst) == 0 {
             rx.try_recv().ok()
         } else {
             None
