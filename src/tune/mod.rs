@@ -41,6 +41,29 @@ pub enum Outcome {
     Interrupted,
 }
 
+/// The concurrencies a variant is measured at.
+enum Sweep {
+    /// Doubling from 1 while throughput rises.
+    Doubling,
+    Fixed(Vec<u32>),
+}
+
+/// The one concurrency a quick search measures a variant at while it climbs: twice what its instances
+/// can take at once (instances × max batch size), as Model Analyzer's quick search picks it.
+fn quick_concurrency(c: &Candidate, max: u32) -> u32 {
+    (2 * c.instance_count.max(1) * c.max_batch_size.max(1)).clamp(1, max.max(1))
+}
+
+/// Whether a concurrency sweep goes on: the best of the last four points (all of them when fewer)
+/// beats the first of those by more than 5%, Model Analyzer's rule (one noisy window does not end it).
+fn keeps_rising(throughputs: &[f64]) -> bool {
+    let w = &throughputs[throughputs.len().saturating_sub(4)..];
+    match w.split_first() {
+        Some((first, rest)) if !rest.is_empty() => rest.iter().any(|&t| t > first * 1.05),
+        _ => true,
+    }
+}
+
 /// What the run needs besides its flags.
 pub struct Context {
     pub target: Target,
@@ -77,7 +100,8 @@ impl Run<'_> {
         self.deadline.is_some_and(|d| Instant::now() + point_cost(self.args) > d)
     }
 
-    /// Loads and measures one variant; `None` when the run was stopped before it began.
+    /// Loads and measures one variant at the concurrencies `sweep` gives; `None` when the run was stopped
+    /// before it began.
     async fn variant(
         &mut self,
         model: &str,
@@ -85,6 +109,7 @@ impl Run<'_> {
         candidate: &Candidate,
         name: String,
         requests: &Arc<Vec<InferRequest>>,
+        sweep: Sweep,
     ) -> Option<usize> {
         if self.stopped.is_some() {
             return None;
@@ -94,81 +119,109 @@ impl Run<'_> {
             return None;
         }
         let config = space::apply(base, candidate);
-        (self.ctx.progress)(&format!("{name} ({candidate}): loading"));
         let mut result = VariantResult {
             model: model.to_string(),
-            name: name.clone(),
+            name,
             candidate: candidate.clone(),
             config_pbtxt: config_to_pbtxt(&config),
             points: Vec::new(),
             error: None,
             best: None,
         };
-        if let Err(e) = self.ctx.target.load(model, &config).await {
-            result.error = Some(format!("failed to load: {}", e.message));
-            tracing::warn!("Variant {name} ({candidate}) failed to load and is skipped: {}", e.message);
-            self.report.variants.push(result);
-            return Some(self.report.variants.len() - 1);
-        }
-        // The configuration as the server completed it (defaults filled in) is what gets exported.
-        if let Ok(done) = self.ctx.target.config(model).await {
-            result.config_pbtxt = config_to_pbtxt(&done);
-        }
-        let batch = 1;
-        let mut sweep: Vec<u32> =
-            if self.args.concurrency.is_empty() { vec![1] } else { self.args.concurrency.clone() };
-        let automatic = self.args.concurrency.is_empty();
-        let mut i = 0;
-        let mut best_throughput = 0.0f64;
-        while i < sweep.len() {
-            let c = sweep[i];
-            i += 1;
-            if self.out_of_time() {
-                self.stopped = Some("the time budget ran out".into());
-                break;
+        if self.load(&mut result, &config).await {
+            // The configuration as the server completed it (defaults filled in) is what gets exported.
+            if let Ok(done) = self.ctx.target.config(model).await {
+                result.config_pbtxt = config_to_pbtxt(&done);
             }
-            (self.ctx.progress)(&format!("{name} ({candidate}): concurrency {c}"));
-            let measured = measure::point(
-                &self.ctx.target,
-                model,
-                requests.clone(),
-                batch,
-                c,
-                &self.settings,
-                &self.probes,
-                &self.ctx.cancel,
-            )
-            .await;
-            match measured {
-                Ok(p) => {
-                    self.points += 1;
-                    (self.ctx.progress)(&format!(
-                        "{name} ({candidate}): concurrency {c}: {:.1} infer/s, p99 {:.2} ms",
-                        p.throughput, p.p99_ms
-                    ));
-                    let rising = p.throughput > best_throughput * (1.0 + self.args.stability_percentage / 100.0);
-                    let over_latency = self.args.max_p99_ms.is_some_and(|m| p.p99_ms > m);
-                    best_throughput = best_throughput.max(p.throughput);
-                    result.points.push(p);
-                    // Doubling goes on while throughput still rises and latency is within its limit.
-                    if automatic && rising && !over_latency && c < self.args.max_concurrency {
-                        sweep.push((c * 2).min(self.args.max_concurrency));
-                    }
-                }
-                Err(Stop::Cancelled) => {
-                    self.stopped = Some("interrupted (Ctrl-C)".into());
-                    break;
-                }
-                Err(Stop::Failed(e)) => {
-                    tracing::warn!("Variant {name} ({candidate}) failed at concurrency {c} and is skipped: {e}");
-                    result.error = Some(format!("a request failed at concurrency {c}: {e}"));
-                    break;
-                }
-            }
+            self.sweep(&mut result, requests, sweep).await;
         }
-        result.rank(self.args.objective, &self.args.constraints());
         self.report.variants.push(result);
         Some(self.report.variants.len() - 1)
+    }
+
+    /// Loads a variant's configuration; a failure is recorded in the result.
+    async fn load(&mut self, result: &mut VariantResult, config: &ModelConfig) -> bool {
+        (self.ctx.progress)(&format!("{} ({}): loading", result.name, result.candidate));
+        match self.ctx.target.load(&result.model, config).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "Variant {} ({}) failed to load and is skipped: {}",
+                    result.name,
+                    result.candidate,
+                    e.message
+                );
+                result.error = Some(format!("failed to load: {}", e.message));
+                false
+            }
+        }
+    }
+
+    /// Measures the loaded variant at each concurrency of the sweep not measured yet, then ranks its
+    /// points.
+    async fn sweep(&mut self, result: &mut VariantResult, requests: &Arc<Vec<InferRequest>>, sweep: Sweep) {
+        let (mut plan, automatic) = match sweep {
+            Sweep::Fixed(list) => (list, false),
+            Sweep::Doubling => (vec![1], true),
+        };
+        let batch = 1;
+        let mut i = 0;
+        while i < plan.len() {
+            let c = plan[i];
+            i += 1;
+            let known = result.points.iter().find(|p| p.concurrency == c).map(|p| p.throughput);
+            if known.is_none() {
+                if self.out_of_time() {
+                    self.stopped = Some("the time budget ran out".into());
+                    break;
+                }
+                let (name, candidate) = (&result.name, &result.candidate);
+                (self.ctx.progress)(&format!("{name} ({candidate}): concurrency {c}"));
+                let measured = measure::point(
+                    &self.ctx.target,
+                    &result.model,
+                    requests.clone(),
+                    batch,
+                    c,
+                    &self.settings,
+                    &self.probes,
+                    &self.ctx.cancel,
+                )
+                .await;
+                match measured {
+                    Ok(p) => {
+                        self.points += 1;
+                        (self.ctx.progress)(&format!(
+                            "{name} ({candidate}): concurrency {c}: {:.1} infer/s, p99 {:.2} ms",
+                            p.throughput, p.p99_ms
+                        ));
+                        result.points.push(p);
+                    }
+                    Err(Stop::Cancelled) => {
+                        self.stopped = Some("interrupted (Ctrl-C)".into());
+                        break;
+                    }
+                    Err(Stop::Failed(e)) => {
+                        tracing::warn!("Variant {name} ({candidate}) failed at concurrency {c} and is skipped: {e}");
+                        result.error = Some(format!("a request failed at concurrency {c}: {e}"));
+                        break;
+                    }
+                }
+            }
+            if automatic && c < self.args.max_concurrency {
+                result.points.sort_by_key(|p| p.concurrency);
+                let rising = keeps_rising(&result.points.iter().map(|p| p.throughput).collect::<Vec<_>>());
+                let over_latency = self
+                    .args
+                    .max_p99_ms
+                    .is_some_and(|m| result.points.iter().find(|p| p.concurrency == c).is_some_and(|p| p.p99_ms > m));
+                if rising && !over_latency {
+                    plan.push((c * 2).min(self.args.max_concurrency));
+                }
+            }
+        }
+        result.points.sort_by_key(|p| p.concurrency);
+        result.rank(self.args.objective, &self.args.constraints());
     }
 
     fn score(&self, index: usize) -> f64 {
@@ -185,7 +238,20 @@ impl Run<'_> {
             *n += 1;
             s
         };
-        let default = self.variant(model, base, &here, format!("{model}_config_default"), &requests).await;
+        // Brute and custom searches sweep every variant; the quick search measures each variant at one
+        // concurrency while it climbs and sweeps only its best three at the end, as Model Analyzer's
+        // quick search does. Given --concurrency, every variant gets exactly those.
+        let full = || match self.args.concurrency.is_empty() {
+            true => Sweep::Doubling,
+            false => Sweep::Fixed(self.args.concurrency.clone()),
+        };
+        let quick = matches!(self.args.search, SearchMode::Quick);
+        let climb = |c: &Candidate, args: &TuneArgs| match args.concurrency.is_empty() {
+            true => Sweep::Fixed(vec![quick_concurrency(c, args.max_concurrency)]),
+            false => Sweep::Fixed(args.concurrency.clone()),
+        };
+        let first = if quick { climb(&here, self.args) } else { full() };
+        let default = self.variant(model, base, &here, format!("{model}_config_default"), &requests, first).await;
         let limits = space::Limits {
             max_instance_count: self.args.max_instance_count,
             max_batch_size: self.args.max_batch_size,
@@ -206,7 +272,8 @@ impl Run<'_> {
                     }
                     tried.push(c.clone());
                     let n = name(&mut next_name);
-                    if self.variant(model, base, &c, n, &requests).await.is_none() {
+                    let sweep = full();
+                    if self.variant(model, base, &c, n, &requests, sweep).await.is_none() {
                         break;
                     }
                 }
@@ -218,7 +285,7 @@ impl Run<'_> {
                 if !tried.contains(&start) {
                     tried.push(start.clone());
                     let n = name(&mut next_name);
-                    let v = self.variant(model, base, &start, n, &requests).await;
+                    let v = self.variant(model, base, &start, n, &requests, climb(&start, self.args)).await;
                     if let Some(v) = v {
                         if current.is_none_or(|c| self.score(v) > self.score(c)) {
                             current = Some(v);
@@ -239,7 +306,8 @@ impl Run<'_> {
                         }
                         tried.push(c.clone());
                         let n = name(&mut next_name);
-                        let Some(v) = self.variant(model, base, &c, n, &requests).await else { break };
+                        let sweep = climb(&c, self.args);
+                        let Some(v) = self.variant(model, base, &c, n, &requests, sweep).await else { break };
                         if best_step.is_none_or(|b| self.score(v) > self.score(b)) {
                             best_step = Some(v);
                         }
@@ -247,6 +315,24 @@ impl Run<'_> {
                     match best_step {
                         Some(b) if self.score(b) > self.score(at) => current = Some(b),
                         _ => break,
+                    }
+                }
+                // The best three (the current configuration among them if it is) get the full sweep.
+                if self.args.concurrency.is_empty() {
+                    let mut ranked: Vec<usize> = (0..self.report.variants.len())
+                        .filter(|&i| self.report.variants[i].model == model && self.report.variants[i].error.is_none())
+                        .collect();
+                    ranked.sort_by(|&a, &b| self.score(b).total_cmp(&self.score(a)));
+                    for i in ranked.into_iter().take(3) {
+                        if self.stopped.is_some() {
+                            break;
+                        }
+                        let mut result = self.report.variants[i].clone();
+                        let config = space::apply(base, &result.candidate);
+                        if self.load(&mut result, &config).await {
+                            self.sweep(&mut result, &requests, Sweep::Doubling).await;
+                        }
+                        self.report.variants[i] = result;
                     }
                 }
             }
@@ -373,4 +459,29 @@ pub fn best_lines(report: &TuneReport) -> Vec<String> {
             None => format!("{model}: no variant meets the constraints"),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sweep_goes_on_while_the_last_four_points_still_gain() {
+        assert!(keeps_rising(&[]));
+        assert!(keeps_rising(&[100.0]));
+        assert!(keeps_rising(&[100.0, 120.0]));
+        assert!(!keeps_rising(&[100.0, 103.0]));
+        // One flat point after a rise does not stop it; four flat ones do.
+        assert!(keeps_rising(&[100.0, 200.0, 205.0]));
+        assert!(keeps_rising(&[100.0, 200.0, 205.0, 206.0]));
+        assert!(!keeps_rising(&[100.0, 200.0, 205.0, 206.0, 204.0]));
+    }
+
+    #[test]
+    fn the_quick_concurrency_fills_every_instance_twice() {
+        let c = Candidate { instance_count: 2, max_batch_size: 8, ..Default::default() };
+        assert_eq!(quick_concurrency(&c, 64), 32);
+        assert_eq!(quick_concurrency(&c, 16), 16);
+        assert_eq!(quick_concurrency(&Candidate::default(), 64), 2);
+    }
 }
