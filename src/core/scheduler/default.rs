@@ -38,10 +38,10 @@ impl DefaultScheduler {
     ) -> Result<Self> {
         let (tx, rx) = bounded::<Job>(capacity);
         let workers = Workers::new(model);
-        let waiting = Arc::new(AtomicUsize::new(0));
+        let free = Arc::new(AtomicUsize::new(0));
         for (name, instance) in instances {
-            let (rx, stats, waiting) = (rx.clone(), stats.clone(), waiting.clone());
-            workers.instance(&name, instance, move |instance, beat| drain(instance, &rx, &stats, beat, &waiting))?;
+            let (rx, stats, free) = (rx.clone(), stats.clone(), free.clone());
+            workers.instance(&name, instance, move |instance, beat| drain(instance, &rx, &stats, beat, &free))?;
         }
         Ok(DefaultScheduler { tx, model: model.to_string(), capacity, workers, stats })
     }
@@ -80,54 +80,68 @@ const PIPELINE_DEPTH: usize = 2;
 /// An instance thread's loop: runs jobs until the queue closes. With an instance that pipelines, the
 /// next queued job is sent before the previous one is finished, so the instance's process goes from one
 /// request to the next without waiting for this thread; a job is only taken early when one is already
-/// queued and no other instance of the model is waiting for work (`waiting` counts the threads
-/// blocked on the queue), so a job never queues behind a busy instance while another one is idle.
-fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStats, beat: &Beat, waiting: &AtomicUsize) {
+/// queued and no other instance of the model is free (`free` counts the instance threads with nothing
+/// in flight; a thread counts itself free before it answers its last job, since that answer is what
+/// brings the client's next request), so a job never queues behind a busy instance while another one
+/// is idle.
+fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStats, beat: &Beat, free: &AtomicUsize) {
     let mut sent: VecDeque<(Job, Instant, u64)> = VecDeque::new();
+    free.fetch_add(1, Ordering::SeqCst);
     loop {
         let next = if sent.is_empty() {
             beat.idle();
-            waiting.fetch_add(1, Ordering::SeqCst);
-            let job = rx.recv();
-            waiting.fetch_sub(1, Ordering::SeqCst);
-            match job {
+            match rx.recv() {
                 Ok(job) => Some(job),
                 Err(_) => return,
             }
-        } else if sent.len() < PIPELINE_DEPTH && waiting.load(Ordering::SeqCst) == 0 {
+        } else if sent.len() < PIPELINE_DEPTH && free.load(Ordering::SeqCst) == 0 {
             rx.try_recv().ok()
         } else {
             None
         };
         let Some(job) = next else {
-            finish_oldest(instance, &mut sent, stats);
+            finish_oldest(instance, &mut sent, stats, Some(free));
             beat.working();
             continue;
         };
         beat.working();
+        if sent.is_empty() {
+            free.fetch_sub(1, Ordering::SeqCst);
+        }
         stats.pending.fetch_sub(1, Ordering::Relaxed);
         let start = Instant::now();
         match guarded(|| instance.begin(&job.exec).transpose()) {
             Ok(Some(ticket)) => sent.push_back((job, start, ticket)),
-            Err(e) => answer_alone(stats, job, start, Err(e)),
+            Err(e) => {
+                if sent.is_empty() {
+                    free.fetch_add(1, Ordering::SeqCst);
+                }
+                answer_alone(stats, job, start, Err(e))
+            }
             Ok(None) => {
                 // Not pipelined: what was sent finishes first, then this job runs on its own.
-                while finish_oldest(instance, &mut sent, stats) {}
+                while finish_oldest(instance, &mut sent, stats, None) {}
                 let result = execute(instance, &job.exec);
+                free.fetch_add(1, Ordering::SeqCst);
                 answer_alone(stats, job, start, result);
             }
         }
     }
 }
 
-/// Finishes and answers the oldest job sent ahead; false when there is none.
+/// Finishes and answers the oldest job sent ahead; false when there is none. With `free`, a thread
+/// left with nothing in flight counts itself free before answering.
 fn finish_oldest(
     instance: &mut dyn ModelInstance,
     sent: &mut VecDeque<(Job, Instant, u64)>,
     stats: &ModelStats,
+    free: Option<&AtomicUsize>,
 ) -> bool {
     let Some((job, start, ticket)) = sent.pop_front() else { return false };
     let result = guarded(|| instance.finish(ticket, &job.exec));
+    if let (true, Some(free)) = (sent.is_empty(), free) {
+        free.fetch_add(1, Ordering::SeqCst);
+    }
     answer_alone(stats, job, start, result);
     true
 }
