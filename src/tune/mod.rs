@@ -165,6 +165,7 @@ impl Run<'_> {
             Sweep::Doubling => (vec![1], true),
         };
         let batch = 1;
+        let mut warm = false;
         let mut i = 0;
         while i < plan.len() {
             let c = plan[i];
@@ -177,17 +178,25 @@ impl Run<'_> {
                 }
                 let (name, candidate) = (&result.name, &result.candidate);
                 (self.ctx.progress)(&format!("{name} ({candidate}): concurrency {c}"));
+                // Only the first point after a load warms the variant up; the later ones follow a
+                // measured point, which warmed it as well as any warm-up would.
+                let settings = if warm {
+                    measure::Settings { warmup_requests: 0, ..self.settings.clone() }
+                } else {
+                    self.settings.clone()
+                };
                 let measured = measure::point(
                     &self.ctx.target,
                     &result.model,
                     requests.clone(),
                     batch,
                     c,
-                    &self.settings,
+                    &settings,
                     &self.probes,
                     &self.ctx.cancel,
                 )
                 .await;
+                warm = true;
                 match measured {
                     Ok(p) => {
                         self.points += 1;
