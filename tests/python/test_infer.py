@@ -223,6 +223,27 @@ def test_vlen_scale_batch_and_lengths(client):
         np.testing.assert_array_equal(res.as_numpy("OUTPUT"), x * 2)
 
 
+@pytest.mark.parametrize("pad", [0, 1, 3, 7])
+def test_large_binary_inputs_at_any_offset(examples_server, pad):
+    """Bodies of 64 KiB and more are read into a buffer where the binary part is aligned (so ONNX
+    Runtime takes the tensor where it lies): whatever the JSON header's length the answer is right,
+    and a body shorter than its binary_data_size is a 400."""
+    import json as _json
+
+    x = (np.arange(100_000, dtype=np.float32) - 50_000.5).reshape(1, 100_000)
+    header = _json.dumps({"inputs": [{"name": "INPUT", "datatype": "FP32", "shape": [1, 100_000],
+                                      "parameters": {"binary_data_size": x.nbytes}}],
+                          "outputs": [{"name": "OUTPUT", "parameters": {"binary_data": False}}]}) + " " * pad
+    body = header.encode() + x.tobytes()
+    r = examples_server.post("/v2/models/vlen_scale/infer", body,
+                             headers={"Inference-Header-Content-Length": str(len(header))})
+    assert r.status == 200, r
+    np.testing.assert_array_equal(np.array(r.json()["outputs"][0]["data"], dtype=np.float32), x.ravel() * 2)
+    r = examples_server.post("/v2/models/vlen_scale/infer", body[:-4],
+                             headers={"Inference-Header-Content-Length": str(len(header))})
+    assert r.status == 400, r
+
+
 def test_raw_binary_body_single_input(examples_server):
     body = np.array([1.0, -2.5, 3.25], dtype="<f4").tobytes()
     r = examples_server.post("/v2/models/vlen_scale/infer", body,
