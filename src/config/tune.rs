@@ -2,10 +2,31 @@
 //! and where the results go. Like every flag they are also keys of the configuration file.
 
 use super::ModelConfigArgs;
-use crate::tune::results::{Constraints, Objective};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// What the search ranks by (`--objective`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Objective {
+    /// Most inferences per second.
+    #[default]
+    Throughput,
+    /// Lowest p99 latency.
+    Latency,
+    /// Most inferences per joule where a power sensor exists, else per CPU-second.
+    Efficiency,
+}
+
+impl Objective {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Objective::Throughput => "throughput",
+            Objective::Latency => "latency",
+            Objective::Efficiency => "efficiency",
+        }
+    }
+}
 
 /// How candidates are chosen (`--search`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,17 +185,6 @@ pub struct TuneArgs {
     pub min_supported_compute_capability: f64,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
-}
-
-impl TuneArgs {
-    pub fn constraints(&self) -> Constraints {
-        Constraints {
-            max_p99_ms: self.max_p99_ms,
-            min_throughput: self.min_throughput,
-            max_memory_mb: self.max_memory_mb,
-            max_power_w: self.max_power_w,
-        }
-    }
 }
 
 #[cfg(test)]

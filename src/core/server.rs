@@ -64,6 +64,31 @@ pub struct ServerOptions {
     pub remotes: Vec<Arc<dyn RemoteRepository>>,
 }
 
+impl ServerOptions {
+    /// A server in explicit mode over `repositories` that loads nothing at start, with every other
+    /// setting at its default and no backends (callers add theirs): for `tune` and for tests.
+    pub fn explicit(repositories: Vec<PathBuf>) -> ServerOptions {
+        ServerOptions {
+            id: "triton".into(),
+            repositories,
+            control_mode: ControlMode::Explicit,
+            load_models: Vec::new(),
+            poll_interval: Duration::from_secs(1),
+            strict_readiness: true,
+            exit_on_error: false,
+            repo: Default::default(),
+            backend_config: Default::default(),
+            backends: Default::default(),
+            load_threads: 1,
+            rate_limit: None,
+            cache_bytes: None,
+            trace: Default::default(),
+            pools: Default::default(),
+            remotes: Vec::new(),
+        }
+    }
+}
+
 /// The protocol extensions this server implements, as listed in server metadata.
 pub const EXTENSIONS: &[&str] = &[
     "classification",
@@ -921,24 +946,7 @@ mod tests {
         let broken = repo.path().join("broken");
         std::fs::create_dir_all(broken.join("1")).unwrap();
         std::fs::write(broken.join("config.pbtxt"), "max_batch_sizee: 8\n").unwrap();
-        let server = Server::new(ServerOptions {
-            id: "triton".into(),
-            repositories: vec![repo.path().to_path_buf()],
-            control_mode: ControlMode::Explicit,
-            load_models: vec![],
-            poll_interval: Duration::from_secs(1),
-            strict_readiness: true,
-            exit_on_error: false,
-            repo: Default::default(),
-            backend_config: Default::default(),
-            backends: Default::default(),
-            load_threads: 1,
-            rate_limit: None,
-            cache_bytes: None,
-            trace: Default::default(),
-            pools: Default::default(),
-            remotes: Vec::new(),
-        });
+        let server = Server::new(ServerOptions::explicit(vec![repo.path().to_path_buf()]));
         let mut readiness = server.readiness();
         let mut next = async || tokio::time::timeout(Duration::from_secs(10), readiness.next()).await.unwrap();
         assert_eq!(next().await, Some(false), "before start-up");

@@ -4,7 +4,7 @@
 use super::{export, report, run, Context, Outcome};
 use crate::config::tune::TuneArgs;
 use crate::core::repository;
-use crate::core::{ControlMode, Server, ServerOptions};
+use crate::core::{Server, ServerOptions};
 use crate::model_api::BackendFactory;
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -198,24 +198,14 @@ async fn in_process_server(args: &TuneArgs) -> Result<Server, String> {
     let repo = args.model_config.repo_options(&backend_config, 64 << 20).map_err(|e| format!("{e:#}"))?;
     let opts = ServerOptions {
         id: "tritonrs-tune".into(),
-        repositories: args.model_repository.clone(),
-        control_mode: ControlMode::Explicit,
-        load_models: Vec::new(),
-        poll_interval: Duration::from_secs(15),
         strict_readiness: false,
-        exit_on_error: false,
         repo,
         backends: {
             let config = backend_config.clone();
             BackendFactory(Arc::new(move |api, pools| crate::backend::builtin(&config, api, pools)))
         },
         backend_config,
-        load_threads: 1,
-        rate_limit: None,
-        cache_bytes: None,
-        trace: Default::default(),
-        pools: Default::default(),
-        remotes: Vec::new(),
+        ..ServerOptions::explicit(args.model_repository.clone())
     };
     let server = Server::new(opts);
     server.startup().await.map_err(|e| e.message)?;

@@ -23,7 +23,7 @@ use crate::model_api::types::InferRequest;
 use crate::model_config::pbtxt::config_to_pbtxt;
 use crate::proto::inference::ModelConfig;
 use measure::Stop;
-use results::{Candidate, Point, TuneReport, VariantResult};
+use results::{Candidate, Constraints, Point, TuneReport, VariantResult};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -230,7 +230,7 @@ impl Run<'_> {
             }
         }
         result.points.sort_by_key(|p| p.concurrency);
-        result.rank(self.args.objective, &self.args.constraints());
+        result.rank(self.args.objective, &Constraints::from_args(self.args));
     }
 
     fn score(&self, index: usize) -> f64 {
@@ -381,7 +381,7 @@ pub async fn run(args: &TuneArgs, ctx: &Context) -> Result<(TuneReport, Outcome)
         },
         report: TuneReport {
             objective: args.objective,
-            constraints: args.constraints(),
+            constraints: Constraints::from_args(args),
             measured_by: ctx.target.describe(),
             ..Default::default()
         },

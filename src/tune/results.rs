@@ -4,27 +4,7 @@
 
 use std::fmt;
 
-/// What the search ranks by (`--objective`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Objective {
-    /// Most inferences per second.
-    #[default]
-    Throughput,
-    /// Lowest p99 latency.
-    Latency,
-    /// Most inferences per joule where a power sensor exists, else per CPU-second.
-    Efficiency,
-}
-
-impl Objective {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Objective::Throughput => "throughput",
-            Objective::Latency => "latency",
-            Objective::Efficiency => "efficiency",
-        }
-    }
-}
+pub use crate::config::tune::Objective;
 
 /// Limits a point must meet to count (`--max-p99-ms`, `--min-throughput`, `--max-memory-mb`, `--max-power-w`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -36,6 +16,16 @@ pub struct Constraints {
 }
 
 impl Constraints {
+    /// The limits `tune`'s flags set.
+    pub fn from_args(args: &crate::config::tune::TuneArgs) -> Constraints {
+        Constraints {
+            max_p99_ms: args.max_p99_ms,
+            min_throughput: args.min_throughput,
+            max_memory_mb: args.max_memory_mb,
+            max_power_w: args.max_power_w,
+        }
+    }
+
     /// Whether `p` meets every limit. Memory is resident memory plus GPU memory; a power limit with no
     /// power reading is not met (nothing says it holds).
     pub fn satisfied_by(&self, p: &Point) -> bool {

@@ -9,24 +9,7 @@ use tower::ServiceExt;
 
 async fn app(max_body: usize) -> Router {
     let repo = tempfile::tempdir().unwrap();
-    let server = Server::new(ServerOptions {
-        id: "triton".into(),
-        repositories: vec![repo.path().to_path_buf()],
-        control_mode: ControlMode::Explicit,
-        load_models: vec![],
-        poll_interval: std::time::Duration::from_secs(1),
-        strict_readiness: true,
-        exit_on_error: false,
-        repo: Default::default(),
-        backend_config: Default::default(),
-        backends: Default::default(),
-        load_threads: 1,
-        rate_limit: None,
-        cache_bytes: None,
-        trace: Default::default(),
-        pools: Default::default(),
-        remotes: Vec::new(),
-    });
+    let server = Server::new(ServerOptions::explicit(vec![repo.path().to_path_buf()]));
     server.startup().await.unwrap();
     let log = LogControl::detached(LogSettings::default());
     router(HttpState { server, log, max_body, restricted: Default::default(), deepstack_detection_model: None })
