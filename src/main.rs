@@ -555,17 +555,26 @@ async fn run(
         }
         server.unload_all().await;
     };
-    tokio::select! {
+    let cut_short = tokio::select! {
         r = tokio::time::timeout(timeout, drain) => {
             if r.is_err() {
                 tracing::warn!("In-flight work did not finish within --exit-timeout-secs={}; exiting anyway.", args.exit_timeout_secs);
             }
+            r.is_err()
         }
-        _ = shutdown_signal() => tracing::warn!("Second shutdown signal received; exiting now."),
-    }
+        _ = shutdown_signal() => {
+            tracing::warn!("Second shutdown signal received; exiting now.");
+            true
+        }
+    };
     // Buffered traces are written and the trace file's JSON array is closed, whichever way we stop.
     server.tracer().shutdown();
     tracing::info!("Server stopped.");
+    if cut_short {
+        // Instance threads may still be running inside a backend library: a normal exit would tear
+        // the library's static objects down under them.
+        tritonrs::platform::exit_now(0);
+    }
     Ok(())
 }
 

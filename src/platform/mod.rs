@@ -12,6 +12,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Ends the process at once with `code`, without running exit handlers or library destructors: for a
+/// second shutdown signal, when instance threads may still be inside a backend library (ONNX Runtime's
+/// static objects torn down by `exit` under a running session crash the process with SIGSEGV).
+#[allow(unsafe_code)]
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: `_exit` takes a plain integer, touches no memory of ours and never returns; it is
+    // async-signal-safe and skips atexit handlers and destructors by design, which is the point here.
+    unsafe { libc::_exit(code) }
+}
+
 /// CPU utilization and memory, refreshed in the background every `--metrics-interval-ms`.
 #[derive(Debug, Default)]
 pub struct CpuMonitor {

@@ -1,7 +1,7 @@
 //! In-process tests of routing, status codes and body handling (no model runtime needed).
 
 use super::*;
-use crate::core::{ControlMode, ServerOptions};
+use crate::core::ServerOptions;
 use crate::logging::LogSettings;
 use axum::http::Request;
 use std::io::Write;
