@@ -156,18 +156,10 @@ pub fn summary_table(report: &TuneReport) -> String {
                 skipped.push((mark, v, "no points".to_string()));
                 continue;
             };
-            rows.push(vec![
-                mark,
-                v.name.clone(),
-                v.candidate.to_string(),
-                p.concurrency.to_string(),
-                num(p.throughput, 1),
-                num(p.p99_ms, 2),
-                num(p.rss_mb, 0),
-                p.power_w.map_or_else(|| "-".to_string(), |w| num(w, 1)),
-                efficiency_text(p),
-                if p.satisfies { "yes" } else { "no" }.to_string(),
-            ]);
+            let mut row = vec![mark, v.name.clone(), v.candidate.to_string()];
+            row.extend(point_cells(p));
+            row.push(if p.satisfies { "yes" } else { "no" }.to_string());
+            rows.push(row);
         }
         let mut widths = vec![0; header.len()];
         for row in &rows {
@@ -509,6 +501,19 @@ fn best_section(h: &mut String, v: &VariantResult, objective: Objective) {
     let _ = writeln!(h, "<p>config.pbtxt:</p>\n<pre>{}</pre>", html_escape(&v.config_pbtxt));
 }
 
+/// A point as the terminal table and the HTML table show it: concurrency, throughput, p99, memory,
+/// power and efficiency.
+fn point_cells(p: &Point) -> [String; 6] {
+    [
+        p.concurrency.to_string(),
+        num(p.throughput, 1),
+        num(p.p99_ms, 2),
+        num(p.rss_mb, 0),
+        p.power_w.map_or_else(|| "-".to_string(), |w| num(w, 1)),
+        efficiency_text(p),
+    ]
+}
+
 fn variants_table(h: &mut String, report: &TuneReport, model: &str, best: Option<usize>) {
     h.push_str(
         "<table>\n<tr><th>Variant</th><th>Candidate</th><th>Concurrency</th><th>Throughput (infer/s)</th>\
@@ -516,17 +521,9 @@ fn variants_table(h: &mut String, report: &TuneReport, model: &str, best: Option
     );
     for (i, v) in report.variants.iter().enumerate().filter(|(_, v)| v.model == model) {
         let class = if Some(i) == best { " class=\"best\"" } else { "" };
-        let cells = match shown_point(v, report.objective).filter(|_| v.error.is_none()) {
-            Some(p) => [
-                p.concurrency.to_string(),
-                num(p.throughput, 1),
-                num(p.p99_ms, 2),
-                num(p.rss_mb, 0),
-                p.power_w.map_or_else(|| "-".to_string(), |w| num(w, 1)),
-                efficiency_text(p),
-                yes_no(p.satisfies),
-            ],
-            None => std::array::from_fn(|_| "-".to_string()),
+        let cells: Vec<String> = match shown_point(v, report.objective).filter(|_| v.error.is_none()) {
+            Some(p) => point_cells(p).into_iter().chain([yes_no(p.satisfies)]).collect(),
+            None => vec!["-".to_string(); 7],
         };
         let _ = write!(
             h,
