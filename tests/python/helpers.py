@@ -314,16 +314,22 @@ def simple_inputs(client_module, value: int):
     return ins
 
 
-def python_sleep_model(repo: Path, name: str, initialize_s: float = 0.0, execute_s: float = 0.0) -> Path:
+def python_sleep_model(repo: Path, name: str, initialize_s: float = 0.0, execute_s: float = 0.0,
+                       max_batch_size: int = 0, instances: int | None = None, ballast_mb: int = 0) -> Path:
     """A Python model `name` (FP32 IN -> OUT, identity) whose initialize and execute each sleep the
-    given seconds first: a slow load or a long inference on demand."""
+    given seconds first: a slow load or a long inference on demand. `max_batch_size` and `instances`
+    (one KIND_CPU group) go into its config; `ballast_mb` MB of its own are held by each instance."""
     model = repo / name
     (model / "1").mkdir(parents=True)
+    ballast = (f"        self.ballast = np.ones({ballast_mb} * 256 * 1024, dtype=np.float32)\n"
+               if ballast_mb else "")
     (model / "1" / "model.py").write_text(
         "import time\n"
+        "import numpy as np\n"
         "import triton_python_backend_utils as pb_utils\n\n\n"
         "class TritonPythonModel:\n"
         "    def initialize(self, args):\n"
+        f"{ballast}"
         f"        time.sleep({initialize_s})\n\n"
         "    def execute(self, requests):\n"
         f"        time.sleep({execute_s})\n"
@@ -331,8 +337,10 @@ def python_sleep_model(repo: Path, name: str, initialize_s: float = 0.0, execute
         "pb_utils.get_input_tensor_by_name(r, \"IN\").as_numpy())]) for r in requests]\n")
     (model / "config.pbtxt").write_text(
         'backend: "python"\n'
-        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
+        + (f"max_batch_size: {max_batch_size}\n" if max_batch_size else "")
+        + 'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        + (f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]\n" if instances else ""))
     return model
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, EXAMPLES, REPO_ROOT, TritonServer, copy_models, run_cli, server_env
+from helpers import BIN, REPO_ROOT, TritonServer, copy_models, python_sleep_model, run_cli, server_env
 
 JETSON = REPO_ROOT / "tests" / "data" / "jetson"
 # Short windows: the models below differ by 2x or more, far beyond the noise of a 250 ms window.
@@ -43,25 +42,7 @@ def best(stdout: str, model: str) -> tuple[str, str]:
 def memory_model(repo: Path, name: str = "hungry") -> Path:
     """A Python model that holds 64 MB of its own and takes 40 ms per execution whatever the batch:
     a second instance doubles throughput at concurrency 2 and costs 64 MB more."""
-    d = repo / name
-    (d / "1").mkdir(parents=True)
-    (d / "1" / "model.py").write_text(
-        "import time\n"
-        "import numpy as np\n"
-        "import triton_python_backend_utils as pb_utils\n\n\n"
-        "class TritonPythonModel:\n"
-        "    def initialize(self, args):\n"
-        "        self.ballast = np.ones(16 * 1024 * 1024, dtype=np.float32)\n\n"
-        "    def execute(self, requests):\n"
-        "        time.sleep(0.04)\n"
-        "        return [pb_utils.InferenceResponse([pb_utils.Tensor(\"OUT\", "
-        "pb_utils.get_input_tensor_by_name(r, \"IN\").as_numpy())]) for r in requests]\n")
-    (d / "config.pbtxt").write_text(
-        'backend: "python"\n'
-        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-        'instance_group [ { kind: KIND_CPU count: 1 } ]\n')
-    return d
+    return python_sleep_model(repo, name, execute_s=0.04, instances=1, ballast_mb=64)
 
 
 def fixed_cost_onnx(repo: Path, name: str = "fixed_cost") -> Path:

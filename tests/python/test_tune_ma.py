@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import ma_harness as ma
-from helpers import TritonServer, run_cli
+from helpers import TritonServer, python_sleep_model, run_cli
 
 pytestmark = pytest.mark.skipif(ma.missing() is not None, reason=str(ma.missing()))
 
@@ -30,22 +30,7 @@ TUNE_FLAGS = ["--measurement-interval-ms", str(WINDOW_MS), "--stability-percenta
 
 def sleepy_model(repo: Path, name: str = "sleepy") -> str:
     """A batching Python model that takes 40 ms per execution, one instance."""
-    d = repo / name
-    (d / "1").mkdir(parents=True)
-    (d / "1" / "model.py").write_text(
-        "import time\n"
-        "import triton_python_backend_utils as pb_utils\n\n\n"
-        "class TritonPythonModel:\n"
-        "    def execute(self, requests):\n"
-        "        time.sleep(0.04)\n"
-        "        return [pb_utils.InferenceResponse([pb_utils.Tensor(\"OUT\", "
-        "pb_utils.get_input_tensor_by_name(r, \"IN\").as_numpy())]) for r in requests]\n")
-    (d / "config.pbtxt").write_text(
-        'backend: "python"\nmax_batch_size: 8\n'
-        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-        'instance_group [ { kind: KIND_CPU count: 1 } ]\n')
-    return name
+    return python_sleep_model(repo, name, execute_s=0.04, max_batch_size=8, instances=1).name
 
 
 def fixed_cost_model(repo: Path) -> str:
