@@ -272,6 +272,11 @@ fn body_error(s: &HttpState, inner: axum::BoxError) -> Error {
     }
 }
 
+/// The request's `Content-Length`, when it has a valid one.
+fn declared_length(headers: &HeaderMap) -> Option<usize> {
+    headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok())
+}
+
 /// Bodies at least this large with binary tensor data are read into a buffer placed so that the data
 /// after the JSON header starts 64-byte aligned (below it, a copy costs less than the placement).
 const ALIGNED_BODY_MIN: usize = 64 * 1024;
@@ -282,8 +287,7 @@ const ALIGNED_BODY_MIN: usize = 64 * 1024;
 /// they lie instead of copying them again; any other body is read as [`read_body`] reads it.
 async fn read_infer_body(s: &HttpState, headers: &HeaderMap, body: Body, header_len: Option<usize>) -> Result<Bytes> {
     use http_body_util::BodyExt;
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    let declared = declared_length(headers);
     let (Some(len), Some(json_len)) = (declared, header_len) else { return read_body(s, headers, body).await };
     if len < ALIGNED_BODY_MIN || len > s.max_body || json_len > len || headers.contains_key(header::CONTENT_ENCODING) {
         return read_body(s, headers, body).await;
@@ -309,8 +313,7 @@ async fn read_infer_body(s: &HttpState, headers: &HeaderMap, body: Body, header_
 async fn read_body(s: &HttpState, headers: &HeaderMap, body: Body) -> Result<Bytes> {
     let too_large =
         || Error::new(ErrorKind::PayloadTooLarge, format!("request body exceeds the {} byte limit", s.max_body));
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    let declared = declared_length(headers);
     if declared.is_some_and(|n| n > s.max_body) {
         return Err(too_large());
     }
