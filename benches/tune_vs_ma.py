@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
 """Time to the answer: `tritonrs tune --search quick` against NVIDIA Model Analyzer 1.58's quick search
-(`run_config_search_mode: quick`, remote mode, measuring a tritonrs server) on the same model, bounded
-the same way, in one run. Prints both wall times, their ratio, and the best configuration each tool
-chose (instance count, max_batch_size, dynamic batching) and whether they agree. The goal: tritonrs at
-least 5x faster to the same answer.
+(`run_config_search_mode: quick`) on the same model, bounded the same way, in one run. Prints the wall
+times, their ratio, and the best configuration each tool chose (instance count, max_batch_size, dynamic
+batching) and whether they agree. The goal: tritonrs at least 5x faster to the same answer.
 
   source scripts/env.sh && python benches/tune_vs_ma.py
+
+Model Analyzer runs in one or both of its launch modes (BENCH_MA_MODE: local, remote or both; default
+both):
+- local, its default and the way it runs on a device: it starts the real tritonserver 2.51
+  ($TRITONSERVER, default ~/.cache/anchors/bin/tritonserver from ../shared/anchors/install.sh) itself
+  and restarts it for every variant;
+- remote: it measures a tritonrs server that the bench started, loading each variant through the
+  repository API, so no restart is counted.
 
 Needs model-analyzer (tests/python/ma_harness.py: $MA_BIN, <repo>/.ma-venv, /tmp/ma-venv) and
 perf_analyzer ($PERF_ANALYZER, default ~/.cache/anchors/bin/perf_analyzer). Uses the release binary
@@ -62,6 +69,8 @@ MAX_CONCURRENCY = int(os.environ.get("BENCH_MAX_CONCURRENCY", "16"))
 INTERVAL_MS = int(os.environ.get("BENCH_INTERVAL_MS", "500"))
 STABILITY = int(os.environ.get("BENCH_STABILITY_PERCENT", "50"))
 MAX_TRIALS = int(os.environ.get("BENCH_MAX_TRIALS", "5"))
+MA_MODE = os.environ.get("BENCH_MA_MODE", "both")
+TRITONSERVER = Path(os.environ.get("TRITONSERVER", Path.home() / ".cache/anchors/bin/tritonserver"))
 
 
 def binary() -> None:
@@ -104,17 +113,25 @@ def run_tune(repo: Path, work: Path, model: str) -> tuple[dict, float]:
     return ma.tune_result(r.stdout, out, export, model), wall
 
 
+def ma_kw() -> dict:
+    return {"quick": {"max_instance_count": MAX_INSTANCES, "max_model_batch_size": MAX_BATCH,
+                      "max_concurrency": MAX_CONCURRENCY},
+            "measurement_interval_ms": INTERVAL_MS, "stability_percentage": STABILITY, "max_trials": MAX_TRIALS,
+            "timeout": 1800}
+
+
+def run_ma_local(repo: Path, work: Path, model: str) -> dict:
+    return ma.profile_local(model, work / "ma-local", repository=repo, server_path=TRITONSERVER, **ma_kw())
+
+
 def run_ma(repo: Path, work: Path, model: str) -> dict:
     server = TritonServer(["--model-repository", str(repo), "--model-control-mode", "explicit",
                            "--allow-metrics=true", "--metrics-port", "0"], name="ma-target").start()
     try:
         metrics = int(server.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
         server.grpc_client().close()  # waits for the gRPC port
-        quick = {"max_instance_count": MAX_INSTANCES, "max_model_batch_size": MAX_BATCH,
-                 "max_concurrency": MAX_CONCURRENCY}
         return ma.profile(model, work / "ma", http_port=server.port, grpc_port=server.grpc_port,
-                          metrics_port=metrics, quick=quick, measurement_interval_ms=INTERVAL_MS,
-                          stability_percentage=STABILITY, max_trials=MAX_TRIALS, timeout=1800)
+                          metrics_port=metrics, **ma_kw())
     finally:
         server.stop()
 
@@ -122,6 +139,10 @@ def run_ma(repo: Path, work: Path, model: str) -> dict:
 def main():
     if ma.missing():
         sys.exit(ma.missing())
+    if MA_MODE not in ("local", "remote", "both"):
+        sys.exit(f"BENCH_MA_MODE={MA_MODE}: local, remote or both")
+    if MA_MODE != "remote" and not TRITONSERVER.exists():
+        sys.exit(f"{TRITONSERVER} missing: run ../shared/anchors/install.sh, set $TRITONSERVER, or BENCH_MA_MODE=remote")
     binary()
     work = Path(tempfile.mkdtemp(prefix="tune_vs_ma-"))
     try:
@@ -131,7 +152,12 @@ def main():
               f"concurrency <= {MAX_CONCURRENCY}; windows {INTERVAL_MS} ms, stability {STABILITY}%, "
               f"<= {MAX_TRIALS} trials; tritonrs {BIN}", flush=True)
         tune, tune_wall = run_tune(repo, work, model)
-        mar = run_ma(repo, work, model)
+        mas = []
+        if MA_MODE in ("local", "both"):
+            mas.append((f"model-analyzer, local (tritonserver 2.51, restarted per variant)",
+                        run_ma_local(repo, work, model)))
+        if MA_MODE in ("remote", "both"):
+            mas.append(("model-analyzer, remote (a tritonrs server)", run_ma(repo, work, model)))
         keys = ("instance_count", "max_batch_size", "dynamic_batching")
 
         def points(res):
@@ -147,17 +173,20 @@ def main():
                     f"p99 {b['p99_ms']:.1f} ms)")
 
         print()
-        print(f"{'tool':16} {'wall s':>8} {'variants':>8} {'points':>6}  best")
-        print(f"{'tritonrs tune':16} {tune_wall:8.1f} {len(tune['variants']):8} {points(tune):6}  {chosen(tune)}")
-        print(f"{'model-analyzer':16} {mar['wall_s']:8.1f} {len(mar['variants']):8} {points(mar):6}  {chosen(mar)}")
-        agree = ma.settings(tune["best"], keys) == ma.settings(mar["best"], keys)
-        print()
-        print(f"ratio (model-analyzer / tritonrs wall): {mar['wall_s'] / tune_wall:.1f}x (goal: >= 5x)")
-        print(f"same answer (instances, max_batch_size, dynamic batching): {'yes' if agree else 'NO'}")
+        print(f"{'tool':62} {'wall s':>8} {'variants':>8} {'points':>6} {'ratio':>6} {'same':>5}  best")
+        print(f"{'tritonrs tune (in-process)':62} {tune_wall:8.1f} {len(tune['variants']):8} {points(tune):6} "
+              f"{'':6} {'':5}  {chosen(tune)}")
+        for label, mar in mas:
+            agree = ma.settings(tune["best"], keys) == ma.settings(mar["best"], keys)
+            print(f"{label:62} {mar['wall_s']:8.1f} {len(mar['variants']):8} {points(mar):6} "
+                  f"{mar['wall_s'] / tune_wall:5.1f}x {'yes' if agree else 'NO':>5}  {chosen(mar)}")
+        print("\nratio: model-analyzer's wall time over tritonrs tune's (goal: >= 5x); same: the same instances, "
+              "max_batch_size and dynamic batching")
         print("\ntritonrs tune's variants (* = best):\n" + ma.table(tune))
-        print("model-analyzer's variants (* = best):\n" + ma.table(mar))
-        if mar["runs"][0]["problems"]:
-            print("model-analyzer log lines worth a look:\n  " + "\n  ".join(mar["runs"][0]["problems"]))
+        for label, mar in mas:
+            print(f"{label}: variants (* = best):\n" + ma.table(mar))
+            if mar["runs"][0]["problems"]:
+                print("  log lines worth a look:\n  " + "\n  ".join(mar["runs"][0]["problems"]))
     finally:
         if os.environ.get("BENCH_KEEP"):
             print(f"work folder kept: {work}")

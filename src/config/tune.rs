@@ -134,7 +134,7 @@ pub struct TuneArgs {
     /// Most windows measured for one point before taking the last three as they are.
     #[arg(long, default_value_t = 10)]
     pub max_trials: u32,
-    /// Requests sent to each variant before measuring.
+    /// Requests sent to each variant before measuring (for at most one measurement interval).
     #[arg(long, default_value_t = 20)]
     pub warmup_requests: u32,
     /// Input data in perf_analyzer's JSON format (`{"data": [{"INPUT0": [...]}, ...]}`); default:

@@ -187,8 +187,11 @@ async fn windows(
             None => Ok(()),
         }
     };
-    // Warm-up: the first requests (allocations, caches, thread pools) are not measured.
-    let warm_until = Instant::now() + settings.interval * 5;
+    // Warm-up: the first requests (allocations, caches, thread pools) are not measured. It lasts one
+    // window at most: a variant still cold after that fails the stability rule in its first window and
+    // costs one more window, no more than a longer warm-up would (a slow variant spent up to five
+    // windows here before).
+    let warm_until = Instant::now() + settings.interval;
     while completed.load(Ordering::Relaxed) < u64::from(settings.warmup_requests) && Instant::now() < warm_until {
         check()?;
         tokio::time::sleep(Duration::from_millis(5)).await;

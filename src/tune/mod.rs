@@ -17,7 +17,7 @@ pub mod results;
 pub mod space;
 pub mod target;
 
-use crate::config::tune::{SearchMode, TuneArgs};
+use crate::config::tune::{Objective, SearchMode, TuneArgs};
 use crate::error::{Error, Result};
 use crate::model_api::types::InferRequest;
 use crate::model_config::pbtxt::config_to_pbtxt;
@@ -45,7 +45,28 @@ pub enum Outcome {
 enum Sweep {
     /// Doubling from 1 while throughput rises.
     Doubling,
+    /// Doubling from the given concurrency while throughput rises: the quick search's final sweep when
+    /// only throughput counts (see `upward_sweep_suffices`).
+    Upward(u32),
     Fixed(Vec<u32>),
+}
+
+/// Whether the quick search's final sweep may start at the concurrency a variant was climbed at and
+/// only go up. Under a closed-loop load a lower concurrency never gives more throughput (requests
+/// that wait in the scheduler's queue cost nothing), so points below it cannot change a ranking by
+/// throughput; they matter only when latency or power decides (a latency or efficiency objective, a
+/// p99 or power limit), and then the sweep starts at 1.
+fn upward_sweep_suffices(args: &TuneArgs) -> bool {
+    args.objective == Objective::Throughput && args.max_p99_ms.is_none() && args.max_power_w.is_none()
+}
+
+/// Whether a sweep would measure nothing new for a variant with these points (so it need not be
+/// loaded again): an upward sweep whose start is measured and already at the largest concurrency.
+fn sweep_has_nothing_new(points: &[Point], sweep: &Sweep, max_concurrency: u32) -> bool {
+    match sweep {
+        Sweep::Upward(c) => *c >= max_concurrency && points.iter().any(|p| p.concurrency == *c),
+        _ => false,
+    }
 }
 
 /// The one concurrency a quick search measures a variant at while it climbs: twice what its instances
@@ -93,6 +114,9 @@ struct Run<'a> {
     stopped: Option<String>,
     /// Points measured in the whole run.
     points: usize,
+    /// Set while the model is loaded in-process with its own configuration (before its first variant),
+    /// so measuring that configuration needs no reload.
+    loaded_as_is: bool,
 }
 
 impl Run<'_> {
@@ -128,7 +152,8 @@ impl Run<'_> {
             error: None,
             best: None,
         };
-        if self.load(&mut result, &config).await {
+        let as_is = std::mem::take(&mut self.loaded_as_is) && *candidate == space::current(base);
+        if as_is || self.load(&mut result, &config).await {
             // The configuration as the server completed it (defaults filled in) is what gets exported.
             if let Ok(done) = self.ctx.target.config(model).await {
                 result.config_pbtxt = config_to_pbtxt(&done);
@@ -163,6 +188,7 @@ impl Run<'_> {
         let (mut plan, automatic) = match sweep {
             Sweep::Fixed(list) => (list, false),
             Sweep::Doubling => (vec![1], true),
+            Sweep::Upward(c) => (vec![c.clamp(1, self.args.max_concurrency.max(1))], true),
         };
         let batch = 1;
         let mut warm = false;
@@ -326,7 +352,8 @@ impl Run<'_> {
                         _ => break,
                     }
                 }
-                // The best three (the current configuration among them if it is) get the full sweep.
+                // The best three (the current configuration among them if it is) get the full sweep:
+                // from 1, or upward from their climbing concurrency when only throughput counts.
                 if self.args.concurrency.is_empty() {
                     let mut ranked: Vec<usize> = (0..self.report.variants.len())
                         .filter(|&i| self.report.variants[i].model == model && self.report.variants[i].error.is_none())
@@ -337,9 +364,16 @@ impl Run<'_> {
                             break;
                         }
                         let mut result = self.report.variants[i].clone();
+                        let sweep = match upward_sweep_suffices(self.args) {
+                            true => Sweep::Upward(quick_concurrency(&result.candidate, self.args.max_concurrency)),
+                            false => Sweep::Doubling,
+                        };
+                        if sweep_has_nothing_new(&result.points, &sweep, self.args.max_concurrency) {
+                            continue;
+                        }
                         let config = space::apply(base, &result.candidate);
                         if self.load(&mut result, &config).await {
-                            self.sweep(&mut result, &requests, Sweep::Doubling).await;
+                            self.sweep(&mut result, &requests, sweep).await;
                         }
                         self.report.variants[i] = result;
                     }
@@ -387,6 +421,7 @@ pub async fn run(args: &TuneArgs, ctx: &Context) -> Result<(TuneReport, Outcome)
         },
         stopped: None,
         points: 0,
+        loaded_as_is: false,
     };
     for model in &args.models {
         // The model as it is: loaded once without an override, to learn its completed configuration.
@@ -398,6 +433,7 @@ pub async fn run(args: &TuneArgs, ctx: &Context) -> Result<(TuneReport, Outcome)
         if let Err(e) = loaded {
             return Err(Error::new(e.kind, format!("cannot tune model '{model}': {}", e.message)));
         }
+        run.loaded_as_is = ctx.target.is_local();
         let base = ctx
             .target
             .config(model)
@@ -492,5 +528,35 @@ mod tests {
         assert_eq!(quick_concurrency(&c, 64), 32);
         assert_eq!(quick_concurrency(&c, 16), 16);
         assert_eq!(quick_concurrency(&Candidate::default(), 64), 2);
+    }
+
+    fn args(flags: &[&str]) -> TuneArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            tune: TuneArgs,
+        }
+        let argv =
+            ["tritonrs-tune", "--model-repository", "/r", "--model", "m"].into_iter().chain(flags.iter().copied());
+        <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.tune).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_final_sweep_starts_low_only_where_latency_or_power_decides() {
+        assert!(upward_sweep_suffices(&args(&[])));
+        assert!(upward_sweep_suffices(&args(&["--min-throughput", "10", "--max-memory-mb", "100"])));
+        assert!(!upward_sweep_suffices(&args(&["--objective", "latency"])));
+        assert!(!upward_sweep_suffices(&args(&["--objective", "efficiency"])));
+        assert!(!upward_sweep_suffices(&args(&["--max-p99-ms", "50"])));
+        assert!(!upward_sweep_suffices(&args(&["--max-power-w", "5"])));
+    }
+
+    #[test]
+    fn a_variant_climbed_at_the_largest_concurrency_is_not_loaded_again() {
+        let at = |c| Point { concurrency: c, throughput: 100.0, ..Default::default() };
+        assert!(sweep_has_nothing_new(&[at(16)], &Sweep::Upward(16), 16));
+        assert!(!sweep_has_nothing_new(&[at(8)], &Sweep::Upward(8), 16));
+        assert!(!sweep_has_nothing_new(&[], &Sweep::Upward(16), 16));
+        assert!(!sweep_has_nothing_new(&[at(16)], &Sweep::Doubling, 16));
     }
 }

@@ -175,12 +175,14 @@ def ma_config(model: str, out: Path, idx: int, *, host: str, http_port: int, grp
               protocol: str = "grpc", measurement_interval_ms: int = 500, stability_percentage: int = 50,
               max_trials: int = 5, max_auto_adjusts: int = 2, pa_timeout: int = 60,
               objective: str = "perf_throughput", max_p99_ms: float | None = None,
-              min_throughput: float | None = None) -> dict:
+              min_throughput: float | None = None, local: dict | None = None) -> dict:
     """One `model-analyzer profile` configuration: fixed candidates (`parameters`, MA's
     model_config_parameters, with run_config_search_disable) or quick search (`quick`: extra
-    run_config_search_* keys such as max_instance_count)."""
+    run_config_search_* keys such as max_instance_count). Remote mode measures the server at the
+    given ports; `local` ({"repository", "server_path"}) is MA's default launch mode instead: MA starts
+    the server at `server_path` itself on those ports, and restarts it for every variant."""
     cfg = {
-        "triton_launch_mode": "remote",
+        "triton_launch_mode": "remote" if local is None else "local",
         "client_protocol": protocol,
         "triton_http_endpoint": f"{host}:{http_port}",
         "triton_grpc_endpoint": f"{host}:{grpc_port}",
@@ -206,6 +208,12 @@ def ma_config(model: str, out: Path, idx: int, *, host: str, http_port: int, grp
             "max-trials": max_trials,
         },
     }
+    if local is not None:
+        # MA refuses dcgm_disable outside remote mode; without a GPU (numba finds no CUDA) it starts no
+        # DCGM monitor anyway.
+        del cfg["dcgm_disable"]
+        cfg.update({"model_repository": str(local["repository"]), "triton_server_path": str(local["server_path"]),
+                    "triton_output_path": str(out / f"server_{idx}.log")})
     spec: dict = {"cpu_only": True}  # remote mode otherwise proposes KIND_GPU variants
     if quick is not None:
         cfg["run_config_search_mode"] = "quick"
@@ -249,6 +257,31 @@ def problems(log_text: str) -> list[str]:
     bad = re.compile(r"Traceback|perf_analyzer failed|PA_FAIL|failed to load|load failed|"
                      r"measurement window is too small|error", re.I)
     return [line for line in log_text.splitlines() if bad.search(line)]
+
+
+def profile_local(model: str, out: Path, *, repository: Path, server_path: Path, quick: dict,
+                  timeout: float = 900, **kw) -> dict:
+    """Model Analyzer's quick search in its default launch mode: it starts the server at `server_path`
+    itself (on free loopback ports) and restarts it for every variant, as it does on a device."""
+    out = Path(out).resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "output_model_repository").mkdir(parents=True)
+    ports = [free_port() for _ in range(3)]
+    cfg = ma_config(model, out, 0, host="127.0.0.1", http_port=ports[0], grpc_port=ports[1], metrics_port=ports[2],
+                    quick=quick, local={"repository": Path(repository).resolve(), "server_path": server_path}, **kw)
+    run = run_ma(cfg, out, 0, timeout)
+    result = collect(out, model)
+    result.update(wall_s=run["wall_s"], runs=[run])
+    return result
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def profile(model: str, out: Path, *, host: str = "127.0.0.1", http_port: int, grpc_port: int, metrics_port: int,
