@@ -68,6 +68,9 @@ pub struct Candidate {
     pub intra_op_threads: Option<u32>,
     pub inter_op_threads: Option<u32>,
     pub accelerator: Accelerator,
+    /// A TensorRT plan's `instance_group { profile: [...] }`: the optimization profiles its instances
+    /// use (empty: the backend's choice, one profile per instance where the engine has one each).
+    pub profiles: Vec<String>,
 }
 
 impl fmt::Display for Candidate {
@@ -92,10 +95,14 @@ impl fmt::Display for Candidate {
             write!(f, " inter={n}")?;
         }
         match self.accelerator {
-            Accelerator::Default => Ok(()),
-            Accelerator::Cuda => write!(f, " cuda"),
-            Accelerator::TensorRtFp16 => write!(f, " trt-fp16"),
+            Accelerator::Default => {}
+            Accelerator::Cuda => write!(f, " cuda")?,
+            Accelerator::TensorRtFp16 => write!(f, " trt-fp16")?,
         }
+        if !self.profiles.is_empty() {
+            write!(f, " profile={}", self.profiles.join("/"))?;
+        }
+        Ok(())
     }
 }
 

@@ -29,6 +29,8 @@ pub struct Space {
     pub inter_op_threads: Vec<Option<u32>>,
     /// Accelerators tried on GPU instances.
     pub accelerators: Vec<Accelerator>,
+    /// A TensorRT plan's instance_group profile lists (only the model's own for other models).
+    pub profiles: Vec<Vec<String>>,
 }
 
 /// What the search needs to know about the model and the machine.
@@ -52,6 +54,21 @@ pub fn untunable(cfg: &ModelConfig) -> Option<String> {
 
 fn is_onnx(cfg: &ModelConfig) -> bool {
     cfg.backend == "onnxruntime" || cfg.platform == "onnxruntime_onnx"
+}
+
+fn is_plan(cfg: &ModelConfig) -> bool {
+    cfg.backend == "tensorrt" || cfg.platform == "tensorrt_plan"
+}
+
+/// The optimization profiles a plan's configuration names in its instance groups, in order, once each.
+fn listed_profiles(cfg: &ModelConfig) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for p in cfg.instance_group.iter().flat_map(|g| g.profile.iter()) {
+        if !out.contains(p) {
+            out.push(p.clone());
+        }
+    }
+    out
 }
 
 fn is_sequence(cfg: &ModelConfig) -> bool {
@@ -83,6 +100,7 @@ pub fn current(cfg: &ModelConfig) -> Candidate {
         intra_op_threads: threads("intra_op_thread_count"),
         inter_op_threads: threads("inter_op_thread_count"),
         accelerator,
+        profiles: cfg.instance_group.first().map(|g| g.profile.clone()).unwrap_or_default(),
     }
 }
 
@@ -90,7 +108,10 @@ pub fn current(cfg: &ModelConfig) -> Candidate {
 /// device kind the model can use; for a batching model, max_batch_size in powers of two up to the
 /// limit with dynamic batching off and on (the model's queue delay and preferred sizes kept); ONNX
 /// Runtime's intra-op threads at the default and 1 (several instances with a full thread pool each
-/// oversubscribe the cores); CUDA and TensorRT FP16 on a GPU.
+/// oversubscribe the cores); CUDA and TensorRT FP16 on a GPU. For a TensorRT plan whose configuration
+/// names two or more optimization profiles: every instance on all of them (as configured) or on one
+/// of them alone (the engine's own profile count needs TensorRT to read, so profiles the configuration
+/// does not name are searched only in a custom space).
 pub fn automatic(cfg: &ModelConfig, limits: Limits) -> Space {
     let here = current(cfg);
     let batching = cfg.max_batch_size > 0 && !is_sequence(cfg);
@@ -119,6 +140,14 @@ pub fn automatic(cfg: &ModelConfig, limits: Limits) -> Space {
             accelerators.extend([Accelerator::Cuda, Accelerator::TensorRtFp16]);
         }
     }
+    let listed = listed_profiles(cfg);
+    let mut profiles = vec![here.profiles.clone()];
+    if is_plan(cfg) && listed.len() > 1 {
+        if !profiles.contains(&listed) {
+            profiles.push(listed.clone());
+        }
+        profiles.extend(listed.iter().map(|p| vec![p.clone()]).filter(|p| *p != here.profiles));
+    }
     Space {
         instance_counts: (1..=limits.max_instance_count.max(1)).collect(),
         kinds,
@@ -129,6 +158,7 @@ pub fn automatic(cfg: &ModelConfig, limits: Limits) -> Space {
         intra_op_threads: intra,
         inter_op_threads: vec![None],
         accelerators,
+        profiles,
     }
 }
 
@@ -158,17 +188,20 @@ pub fn combinations(space: &Space) -> Vec<Candidate> {
                         for dynamic_batching in queue {
                             for &intra_op_threads in &space.intra_op_threads {
                                 for &inter_op_threads in &space.inter_op_threads {
-                                    let c = Candidate {
-                                        instance_count,
-                                        gpu,
-                                        max_batch_size,
-                                        dynamic_batching: dynamic_batching.clone(),
-                                        intra_op_threads,
-                                        inter_op_threads,
-                                        accelerator,
-                                    };
-                                    if !out.contains(&c) {
-                                        out.push(c);
+                                    for profiles in &space.profiles {
+                                        let c = Candidate {
+                                            instance_count,
+                                            gpu,
+                                            max_batch_size,
+                                            dynamic_batching: dynamic_batching.clone(),
+                                            intra_op_threads,
+                                            inter_op_threads,
+                                            accelerator,
+                                            profiles: profiles.clone(),
+                                        };
+                                        if !out.contains(&c) {
+                                            out.push(c);
+                                        }
                                     }
                                 }
                             }
@@ -198,6 +231,7 @@ pub fn start(cfg: &ModelConfig, space: &Space) -> Candidate {
         intra_op_threads: None,
         inter_op_threads: None,
         accelerator: if here.gpu { here.accelerator } else { Accelerator::Default },
+        profiles: here.profiles,
     }
 }
 
@@ -252,6 +286,9 @@ pub fn neighbours(c: &Candidate, space: &Space) -> Vec<Candidate> {
             push(Candidate { accelerator: a, ..c.clone() });
         }
     }
+    for p in &space.profiles {
+        push(Candidate { profiles: p.clone(), ..c.clone() });
+    }
     out
 }
 
@@ -259,13 +296,12 @@ pub fn neighbours(c: &Candidate, space: &Space) -> Vec<Candidate> {
 /// does not touch) as it was.
 pub fn apply(cfg: &ModelConfig, c: &Candidate) -> ModelConfig {
     let mut out = cfg.clone();
-    // One group replaces the model's groups; a TensorRT plan's profiles stay with it.
-    let profile = cfg.instance_group.first().map(|g| g.profile.clone()).unwrap_or_default();
+    // One group replaces the model's groups, with the candidate's TensorRT profiles.
     out.instance_group = vec![ModelInstanceGroup {
         name: cfg.name.clone(),
         kind: if c.gpu { Kind::Gpu as i32 } else { Kind::Cpu as i32 },
         count: c.instance_count as i32,
-        profile,
+        profile: c.profiles.clone(),
         ..Default::default()
     }];
     out.max_batch_size = c.max_batch_size as i32;
@@ -321,6 +357,7 @@ pub fn apply(cfg: &ModelConfig, c: &Candidate) -> ModelConfig {
 /// intra_op_thread_count = [0, 1] # 0: ONNX Runtime's default
 /// inter_op_thread_count = [0]
 /// accelerator = ["default"]     # default, cuda, tensorrt-fp16
+/// profile = [[], ["0"], ["1"]]  # TensorRT plans: instance_group profile lists ([]: the backend's)
 /// ```
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -334,6 +371,7 @@ pub struct CustomSpace {
     pub intra_op_thread_count: Option<Vec<u32>>,
     pub inter_op_thread_count: Option<Vec<u32>>,
     pub accelerator: Option<Vec<String>>,
+    pub profile: Option<Vec<Vec<String>>>,
     #[serde(default)]
     pub models: std::collections::BTreeMap<String, CustomSpace>,
 }
@@ -404,6 +442,10 @@ impl CustomSpace {
                 .map(nonzero)
                 .unwrap_or_else(|| vec![here.inter_op_threads]),
             accelerators,
+            profiles: own
+                .and_then(|o| o.profile.clone())
+                .or_else(|| self.profile.clone())
+                .unwrap_or_else(|| vec![here.profiles.clone()]),
         };
         for (what, empty) in [
             ("instance_count", space.instance_counts.is_empty()),
@@ -415,10 +457,17 @@ impl CustomSpace {
             ("intra_op_thread_count", space.intra_op_threads.is_empty()),
             ("inter_op_thread_count", space.inter_op_threads.is_empty()),
             ("accelerator", space.accelerators.is_empty()),
+            ("profile", space.profiles.is_empty()),
         ] {
             if empty {
                 return Err(format!("'{what}' lists no values"));
             }
+        }
+        if !is_plan(cfg) && space.profiles.iter().any(|p| !p.is_empty()) {
+            return Err(format!("model '{model}' is not a TensorRT plan, so 'profile' cannot be searched"));
+        }
+        if let Some(bad) = space.profiles.iter().flatten().find(|p| p.parse::<u32>().is_err()) {
+            return Err(format!("profile '{bad}' is not a profile index (\"0\", \"1\", ...)"));
         }
         if space.instance_counts.contains(&0) {
             return Err("instance_count values must be at least 1".into());
@@ -530,5 +579,57 @@ mod tests {
         assert!(e.contains("dynamic batching"), "{e}");
         std::fs::write(&p, "instance_counts = [1]\n").unwrap();
         assert!(CustomSpace::read(&p).unwrap_err().contains("instance_counts"));
+    }
+
+    fn plan(profiles: &[&str]) -> ModelConfig {
+        let mut c = cfg(8, "tensorrt");
+        c.instance_group = vec![ModelInstanceGroup {
+            kind: Kind::Gpu as i32,
+            count: 2,
+            profile: profiles.iter().map(|p| p.to_string()).collect(),
+            ..Default::default()
+        }];
+        c
+    }
+
+    #[test]
+    fn a_plan_naming_several_profiles_searches_them_together_and_one_by_one() {
+        let gpu = Limits { gpu: true, ..LIMITS };
+        let space = automatic(&plan(&["0", "1"]), gpu);
+        let p = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(space.profiles, [p(&["0", "1"]), p(&["0"]), p(&["1"])]);
+        // Each profile choice is a neighbour of the start, and survives apply() into the group.
+        let start = start(&plan(&["0", "1"]), &space);
+        assert_eq!(start.profiles, p(&["0", "1"]));
+        let next = neighbours(&start, &space);
+        let alone = next.iter().find(|c| c.profiles == p(&["1"])).expect("profile 1 alone is a neighbour");
+        assert_eq!(alone.to_string(), "1xGPU mbs=8 db(0us) profile=1");
+        let out = apply(&plan(&["0", "1"]), alone);
+        assert_eq!(out.instance_group[0].profile, p(&["1"]));
+        assert_eq!(current(&out), *alone);
+        assert_eq!(
+            combinations(&space).iter().filter(|c| c.profiles == p(&["0"])).count(),
+            combinations(&space).len() / 3
+        );
+        // One named profile, or none, gives nothing to search; other models never get profiles.
+        assert_eq!(automatic(&plan(&["1"]), gpu).profiles, [p(&["1"])]);
+        assert_eq!(automatic(&plan(&[]), gpu).profiles, [Vec::<String>::new()]);
+        assert_eq!(automatic(&cfg(8, "onnxruntime"), gpu).profiles, [Vec::<String>::new()]);
+    }
+
+    #[test]
+    fn a_custom_space_lists_profiles_for_plans_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("space.toml");
+        std::fs::write(&p, "profile = [[], [\"1\"], [\"0\", \"1\"]]\n").unwrap();
+        let s = CustomSpace::read(&p).unwrap();
+        let space = s.space_for("m", &plan(&[])).unwrap();
+        assert_eq!(space.profiles.len(), 3);
+        assert_eq!(combinations(&space).len(), 3);
+        let e = s.space_for("m", &cfg(8, "onnxruntime")).unwrap_err();
+        assert!(e.contains("not a TensorRT plan"), "{e}");
+        std::fs::write(&p, "profile = [[\"fast\"]]\n").unwrap();
+        let e = CustomSpace::read(&p).unwrap().space_for("m", &plan(&[])).unwrap_err();
+        assert!(e.contains("'fast' is not a profile index"), "{e}");
     }
 }
