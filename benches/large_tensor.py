@@ -16,7 +16,10 @@ absolute numbers across runs.
 
 On a 2-core machine the client shares the cores with ONNX Runtime's two intra-op threads, so the
 served rows include perf_analyzer's own work (building and sending 588 KiB per request); the server's
-columns show what the server itself adds (request - infer).
+columns show what the server itself adds (request - infer), and `client` is perf_analyzer's CPU time
+per request. The `in-process (tune)` rows serve the same model through the server's core with no
+transport and no client process (`tritonrs tune` at concurrency 1 on the model's own configuration):
+what the server costs when the network and the client are taken away.
 
 Environment: BENCH_INTERVAL_MS (3000), BENCH_STABILITY_PERCENT (40), BENCH_RUNS (in-process runs, 300),
 BENCH_SERVER_ARGS (extra server flags).
@@ -108,17 +111,52 @@ def perf(pa: list[str], server: Server, protocol: str, shm: bool) -> dict | None
                "-f", f.name]
         if shm:
             cmd += ["--shared-memory", "system", "--output-shared-memory-size", "32"]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            print(f"perf_analyzer failed for {protocol} shm={shm}:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
-            return None
+        with tempfile.TemporaryFile("w+") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True)
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, for its resource usage
+            out.seek(0)
+            if proc.returncode != 0:
+                print(f"perf_analyzer failed for {protocol} shm={shm}:\n{out.read()[-4000:]}")
+                return None
         row = next(csv.DictReader(open(f.name)))
     after = stats(server)
     # The server's mean per-request times over the whole perf_analyzer run (warm-up trials included).
     n = max(1, after["success"][0] - before["success"][0])
     per = {k: (after[k][1] - before[k][1]) / n / 1000 for k in ("success", "queue", "compute_input", "compute_infer",
                                                                 "compute_output")}
-    return {"thr": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]), "server": per}
+    # perf_analyzer's own CPU time per request (user + system, all its threads, warm-up included).
+    client_ms = (usage.ru_utime + usage.ru_stime) * 1000 / n
+    return {"thr": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]), "server": per,
+            "client_ms": client_ms}
+
+
+def in_process_served(tmp: Path, spinning: bool) -> dict | None:
+    """The same model served through the server's core with no transport and no client process:
+    `tritonrs tune` loads it as the server does and keeps one request in flight from inside the
+    process (one variant: the model's own configuration, concurrency 1, the same windows)."""
+    out = tmp / f"tune-{spinning}"
+    space = tmp / "own-configuration.toml"
+    space.write_text("")  # a custom space with no keys: the model's own values only
+    extra = ["--backend-config=onnxruntime,allow_spinning=true"] if spinning else []
+    cmd = [str(TRITONRS), "tune", "--model-repository", str(tmp / "repo"), "--model", NAME,
+           "--search", f"custom:{space}", "--concurrency", "1", "--measurement-interval-ms", INTERVAL_MS,
+           "--stability-percentage", STABILITY, "--max-trials", "20", "--quiet", "--output-dir", str(out), *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        print(f"tritonrs tune failed (spinning={spinning}):\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+        return None
+    row = next(csv.DictReader(open(out / "metrics-model-inference.csv")))
+
+    def us(key: str) -> float:
+        return float(row[key]) * 1000
+
+    return {"thr": float(row["Throughput (infer/sec)"]), "p50": us("p50 Latency (ms)"),
+            "server": {"success": us("Avg Latency (ms)"), "queue": us("Server Queue time (ms)"),
+                       "compute_input": us("Server Compute Input time (ms)"),
+                       "compute_infer": us("Server Compute Infer time (ms)"),
+                       "compute_output": us("Server Compute Output time (ms)")},
+            "client_ms": None}
 
 
 def serve(tmp: Path, spinning: bool) -> list:
@@ -130,7 +168,8 @@ def serve(tmp: Path, spinning: bool) -> list:
                 http, grpc, dict(os.environ))
     try:
         shm_pa = perf_cmd(tmp)
-        return [("grpc", perf([str(PERF)], rs, "grpc", False)),
+        return [("in-process (tune)", None),
+                ("grpc", perf([str(PERF)], rs, "grpc", False)),
                 ("http", perf([str(PERF)], rs, "http", False)),
                 ("grpc + system shm", perf(shm_pa, rs, "grpc", True))]
     finally:
@@ -143,6 +182,8 @@ def main():
         model = write_model(tmp / "repo")
         floors = {False: [in_process(model, False)], True: [in_process(model, True)]}
         served = {spin: serve(tmp, spin) for spin in (False, True)}
+        for spin in (False, True):  # after the server has stopped, so the two do not share the cores
+            served[spin][0] = (served[spin][0][0], in_process_served(tmp, spin))
         for spin in (False, True):
             floors[spin].append(in_process(model, spin))
     floor = {spin: sum(v) / len(v) for spin, v in floors.items()}
@@ -151,7 +192,7 @@ def main():
           f"{floor[True]:,.1f} runs/s ({1000 / floor[True]:.2f} ms) with its default spinning thread pools, "
           f"{floor[False]:,.1f} runs/s ({1000 / floor[False]:.2f} ms) without (the server's default)")
     print(f"{'path':30} | {'inf/s':>8} {'p50 ms':>7} | {'/floor':>6} {'/same':>6} | server ms: {'request':>7} "
-          f"{'queue':>6} {'input':>6} {'infer':>6} {'output':>6} | {'own':>5}")
+          f"{'queue':>6} {'input':>6} {'infer':>6} {'output':>6} | {'own':>5} | {'client':>6}")
     for spin in (False, True):
         for name, r in served[spin]:
             label = f"{name}{' (spinning)' if spin else ''}"
@@ -163,9 +204,12 @@ def main():
             print(f"{label:30} | {r['thr']:>8,.1f} {r['p50'] / 1000:>7.2f} | {r['thr'] / floor[True]:>5.2f}x "
                   f"{r['thr'] / floor[spin]:>5.2f}x | {'':10} {s['success'] / 1000:>7.2f} {s['queue'] / 1000:>6.2f} "
                   f"{s['compute_input'] / 1000:>6.2f} {s['compute_infer'] / 1000:>6.2f} {s['compute_output'] / 1000:>6.2f}"
-                  f" | {own:>5.2f}")
+                  f" | {own:>5.2f} | " + (f"{r['client_ms']:>6.2f}" if r["client_ms"] is not None else f"{'-':>6}"))
     print("/floor: served throughput over the default floor; /same: over the floor with the same spinning setting;"
-          " own: the server's time per request outside ONNX Runtime's run (request - infer), ms")
+          " own: the server's time per request outside ONNX Runtime's run (request - infer), ms; client:"
+          " perf_analyzer's own CPU time per request (user + system), ms, which at concurrency 1 on a shared"
+          " machine is spent in series with the server's. in-process: `tritonrs tune` driving the model through"
+          " the core from inside the server process (request = its average latency)")
 
 
 if __name__ == "__main__":
