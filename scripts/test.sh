@@ -2,7 +2,8 @@
 # Runs every test of tritonrs on this machine: Rust unit tests, then the black-box suite that starts
 # the real binary on ephemeral ports and talks to it with the official tritonclient.
 # Sets up what it needs on a fresh Debian machine (a Python venv with tritonclient and the
-# onnxruntime wheel that provides libonnxruntime.so) through scripts/env.sh, and Debian's systemd
+# onnxruntime wheel that provides libonnxruntime.so) through scripts/env.sh, perf_analyzer and Model
+# Analyzer through scripts/test-tools.sh, and Debian's systemd
 # (for systemd-analyze) and mosquitto packages (as root, with apt-get).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,12 @@ if [ ! -x .npm/node_modules/.bin/azurite-blob ]; then
     echo "== npm install azurite (into .npm/)"
     npm install --prefix .npm --no-audit --no-fund --silent azurite@3.37.0
 fi
+# perf_analyzer and Model Analyzer, which some black-box tests drive tritonrs with (into .anchors/ and
+# .ma-venv/); where they cannot be installed, those tests skip and say why.
+echo "== reference tools (perf_analyzer, model-analyzer)"
+export ANCHORS="${ANCHORS:-$PWD/.anchors}"
+scripts/test-tools.sh || echo "warning: scripts/test-tools.sh failed; the perf_analyzer and Model Analyzer tests skip" >&2
+export PERF_ANALYZER="${PERF_ANALYZER:-$ANCHORS/bin/perf_analyzer}"
 echo "== black-box tests (tritonclient)"
 TRITONRS_BIN="$PWD/target/debug/tritonrs" python -m pytest tests/python "$@"
 echo "== the Python backend's tests again, with the stubs' fork server off"
