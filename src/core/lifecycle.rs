@@ -91,6 +91,10 @@ struct ModelEntry {
     unloaded: bool,
     /// Holds model files given through the load API until the model is replaced or unloaded.
     _files: Option<Arc<tempfile::TempDir>>,
+    /// The load API's `config` parameter of the last load that served (without files): a later load
+    /// without one reuses it while the model stays loaded, as tritonserver 2.51 does; an explicit
+    /// unload forgets it, so the next load reads `config.pbtxt`.
+    config_override: Option<String>,
     /// For an ensemble, its composing models (from the last configuration read); empty otherwise.
     composing: BTreeSet<String>,
     /// The composing models an ensemble is down for: it loads again as soon as one of them serves
@@ -450,10 +454,19 @@ impl ModelManager {
     }
 
     /// [`Self::load_with`] for a caller that already holds the model's lock.
-    async fn load_holding_lock(self: &Arc<Self>, name: &str, opts: LoadOptions, remember_missing: bool) -> Result<()> {
+    async fn load_holding_lock(
+        self: &Arc<Self>,
+        name: &str,
+        mut opts: LoadOptions,
+        remember_missing: bool,
+    ) -> Result<()> {
         {
             let mut table = self.write();
             let entry = table.entry(name.to_string()).or_default();
+            let serving = !entry.unloaded && entry.versions.values().any(|s| s.model.is_some());
+            if opts.config_json.is_none() && opts.files.is_empty() && serving {
+                opts.config_json = entry.config_override.clone();
+            }
             entry.loading = true;
             entry.unloaded = false;
             entry.awaiting_composing.clear();
@@ -720,6 +733,7 @@ impl ModelManager {
             let mut table = self.write();
             let entry = table.entry(name.to_string()).or_default();
             entry.fingerprint = Some(fingerprint);
+            entry.config_override = if files_dir.is_some() { None } else { opts.config_json.clone() };
             if files_dir.is_some() {
                 entry._files = files_dir;
             }
@@ -867,6 +881,7 @@ impl ModelManager {
                 // changed, and it loads again from the same files.
                 entry.fingerprint = None;
                 entry._files = None;
+                entry.config_override = None;
             }
             for slot in entry.versions.values_mut() {
                 slot.wanted = false;

@@ -234,10 +234,24 @@ def test_load_with_config_override(explicit_server):
     with pytest.raises(InferenceServerException) as e:
         simple_infer(c, batch=3)
     assert e.value.status() == "400"
-    # Loading again without a config goes back to config.pbtxt.
+    # Loading again without a config keeps the override while the model stays loaded, as tritonserver
+    # 2.51 does (a plain reload, after new model files say, does not drop it).
+    c.load_model("simple")
+    assert c.get_model_config("simple")["max_batch_size"] == 2
+    with pytest.raises(InferenceServerException):
+        simple_infer(c, batch=3)
+    # An unload forgets it: the next load reads config.pbtxt.
+    c.unload_model("simple")
     c.load_model("simple")
     assert c.get_model_config("simple")["max_batch_size"] == 8
     assert simple_infer(c, batch=3).tolist() == [[6] * 16] * 3
+    # A failed override leaves the one in force in place.
+    cfg["max_batch_size"] = 4
+    c.load_model("simple", config=json.dumps(cfg))
+    with pytest.raises(InferenceServerException):
+        c.load_model("simple", config=json.dumps({**cfg, "max_batch_size": "many"}))
+    c.load_model("simple")
+    assert c.get_model_config("simple")["max_batch_size"] == 4
 
 
 def test_load_with_config_override_version_policy(explicit_server):
