@@ -73,7 +73,7 @@ fn sample(cfg: &ModelConfig, w: &ModelWarmup, model_dir: &Path, max_bytes: usize
     })
 }
 
-/// Zeros, or deterministic pseudo-random bytes (a warmup needs plausible data, not entropy). BYTES
+/// Zeros, or deterministic pseudo-random values (a warmup needs plausible data, not entropy). BYTES
 /// elements are empty strings for zero data and one-byte strings for random data. More than `max_bytes`
 /// bytes, or an allocation that fails, is an error, never an abort.
 fn filler(datatype: DataType, count: usize, random: bool, max_bytes: usize) -> std::result::Result<Vec<u8>, String> {
@@ -87,13 +87,13 @@ fn filler(datatype: DataType, count: usize, random: bool, max_bytes: usize) -> s
     }
     let mut out = limits::zeroed(len, "a warmup sample").map_err(|e| e.message)?;
     if random {
-        // Small values (one significant byte per element) so floats stay finite and bools valid.
+        // Plausible values: normal floats in [0, 1), small integers, valid bools (DataType::write_sample).
         let mut state = 0x2545_f491_u32;
         for chunk in out.chunks_mut(size) {
             state ^= state << 13;
             state ^= state >> 17;
             state ^= state << 5;
-            chunk[0] = if datatype == DataType::Bool { (state & 1) as u8 } else { (state % 100) as u8 };
+            datatype.write_sample(state, chunk);
         }
     }
     Ok(out)

@@ -78,6 +78,33 @@ impl DataType {
         })
     }
 
+    /// Writes one plausible element made from the random number `r` into `out` (its `byte_size`
+    /// bytes, little-endian): floats are normal numbers in [0, 1) (never subnormals, which run slowly
+    /// on CPUs and no real input is made of), integers are small (0..32), bools 0 or 1. Warm-up
+    /// samples (`random_data`) and `tritonrs tune`'s random inputs are made of these. Nothing is
+    /// written for BYTES or when `out` is shorter than an element.
+    pub fn write_sample(self, r: u32, out: &mut [u8]) {
+        let unit = f64::from(r >> 8) / f64::from(1u32 << 24);
+        let small = r % 32;
+        let mut put = |bytes: &[u8]| {
+            if let Some(dst) = out.get_mut(..bytes.len()) {
+                dst.copy_from_slice(bytes);
+            }
+        };
+        match self {
+            DataType::Bool => put(&[(r & 1) as u8]),
+            DataType::Uint8 | DataType::Int8 => put(&[small as u8]),
+            DataType::Uint16 | DataType::Int16 => put(&(small as u16).to_le_bytes()),
+            DataType::Uint32 | DataType::Int32 => put(&small.to_le_bytes()),
+            DataType::Uint64 | DataType::Int64 => put(&u64::from(small).to_le_bytes()),
+            DataType::Fp16 => put(&half::f16::from_f64(unit).to_le_bytes()),
+            DataType::Bf16 => put(&half::bf16::from_f64(unit).to_le_bytes()),
+            DataType::Fp32 => put(&(unit as f32).to_le_bytes()),
+            DataType::Fp64 => put(&unit.to_le_bytes()),
+            DataType::Bytes => {}
+        }
+    }
+
     /// Whether the elements are floating point numbers (JSON and classification print them as such).
     pub fn is_float(self) -> bool {
         matches!(self, DataType::Fp16 | DataType::Bf16 | DataType::Fp32 | DataType::Fp64)
@@ -144,5 +171,33 @@ mod tests {
         }
         assert_eq!(DataType::parse("FLOAT"), None);
         assert_eq!(DataType::from_config(0), None);
+    }
+
+    #[test]
+    fn samples_are_plausible_values_never_subnormal_floats() {
+        let mut state = 7u32;
+        for _ in 0..1000 {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            let mut b = [0u8; 8];
+            DataType::Fp32.write_sample(state, &mut b[..4]);
+            let f = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            assert!((0.0..1.0).contains(&f) && (f == 0.0 || f.is_normal()), "{f}");
+            DataType::Fp64.write_sample(state, &mut b);
+            let d = f64::from_le_bytes(b);
+            assert!((0.0..1.0).contains(&d) && (d == 0.0 || d.is_normal()), "{d}");
+            DataType::Fp16.write_sample(state, &mut b[..2]);
+            let h = half::f16::from_le_bytes([b[0], b[1]]);
+            assert!(h.is_finite() && h >= half::f16::ZERO && h <= half::f16::ONE, "{h}");
+            DataType::Int32.write_sample(state, &mut b[..4]);
+            assert!(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) < 32);
+            DataType::Bool.write_sample(state, &mut b[..1]);
+            assert!(b[0] <= 1);
+        }
+        // Too short a buffer is left alone rather than a panic.
+        let mut short = [9u8; 2];
+        DataType::Fp32.write_sample(1 << 20, &mut short);
+        assert_eq!(short, [9, 9]);
     }
 }

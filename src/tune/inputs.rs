@@ -98,20 +98,9 @@ pub fn random(cfg: &ModelConfig, model: &str, shapes: &HashMap<String, Vec<i64>>
 /// on CPUs and would misjudge every variant), integers from 0 to 31 (small enough to be valid indexes
 /// for most models), bools 0 or 1.
 fn push_random(out: &mut Vec<u8>, dt: DataType, r: u32) {
-    let unit = f64::from(r >> 8) / f64::from(1u32 << 24);
-    let small = r % 32;
-    match dt {
-        DataType::Bool => out.push((r & 1) as u8),
-        DataType::Uint8 | DataType::Int8 => out.push(small as u8),
-        DataType::Uint16 | DataType::Int16 => out.extend((small as u16).to_le_bytes()),
-        DataType::Uint32 | DataType::Int32 => out.extend(small.to_le_bytes()),
-        DataType::Uint64 | DataType::Int64 => out.extend(u64::from(small).to_le_bytes()),
-        DataType::Fp16 => out.extend(half::f16::from_f64(unit).to_le_bytes()),
-        DataType::Bf16 => out.extend(half::bf16::from_f64(unit).to_le_bytes()),
-        DataType::Fp32 => out.extend((unit as f32).to_le_bytes()),
-        DataType::Fp64 => out.extend(unit.to_le_bytes()),
-        DataType::Bytes => {}
-    }
+    let start = out.len();
+    out.resize(start + dt.byte_size().unwrap_or(0), 0);
+    dt.write_sample(r, &mut out[start..]);
 }
 
 /// The model's warmup samples of batch 1 (or any batch for a model that does not batch), as requests.

@@ -77,3 +77,36 @@ def test_warmup_batch_size_beyond_max_is_refused(start_server, repo):
     s = start_server("--model-repository", repo, wait="live")
     row = unavailable(s)
     assert row["state"] == "UNAVAILABLE" and "max_batch_size" in row["reason"], row
+
+
+def test_random_warmup_data_is_plausible(start_server, repo):
+    """random_data fills FP32 inputs with normal numbers in [0, 1): not zeros, and not the subnormals
+    (one low byte per element) it used to write, which no real input looks like and which CPUs run
+    slowly. A Python model keeps what its warmup saw."""
+    d = repo / "seen"
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model.py").write_text(
+        "import os\n"
+        "import numpy as np\n"
+        "import triton_python_backend_utils as pb_utils\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        out = []\n"
+        "        for r in requests:\n"
+        "            x = pb_utils.get_input_tensor_by_name(r, 'INPUT').as_numpy()\n"
+        "            np.save(os.path.join(os.path.dirname(__file__), 'seen.npy'), x)\n"
+        "            out.append(pb_utils.InferenceResponse([pb_utils.Tensor('OUTPUT', x)]))\n"
+        "        return out\n")
+    (d / "config.pbtxt").write_text(
+        'name: "seen"\nbackend: "python"\nmax_batch_size: 4\n'
+        'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 64 ] } ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 64 ] } ]\n'
+        'model_warmup { name: "r" batch_size: 2 inputs { key: "INPUT" value: '
+        '{ data_type: TYPE_FP32 dims: [ 64 ] random_data: true } } }\n')
+    s = start_server("--model-repository", repo, "--model-control-mode", "explicit", "--load-model", "seen")
+    assert s.client().is_model_ready("seen")
+    x = np.load(d / "1" / "seen.npy")
+    assert x.shape == (2, 64) and x.dtype == np.float32
+    assert ((x >= 0) & (x < 1)).all(), x
+    assert ((x == 0) | (np.abs(x) >= np.finfo(np.float32).tiny)).all(), "subnormal values in the warmup"
+    assert len(np.unique(x)) > 32, x
