@@ -22,7 +22,8 @@ when missing, and a warning is printed when it is older than the last commit).
 The model (BENCH_MODEL): `sleepy` (default), a batching Python model that takes 40 ms per execution
 whatever the batch, so the answer is unambiguous: the most instances, the largest batch and dynamic
 batching, at a concurrency of at least instances x batch; or `fixed_cost`, the ONNX model of
-tests/python/test_tune.py whose cost does not grow with the batch.
+tests/python/test_tune.py whose cost does not grow with the batch (Model Analyzer's remote mode only:
+the anchors' tritonserver has no ONNX Runtime backend).
 
 What is identical: the model and repository; the search bounds (instance count 1..BENCH_MAX_INSTANCES,
 KIND_CPU only, max_batch_size powers of two up to BENCH_MAX_BATCH, concurrency up to
@@ -153,7 +154,10 @@ def main():
               f"<= {MAX_TRIALS} trials; tritonrs {BIN}", flush=True)
         tune, tune_wall = run_tune(repo, work, model)
         mas = []
-        if MA_MODE in ("local", "both"):
+        if MA_MODE in ("local", "both") and MODEL == "fixed_cost":
+            print("model-analyzer local mode skipped: the anchors' tritonserver has only the Python backend, "
+                  "not ONNX Runtime", flush=True)
+        elif MA_MODE in ("local", "both"):
             mas.append((f"model-analyzer, local (tritonserver 2.51, restarted per variant)",
                         run_ma_local(repo, work, model)))
         if MA_MODE in ("remote", "both"):
