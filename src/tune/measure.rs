@@ -197,11 +197,14 @@ async fn windows(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     check()?;
+    // The CPU time of this process tree is the server's only when the server runs in it; under --via
+    // it would be the load generator's, so none is recorded.
+    let local = target.is_local();
     let reading = |latencies_us: Vec<u64>, elapsed: Duration, times: ServerTimes| Window {
         latencies_us,
         elapsed,
         times,
-        cpu_seconds: probe::cpu_seconds(),
+        cpu_seconds: if local { probe::cpu_seconds() } else { None },
         power_w: power.and_then(PowerProbe::take_mean),
     };
     let times = target.times(model).await.map_err(|e| Stop::Failed(e.message))?;

@@ -217,6 +217,11 @@ def test_via_grpc_measures_a_running_server_and_restores_its_configuration(tmp_p
         assert r.returncode == 0, r.stdout + r.stderr
         assert "warning: tune --via loads variants" in r.stderr
         assert {row["Model Config Path"] for row in rows(out)} == {"simple_config_default", "simple_config_0"}
+        # The server is another process: its memory and CPU are not recorded (this process's would be the
+        # load generator's), its queue and compute times are.
+        for row in rows(out):
+            assert float(row["RAM Usage (MB)"] or 0) == 0 and float(row["CPU Utilization (%)"] or 0) == 0, row
+            assert float(row["Server Compute Infer time (ms)"]) > 0, row
         assert f"<th>Measured by</th><td>grpc://{s.grpc_url}</td>" in (out / "report.html").read_text()
         # The server is back on its own configuration and still serving.
         cfg = s.get("/v2/models/simple/config").json()
