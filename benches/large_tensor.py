@@ -17,7 +17,9 @@ absolute numbers across runs.
 On a 2-core machine the client shares the cores with ONNX Runtime's two intra-op threads, so the
 served rows include perf_analyzer's own work (building and sending 588 KiB per request); the server's
 columns show what the server itself adds (request - infer), and `client` is perf_analyzer's CPU time
-per request. The `in-process (tune)` rows serve the same model through the server's core with no
+per request (for the `python` rows, this process's: tritonclient's Python API with its input built
+once and reused, a leaner client than perf_analyzer, which builds every request anew). The
+`in-process (tune)` rows serve the same model through the server's core with no
 transport and no client process (`tritonrs tune` at concurrency 1 on the model's own configuration):
 what the server costs when the network and the client are taken away.
 
@@ -159,6 +161,57 @@ def in_process_served(tmp: Path, spinning: bool) -> dict | None:
             "client_ms": None}
 
 
+def python_client(server: Server, protocol: str, shm: bool) -> dict:
+    """tritonclient's Python API in this process, one request in flight, its input built once and
+    reused (with `shm`, written once into a registered system shared memory region): a client that does
+    little per request besides the call itself. client_ms is this process's CPU time per request."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    x = np.random.default_rng(1).random(SHAPE, dtype=np.float32)
+    mod = grpcclient if protocol == "grpc" else httpclient
+    url = f"127.0.0.1:{server.grpc if protocol == 'grpc' else server.http}"
+    client = mod.InferenceServerClient(url)
+    inp = mod.InferInput("INPUT", SHAPE, "FP32")
+    out = mod.InferRequestedOutput("OUTPUT") if protocol == "grpc" else mod.InferRequestedOutput("OUTPUT", binary_data=True)
+    region = None
+    if shm:
+        import tritonclient.utils.shared_memory as sysshm
+
+        key = f"/large_tensor_{os.getpid()}"
+        region = sysshm.create_shared_memory_region("large_tensor_in", key, x.nbytes)
+        sysshm.set_shared_memory_region(region, [x])
+        client.register_system_shared_memory("large_tensor_in", key, x.nbytes)
+        inp.set_shared_memory("large_tensor_in", x.nbytes)
+    elif protocol == "grpc":
+        inp.set_data_from_numpy(x)
+    else:
+        inp.set_data_from_numpy(x, binary_data=True)
+    try:
+        for _ in range(30):
+            client.infer(NAME, [inp], outputs=[out])
+        before = stats(server)
+        deadline = time.perf_counter() + int(INTERVAL_MS) * 3 / 1000
+        n, latencies = 0, []
+        t0, c0 = time.perf_counter(), time.process_time()
+        while time.perf_counter() < deadline:
+            t = time.perf_counter()
+            client.infer(NAME, [inp], outputs=[out])
+            latencies.append(time.perf_counter() - t)
+            n += 1
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        after = stats(server)
+    finally:
+        if region is not None:
+            client.unregister_system_shared_memory("large_tensor_in")
+            sysshm.destroy_shared_memory_region(region)
+    k = max(1, after["success"][0] - before["success"][0])
+    per = {key: (after[key][1] - before[key][1]) / k / 1000 for key in ("success", "queue", "compute_input",
+                                                                      "compute_infer", "compute_output")}
+    latencies.sort()
+    return {"thr": n / wall, "p50": latencies[len(latencies) // 2] * 1e6, "server": per, "client_ms": cpu * 1000 / n}
+
+
 def serve(tmp: Path, spinning: bool) -> list:
     http, grpc = free_port(), free_port()
     extra = ["--backend-config=onnxruntime,allow_spinning=true"] if spinning else []
@@ -171,7 +224,10 @@ def serve(tmp: Path, spinning: bool) -> list:
         return [("in-process (tune)", None),
                 ("grpc", perf([str(PERF)], rs, "grpc", False)),
                 ("http", perf([str(PERF)], rs, "http", False)),
-                ("grpc + system shm", perf(shm_pa, rs, "grpc", True))]
+                ("grpc + system shm", perf(shm_pa, rs, "grpc", True)),
+                ("python grpc", python_client(rs, "grpc", False)),
+                ("python http", python_client(rs, "http", False)),
+                ("python grpc + system shm", python_client(rs, "grpc", True))]
     finally:
         rs.stop()
 
@@ -191,17 +247,17 @@ def main():
     print(f"FP32 {SHAPE} into a 2-layer conv net, concurrency 1. In-process ONNX Runtime floor: "
           f"{floor[True]:,.1f} runs/s ({1000 / floor[True]:.2f} ms) with its default spinning thread pools, "
           f"{floor[False]:,.1f} runs/s ({1000 / floor[False]:.2f} ms) without (the server's default)")
-    print(f"{'path':30} | {'inf/s':>8} {'p50 ms':>7} | {'/floor':>6} {'/same':>6} | server ms: {'request':>7} "
+    print(f"{'path':36} | {'inf/s':>8} {'p50 ms':>7} | {'/floor':>6} {'/same':>6} | server ms: {'request':>7} "
           f"{'queue':>6} {'input':>6} {'infer':>6} {'output':>6} | {'own':>5} | {'client':>6}")
     for spin in (False, True):
         for name, r in served[spin]:
             label = f"{name}{' (spinning)' if spin else ''}"
             if r is None:
-                print(f"{label:30} | n/a")
+                print(f"{label:36} | n/a")
                 continue
             s = r["server"]
             own = (s["success"] - s["compute_infer"]) / 1000
-            print(f"{label:30} | {r['thr']:>8,.1f} {r['p50'] / 1000:>7.2f} | {r['thr'] / floor[True]:>5.2f}x "
+            print(f"{label:36} | {r['thr']:>8,.1f} {r['p50'] / 1000:>7.2f} | {r['thr'] / floor[True]:>5.2f}x "
                   f"{r['thr'] / floor[spin]:>5.2f}x | {'':10} {s['success'] / 1000:>7.2f} {s['queue'] / 1000:>6.2f} "
                   f"{s['compute_input'] / 1000:>6.2f} {s['compute_infer'] / 1000:>6.2f} {s['compute_output'] / 1000:>6.2f}"
                   f" | {own:>5.2f} | " + (f"{r['client_ms']:>6.2f}" if r["client_ms"] is not None else f"{'-':>6}"))
