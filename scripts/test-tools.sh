@@ -44,10 +44,10 @@ if ! "$A/bin/perf_analyzer" --version >/dev/null 2>&1; then
         mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
         [ -n "$mirror" ] || mirror=$(awk '$1=="deb"{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
         [ -n "$mirror" ] || { log "no Debian mirror in /etc/apt/sources.list*"; exit 1; }
-        mkdir -p "$A/apt/lists/partial" "$A/apt/debs"
+        mkdir -p "$A/apt/lists/partial" "$A/apt/cache/archives/partial" "$A/apt/debs"
         printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: %s\n' \
             "$mirror" /usr/share/keyrings/debian-archive-keyring.gpg > "$A/apt/trixie.sources"
-        apt_opts=(-oDir::State::Lists="$A/apt/lists" -oDir::Etc::SourceList="$A/apt/trixie.sources"
+        apt_opts=(-oDir::State::Lists="$A/apt/lists" -oDir::Cache="$A/apt/cache" -oDir::Etc::SourceList="$A/apt/trixie.sources"
                   -oDir::Etc::SourceParts=/nonexistent -oAPT::Architecture=amd64 -oDebug::NoLocking=1
                   -oAPT::Sandbox::User=root)
         apt-get "${apt_opts[@]}" update -qq
@@ -80,13 +80,17 @@ W
 fi
 
 MA="$REPO/.ma-venv"
-if ! "$MA/bin/model-analyzer" --help >/dev/null 2>&1; then
+if [ ! -x "$MA/bin/model-analyzer" ]; then
     t0=$SECONDS
     log "model-analyzer 1.58 from PyPI into $MA (about 600 MB)"
-    rm -rf "$MA"
-    "$PY" -m venv "$MA"
+    [ -x "$MA/bin/python" ] || "$PY" -m venv "$MA"
     PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 "$MA/bin/python" -m pip install -q --no-compile \
         triton-model-analyzer==1.58.0
-    "$MA/bin/model-analyzer" --help >/dev/null
-    log "model-analyzer ready in $((SECONDS - t0)) s"
+    log "model-analyzer installed in $((SECONDS - t0)) s"
+fi
+# A venv that does not run (say, its interpreter moved) is reported, not deleted: it may hold
+# someone's work, and the differential test then skips with the reason.
+if ! "$MA/bin/model-analyzer" --help >/dev/null 2>&1; then
+    log "$MA/bin/model-analyzer does not run; remove $MA to install it again"
+    exit 1
 fi
