@@ -183,6 +183,31 @@ def test_quick_search_climbs_from_one_instance_and_apply_writes_back_with_a_back
     assert v.returncode == 0, v.stdout + v.stderr
 
 
+def test_quick_search_sweeps_low_concurrencies_only_where_latency_decides(tmp_path):
+    """The best variants' final sweep: upward from the concurrency they were climbed at (2 x instances)
+    when only throughput counts, from 1 when a p99 limit does. A model that does not batch: the climb
+    measures 1 instance at concurrency 2 and 2 instances at 4 (the largest allowed here)."""
+    repo = tmp_path / "repo"
+    python_sleep_model(repo, "nap", execute_s=0.02)
+
+    def concurrencies(*extra: str) -> dict[str, list[int]]:
+        out = tmp_path / f"out{len(extra)}"
+        r = tune("--model-repository", str(repo), "--model", "nap", "--search", "quick", "--max-instance-count",
+                 "2", "--max-concurrency", "4", "--output-dir", str(out), *extra)
+        assert r.returncode == 0, r.stdout + r.stderr
+        found: dict[str, list[int]] = {}
+        for row in rows(out):
+            found.setdefault(row["Instance Group"], []).append(int(row["Concurrency"]))
+        return {k: sorted(v) for k, v in found.items()}
+
+    # Throughput: 1 instance goes on upward from 2 to 4; 2 instances were climbed at 4 already.
+    assert concurrencies() == {"1:CPU": [2, 4], "2:CPU": [4]}
+    # A p99 limit: lower concurrencies may be the only ones within it, so both sweeps start at 1 (and
+    # one instance, saturated at 1, may stop doubling at 2).
+    low = concurrencies("--max-p99-ms", "10000")
+    assert low["2:CPU"] == [1, 2, 4] and low["1:CPU"][:2] == [1, 2], low
+
+
 @pytest.mark.parametrize("board,watts", [("orin-jp6", 5.056 * 1.328), ("nano-jp46", 3.812)])
 def test_efficiency_is_inferences_per_joule_on_a_jetson(tmp_path, board, watts):
     out = tmp_path / "out"
