@@ -104,6 +104,14 @@ def stats(server: Server) -> dict:
     return {k: (int(v["count"]), int(v["ns"])) for k, v in s.items() if isinstance(v, dict) and "ns" in v}
 
 
+def per_request(before: dict, after: dict) -> tuple[int, dict]:
+    """Successful requests between two stats() readings, and the server's mean per-request stage
+    times over them, in microseconds."""
+    n = max(1, after["success"][0] - before["success"][0])
+    return n, {k: (after[k][1] - before[k][1]) / n / 1000
+               for k in ("success", "queue", "compute_input", "compute_infer", "compute_output")}
+
+
 def perf(pa: list[str], server: Server, protocol: str, shm: bool) -> dict | None:
     port = server.grpc if protocol == "grpc" else server.http
     before = stats(server)
@@ -124,9 +132,7 @@ def perf(pa: list[str], server: Server, protocol: str, shm: bool) -> dict | None
         row = next(csv.DictReader(open(f.name)))
     after = stats(server)
     # The server's mean per-request times over the whole perf_analyzer run (warm-up trials included).
-    n = max(1, after["success"][0] - before["success"][0])
-    per = {k: (after[k][1] - before[k][1]) / n / 1000 for k in ("success", "queue", "compute_input", "compute_infer",
-                                                                "compute_output")}
+    n, per = per_request(before, after)
     # perf_analyzer's own CPU time per request (user + system, all its threads, warm-up included).
     client_ms = (usage.ru_utime + usage.ru_stime) * 1000 / n
     return {"thr": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]), "server": per,
@@ -205,9 +211,7 @@ def python_client(server: Server, protocol: str, shm: bool) -> dict:
         if region is not None:
             client.unregister_system_shared_memory("large_tensor_in")
             sysshm.destroy_shared_memory_region(region)
-    k = max(1, after["success"][0] - before["success"][0])
-    per = {key: (after[key][1] - before[key][1]) / k / 1000 for key in ("success", "queue", "compute_input",
-                                                                      "compute_infer", "compute_output")}
+    _, per = per_request(before, after)
     latencies.sort()
     return {"thr": n / wall, "p50": latencies[len(latencies) // 2] * 1e6, "server": per, "client_ms": cpu * 1000 / n}
 
