@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -73,6 +74,28 @@ def run_cli(*args: str, timeout: float = 30, env: dict | None = None) -> subproc
                           env={**server_env(), **(env or {})})
 
 
+# Sets the limits given as "which:soft:hard" arguments, then becomes the command after "--".
+_RLIMIT_TRAMPOLINE = (
+    "import os, resource, sys\n"
+    "i = sys.argv.index('--')\n"
+    "for a in sys.argv[1:i]:\n"
+    "    which, soft, hard = map(int, a.split(':'))\n"
+    "    resource.setrlimit(which, (soft, hard))\n"
+    "os.execv(sys.argv[i + 1], sys.argv[i + 1:])\n"
+)
+
+
+def with_rlimits(rlimits: dict, cmd: list[str]) -> list[str]:
+    """`cmd` started under the resource limits `rlimits` (resource.RLIMIT_* -> (soft, hard)).
+
+    A small Python process sets them and execs `cmd`, so the server's pid is the one Popen returns.
+    Not `preexec_fn`: that makes subprocess fork the whole test process, with gRPC's threads of
+    earlier tests in it, and a child of such a fork can deadlock before exec, which left Popen (and
+    the CI run) waiting forever."""
+    limits = [f"{which}:{soft}:{hard}" for which, (soft, hard) in rlimits.items()]
+    return [sys.executable, "-S", "-c", _RLIMIT_TRAMPOLINE, *limits, "--", *cmd]
+
+
 class HttpResponse:
     def __init__(self, status: int, headers: dict, body: bytes):
         self.status = status
@@ -117,15 +140,10 @@ class TritonServer:
                "--grpc-port", "0", "--grpc-address", self.host, "--allow-metrics=false", *self.args]
         if not ZYGOTE:
             cmd.append("--backend-config=python,zygote=false")
-        def limit():
-            import resource
-
-            for which, value in self.rlimits.items():
-                resource.setrlimit(which, value)
-
+        if self.rlimits:
+            cmd = with_rlimits(self.rlimits, cmd)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, env={**server_env(), **self.env},
-                                     preexec_fn=limit if self.rlimits else None)
+                                     stderr=subprocess.PIPE, env={**server_env(), **self.env})
         _RUNNING.append(self)
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
