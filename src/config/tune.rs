@@ -158,7 +158,8 @@ pub struct TuneArgs {
     /// A point counts only with the process's resident memory (plus GPU memory) at most this many MB.
     #[arg(long, value_parser = positive)]
     pub max_memory_mb: Option<f64>,
-    /// A point counts only with board power at most this many watts (Jetson power rails).
+    /// A point counts only with power at most this many watts: the board's on a Jetson (its input
+    /// rail), the GPUs' draw (NVML) on a machine with NVIDIA GPUs.
     #[arg(long, value_parser = positive)]
     pub max_power_w: Option<f64>,
     /// Where the CSV, the HTML report and its plots go.

@@ -399,6 +399,9 @@ pub async fn run(args: &TuneArgs, ctx: &Context) -> Result<(TuneReport, Outcome)
         }
     }
     let shapes = inputs::parse_shapes(&args.shapes)?;
+    // This machine's power is the server's only when the server runs here.
+    let power = if ctx.target.same_machine() { probe::PowerProbe::start(Duration::from_millis(100)) } else { None };
+    let power_source = power.as_ref().map(|p| p.source);
     let mut run = Run {
         args,
         ctx,
@@ -409,14 +412,12 @@ pub async fn run(args: &TuneArgs, ctx: &Context) -> Result<(TuneReport, Outcome)
             warmup_requests: args.warmup_requests,
         },
         deadline,
-        probes: measure::Probes {
-            power: probe::PowerProbe::start(Duration::from_millis(100)),
-            gpu_memory: probe::GpuMemoryProbe::start(),
-        },
+        probes: measure::Probes { power, gpu_memory: probe::GpuMemoryProbe::start() },
         report: TuneReport {
             objective: args.objective,
             constraints: Constraints::from_args(args),
             measured_by: ctx.target.describe(),
+            power_source,
             ..Default::default()
         },
         stopped: None,

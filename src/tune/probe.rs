@@ -1,7 +1,8 @@
 //! Readings of the serving process and the board taken around each measurement: CPU time, resident
-//! memory, and on a Jetson the power rails (sampled in the background, since a rail is a moment's
-//! reading).
+//! memory, and power (sampled in the background, since a power reading is a moment's): on a Jetson
+//! the board's input rail, on a machine with NVIDIA GPUs their draw through NVML.
 
+use super::results::PowerSource;
 use crate::platform::jetson::Jetson;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,18 +124,47 @@ pub fn board_watts(rails: &[(String, f64)]) -> Option<f64> {
     })
 }
 
-/// Samples the Jetson's board power every `interval` while a measurement runs; the mean is its power.
+/// Power in watts summed over every GPU that NVML sees and that reports its draw; `None` where none
+/// does (a GPU without a power sensor, or no GPU).
+fn gpu_watts(nvml: &nvml_wrapper::Nvml) -> Option<f64> {
+    let mut milliwatts = None;
+    for i in 0..nvml.device_count().ok()? {
+        if let Ok(mw) = nvml.device_by_index(i).and_then(|d| d.power_usage()) {
+            *milliwatts.get_or_insert(0u64) += u64::from(mw);
+        }
+    }
+    milliwatts.map(|mw| mw as f64 / 1000.0)
+}
+
+/// Samples power every `interval` while a measurement runs; the mean is its power. On a Jetson it
+/// is the board's (its input rail, CPU and GPU together); on a machine with NVIDIA GPUs, the GPUs'
+/// draw through NVML (not the CPU's), as Model Analyzer's `gpu_power_usage`.
 pub struct PowerProbe {
     samples: Arc<Mutex<Vec<f64>>>,
     stop: Arc<AtomicBool>,
+    /// What the readings measure.
+    pub source: PowerSource,
 }
 
 impl PowerProbe {
-    /// Starts sampling if this is a Jetson with power rails (`TRITONRS_SYSFS_ROOT` points tests at a
-    /// fixture tree); `None` otherwise.
+    /// Starts sampling the Jetson's rails (`TRITONRS_SYSFS_ROOT` points tests at a fixture tree),
+    /// else the GPUs through NVML (loaded at run time); `None` where neither gives a reading.
     pub fn start(interval: Duration) -> Option<PowerProbe> {
-        let jetson = Jetson::detect(&Jetson::root_from_env())?;
-        board_watts(&jetson.read().rails)?;
+        if let Some(jetson) = Jetson::detect(&Jetson::root_from_env()) {
+            if board_watts(&jetson.read().rails).is_some() {
+                return PowerProbe::sample(PowerSource::Board, interval, move || board_watts(&jetson.read().rails));
+            }
+        }
+        let nvml = nvml_wrapper::Nvml::init().ok()?;
+        gpu_watts(&nvml)?;
+        PowerProbe::sample(PowerSource::Gpus, interval, move || gpu_watts(&nvml))
+    }
+
+    fn sample(
+        source: PowerSource,
+        interval: Duration,
+        read: impl Fn() -> Option<f64> + Send + 'static,
+    ) -> Option<PowerProbe> {
         let samples = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (samples.clone(), stop.clone());
@@ -142,14 +172,14 @@ impl PowerProbe {
             .name("tune-power".into())
             .spawn(move || {
                 while !st.load(Ordering::Relaxed) {
-                    if let Some(w) = board_watts(&jetson.read().rails) {
+                    if let Some(w) = read() {
                         s.lock().push(w);
                     }
                     std::thread::sleep(interval);
                 }
             })
             .ok()?;
-        Some(PowerProbe { samples, stop })
+        Some(PowerProbe { samples, stop, source })
     }
 
     /// The mean power since the last call, and starts a new period.

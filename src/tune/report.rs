@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::results::{Constraints, Objective, Point, TuneReport, VariantResult};
+use super::results::{Constraints, Objective, Point, PowerSource, TuneReport, VariantResult};
 
 /// The CSV's file name, Model Analyzer's `DEFAULT_FILENAME_MODEL_INFERENCE`.
 pub const CSV_FILE: &str = "metrics-model-inference.csv";
@@ -43,8 +43,9 @@ const MA_COLUMNS: [&str; 9] = [
 
 /// Columns after Model Analyzer's defaults: its own header text where it has the record
 /// (perf_latency_p95, perf_latency_avg, perf_server_*, cpu_used_ram, gpu_used_memory), names in its
-/// style where it has none (p50, CPU use), and ours for the rest. The power is the board's (Jetson
-/// rails), not a GPU's, so it does not take Model Analyzer's "GPU Power Usage (W)".
+/// style where it has none (p50, CPU use), and ours for the rest. Power read from the GPUs (NVML)
+/// takes Model Analyzer's "GPU Power Usage (W)" instead of the board's "Power Usage (W)" (Jetson
+/// rails; see [`power_column`]).
 const EXTRA_COLUMNS: [&str; 14] = [
     "p50 Latency (ms)",
     "p95 Latency (ms)",
@@ -86,7 +87,14 @@ pub fn write_all(report: &TuneReport, dir: &Path) -> io::Result<Written> {
 /// that were skipped (an error) or have no points get no rows.
 pub fn write_csv(report: &TuneReport, path: &Path) -> io::Result<()> {
     let mut out = csv::Writer::from_path(path)?;
-    out.write_record(MA_COLUMNS.iter().chain(EXTRA_COLUMNS.iter()))?;
+    let power = power_column(report.power_source);
+    out.write_record(MA_COLUMNS.iter().copied().chain(EXTRA_COLUMNS.iter().map(|&c| {
+        if c == "Power Usage (W)" {
+            power
+        } else {
+            c
+        }
+    })))?;
     for model in models(report) {
         for v in ranked_variants(report, &model) {
             for p in ranked_points(v, report.objective) {
@@ -95,6 +103,14 @@ pub fn write_csv(report: &TuneReport, path: &Path) -> io::Result<()> {
         }
     }
     out.flush()
+}
+
+/// The CSV header of the power column: Model Analyzer's own where the readings are the GPUs'.
+fn power_column(source: Option<PowerSource>) -> &'static str {
+    match source {
+        Some(PowerSource::Gpus) => "GPU Power Usage (W)",
+        _ => "Power Usage (W)",
+    }
 }
 
 /// Writes `report.html` and the SVG plots it embeds into `dir` (created if missing); returns the
@@ -111,7 +127,7 @@ pub fn write_html(report: &TuneReport, dir: &Path) -> io::Result<(PathBuf, Vec<P
         if let Some(svg) = throughput_vs_p99_svg(&model, &variants) {
             files.push((format!("{stem}_throughput_vs_p99.svg"), svg));
         }
-        if let Some((kind, svg)) = resource_svg(&model, &variants, report.objective) {
+        if let Some((kind, svg)) = resource_svg(&model, &variants, report.objective, report.power_source) {
             files.push((format!("{stem}_{kind}.svg"), svg));
         }
         let mut names = Vec::new();
@@ -430,6 +446,12 @@ fn render_html(report: &TuneReport, plots: &[(String, Vec<String>)]) -> String {
     let _ =
         writeln!(h, "<tr><th>Constraints</th><td>{}</td></tr>", html_escape(&constraints_text(&report.constraints)));
     let _ = writeln!(h, "<tr><th>Measured by</th><td>{}</td></tr>", html_escape(&report.measured_by));
+    let power = match report.power_source {
+        Some(PowerSource::Board) => "the board's input rail (Jetson)",
+        Some(PowerSource::Gpus) => "the GPUs' draw through NVML (not the CPU's)",
+        None => "not measured (efficiency is per CPU-second)",
+    };
+    let _ = writeln!(h, "<tr><th>Power</th><td>{power}</td></tr>");
     let _ = writeln!(h, "<tr><th>Variants</th><td>{}</td></tr>\n</table>", report.variants.len());
     if let Some(note) = &report.incomplete {
         let _ = writeln!(h, "<p class=\"note\">Incomplete run: {}</p>", html_escape(note));
@@ -639,12 +661,16 @@ fn resource_svg(
     model: &str,
     variants: &[&VariantResult],
     objective: Objective,
+    power_source: Option<PowerSource>,
 ) -> Option<(&'static str, io::Result<String>)> {
     let measured: Vec<(usize, &VariantResult)> =
         variants.iter().enumerate().filter(|(_, v)| measured(v)).map(|(i, v)| (i, *v)).collect();
     let power = measured.iter().any(|(_, v)| v.points.iter().any(|p| p.power_w.is_some()));
-    let (kind, title, unit) =
-        if power { ("power", "board power", "W") } else { ("memory", "resident memory (RSS)", "MB") };
+    let (kind, title, unit) = if power {
+        ("power", power_source.unwrap_or(PowerSource::Board).describe(), "W")
+    } else {
+        ("memory", "resident memory (RSS)", "MB")
+    };
     let bars: Vec<(usize, &VariantResult, f64)> = measured
         .iter()
         .filter_map(|&(i, v)| {
@@ -778,6 +804,7 @@ mod tests {
             ],
             best: vec![("m<&>".to_string(), Some(1)), ("other".to_string(), Some(3))],
             measured_by: "in-process".to_string(),
+            power_source: None,
             incomplete: None,
         }
     }
@@ -908,6 +935,26 @@ mod tests {
         assert!(svg.contains("7.5 W"));
         let csv = fs::read_to_string(&w.csv).unwrap();
         assert!(csv.contains(",7.5,40.005,infer/J,Yes"), "{csv}");
+        assert!(csv.lines().next().unwrap().contains(",Power Usage (W),"), "{csv}");
+        assert!(svg.contains("board power"), "{svg}");
+    }
+
+    #[test]
+    fn gpu_power_takes_model_analyzers_column_and_names_itself() {
+        let mut r = sample();
+        r.power_source = Some(PowerSource::Gpus);
+        for p in &mut r.variants[1].points {
+            p.power_w = Some(312.0);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let w = write_all(&r, dir.path()).unwrap();
+        let csv = fs::read_to_string(&w.csv).unwrap();
+        let header = csv.lines().next().unwrap();
+        assert!(header.contains(",GPU Power Usage (W),") && !header.contains(",Power Usage (W),"), "{header}");
+        let svg = fs::read_to_string(dir.path().join("m____power.svg")).unwrap();
+        assert!(svg.contains("GPU power") && svg.contains("312.0 W"), "{svg}");
+        let html = fs::read_to_string(&w.html).unwrap();
+        assert!(html.contains("<th>Power</th><td>the GPUs' draw through NVML"), "{html}");
     }
 
     #[test]

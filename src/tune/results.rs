@@ -130,7 +130,8 @@ pub struct Point {
     /// The server's CPU use (its process and the ones it started), in percent of one core (200 = two
     /// cores busy).
     pub cpu_percent: f64,
-    /// Mean board power over the windows, from the Jetson rails, where there are some.
+    /// Mean power over the windows: the board's on a Jetson, the GPUs' (NVML) on a machine with
+    /// NVIDIA GPUs (see [`TuneReport::power_source`]); `None` without a reading.
     pub power_w: Option<f64>,
     /// Whether three windows agreed within the stability percentage (else the last windows' mean).
     pub stable: bool,
@@ -229,6 +230,25 @@ impl TuneReport {
     }
 }
 
+/// What a run's power readings measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerSource {
+    /// A Jetson's input rail: the whole board, CPU and GPU together.
+    Board,
+    /// NVML's draw summed over the machine's NVIDIA GPUs: the GPUs only, not the CPU.
+    Gpus,
+}
+
+impl PowerSource {
+    /// Its name in prose ("board power").
+    pub fn describe(self) -> &'static str {
+        match self {
+            PowerSource::Board => "board power",
+            PowerSource::Gpus => "GPU power",
+        }
+    }
+}
+
 /// A whole run, as the report shows it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TuneReport {
@@ -240,6 +260,8 @@ pub struct TuneReport {
     pub best: Vec<(String, Option<usize>)>,
     /// `in-process` or the `--via` address.
     pub measured_by: String,
+    /// What the points' `power_w` measures; `None` where nothing gave a power reading.
+    pub power_source: Option<PowerSource>,
     /// Whether the run ended early (Ctrl-C or the budget) and what is missing.
     pub incomplete: Option<String>,
 }

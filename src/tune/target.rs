@@ -83,6 +83,15 @@ impl Target {
         matches!(self, Target::InProcess(_))
     }
 
+    /// Whether the server runs on this machine (in-process, or `--via` a loopback address), so that
+    /// this machine's power readings are the server's.
+    pub fn same_machine(&self) -> bool {
+        match self {
+            Target::InProcess(_) => true,
+            Target::Via { address, .. } => is_loopback(address),
+        }
+    }
+
     /// Loads `model` with `config` in place of its config.pbtxt (replacing a loaded version).
     pub async fn load(&self, model: &str, config: &ModelConfig) -> Result<()> {
         let json = config_to_json(config).to_string();
@@ -173,6 +182,17 @@ impl Target {
     }
 }
 
+/// Whether a `grpc://HOST:PORT` address names this machine by loopback (`localhost`, 127.0.0.0/8,
+/// `[::1]`).
+fn is_loopback(url: &str) -> bool {
+    let Ok(uri) = format!("http://{}", url.strip_prefix("grpc://").unwrap_or(url)).parse::<http::Uri>() else {
+        return false;
+    };
+    let Some(host) = uri.host() else { return false };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 fn status_error(s: tonic::Status) -> Error {
     let kind = match s.code() {
         tonic::Code::InvalidArgument => ErrorKind::InvalidArgument,
@@ -210,4 +230,19 @@ fn to_proto(req: InferRequest) -> Result<pb::ModelInferRequest> {
         raw_input_contents: raw,
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback;
+
+    #[test]
+    fn loopback_addresses_are_this_machine() {
+        for url in ["grpc://localhost:8001", "grpc://127.0.0.1:8001", "grpc://127.1.2.3:1", "grpc://[::1]:8001"] {
+            assert!(is_loopback(url), "{url}");
+        }
+        for url in ["grpc://10.0.0.5:8001", "grpc://jetson.local:8001", "grpc://[fe80::1]:8001", "not a url"] {
+            assert!(!is_loopback(url), "{url}");
+        }
+    }
 }
