@@ -235,9 +235,7 @@ impl Backend for OnnxBackend {
         match spec.kind {
             InstanceKind::Gpu { device_id } => {
                 use ort::ep::ExecutionProvider as _;
-                crate::platform::cuda::check_gpu(device_id).map_err(|e| {
-                    Error::unavailable(format!("instance '{}' is KIND_GPU, but {}", spec.name, e.message))
-                })?;
+                crate::platform::cuda::check_instance_gpu(&spec.name, device_id)?;
                 if !ort::ep::CUDA::is_available().unwrap_or(false) {
                     return Err(Error::unavailable(format!(
                         "instance '{}' is KIND_GPU but the loaded ONNX Runtime library has no CUDA execution provider \

@@ -92,3 +92,36 @@ def test_bad_memory_flags_are_refused(repo, flag, value, message):
                 f"{flag}={value}", timeout=30)
     assert r.returncode == 2 or r.returncode == 1, r
     assert message in r.stderr, r.stderr
+
+
+def test_gpu_instances_of_python_and_c_api_models_need_the_gpu(start_server, repo, tmp_path):
+    # tritonserver refuses a KIND_GPU group without a GPU for every backend ("... has kind KIND_GPU but
+    # no GPUs are available"); the Python stub and a C API backend would otherwise run on the CPU.
+    from test_capi import build, model
+
+    (repo / "py_gpu" / "1").mkdir(parents=True)
+    (repo / "py_gpu" / "1" / "model.py").write_text(
+        "import triton_python_backend_utils as pb_utils\n\n\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        return [pb_utils.InferenceResponse([pb_utils.Tensor('OUT', pb_utils.get_input_tensor_by_name(\n"
+        "            r, 'IN').as_numpy())]) for r in requests]\n")
+    (repo / "py_gpu" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'instance_group [ { kind: KIND_GPU } ]\n')
+    backends = tmp_path / "backends"
+    build(backends / "testc", "testc")
+    cfg = model(repo, "c_gpu", "testc") / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("KIND_CPU", "KIND_GPU"))
+    copy_models(repo, "simple")
+    s = start_server("--model-repository", repo, "--backend-directory", backends, "--strict-readiness=false")
+    s.wait_until(s.settled, what="loads to finish")
+    no_driver = "no CUDA driver could be loaded (libcuda.so.1"
+    for name in ("py_gpu", "c_gpu"):
+        r = reason(s, name)
+        assert "UNAVAILABLE" in r and f"instance '{name}_0_0' is KIND_GPU, but {no_driver}" in r, r
+    c = s.client()
+    r = c.infer("simple", simple_inputs(httpclient, 3))
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), np.full((1, 16), 6, dtype=np.int32))

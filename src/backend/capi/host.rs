@@ -254,13 +254,17 @@ impl Backend for CApiBackend {
                 )));
             }
         }
+        let (kind, device) = match spec.kind {
+            InstanceKind::Cpu => (INSTANCEGROUPKIND_CPU, 0),
+            // Triton's core refuses a GPU instance without the GPU before the backend sees it.
+            InstanceKind::Gpu { device_id } => {
+                crate::platform::cuda::check_instance_gpu(&spec.name, device_id)?;
+                (INSTANCEGROUPKIND_GPU, device_id)
+            }
+        };
         self.server.learn_runtime();
         let library = self.library(ctx, &name)?;
         let model = self.model(library, ctx)?;
-        let (kind, device) = match spec.kind {
-            InstanceKind::Cpu => (INSTANCEGROUPKIND_CPU, 0),
-            InstanceKind::Gpu { device_id } => (INSTANCEGROUPKIND_GPU, device_id),
-        };
         let instance = Instance::new(model, &spec.name, kind, device)?;
         let timeout = self
             .config

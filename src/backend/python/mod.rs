@@ -274,7 +274,11 @@ fn launch(settings: &Settings, ctx: &ModelContext, spec: &InstanceSpec) -> Resul
     }
     let (kind, device) = match spec.kind {
         InstanceKind::Cpu => ("CPU", 0),
-        InstanceKind::Gpu { device_id } => ("GPU", device_id),
+        // As tritonserver, a GPU instance needs the GPU, although the stub does not touch it itself.
+        InstanceKind::Gpu { device_id } => {
+            crate::platform::cuda::check_instance_gpu(&spec.name, device_id)?;
+            ("GPU", device_id)
+        }
     };
     let args = json!({
         "model_config": pbtxt::config_to_json(&ctx.config).to_string(),

@@ -252,8 +252,7 @@ impl Backend for TensorRtBackend {
             }
         };
         if self.check_gpus {
-            crate::platform::cuda::check_gpu(device)
-                .map_err(|e| Error::unavailable(format!("instance '{}' is KIND_GPU, but {}", spec.name, e.message)))?;
+            crate::platform::cuda::check_instance_gpu(&spec.name, device)?;
         }
         let shared = self.engine(runtime.as_ref(), &file, device)?;
         let desc = shared.engine.desc().clone();
