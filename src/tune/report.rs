@@ -41,6 +41,10 @@ const MA_COLUMNS: [&str; 9] = [
     "p99 Latency (ms)",
 ];
 
+/// The power column's header for a Jetson's board power; GPU power takes Model Analyzer's own.
+const BOARD_POWER_COLUMN: &str = "Power Usage (W)";
+const GPU_POWER_COLUMN: &str = "GPU Power Usage (W)";
+
 /// Columns after Model Analyzer's defaults: its own header text where it has the record
 /// (perf_latency_p95, perf_latency_avg, perf_server_*, cpu_used_ram, gpu_used_memory), names in its
 /// style where it has none (p50, CPU use), and ours for the rest. Power read from the GPUs (NVML)
@@ -57,7 +61,7 @@ const EXTRA_COLUMNS: [&str; 14] = [
     "CPU Utilization (%)",
     "RAM Usage (MB)",
     "GPU Memory Usage (MB)",
-    "Power Usage (W)",
+    BOARD_POWER_COLUMN,
     "Efficiency",
     "Efficiency Unit",
     "Stable",
@@ -88,13 +92,8 @@ pub fn write_all(report: &TuneReport, dir: &Path) -> io::Result<Written> {
 pub fn write_csv(report: &TuneReport, path: &Path) -> io::Result<()> {
     let mut out = csv::Writer::from_path(path)?;
     let power = power_column(report.power_source);
-    out.write_record(MA_COLUMNS.iter().copied().chain(EXTRA_COLUMNS.iter().map(|&c| {
-        if c == "Power Usage (W)" {
-            power
-        } else {
-            c
-        }
-    })))?;
+    let header = EXTRA_COLUMNS.iter().map(|&c| if c == BOARD_POWER_COLUMN { power } else { c });
+    out.write_record(MA_COLUMNS.iter().copied().chain(header))?;
     for model in models(report) {
         for v in ranked_variants(report, &model) {
             for p in ranked_points(v, report.objective) {
@@ -108,8 +107,8 @@ pub fn write_csv(report: &TuneReport, path: &Path) -> io::Result<()> {
 /// The CSV header of the power column: Model Analyzer's own where the readings are the GPUs'.
 fn power_column(source: Option<PowerSource>) -> &'static str {
     match source {
-        Some(PowerSource::Gpus) => "GPU Power Usage (W)",
-        _ => "Power Usage (W)",
+        Some(PowerSource::Gpus) => GPU_POWER_COLUMN,
+        _ => BOARD_POWER_COLUMN,
     }
 }
 
