@@ -13,14 +13,16 @@ use crate::model_api::{
     Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
     ModelInstance,
 };
+use bytes::Bytes;
 use ort::environment::Environment;
 use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
-use ort::session::{Session, SessionInputValue};
-use ort::value::{DynTensor, DynValue, Shape, TensorElementType, TensorRefMut, ValueType};
+use ort::session::{Session, SessionInputValue, SharedSessionInner};
+use ort::value::{DynTensor, DynValue, PrimitiveTensorElementType, Shape, TensorElementType, TensorRefMut, ValueType};
 use ort::AsPointer;
 use std::borrow::Cow;
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// Where the library is looked for when neither the backend config nor `ORT_DYLIB_PATH` names it.
@@ -439,16 +441,31 @@ impl ModelInstance for OnnxInstance {
         for (t, staging) in req.inputs.iter().zip(self.staging.iter_mut()) {
             inputs.push((Cow::Borrowed(t.name.as_str()), input_value(t, staging)?));
         }
+        // Held by the outputs that stay in ONNX Runtime's memory (see OrtOutput).
+        let session = self.session.inner();
         let t1 = Instant::now();
-        let outputs = self.session.run(inputs).map_err(|e| Error::internal(format!("ONNX Runtime run failed: {e}")))?;
+        let mut outputs =
+            self.session.run(inputs).map_err(|e| Error::internal(format!("ONNX Runtime run failed: {e}")))?;
         let t2 = Instant::now();
-        let mut result = Vec::with_capacity(req.outputs.len());
+        // The memory the run's inputs were read from: an output over it is copied out (below).
+        let input_memory: Vec<&[u8]> = req
+            .inputs
+            .iter()
+            .filter_map(|t| t.data.as_host().map(|b| &b[..]))
+            .chain(self.staging.iter().map(|s| bytemuck::cast_slice::<Line, u8>(&s.0)))
+            .collect();
+        let mut result: Vec<Tensor> = Vec::with_capacity(req.outputs.len());
         for name in &req.outputs {
+            if let Some(same) = result.iter().find(|t| t.name == *name) {
+                result.push(same.clone());
+                continue;
+            }
             let value = outputs
-                .get(name.as_str())
+                .remove(name.as_str())
                 .ok_or_else(|| Error::internal(format!("the ONNX model produced no output '{name}'")))?;
-            result.push(output_tensor(name, value)?);
+            result.push(output_tensor(name, value, &session, &input_memory)?);
         }
+        drop(input_memory);
         drop(outputs);
         self.staging.iter_mut().for_each(Staging::trim);
         let t3 = Instant::now();
@@ -522,7 +539,41 @@ fn input_value<'a>(t: &'a Tensor, staging: &'a mut Staging) -> Result<SessionInp
 }
 
 /// Copies an ORT output into a response tensor.
-fn output_tensor(name: &str, value: &DynValue) -> Result<Tensor> {
+/// An output's bytes left where ONNX Runtime wrote them, so the response takes them without a copy.
+/// It holds the value, and the session too: an output may live in memory the session owns (its
+/// allocator's arena, or an initializer returned as an output).
+struct OrtOutput<T> {
+    value: DynValue,
+    _session: Arc<SharedSessionInner>,
+    _element: PhantomData<fn() -> T>,
+}
+
+impl<T: PrimitiveTensorElementType + bytemuck::Pod> AsRef<[u8]> for OrtOutput<T> {
+    fn as_ref(&self) -> &[u8] {
+        // `output_tensor` extracted the value as `T` before wrapping it, so this does not fail.
+        self.value.try_extract_tensor::<T>().map_or(&[], |(_, v)| bytemuck::cast_slice(v))
+    }
+}
+
+/// Whether `bytes` shares memory with any of `regions`.
+fn overlaps(bytes: &[u8], regions: &[&[u8]]) -> bool {
+    let (start, end) = (bytes.as_ptr() as usize, bytes.as_ptr() as usize + bytes.len());
+    !bytes.is_empty()
+        && regions.iter().any(|r| {
+            let (rs, re) = (r.as_ptr() as usize, r.as_ptr() as usize + r.len());
+            start < re && rs < end
+        })
+}
+
+/// Turns an ORT output into a response tensor. Numbers stay in ONNX Runtime's memory (the tensor
+/// holds the value), unless they lie in `input_memory`: ONNX Runtime may hand a graph input back as
+/// an output, and the request's bytes and the staging buffers are not the response's to keep.
+fn output_tensor(
+    name: &str,
+    value: DynValue,
+    session: &Arc<SharedSessionInner>,
+    input_memory: &[&[u8]],
+) -> Result<Tensor> {
     let ValueType::Tensor { ty, shape, .. } = value.dtype() else {
         return Err(Error::internal(format!("output '{name}' is not a tensor")));
     };
@@ -531,17 +582,23 @@ fn output_tensor(name: &str, value: &DynValue) -> Result<Tensor> {
     })?;
     let dims: Vec<i64> = shape.iter().copied().collect();
     let extract_err = |e: ort::Error| Error::internal(format!("cannot read output '{name}': {e}"));
-    let data: Vec<u8> = match dt {
-        DataType::Bytes => string_elements(name, value)?,
+    let data: Bytes = match dt {
+        DataType::Bytes => string_elements(name, &value)?.into(),
         DataType::Bool => {
             let (_, v) = value.try_extract_tensor::<bool>().map_err(extract_err)?;
-            v.iter().map(|&b| b as u8).collect()
+            v.iter().map(|&b| b as u8).collect::<Vec<u8>>().into()
         }
         _ => {
             macro_rules! pod {
                 ($ty:ty) => {{
                     let (_, v) = value.try_extract_tensor::<$ty>().map_err(extract_err)?;
-                    bytemuck::cast_slice::<$ty, u8>(v).to_vec()
+                    let bytes: &[u8] = bytemuck::cast_slice(v);
+                    if overlaps(bytes, input_memory) {
+                        Bytes::copy_from_slice(bytes)
+                    } else {
+                        let output = OrtOutput::<$ty> { value, _session: session.clone(), _element: PhantomData };
+                        Bytes::from_owner(output)
+                    }
                 }};
             }
             match dt {
@@ -706,5 +763,162 @@ mod staging_tests {
         s.fill(&[1, 2, 3]);
         s.trim();
         assert_eq!(s.0.len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod output_tests {
+    use super::*;
+    use crate::model_api::{InstanceKind, InstanceSpec};
+
+    /// One backend for the tests of this module: ONNX Runtime allows one environment per process.
+    fn backend() -> &'static OnnxBackend {
+        static BACKEND: OnceLock<OnnxBackend> = OnceLock::new();
+        BACKEND.get_or_init(|| OnnxBackend::new(&BackendConfig::default()))
+    }
+
+    /// An instance of an example model, or `None` (with a note) where no ONNX Runtime library is set
+    /// up; with ORT_DYLIB_PATH set, as scripts/env.sh and the test command set it, it must load.
+    fn example(name: &str) -> Option<Box<dyn ModelInstance>> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("model-repos/examples").join(name);
+        let text = std::fs::read_to_string(dir.join("config.pbtxt")).unwrap();
+        let config = Arc::new(crate::model_config::pbtxt::parse_config(&text, "config.pbtxt").unwrap());
+        let ctx =
+            ModelContext { name: name.into(), version: 1, config, model_dir: dir.clone(), version_dir: dir.join("1") };
+        let spec = InstanceSpec { name: format!("{name}_0"), kind: InstanceKind::Cpu, profiles: Vec::new() };
+        match backend().create_instance(&ctx, &spec) {
+            Ok(i) => Some(i),
+            Err(e) if std::env::var_os("ORT_DYLIB_PATH").is_none() => {
+                eprintln!("skipped: no ONNX Runtime library ({e}); source scripts/env.sh");
+                None
+            }
+            Err(e) => panic!("{name} did not load with ORT_DYLIB_PATH set: {e}"),
+        }
+    }
+
+    /// `values` as a [N, 1] tensor whose bytes start one byte into their buffer, so the run reads
+    /// them from the instance's staging buffer, as gRPC's misaligned raw contents are read.
+    fn misaligned<T: bytemuck::Pod>(name: &str, dt: DataType, values: &[T]) -> Tensor {
+        let mut buf = vec![0u8];
+        buf.extend_from_slice(bytemuck::cast_slice(values));
+        Tensor::new(name, dt, vec![values.len() as i64, 1], Bytes::from(buf).slice(1..))
+    }
+
+    fn run(inst: &mut dyn ModelInstance, corrid: u64, input: i32) -> Vec<Tensor> {
+        let req = ExecRequest {
+            inputs: vec![
+                misaligned("INPUT", DataType::Int32, &[input, input + 1]),
+                misaligned("START", DataType::Int32, &[1i32, 1]),
+                misaligned("END", DataType::Int32, &[0i32, 0]),
+                misaligned("READY", DataType::Fp32, &[1f32, 1.0]),
+                misaligned("CORRID", DataType::Uint64, &[corrid, corrid + 1]),
+                misaligned("ACC_IN", DataType::Int32, &[0i32, 0]),
+            ],
+            outputs: vec!["OUTPUT".into(), "CORRID_OUT".into(), "OUTPUT".into()],
+            ..Default::default()
+        };
+        inst.execute(&req).unwrap().outputs
+    }
+
+    fn values<T: bytemuck::Pod>(t: &Tensor) -> Vec<T> {
+        bytemuck::pod_collect_to_vec(t.data.as_host().unwrap())
+    }
+
+    #[test]
+    fn outputs_outlive_the_run_and_the_instance_and_never_share_an_inputs_memory() {
+        let Some(mut inst) = example("sequence_accumulate") else { return };
+        let first = run(inst.as_mut(), 7, 10);
+        // The next run overwrites the staging buffers and may reuse ONNX Runtime's memory; what the
+        // first run returned must not change. CORRID_OUT is CORRID through an Identity node, an
+        // output ONNX Runtime may place over the input's memory.
+        let second = run(inst.as_mut(), 100, 50);
+        drop(inst);
+        assert_eq!(first.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["OUTPUT", "CORRID_OUT", "OUTPUT"]);
+        assert_eq!(values::<i32>(&first[0]), [10, 11]);
+        assert_eq!(values::<u64>(&first[1]), [7, 8]);
+        assert_eq!(values::<i32>(&first[2]), [10, 11]);
+        assert_eq!(values::<i32>(&second[0]), [50, 51]);
+        assert_eq!(values::<u64>(&second[1]), [100, 101]);
+    }
+
+    /// A model whose one output is its input itself (no node at all): `Y` is graph input and graph
+    /// output, FP32 [N, 1]. ONNX Runtime can hand such an output back over the input's memory.
+    fn passthrough(dir: &Path) -> Box<dyn ModelInstance> {
+        use crate::proto::onnx::{
+            tensor_shape_proto, type_proto, GraphProto, ModelProto, TensorShapeProto, TypeProto, ValueInfoProto,
+        };
+        use prost::Message as _;
+        let dim = |d: tensor_shape_proto::dimension::Value| tensor_shape_proto::Dimension { value: Some(d) };
+        let y = ValueInfoProto {
+            name: "Y".into(),
+            r#type: Some(TypeProto {
+                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                    elem_type: 1, // FLOAT
+                    shape: Some(TensorShapeProto {
+                        dim: vec![
+                            dim(tensor_shape_proto::dimension::Value::DimParam("N".into())),
+                            dim(tensor_shape_proto::dimension::Value::DimValue(1)),
+                        ],
+                    }),
+                })),
+            }),
+        };
+        let model = ModelProto {
+            ir_version: 8,
+            graph: Some(GraphProto { initializer: Vec::new(), input: vec![y.clone()], output: vec![y] }),
+        };
+        let mut bytes = model.encode_to_vec();
+        // opset_import (field 8) { version (2): 13 }, which this schema does not carry.
+        bytes.extend_from_slice(&[0x42, 0x02, 0x10, 0x0d]);
+        std::fs::create_dir_all(dir.join("1")).unwrap();
+        std::fs::write(dir.join("1/model.onnx"), bytes).unwrap();
+        let config = Arc::new(
+            crate::model_config::pbtxt::parse_config(
+                "name: \"passthrough\"\nbackend: \"onnxruntime\"\nmax_batch_size: 0\n\
+                 input [ { name: \"Y\" data_type: TYPE_FP32 dims: [ -1, 1 ] } ]\n\
+                 output [ { name: \"Y\" data_type: TYPE_FP32 dims: [ -1, 1 ] } ]\n",
+                "config.pbtxt",
+            )
+            .unwrap(),
+        );
+        let ctx = ModelContext {
+            name: "passthrough".into(),
+            version: 1,
+            config,
+            model_dir: dir.to_path_buf(),
+            version_dir: dir.join("1"),
+        };
+        let spec = InstanceSpec { name: "passthrough_0".into(), kind: InstanceKind::Cpu, profiles: Vec::new() };
+        backend().create_instance(&ctx, &spec).unwrap()
+    }
+
+    #[test]
+    fn an_output_that_is_an_input_is_copied_out_of_the_inputs_memory() {
+        if example("simple").is_none() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut inst = passthrough(dir.path());
+        let run = |inst: &mut Box<dyn ModelInstance>, v: f32| {
+            let req = ExecRequest {
+                inputs: vec![misaligned("Y", DataType::Fp32, &[v, v + 1.0])],
+                outputs: vec!["Y".into()],
+                ..Default::default()
+            };
+            inst.execute(&req).unwrap().outputs
+        };
+        let first = run(&mut inst, 1.0);
+        let second = run(&mut inst, 5.0);
+        assert_eq!(values::<f32>(&first[0]), [1.0, 2.0]);
+        assert_eq!(values::<f32>(&second[0]), [5.0, 6.0]);
+    }
+
+    #[test]
+    fn overlap_is_any_shared_byte() {
+        let buf = [0u8; 64];
+        assert!(overlaps(&buf[10..20], &[&buf[19..30]]));
+        assert!(!overlaps(&buf[10..20], &[&buf[20..30]]));
+        assert!(overlaps(&buf[10..20], &[&buf[..5], &buf[..]]));
+        assert!(!overlaps(&buf[10..10], &[&buf[..]]), "no bytes share nothing");
     }
 }
