@@ -125,3 +125,4 @@ def test_gpu_instances_of_python_and_c_api_models_need_the_gpu(start_server, rep
     c = s.client()
     r = c.infer("simple", simple_inputs(httpclient, 3))
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), np.full((1, 16), 6, dtype=np.int32))
+    c.close()
