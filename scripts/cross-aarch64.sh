@@ -136,6 +136,9 @@ printf '%s\n' "$version"
 # --- 5. unit tests under qemu ---------------------------------------------------------------
 if [ "${CROSS_SKIP_TESTS:-0}" != 1 ]; then
     t=$(now)
+    # An ORT_DYLIB_PATH from scripts/env.sh names the host's x86_64 library, which no aarch64 test
+    # can load; without it the tests that run ONNX Runtime say so and skip.
+    unset ORT_DYLIB_PATH
     run cargo test "${profile_flag[@]}" --lib --target "$TARGET"
     log "unit tests (build + run): $(( $(now) - t )) s"
 fi
