@@ -538,7 +538,6 @@ fn input_value<'a>(t: &'a Tensor, staging: &'a mut Staging) -> Result<SessionInp
     }
 }
 
-/// Copies an ORT output into a response tensor.
 /// An output's bytes left where ONNX Runtime wrote them, so the response takes them without a copy.
 /// It holds the value, and the session too: an output may live in memory the session owns (its
 /// allocator's arena, or an initializer returned as an output).
