@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from helpers import copy_models, run_cli, simple_inputs
+from helpers import copy_models, python_sleep_model, run_cli, simple_inputs
 
 
 def variant(repo, name: str, extra: str):
@@ -99,18 +99,8 @@ def test_gpu_instances_of_python_and_c_api_models_need_the_gpu(start_server, rep
     # no GPUs are available"); the Python stub and a C API backend would otherwise run on the CPU.
     from test_capi import build, model
 
-    (repo / "py_gpu" / "1").mkdir(parents=True)
-    (repo / "py_gpu" / "1" / "model.py").write_text(
-        "import triton_python_backend_utils as pb_utils\n\n\n"
-        "class TritonPythonModel:\n"
-        "    def execute(self, requests):\n"
-        "        return [pb_utils.InferenceResponse([pb_utils.Tensor('OUT', pb_utils.get_input_tensor_by_name(\n"
-        "            r, 'IN').as_numpy())]) for r in requests]\n")
-    (repo / "py_gpu" / "config.pbtxt").write_text(
-        'backend: "python"\nmax_batch_size: 0\n'
-        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'instance_group [ { kind: KIND_GPU } ]\n')
+    py = python_sleep_model(repo, "py_gpu", instances=1) / "config.pbtxt"
+    py.write_text(py.read_text().replace("KIND_CPU", "KIND_GPU"))
     backends = tmp_path / "backends"
     build(backends / "testc", "testc")
     cfg = model(repo, "c_gpu", "testc") / "config.pbtxt"
