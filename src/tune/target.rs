@@ -46,7 +46,12 @@ type Http2 = hyper_util::client::legacy::Client<HttpConnector, tonic::body::Body
 #[derive(Clone)]
 pub enum Target {
     InProcess(Server),
-    Via { client: Box<GrpcInferenceServiceClient<Http2>>, address: String },
+    /// `loopback`: the address names this machine (see [`Target::same_machine`]).
+    Via {
+        client: Box<GrpcInferenceServiceClient<Http2>>,
+        address: String,
+        loopback: bool,
+    },
 }
 
 impl Target {
@@ -61,13 +66,14 @@ impl Target {
         if origin.port().is_none() || origin.path() != "/" {
             return Err(Error::invalid(format!("--via '{url}' must be grpc://HOST:PORT with nothing after the port")));
         }
+        let loopback = origin.host().is_some_and(is_loopback_host);
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).http2_only(true).build(connector);
         let client = GrpcInferenceServiceClient::with_origin(http, origin)
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
-        Ok(Target::Via { client: Box::new(client), address: url.to_string() })
+        Ok(Target::Via { client: Box::new(client), address: url.to_string(), loopback })
     }
 
     /// `in-process`, or the `--via` address.
@@ -88,7 +94,7 @@ impl Target {
     pub fn same_machine(&self) -> bool {
         match self {
             Target::InProcess(_) => true,
-            Target::Via { address, .. } => is_loopback(address),
+            Target::Via { loopback, .. } => *loopback,
         }
     }
 
@@ -182,13 +188,9 @@ impl Target {
     }
 }
 
-/// Whether a `grpc://HOST:PORT` address names this machine by loopback (`localhost`, 127.0.0.0/8,
+/// Whether a `--via` address's host names this machine by loopback (`localhost`, 127.0.0.0/8,
 /// `[::1]`).
-fn is_loopback(url: &str) -> bool {
-    let Ok(uri) = format!("http://{}", url.strip_prefix("grpc://").unwrap_or(url)).parse::<http::Uri>() else {
-        return false;
-    };
-    let Some(host) = uri.host() else { return false };
+fn is_loopback_host(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
@@ -234,15 +236,16 @@ fn to_proto(req: InferRequest) -> Result<pb::ModelInferRequest> {
 
 #[cfg(test)]
 mod tests {
-    use super::is_loopback;
+    use super::Target;
 
     #[test]
     fn loopback_addresses_are_this_machine() {
         for url in ["grpc://localhost:8001", "grpc://127.0.0.1:8001", "grpc://127.1.2.3:1", "grpc://[::1]:8001"] {
-            assert!(is_loopback(url), "{url}");
+            assert!(Target::via(url).unwrap().same_machine(), "{url}");
         }
-        for url in ["grpc://10.0.0.5:8001", "grpc://jetson.local:8001", "grpc://[fe80::1]:8001", "not a url"] {
-            assert!(!is_loopback(url), "{url}");
+        for url in ["grpc://10.0.0.5:8001", "grpc://jetson.local:8001", "grpc://[fe80::1]:8001"] {
+            assert!(!Target::via(url).unwrap().same_machine(), "{url}");
         }
+        assert!(Target::via("not a url").is_err());
     }
 }
