@@ -507,7 +507,7 @@ async fn run(
     }
     if let (Some(settings), Some(m)) = (frigate_settings, frigate_metrics) {
         use tritonrs::frontend::frigate;
-        let socket = frigate::bind(&settings).await.map_err(|e| anyhow::anyhow!(e))?;
+        let socket = frigate::bind(&settings, &server, &m).await.map_err(|e| anyhow::anyhow!(e))?;
         tasks.push(("Frigate ZMQ", tokio::spawn(frigate::serve(socket, settings, server.clone(), m, stop_rx.clone()))));
     }
     // The bridge subscribes to each model's requests as it becomes READY.

@@ -306,3 +306,173 @@ def test_ssd_model_through_deepstack_too(start_server, frigate_repo):
     first = preds[0]
     # y 0.1..0.5, x 0.2..0.6 of a 64x64 picture.
     assert [first[k] for k in ("x_min", "y_min", "x_max", "y_max")] == pytest.approx([12.8, 6.4, 38.4, 32], abs=1)
+
+
+# ---- what a hostile or broken peer can cost (issue 40) -------------------------------------------
+
+import socket  # noqa: E402
+import time  # noqa: E402
+
+MiB = 1 << 20
+
+
+def rss_mb(s) -> float:
+    for line in open(f"/proc/{s.proc.pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def recv_exact(sock, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def raw_peer(ep: str, socket_type: bytes = b"DEALER") -> socket.socket:
+    """A plain TCP socket that speaks ZMTP 3.0's greeting and READY by hand (RFC 23), as any client of
+    the port could, so the test can then send frames no ZeroMQ library would."""
+    host, port = ep.removeprefix("tcp://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(b"\xff" + b"\0" * 8 + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\0") + b"\0" * 32)
+    greeting = recv_exact(sock, 64)
+    assert greeting[0] == 0xFF and greeting[10] == 3 and greeting[12:16] == b"NULL"
+    body = b"\x05READY" + b"\x0bSocket-Type" + len(socket_type).to_bytes(4, "big") + socket_type
+    sock.sendall(bytes([0x04, len(body)]) + body)
+    flags, size = recv_exact(sock, 2)
+    assert flags == 0x04 and b"READY" in recv_exact(sock, size)
+    return sock
+
+
+def closed_by_peer(sock, within: float = 10.0) -> bool:
+    sock.settimeout(within)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def wait_metric(s, name: str, want, timeout: float = 10.0):
+    deadline = time.time() + timeout
+    while True:
+        got = s.metrics().get(name)
+        if got == want or time.time() > deadline:
+            return got
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("declared", [1 << 36, 1 << 40, 1 << 62])
+def test_a_frame_declaring_more_than_any_message_closes_only_that_connection(start_server, frigate_repo, declared):
+    # Before: the decoder reserved what the header declared, and the allocation failure aborted the server.
+    s, ep = start(start_server, frigate_repo, "--frigate-zmq-model", "image_detector")
+    sock = raw_peer(ep)
+    sock.sendall(b"\x02" + declared.to_bytes(8, "big"))
+    assert closed_by_peer(sock), "the connection stayed open"
+    sock.close()
+    assert s.is_running()
+    c = Frigate(ep)
+    try:
+        expect(c.detect(red_nchw()), RED_ROWS)
+    finally:
+        c.close()
+    assert s.metrics()['tritonrs_frigate_zmq_errors_total{reason="too_large"}'] == 1
+    s.wait_for_log(r"closed the connection from 127\.0\.0\.1:\d+: .*more than the \d+ allowed")
+
+
+def test_a_push_past_the_model_limit_is_refused_from_its_frame_header(start_server, frigate_repo, tmp_path):
+    # Before: the 384 MiB frame was read into memory whole, and only then refused.
+    accept = tmp_path / "accepted"
+    accept.mkdir()
+    s, ep = start(start_server, frigate_repo, "--model-repository", accept,
+                  "--frigate-zmq-accept-models", accept, "--frigate-zmq-max-model-mb", "1")
+    before = rss_mb(s)
+    sock = raw_peer(ep)
+    header = json.dumps({"model_data": True, "model_name": "huge.onnx"}).encode()
+    sock.sendall(bytes([0x01, len(header)]) + header + b"\x02" + (384 * MiB).to_bytes(8, "big"))
+    sent, chunk = 0, b"\0" * MiB
+    try:
+        while sent < 384 * MiB:
+            sock.sendall(chunk)
+            sent += MiB
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert sent < 64 * MiB, f"the server read {sent >> 20} MiB of a push it had to refuse"
+    assert closed_by_peer(sock)
+    sock.close()
+    assert rss_mb(s) - before < 48, (before, rss_mb(s))
+    assert s.metrics()['tritonrs_frigate_zmq_errors_total{reason="too_large"}'] == 1
+    assert list(accept.iterdir()) == []
+    # A push within the limit still works on a new connection.
+    c = Frigate(ep)
+    try:
+        assert c.push("yolov8-tiny.onnx", PUSH.read_bytes())["model_saved"] is True
+    finally:
+        c.close()
+
+
+def test_a_peer_that_never_reads_costs_bounded_memory(start_server, frigate_repo):
+    # Before: every reply to a DEALER that never read was kept, 250 MB more for each 20,000 requests,
+    # and most of it stayed after the peer left.
+    s, ep = start(start_server, frigate_repo)
+    header = json.dumps({"shape": [1, 3, 32, 32], "dtype": "float32"}).encode()
+    tensor = red_nchw().tobytes()  # 12 KiB
+    warm = Frigate(ep)
+    try:
+        assert warm.model_check("image_detector.onnx")["model_loaded"] is True
+        expect(warm.detect(red_nchw()), RED_ROWS)
+    finally:
+        warm.close()
+    before = rss_mb(s)
+    d = zmq.Context.instance().socket(zmq.DEALER)
+    d.setsockopt(zmq.LINGER, 0)
+    d.setsockopt(zmq.SNDTIMEO, 20000)
+    d.connect(ep)
+    growth = []
+    try:
+        # The peer names no model, so each request is answered at once (nothing found, reason "model").
+        for _ in range(3):
+            for _ in range(20000):
+                d.send_multipart([header, tensor])
+            time.sleep(0.5)
+            growth.append(rss_mb(s) - before)
+        print(f"RSS growth after each round of 20,000: {[round(g) for g in growth]} MB")
+        assert max(growth) < 120, growth
+        dropped = s.metrics()['tritonrs_frigate_zmq_errors_total{reason="reply_dropped"}']
+        assert dropped > 0
+        assert wait_metric(s, "tritonrs_frigate_zmq_peers", 1) == 1
+    finally:
+        d.close(linger=0)
+    assert wait_metric(s, "tritonrs_frigate_zmq_peers", 0) == 0
+    time.sleep(0.5)
+    print(f"RSS after the peer left: {rss_mb(s) - before:.0f} MB over the start")
+    assert rss_mb(s) - before < 120, (before, rss_mb(s), growth)
+    c = Frigate(ep)
+    try:
+        assert c.model_check("image_detector.onnx")["model_loaded"] is True
+        expect(c.detect(red_nchw()), RED_ROWS)
+    finally:
+        c.close()
+
+
+def test_a_push_may_not_take_the_name_of_a_model_in_another_repository(start_server, frigate_repo, tmp_path):
+    # Before: saved and "loaded", after which image_detector was in two repositories and failed to load.
+    accept = tmp_path / "accepted"
+    accept.mkdir()
+    s, ep = start(start_server, frigate_repo, "--model-repository", accept, "--frigate-zmq-accept-models", accept)
+    c = Frigate(ep)
+    try:
+        assert c.push("/config/model_cache/image_detector.onnx", PUSH.read_bytes()) == \
+            {"model_saved": False, "model_loaded": False}
+        s.wait_for_log(r"Frigate pushed model 'image_detector', refused: the model repository '.*' has a model of that name")
+        assert list(accept.iterdir()) == []
+        assert c.model_check("image_detector.onnx") == {"model_available": True, "model_loaded": True}
+        expect(c.detect(red_nchw()), RED_ROWS)
+    finally:
+        c.close()
+    assert s.metrics()['tritonrs_frigate_zmq_errors_total{reason="model_push_refused"}'] == 1

@@ -1,5 +1,5 @@
-//! `tritonrs_frigate_zmq_*`: requests by kind, errors by reason, and the time a detection takes from
-//! its arrival to its reply.
+//! `tritonrs_frigate_zmq_*`: requests by kind, errors by reason, the peers connected, and the time a
+//! detection takes from its arrival to its reply.
 
 use crate::metrics_text::{header, sample, Kind as MetricKind, SecondsHistogram};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const REQUESTS: &str = "tritonrs_frigate_zmq_requests_total";
 pub const ERRORS: &str = "tritonrs_frigate_zmq_errors_total";
 pub const DURATION: &str = "tritonrs_frigate_zmq_request_duration_seconds";
+pub const PEERS: &str = "tritonrs_frigate_zmq_peers";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -18,14 +19,18 @@ pub enum Kind {
 const KINDS: [(Kind, &str); 3] =
     [(Kind::Detect, "detect"), (Kind::ModelCheck, "model_request"), (Kind::ModelPush, "model_data")];
 
-/// Every reason an error is counted under (a zero reply, or a refused push).
-pub const REASONS: [&str; 7] = ["header", "dtype", "shape", "short_tensor", "model", "infer", "model_push_refused"];
+/// Every reason an error is counted under: a zero reply, a refused push, a connection closed for a
+/// frame past the size limit (`too_large`), a reply dropped because its peer was not reading
+/// (`reply_dropped`).
+pub const REASONS: [&str; 9] =
+    ["header", "dtype", "shape", "short_tensor", "model", "infer", "model_push_refused", "too_large", "reply_dropped"];
 
 #[derive(Default)]
 pub struct FrigateMetrics {
     requests: [AtomicU64; 3],
     errors: [AtomicU64; REASONS.len()],
     duration: SecondsHistogram,
+    peers: AtomicU64,
 }
 
 impl FrigateMetrics {
@@ -57,8 +62,24 @@ impl FrigateMetrics {
         for (i, r) in REASONS.iter().enumerate() {
             sample(out, ERRORS, &[("reason", r)], self.errors[i].load(Ordering::Relaxed));
         }
+        header(out, PEERS, "Peers connected to the Frigate ZMQ detector", MetricKind::Gauge);
+        sample(out, PEERS, &[], self.peers.load(Ordering::Relaxed));
         header(out, DURATION, "Time from a Frigate ZMQ detection's arrival to its reply", MetricKind::Histogram);
         self.duration.render(out, DURATION, &[]);
+    }
+}
+
+impl super::router::Events for FrigateMetrics {
+    fn too_large(&self) {
+        self.error("too_large");
+    }
+
+    fn reply_dropped(&self) {
+        self.error("reply_dropped");
+    }
+
+    fn peers(&self, connected: usize) {
+        self.peers.store(connected as u64, Ordering::Relaxed);
     }
 }
 
@@ -74,6 +95,8 @@ mod tests {
         m.request(Kind::ModelCheck);
         m.error("short_tensor");
         m.error("not-a-reason");
+        super::super::router::Events::reply_dropped(&m);
+        super::super::router::Events::peers(&m, 3);
         m.observe(0.004);
         let mut s = String::new();
         m.render(&mut s);
@@ -81,5 +104,7 @@ mod tests {
         assert!(s.contains("tritonrs_frigate_zmq_requests_total{kind=\"model_data\"} 0\n"));
         assert!(s.contains("tritonrs_frigate_zmq_errors_total{reason=\"short_tensor\"} 1\n"));
         assert!(s.contains("tritonrs_frigate_zmq_request_duration_seconds_count 1\n"));
+        assert!(s.contains("tritonrs_frigate_zmq_errors_total{reason=\"reply_dropped\"} 1\n"), "{s}");
+        assert!(s.contains("tritonrs_frigate_zmq_peers 3\n"), "{s}");
     }
 }

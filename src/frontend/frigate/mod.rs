@@ -10,6 +10,8 @@
 pub mod metrics;
 pub mod models;
 pub mod protocol;
+pub mod router;
+pub mod zmtp;
 
 use crate::config::frigate::FrigateArgs;
 use crate::core::Server;
@@ -22,7 +24,6 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
-use zeromq::{Socket, SocketRecv, SocketSend, ZmqMessage};
 
 /// The detector's settings (`--frigate-zmq-*`).
 #[derive(Debug, Clone)]
@@ -36,6 +37,8 @@ pub struct FrigateSettings {
     /// The largest model file accepted from Frigate, in bytes.
     pub max_model_bytes: usize,
     pub reply: ReplyForm,
+    /// The server's local model repositories: a push may not take a name one of the others has.
+    pub repositories: Vec<PathBuf>,
 }
 
 /// Peers whose chosen model is remembered (Frigate reconnects with a new identity after a timeout).
@@ -69,25 +72,80 @@ impl FrigateSettings {
             accept_dir: a.frigate_zmq_accept_models.clone(),
             max_model_bytes: a.frigate_zmq_max_model_mb.saturating_mul(1 << 20),
             reply: a.frigate_zmq_reply,
+            repositories: repositories.to_vec(),
         }))
+    }
+}
+
+/// The largest frame every request but a push fits in: its JSON header, a model check.
+const HEADER_FRAME: u64 = 64 * 1024;
+/// What a message may hold besides its largest frame (the header, the REQ delimiter).
+const MESSAGE_SLACK: u64 = HEADER_FRAME;
+/// The most frames of a request: the REQ delimiter, the header and the tensor, with room to spare.
+const MAX_FRAMES: usize = 16;
+/// How long a computed frame limit is used before it is computed again (models come and go).
+const LIMIT_TTL_MS: u64 = 10_000;
+
+/// The largest legal frame: the bigger of the largest tensor a ready model takes as a frame and, when
+/// pushes are accepted, the largest model a push may carry. A cached figure answers most frames; a
+/// frame past it asks for the exact one (a model may have just loaded).
+struct FrameLimit {
+    server: Server,
+    /// `--frigate-zmq-max-model-mb` in bytes; 0 when pushes are refused (their data is never kept).
+    push: u64,
+    cached: std::sync::atomic::AtomicU64,
+    computed_at_ms: std::sync::atomic::AtomicU64,
+}
+
+impl FrameLimit {
+    fn limits(&self, fresh: bool) -> zmtp::Limits {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = crate::core::heartbeat::now_ms();
+        let frame = if fresh || now.saturating_sub(self.computed_at_ms.load(Relaxed)) > LIMIT_TTL_MS {
+            let f = self.compute();
+            self.cached.store(f, Relaxed);
+            self.computed_at_ms.store(now, Relaxed);
+            f
+        } else {
+            self.cached.load(Relaxed)
+        };
+        zmtp::Limits { frame, message: frame.saturating_add(MESSAGE_SLACK), frames: MAX_FRAMES }
+    }
+
+    fn compute(&self) -> u64 {
+        let tensors = self.server.repository_index(true).into_iter().filter_map(|m| {
+            let spec = frames::frame_spec(&self.server, &m.name).ok()?;
+            let elements = spec.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(u64::try_from(d).ok()?))?;
+            elements.checked_mul(spec.datatype.byte_size()? as u64)
+        });
+        tensors.chain([HEADER_FRAME, self.push]).max().unwrap_or(HEADER_FRAME)
     }
 }
 
 /// Binds the ROUTER socket and logs the address it got (a `:0` port resolved); an endpoint that
 /// cannot be bound stops the start, as a taken HTTP port does.
-pub async fn bind(settings: &FrigateSettings) -> Result<zeromq::RouterSocket, String> {
-    let mut socket = zeromq::RouterSocket::new();
-    let bound = socket
-        .bind(&settings.endpoint)
+pub async fn bind(
+    settings: &FrigateSettings,
+    server: &Server,
+    metrics: &Arc<FrigateMetrics>,
+) -> Result<router::Router, String> {
+    let limit = Arc::new(FrameLimit {
+        server: server.clone(),
+        push: if settings.accept_dir.is_some() { settings.max_model_bytes as u64 } else { 0 },
+        cached: std::sync::atomic::AtomicU64::new(HEADER_FRAME),
+        computed_at_ms: std::sync::atomic::AtomicU64::new(0),
+    });
+    let events: Arc<dyn router::Events> = metrics.clone();
+    let socket = router::Router::bind(&settings.endpoint, Arc::new(move |fresh| limit.limits(fresh)), events)
         .await
         .map_err(|e| format!("cannot bind the Frigate ZMQ detector to {}: {e}", settings.endpoint))?;
-    tracing::info!("Started Frigate ZMQ detector at {bound}");
+    tracing::info!("Started Frigate ZMQ detector at {}", socket.bound());
     Ok(socket)
 }
 
 /// Serves the bound socket until `stop` turns true.
 pub async fn serve(
-    socket: zeromq::RouterSocket,
+    mut socket: router::Router,
     settings: FrigateSettings,
     server: Server,
     metrics: Arc<FrigateMetrics>,
@@ -96,7 +154,7 @@ pub async fn serve(
     if settings.accept_dir.is_none() {
         tracing::info!("Models pushed by Frigate are refused; --frigate-zmq-accept-models DIR accepts them into DIR.");
     }
-    let (send, mut recv) = socket.split();
+    let send = socket.sender();
     let cap = NonZeroUsize::new(PEERS).unwrap_or(NonZeroUsize::MIN);
     let detector = Arc::new(Detector {
         server,
@@ -106,27 +164,21 @@ pub async fn serve(
     });
     loop {
         tokio::select! {
-            msg = recv.recv() => {
-                let msg = match msg {
-                    Ok(m) => m,
-                    Err(e) => {
-                        tracing::warn!("Frigate ZMQ detector: cannot receive: {e}");
-                        continue;
-                    }
-                };
+            msg = socket.recv() => {
+                let Some(msg) = msg else { return Ok(()) };
                 let d = detector.clone();
-                let mut send = send.clone();
+                let send = send.clone();
                 tokio::spawn(async move {
-                    let Some((envelope, payload)) = split_envelope(msg.into_vec()) else { return };
-                    let peer = envelope[0].clone();
-                    let reply = d.handle(peer, &payload).await;
-                    let frames: Vec<Bytes> = envelope.into_iter().chain(reply).collect();
-                    if let Ok(m) = ZmqMessage::try_from(frames) {
-                        // A peer that timed out and left is no error of ours.
-                        if let Err(e) = send.send(m).await {
-                            tracing::debug!("Frigate ZMQ detector: reply not delivered: {e}");
-                        }
+                    let router::Incoming { identity, frames, .. } = &msg;
+                    let Some((delimiter, payload)) = split_delimiter(frames) else { return };
+                    let reply = d.handle(identity.clone(), payload).await;
+                    let frames: Vec<Bytes> = delimiter.iter().cloned().chain(reply).collect();
+                    // A peer that left is no error of ours; one whose queue is full is counted there.
+                    if send.send(identity, frames) == router::Delivery::Gone {
+                        tracing::debug!("Frigate ZMQ detector: a reply found its peer gone.");
                     }
+                    // `msg` (and the peer's in-flight place it holds) is dropped only now.
+                    drop(msg);
                 });
             }
             _ = stop.wait_for(|s| *s) => return Ok(()),
@@ -134,17 +186,14 @@ pub async fn serve(
     }
 }
 
-/// The routing envelope (identity and, from a REQ socket, the empty delimiter) and the request's frames.
-fn split_envelope(mut frames: Vec<Bytes>) -> Option<(Vec<Bytes>, Vec<Bytes>)> {
+/// The REQ delimiter (an empty first frame, echoed before the reply) and the request's frames; a
+/// DEALER's request has none.
+fn split_delimiter(frames: &[Bytes]) -> Option<(&[Bytes], &[Bytes])> {
     if frames.is_empty() {
         return None;
     }
-    let at = match frames.get(1) {
-        Some(f) if f.is_empty() => 2,
-        _ => 1,
-    };
-    let payload = frames.split_off(at.min(frames.len()));
-    Some((frames, payload))
+    let at = usize::from(frames[0].is_empty());
+    Some(frames.split_at(at))
 }
 
 impl Detector {
@@ -252,6 +301,23 @@ impl Detector {
         (true, loaded)
     }
 
+    /// Where a model named `stem` lives outside the accept folder `dir`, if anywhere: a folder of that
+    /// name in another local repository, or a model the server knows that the accept folder does not hold
+    /// (a cloud repository's).
+    fn elsewhere(&self, dir: &std::path::Path, stem: &str) -> Option<String> {
+        let accept = std::fs::canonicalize(dir).ok();
+        for repo in &self.settings.repositories {
+            if std::fs::canonicalize(repo).ok() == accept {
+                continue;
+            }
+            if repo.join(stem).exists() {
+                return Some(format!("the model repository '{}'", repo.display()));
+            }
+        }
+        let known = self.server.repository_index(false).iter().any(|e| e.name == stem);
+        (known && !dir.join(stem).exists()).then(|| "another model repository".to_string())
+    }
+
     async fn push_model(&self, peer: Bytes, name: &str, data: Bytes) -> (bool, bool) {
         let Some(dir) = &self.settings.accept_dir else {
             self.metrics.error("model_push_refused");
@@ -259,6 +325,15 @@ impl Detector {
             return (false, false);
         };
         let stem = protocol::model_stem(name).to_string();
+        if let Some(elsewhere) = self.elsewhere(dir, &stem) {
+            self.metrics.error("model_push_refused");
+            tracing::warn!(
+                "Frigate pushed model '{stem}', refused: {elsewhere} has a model of that name, and a second copy in \
+                 '{}' would make the name ambiguous (it would fail to load)",
+                dir.display()
+            );
+            return (false, false);
+        }
         match models::save(dir, &stem, &data, self.settings.max_model_bytes) {
             Ok(()) => {
                 tracing::info!("Frigate pushed model '{stem}' ({} bytes); saved in '{}'.", data.len(), dir.display());
@@ -284,13 +359,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn envelopes_of_req_and_dealer_peers() {
+    fn delimiters_of_req_and_dealer_peers() {
         let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
-        let (env, payload) = split_envelope(vec![b("id"), b(""), b("h"), b("t")]).unwrap();
-        assert_eq!((env.len(), payload), (2, vec![b("h"), b("t")]));
-        let (env, payload) = split_envelope(vec![b("id"), b("h")]).unwrap();
-        assert_eq!((env.len(), payload), (1, vec![b("h")]));
-        assert!(split_envelope(vec![]).is_none());
+        let req = [b(""), b("h"), b("t")];
+        let (delimiter, payload) = split_delimiter(&req).unwrap();
+        assert_eq!((delimiter.len(), payload), (1, &[b("h"), b("t")][..]));
+        let dealer = [b("h")];
+        let (delimiter, payload) = split_delimiter(&dealer).unwrap();
+        assert_eq!((delimiter.len(), payload), (0, &[b("h")][..]));
+        assert!(split_delimiter(&[]).is_none());
     }
 
     #[test]
