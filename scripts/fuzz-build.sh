@@ -21,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TARGETS=(pbtxt_config infer_json binary_tensor config_override)
+TARGETS=(pbtxt_config infer_json binary_tensor config_override zmtp_stream)
 TARGET_DIR=${FUZZ_TARGET_DIR:-$PWD/target}
 
 log() { printf '[fuzz-build] %s\n' "$*" >&2; }

@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SECONDS_EACH=${1:-${FUZZ_SECONDS:-60}}
-TARGETS=(pbtxt_config infer_json binary_tensor config_override)
+TARGETS=(pbtxt_config infer_json binary_tensor config_override zmtp_stream)
 TARGET_DIR=${FUZZ_RUN_TARGET_DIR:-$PWD/target/fuzz-run}
 HOST=$(rustc -vV | sed -n 's/^host: //p')
 

@@ -476,3 +476,29 @@ def test_a_push_may_not_take_the_name_of_a_model_in_another_repository(start_ser
     finally:
         c.close()
     assert s.metrics()['tritonrs_frigate_zmq_errors_total{reason="model_push_refused"}'] == 1
+
+
+def test_zmtp_heartbeats_are_answered(start_server, frigate_repo):
+    # libzmq's ZMTP 3.1 heartbeats: a peer that hears no PONG within its timeout drops the connection.
+    import zmq.utils.monitor
+
+    s, ep = start(start_server, frigate_repo, "--frigate-zmq-model", "image_detector")
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    for opt, value in ((zmq.HEARTBEAT_IVL, 100), (zmq.HEARTBEAT_TIMEOUT, 300), (zmq.HEARTBEAT_TTL, 1000),
+                       (zmq.RCVTIMEO, 5000), (zmq.LINGER, 0)):
+        sock.setsockopt(opt, value)
+    monitor = sock.get_monitor_socket()
+    sock.connect(ep)
+    try:
+        time.sleep(1.5)
+        header = json.dumps({"shape": [1, 3, 32, 32], "dtype": "float32"}).encode()
+        sock.send_multipart([header, red_nchw().tobytes()])
+        expect(rows(sock.recv_multipart()), RED_ROWS)
+        events = []
+        while monitor.poll(10):
+            events.append(zmq.Event(zmq.utils.monitor.recv_monitor_message(monitor)["event"]).name)
+    finally:
+        sock.disable_monitor()
+        monitor.close(linger=0)
+        sock.close(linger=0)
+    assert "HANDSHAKE_SUCCEEDED" in events and "DISCONNECTED" not in events, events

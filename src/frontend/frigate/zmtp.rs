@@ -60,13 +60,13 @@ impl From<io::Error> for WireError {
     }
 }
 
-/// Our greeting: signature, version 3.0, mechanism NULL, as-server 0, filler.
+/// Our greeting: signature, version 3.1 (PING and PONG), mechanism NULL, as-server 0, filler.
 pub fn greeting() -> [u8; GREETING_LEN] {
     let mut g = [0u8; GREETING_LEN];
     g[0] = 0xFF;
     g[9] = 0x7F;
     g[10] = 3;
-    g[11] = 0;
+    g[11] = 1;
     g[12..16].copy_from_slice(b"NULL");
     g
 }
