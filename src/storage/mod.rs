@@ -16,8 +16,12 @@
 //! never seen; a failed download leaves the link (and the model being served) as it was. The previous
 //! generation is kept (a load may still be reading it) and older ones are removed. After a restart a
 //! model whose manifest still matches the bucket loads with no download at all.
+//!
+//! A key no file may be named by (a `..`, `.` or empty part, a control character) is left out of the
+//! listing with a warning naming it, and the rest syncs.
 
 pub mod credentials;
+pub mod listing;
 pub mod url;
 
 use crate::core::repository::{RemoteRepository, SyncProgress, SyncScope};
@@ -27,7 +31,7 @@ use futures_util::StreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +39,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use credentials::CredentialFile;
+use listing::{Skipped, SkippedKey};
 pub use url::is_cloud;
 
 /// One object of a model: what tells whether the cached copy is still the bucket's.
@@ -88,19 +93,33 @@ fn slug(url: &str) -> String {
     format!("{readable}-{}", hex::encode(&digest[..4]))
 }
 
-/// A model name as a folder name: what a load would accept, and not hidden.
-fn valid_model_name(n: &str) -> bool {
-    !n.is_empty() && !n.starts_with('.') && n.len() <= 255 && !n.chars().any(|c| c == '\\' || c.is_control())
+/// Why `part` (a model's name, or one folder or file name of a path in it) cannot name an entry of
+/// the cache; `None` when it can.
+fn part_problem(part: &str) -> Option<&'static str> {
+    if part.is_empty() {
+        Some("it has an empty part ('//')")
+    } else if part == "." || part == ".." {
+        Some("it has a '.' or '..' part")
+    } else if part.chars().any(char::is_control) {
+        Some("it holds a control character")
+    } else if part.contains('\\') {
+        Some("it holds a '\\'")
+    } else if part.len() > 255 {
+        Some("one of its parts is longer than 255 bytes")
+    } else {
+        None
+    }
 }
 
-fn valid_relative(rel: &str) -> bool {
-    !rel.is_empty() && rel.split('/').all(|p| !p.is_empty() && p != "." && p != ".." && !p.contains('\\'))
-}
-
-/// Objects of a listing grouped by model; objects at the repository's root and folder markers are
-/// left out, and so are names no model folder could have.
-pub fn group(prefix: &str, objects: impl IntoIterator<Item = (String, Entry)>) -> BTreeMap<String, Manifest> {
+/// Objects of a listing grouped by model; objects at the repository's root, folder markers and hidden
+/// model folders are left out, and so are names no model folder or file could have (returned, to be
+/// named in a warning).
+pub fn group(
+    prefix: &str,
+    objects: impl IntoIterator<Item = (String, Entry)>,
+) -> (BTreeMap<String, Manifest>, Vec<SkippedKey>) {
     let mut out: BTreeMap<String, Manifest> = BTreeMap::new();
+    let mut skipped = Vec::new();
     for (key, entry) in objects {
         let rel = match prefix.is_empty() {
             true => key.as_str(),
@@ -110,8 +129,13 @@ pub fn group(prefix: &str, objects: impl IntoIterator<Item = (String, Entry)>) -
             },
         };
         let Some((model, file)) = rel.split_once('/') else { continue };
+        // Hidden folders are not models, as in a local repository.
+        if model.starts_with('.') {
+            continue;
+        }
         let file = file.trim_end_matches('/');
-        if !valid_model_name(model) || !valid_relative(file) {
+        if let Some(why) = std::iter::once(model).chain(file.split('/')).find_map(part_problem) {
+            skipped.push(SkippedKey { key: key.clone(), why: why.to_string() });
             continue;
         }
         out.entry(model.to_string()).or_default().insert(file.to_string(), entry);
@@ -127,13 +151,16 @@ pub fn group(prefix: &str, objects: impl IntoIterator<Item = (String, Entry)>) -
             files.remove(&m);
         }
     }
-    out
+    (out, skipped)
 }
 
 pub struct CloudRepository {
     url: String,
     store: Arc<dyn ObjectStore>,
     prefix: String,
+    /// Keys the client's listings left out (see [`listing`]), and those already named in a warning.
+    skipped: Skipped,
+    warned: parking_lot::Mutex<BTreeSet<String>>,
     view: PathBuf,
     store_dir: PathBuf,
     listed: parking_lot::Mutex<Vec<String>>,
@@ -153,8 +180,11 @@ impl CloudRepository {
     /// mistakes (a malformed URL, a cache folder that cannot be made).
     pub fn open(url: &str, credentials: &CredentialFile, cache_dir: &Path) -> Result<CloudRepository, String> {
         let u = url::parse(url)?;
-        let store = credentials::build_store(&u, credentials)?;
-        Self::with_store(&u.url, store, &u.prefix, cache_dir)
+        let skipped = Skipped::default();
+        let store = credentials::build_store(&u, credentials, &skipped)?;
+        let mut r = Self::with_store(&u.url, store, &u.prefix, cache_dir)?;
+        r.skipped = skipped;
+        Ok(r)
     }
 
     /// [`Self::open`] with a client already made (tests use an in-memory store).
@@ -170,6 +200,8 @@ impl CloudRepository {
             url: url.to_string(),
             store,
             prefix: prefix.to_string(),
+            skipped: Skipped::default(),
+            warned: Default::default(),
             view,
             store_dir,
             listed: Default::default(),
@@ -199,6 +231,7 @@ impl CloudRepository {
     /// Lists the repository: every model's manifest.
     async fn list(&self) -> Result<BTreeMap<String, Manifest>, Error> {
         let prefix = (!self.prefix.is_empty()).then(|| ObjPath::from(self.prefix.as_str()));
+        self.skipped.lock().clear();
         let mut stream = self.store.list(prefix.as_ref());
         let mut objects = Vec::new();
         while let Some(item) = stream.next().await {
@@ -217,7 +250,29 @@ impl CloudRepository {
                 self.url
             )));
         }
-        Ok(group(&self.prefix, objects))
+        let (models, mut skipped) = group(&self.prefix, objects);
+        skipped.append(&mut self.skipped.lock());
+        self.warn_skipped(skipped);
+        Ok(models)
+    }
+
+    /// Names each key left out of the listing once, not at every poll; a key that goes and comes
+    /// back is named again.
+    fn warn_skipped(&self, skipped: Vec<SkippedKey>) {
+        let mut warned = self.warned.lock();
+        let mut now = BTreeSet::new();
+        for s in skipped {
+            if !warned.contains(&s.key) {
+                tracing::warn!(
+                    "Object '{}' of '{}' is skipped: {}, so no file in the cache can be named after it.",
+                    s.key.escape_debug(),
+                    self.url,
+                    s.why
+                );
+            }
+            now.insert(s.key);
+        }
+        *warned = now;
     }
 
     /// The generation `models/<model>` points at, with its manifest.

@@ -97,7 +97,7 @@ async fn an_empty_or_missing_repository_is_an_error_and_changes_nothing() {
 #[test]
 fn groups_objects_by_model_and_drops_markers() {
     let e = |size| Entry { size, etag: Some("e".into()), modified: String::new() };
-    let g = group(
+    let (g, skipped) = group(
         "p",
         [
             ("p/m/1/".to_string(), e(0)),
@@ -107,10 +107,15 @@ fn groups_objects_by_model_and_drops_markers() {
             ("p/top.txt".to_string(), e(1)),
             ("q/m/1/x".to_string(), e(1)),
             ("pm/1/x".to_string(), e(1)),
+            ("p/m/a\\b".to_string(), e(1)),
+            ("p/n\\m/x".to_string(), e(1)),
         ],
     );
     assert_eq!(g.keys().collect::<Vec<_>>(), vec!["m"]);
     assert_eq!(g["m"].keys().collect::<Vec<_>>(), vec!["1/model.onnx", "config.pbtxt"]);
+    // Names no cache entry may have are returned to be named; hidden folders and the root's files are
+    // simply not models.
+    assert_eq!(skipped.iter().map(|s| s.key.as_str()).collect::<Vec<_>>(), vec!["p/m/a\\b", "p/n\\m/x"]);
 }
 
 #[test]

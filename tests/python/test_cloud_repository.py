@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -180,6 +181,37 @@ def test_missing_bucket_and_prefix_are_named(start_server, s3, bucket, tmp_path)
     s.wait_for_log(rf"cannot list the model repository '{no_bucket}': .*NoSuchBucket", timeout=30)
     s.wait_for_log(rf"the model repository '{no_prefix}' holds no objects", timeout=30)
     assert s.client().get_model_repository_index() == []
+
+
+# Keys that no file path may have: a '..', '.' or empty part, a control character. Each used to stop
+# every listing of the repository ("illegal character sequence").
+BAD_KEYS = ["models/simple/../../../escape.txt", "models/simple/./dot.txt", "models/simple//empty.txt",
+            "models/simple/tab\there.txt", "models/elsewhere/../../up.txt"]
+
+
+def skipped_log(key: str) -> str:
+    """The warning that names a skipped key (control characters escaped as Rust's escape_debug does)."""
+    return re.escape(f"'{key.replace(chr(9), chr(92) + 't')}'") + r" of 's3://[^']+' is skipped"
+
+
+def test_a_bad_object_key_is_skipped_and_the_rest_syncs(start_server, s3, bucket, tmp_path):
+    for k in BAD_KEYS:
+        s3.put_object(Bucket=bucket, Key=k, Body=b"not a model file")
+    url = f"s3://{s3.endpoint}/{bucket}/models"
+    s = serve(start_server, url, tmp_path / "cache", "--model-control-mode=poll", "--repository-poll-secs=1")
+    c = s.client()
+    assert simple_infer(c) == EXPECTED
+    for k in BAD_KEYS:
+        s.wait_for_log(skipped_log(k), timeout=POLL)
+    # The rest keeps syncing: a model added later is brought in, and no poll fails.
+    upload(s3, bucket, "models", "vlen_scale")
+    s.wait_until(lambda: c.is_model_ready("vlen_scale"), timeout=POLL, what="vlen_scale READY")
+    assert s.metrics()[f'tritonrs_repository_sync_failures_total{{repository="{url}"}}'] == 0
+    assert "illegal character sequence" not in s.log
+    # Named once, not at every poll.
+    assert len(re.findall(skipped_log(BAD_KEYS[0]), s.log)) == 1
+    # Nothing of a skipped key reached the disk, in the cache or beside it.
+    assert not [p for p in tmp_path.rglob("*") if p.name in ("escape.txt", "dot.txt", "empty.txt", "up.txt")]
 
 
 class CuttingProxy:
