@@ -189,7 +189,11 @@ impl CloudRepository {
 
     /// [`Self::open`] with a client already made (tests use an in-memory store).
     pub fn with_store(url: &str, store: Arc<dyn ObjectStore>, prefix: &str, cache_dir: &Path) -> Result<Self, String> {
+        if let Some(why) = listing::key_problem(prefix) {
+            return Err(format!("'{url}' is not a valid cloud model repository: its path cannot be a key: {why}"));
+        }
         let root = cache_dir.join("repositories").join(slug(url));
+
         let view = root.join("models");
         let store_dir = root.join("store");
         for d in [&view, &store_dir] {
@@ -217,11 +221,17 @@ impl CloudRepository {
         format!("{}/{model}/{rel}", self.url)
     }
 
-    fn object_path(&self, model: &str, rel: &str) -> ObjPath {
-        match self.prefix.is_empty() {
-            true => ObjPath::from(format!("{model}/{rel}")),
-            false => ObjPath::from(format!("{}/{model}/{rel}", self.prefix)),
-        }
+    /// The object of a model's file, under its key as listed. `ObjPath::from` would percent-encode
+    /// `~`, `%`, `#` and the like, and the client encodes the path again for the URL: `notes~1.txt`
+    /// was requested as `notes%257E1.txt`. The listing already checked the key is a valid path.
+    fn object_path(&self, model: &str, rel: &str) -> Result<ObjPath, Error> {
+        let key = match self.prefix.is_empty() {
+            true => format!("{model}/{rel}"),
+            false => format!("{}/{model}/{rel}", self.prefix),
+        };
+        ObjPath::parse(&key).map_err(|e| {
+            Error::internal(format!("cannot name the object '{}' of '{}': {e}", key.escape_debug(), self.url))
+        })
     }
 
     fn cache_error(&self, path: &Path, e: std::io::Error) -> Error {
@@ -230,7 +240,8 @@ impl CloudRepository {
 
     /// Lists the repository: every model's manifest.
     async fn list(&self) -> Result<BTreeMap<String, Manifest>, Error> {
-        let prefix = (!self.prefix.is_empty()).then(|| ObjPath::from(self.prefix.as_str()));
+        // `with_store` checked that the prefix parses; as for objects, `from` would encode it again.
+        let prefix = (!self.prefix.is_empty()).then(|| ObjPath::parse(&self.prefix).ok()).flatten();
         self.skipped.lock().clear();
         let mut stream = self.store.list(prefix.as_ref());
         let mut objects = Vec::new();
@@ -421,7 +432,7 @@ impl CloudRepository {
         let url = self.object_url(model, rel);
         let got = self
             .store
-            .get(&self.object_path(model, rel))
+            .get(&self.object_path(model, rel)?)
             .await
             .map_err(|e| Error::unavailable(format!("cannot download '{url}': {}", describe(&e))))?;
         let fetched =

@@ -118,6 +118,24 @@ fn groups_objects_by_model_and_drops_markers() {
     assert_eq!(skipped.iter().map(|s| s.key.as_str()).collect::<Vec<_>>(), vec!["p/m/a\\b", "p/n\\m/x"]);
 }
 
+#[tokio::test]
+async fn keys_with_url_characters_are_fetched_as_listed() {
+    let cache = tempfile::tempdir().unwrap();
+    let store = Arc::new(InMemory::new());
+    // `ObjPath::parse` keeps a key as it is; `from` would have encoded these characters.
+    for name in ["notes~1.txt", "100%.txt", "a#b.txt", "x%7E.txt"] {
+        store
+            .put(&ObjPath::parse(format!("models/m/{name}")).unwrap(), PutPayload::from(name.as_bytes().to_vec()))
+            .await
+            .unwrap();
+    }
+    let r = repo(&store, cache.path());
+    assert!(r.sync(SyncScope::All).await.is_empty());
+    for name in ["notes~1.txt", "100%.txt", "a#b.txt", "x%7E.txt"] {
+        assert_eq!(std::fs::read_to_string(r.local_dir().join("m").join(name)).unwrap(), name);
+    }
+}
+
 #[test]
 fn the_default_cache_follows_systemd_then_xdg() {
     // Only the shape: the variables belong to the process.

@@ -214,6 +214,21 @@ def test_a_bad_object_key_is_skipped_and_the_rest_syncs(start_server, s3, bucket
     assert not [p for p in tmp_path.rglob("*") if p.name in ("escape.txt", "dot.txt", "empty.txt", "up.txt")]
 
 
+def test_object_names_with_url_characters_are_fetched_under_their_own_name(start_server, s3, bucket, tmp_path):
+    # Characters object_store encodes in a path of its own making ('~', '%', '#') were encoded twice.
+    files = {"notes~1.txt": b"tilde", "100%.txt": b"percent", "a#b.txt": b"hash", "x%7E.txt": b"encoded-looking",
+             "sp ace+plus.txt": b"space"}
+    for name, body in files.items():
+        s3.put_object(Bucket=bucket, Key=f"models/simple/{name}", Body=body)
+    url = f"s3://{s3.endpoint}/{bucket}/models"
+    cache = tmp_path / "cache"
+    s = serve(start_server, url, cache)
+    assert simple_infer(s.client()) == EXPECTED
+    view = next((cache / "repositories").iterdir()) / "models" / "simple"
+    assert {n: (view / n).read_bytes() for n in files} == files
+    assert s.metrics()[f'tritonrs_repository_sync_failures_total{{repository="{url}"}}'] == 0
+
+
 class CuttingProxy:
     """An HTTP proxy in front of moto that, while `cut` is set, answers a GET of a `model.onnx` object
     with its full Content-Length but only half the body, then closes the connection."""
@@ -413,6 +428,29 @@ def test_azure_repository_through_azurite(start_server, azurite, tmp_path):
     s2.wait_for_log(rf"cannot list the model repository '{url}': .*(403|uthoriz)", timeout=30)
     assert s2.client().is_model_ready("vlen_scale")
     assert not s2.client().is_model_ready("simple")
+
+
+def test_azure_skips_bad_names_and_fetches_url_characters(start_server, azurite, tmp_path):
+    from azure.storage.blob import BlobServiceClient
+
+    conn = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={azurite}/{AZURITE_ACCOUNT};")
+    container = BlobServiceClient.from_connection_string(conn).create_container("models")
+    for f in sorted((EXAMPLES / "simple").rglob("*")):
+        if f.is_file():
+            container.upload_blob(f"repo/simple/{f.relative_to(EXAMPLES / 'simple')}", f.read_bytes())
+    container.upload_blob("repo/simple/tab\tname.txt", b"bad")
+    container.upload_blob("repo/simple//empty.txt", b"bad")
+    container.upload_blob("repo/simple/notes~1.txt", b"tilde")
+    url = f"as://{AZURITE_ACCOUNT}/models/repo"
+    env = {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": azurite}
+    cache = tmp_path / "cache"
+    s = start_server("--model-repository", url, "--repository-cache-dir", cache, env=env)
+    assert simple_infer(s.client()) == EXPECTED
+    s.wait_for_log(re.escape(r"'repo/simple/tab\tname.txt' of 'as://") + r"[^']+' is skipped")
+    s.wait_for_log(re.escape("'repo/simple//empty.txt' of 'as://") + r"[^']+' is skipped")
+    view = next((cache / "repositories").iterdir()) / "models" / "simple"
+    assert (view / "notes~1.txt").read_bytes() == b"tilde"
 
 
 def test_repository_agents_run_on_cloud_models(start_server, s3, tmp_path):
