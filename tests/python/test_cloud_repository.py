@@ -229,6 +229,64 @@ def test_object_names_with_url_characters_are_fetched_under_their_own_name(start
     assert s.metrics()[f'tritonrs_repository_sync_failures_total{{repository="{url}"}}'] == 0
 
 
+def big_config(dest: Path, name: str, size: int):
+    """A copy of `simple` named `name` whose config.pbtxt is padded with comments to `size` bytes."""
+    copy_models(dest, "simple")
+    (dest / "simple").rename(dest / name)
+    cfg = dest / name / "config.pbtxt"
+    text = cfg.read_text().replace('name: "simple"', f'name: "{name}"')
+    line = "# " + "x" * 1021 + "\n"
+    cfg.write_text(text + line * ((size - len(text)) // len(line) + 1))
+
+
+def test_oversized_configs_and_labels_are_refused_from_their_listed_size(start_server, s3, bucket, tmp_path):
+    src = tmp_path / "src"
+    big_config(src, "bigcfg", 2 << 20)
+    copy_models(src, "simple")
+    (src / "simple").rename(src / "biglabels")
+    cfg = src / "biglabels" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('name: "simple"', 'name: "biglabels"')
+                   .replace('name: "OUTPUT0"', 'name: "OUTPUT0"\n    label_filename: "labels.txt"', 1))
+    (src / "biglabels" / "labels.txt").write_bytes(b"label\n" * ((16 << 20) // 6 + 1000))
+    upload(s3, bucket, "models", "bigcfg", src=src)
+    upload(s3, bucket, "models", "biglabels", src=src)
+    url = f"s3://{s3.endpoint}/{bucket}/models"
+    s = serve(start_server, url, tmp_path / "cache", "--model-control-mode=explicit", "--load-model=simple")
+    c = s.client()
+    assert simple_infer(c) == EXPECTED
+    with pytest.raises(InferenceServerException,
+                       match=r"bigcfg/config.pbtxt' is listed at \d+ bytes, over the limit of 1048576 bytes"):
+        c.load_model("bigcfg")
+    with pytest.raises(InferenceServerException,
+                       match=r"biglabels/labels.txt' is listed at \d+ bytes, over the limit of 16777216 bytes"):
+        c.load_model("biglabels")
+    # Neither big file was downloaded: only simple's files and biglabels' small config were.
+    assert s.metrics()[f'tritonrs_repository_download_bytes_total{{repository="{url}"}}'] < 1 << 20
+    assert simple_infer(c) == EXPECTED
+
+
+def test_model_files_are_bounded_by_repository_max_file_mb(start_server, s3, bucket, tmp_path):
+    src = tmp_path / "src"
+    copy_models(src, "simple")
+    (src / "simple").rename(src / "bigfile")
+    cfg = src / "bigfile" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('name: "simple"', 'name: "bigfile"'))
+    (src / "bigfile" / "1" / "weights.bin").write_bytes(b"\0" * (2 << 20))
+    upload(s3, bucket, "models", "bigfile", src=src)
+    url = f"s3://{s3.endpoint}/{bucket}/models"
+    s = serve(start_server, url, tmp_path / "cache", "--model-control-mode=explicit", "--load-model=simple",
+              "--repository-max-file-mb=1")
+    c = s.client()
+    assert simple_infer(c) == EXPECTED
+    with pytest.raises(InferenceServerException, match=r"bigfile/1/weights.bin' is listed at 2097152 bytes, over "
+                       r"the limit of 1 MiB for a model file \(--repository-max-file-mb\)"):
+        c.load_model("bigfile")
+    assert s.metrics()[f'tritonrs_repository_download_bytes_total{{repository="{url}"}}'] < 1 << 20
+    # A bound is a number of MiB; zero or a word stops the server with the flag's name.
+    r = run_cli("--model-repository", url, "--repository-max-file-mb", "0", "--http-port", "0")
+    assert r.returncode != 0 and "--repository-max-file-mb" in r.stderr, r.stderr
+
+
 class CuttingProxy:
     """An HTTP proxy in front of moto that, while `cut` is set, answers a GET of a `model.onnx` object
     with its full Content-Length but only half the body, then closes the connection."""
