@@ -277,7 +277,8 @@ fn open_repositories(args: &ServeArgs) -> anyhow::Result<(Vec<PathBuf>, Remotes)
             local.push(r.clone());
             continue;
         }
-        let repo = storage::CloudRepository::open(&text, &credentials, &cache).map_err(|e| anyhow::anyhow!(e))?;
+        let repo = storage::CloudRepository::open(&text, &credentials, &cache, args.repository_max_file_mb << 20)
+            .map_err(|e| anyhow::anyhow!(e))?;
         tracing::info!("Model repository '{}' is cached in '{}'.", repo.url(), repo.local_dir().display());
         local.push(repo.local_dir().to_path_buf());
         remotes.push(Arc::new(repo));

@@ -189,6 +189,12 @@ pub struct ServeArgs {
     /// $XDG_CACHE_HOME/tritonrs or ~/.cache/tritonrs].
     #[arg(long, env = "TRITONRS_REPOSITORY_CACHE_DIR")]
     pub repository_cache_dir: Option<PathBuf>,
+    /// Largest file a cloud repository may hold, in MiB; a model with a bigger one is not downloaded
+    /// (its listed size says so before anything is fetched). `config.pbtxt` and label files have
+    /// the smaller bounds the server reads them with.
+    #[arg(long, env = "TRITONRS_REPOSITORY_MAX_FILE_MB", default_value_t = crate::storage::DEFAULT_MAX_FILE_MB,
+          value_parser = clap::value_parser!(u64).range(1..=(u64::MAX >> 20)))]
+    pub repository_max_file_mb: u64,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
     /// Ready only when every model is READY (true), or whenever the server is up (false).

@@ -13,6 +13,7 @@
 //!   repository); the longest key that begins the repository's URL wins, and its non-empty fields
 //!   replace what the environment gave.
 
+use super::listing::{FilteringConnector, Skipped};
 use super::url::{Cloud, CloudUrl};
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
@@ -141,8 +142,9 @@ fn client_options() -> ClientOptions {
     ClientOptions::new().with_connect_timeout(Duration::from_secs(10)).with_timeout(Duration::from_secs(600))
 }
 
-/// Builds the client for a repository. Nothing is contacted yet.
-pub fn build_store(u: &CloudUrl, file: &CredentialFile) -> Result<Arc<dyn ObjectStore>, String> {
+/// Builds the client for a repository. Nothing is contacted yet. Keys its listings leave out (see
+/// [`super::listing`]) are added to `skipped`.
+pub fn build_store(u: &CloudUrl, file: &CredentialFile, skipped: &Skipped) -> Result<Arc<dyn ObjectStore>, String> {
     // reqwest's TLS takes the process's rustls provider: ring, as everywhere else in tritonrs. An error
     // only says one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -151,6 +153,7 @@ pub fn build_store(u: &CloudUrl, file: &CredentialFile) -> Result<Arc<dyn Object
         Cloud::S3 => {
             let mut b = AmazonS3Builder::from_env()
                 .with_client_options(client_options())
+                .with_http_connector(FilteringConnector { skipped: skipped.clone() })
                 .with_retry(retry())
                 .with_bucket_name(&u.bucket);
             let entry = pick(&file.s3, &u.url).cloned().unwrap_or_default();
@@ -194,6 +197,7 @@ pub fn build_store(u: &CloudUrl, file: &CredentialFile) -> Result<Arc<dyn Object
         Cloud::Gcs => {
             let mut b = GoogleCloudStorageBuilder::from_env()
                 .with_client_options(client_options())
+                .with_http_connector(FilteringConnector { skipped: skipped.clone() })
                 .with_retry(retry())
                 .with_bucket_name(&u.bucket);
             if let Some(path) = pick(&file.gs, &u.url).filter(|p| !p.is_empty()) {
@@ -205,6 +209,7 @@ pub fn build_store(u: &CloudUrl, file: &CredentialFile) -> Result<Arc<dyn Object
             let account = u.account.clone().unwrap_or_default();
             let mut b = MicrosoftAzureBuilder::from_env()
                 .with_client_options(client_options())
+                .with_http_connector(FilteringConnector { skipped: skipped.clone() })
                 .with_retry(retry())
                 .with_account(&account)
                 .with_container_name(&u.bucket);
@@ -262,7 +267,7 @@ mod tests {
         let f = CredentialFile::default();
         for url in ["s3://bucket/m", "s3://127.0.0.1:9/b/m", "gs://bucket/m"] {
             let u = super::super::url::parse(url).unwrap();
-            if let Err(e) = build_store(&u, &f) {
+            if let Err(e) = build_store(&u, &f, &Skipped::default()) {
                 // GCS without any credentials may refuse to build; the message must name the URL.
                 assert!(e.contains(url), "{e}");
             }

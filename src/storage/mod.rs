@@ -16,10 +16,17 @@
 //! never seen; a failed download leaves the link (and the model being served) as it was. The previous
 //! generation is kept (a load may still be reading it) and older ones are removed. After a restart a
 //! model whose manifest still matches the bucket loads with no download at all.
+//!
+//! A key no file may be named by (a `..`, `.` or empty part, a control character) is left out of the
+//! listing with a warning naming it, and the rest syncs. Sizes are bounded from the listing, before
+//! anything is fetched: `config.pbtxt` and label files by what the server would read of them, every
+//! other file by `--repository-max-file-mb`; a model with a file over its bound is not downloaded.
 
 pub mod credentials;
+pub mod listing;
 pub mod url;
 
+use crate::core::repository::limits::{MAX_CONFIG_BYTES, MAX_LABEL_FILE_BYTES};
 use crate::core::repository::{RemoteRepository, SyncProgress, SyncScope};
 use crate::error::Error;
 use futures_util::future::BoxFuture;
@@ -27,7 +34,7 @@ use futures_util::StreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +42,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use credentials::CredentialFile;
+use listing::{Skipped, SkippedKey};
 pub use url::is_cloud;
 
 /// One object of a model: what tells whether the cached copy is still the bucket's.
@@ -88,19 +96,37 @@ fn slug(url: &str) -> String {
     format!("{readable}-{}", hex::encode(&digest[..4]))
 }
 
-/// A model name as a folder name: what a load would accept, and not hidden.
-fn valid_model_name(n: &str) -> bool {
-    !n.is_empty() && !n.starts_with('.') && n.len() <= 255 && !n.chars().any(|c| c == '\\' || c.is_control())
+/// The default of `--repository-max-file-mb`: 4 GiB, room for the largest single-file ONNX model
+/// (protobuf stops at 2 GiB) or TensorRT engine a Jetson runs, on the 16 GB eMMC of the smallest.
+pub const DEFAULT_MAX_FILE_MB: u64 = 4096;
+
+/// Why `part` (a model's name, or one folder or file name of a path in it) cannot name an entry of
+/// the cache; `None` when it can.
+fn part_problem(part: &str) -> Option<&'static str> {
+    if part.is_empty() {
+        Some("it has an empty part ('//')")
+    } else if part == "." || part == ".." {
+        Some("it has a '.' or '..' part")
+    } else if part.chars().any(char::is_control) {
+        Some("it holds a control character")
+    } else if part.contains('\\') {
+        Some("it holds a '\\'")
+    } else if part.len() > 255 {
+        Some("one of its parts is longer than 255 bytes")
+    } else {
+        None
+    }
 }
 
-fn valid_relative(rel: &str) -> bool {
-    !rel.is_empty() && rel.split('/').all(|p| !p.is_empty() && p != "." && p != ".." && !p.contains('\\'))
-}
-
-/// Objects of a listing grouped by model; objects at the repository's root and folder markers are
-/// left out, and so are names no model folder could have.
-pub fn group(prefix: &str, objects: impl IntoIterator<Item = (String, Entry)>) -> BTreeMap<String, Manifest> {
+/// Objects of a listing grouped by model; objects at the repository's root, folder markers and hidden
+/// model folders are left out, and so are names no model folder or file could have (returned, to be
+/// named in a warning).
+pub fn group(
+    prefix: &str,
+    objects: impl IntoIterator<Item = (String, Entry)>,
+) -> (BTreeMap<String, Manifest>, Vec<SkippedKey>) {
     let mut out: BTreeMap<String, Manifest> = BTreeMap::new();
+    let mut skipped = Vec::new();
     for (key, entry) in objects {
         let rel = match prefix.is_empty() {
             true => key.as_str(),
@@ -110,8 +136,13 @@ pub fn group(prefix: &str, objects: impl IntoIterator<Item = (String, Entry)>) -
             },
         };
         let Some((model, file)) = rel.split_once('/') else { continue };
+        // Hidden folders are not models, as in a local repository.
+        if model.starts_with('.') {
+            continue;
+        }
         let file = file.trim_end_matches('/');
-        if !valid_model_name(model) || !valid_relative(file) {
+        if let Some(why) = std::iter::once(model).chain(file.split('/')).find_map(part_problem) {
+            skipped.push(SkippedKey { key: key.clone(), why: why.to_string() });
             continue;
         }
         out.entry(model.to_string()).or_default().insert(file.to_string(), entry);
@@ -127,13 +158,42 @@ pub fn group(prefix: &str, objects: impl IntoIterator<Item = (String, Entry)>) -
             files.remove(&m);
         }
     }
-    out
+    (out, skipped)
+}
+
+/// `label_filename` of each output of a `config.pbtxt`, as paths relative to the model's folder;
+/// nothing when the text does not parse (the load reports that).
+fn label_files(config: &[u8]) -> Vec<String> {
+    let Ok(text) = std::str::from_utf8(config) else { return Vec::new() };
+    let Ok(cfg) = crate::model_config::pbtxt::parse_config(text, "config.pbtxt") else { return Vec::new() };
+    cfg.output
+        .iter()
+        .filter(|o| !o.label_filename.is_empty())
+        .filter_map(|o| {
+            let mut parts = Vec::new();
+            for c in Path::new(&o.label_filename).components() {
+                match c {
+                    std::path::Component::Normal(p) => parts.push(p.to_str()?),
+                    std::path::Component::CurDir => {}
+                    // Leaving the folder: the load refuses it.
+                    _ => return None,
+                }
+            }
+            Some(parts.join("/"))
+        })
+        .collect()
 }
 
 pub struct CloudRepository {
     url: String,
     store: Arc<dyn ObjectStore>,
+    /// The repository's folder in the bucket, as its keys spell it.
     prefix: String,
+    /// Keys the client's listings left out (see [`listing`]), and those already named in a warning.
+    skipped: Skipped,
+    warned: parking_lot::Mutex<BTreeSet<String>>,
+    /// `--repository-max-file-mb`, in bytes.
+    max_file_bytes: u64,
     view: PathBuf,
     store_dir: PathBuf,
     listed: parking_lot::Mutex<Vec<String>>,
@@ -151,14 +211,31 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 impl CloudRepository {
     /// Sets up the client and the cache folders of `url`; contacts nothing. Errors are deployment
     /// mistakes (a malformed URL, a cache folder that cannot be made).
-    pub fn open(url: &str, credentials: &CredentialFile, cache_dir: &Path) -> Result<CloudRepository, String> {
+    pub fn open(
+        url: &str,
+        credentials: &CredentialFile,
+        cache_dir: &Path,
+        max_file_bytes: u64,
+    ) -> Result<CloudRepository, String> {
         let u = url::parse(url)?;
-        let store = credentials::build_store(&u, credentials)?;
-        Self::with_store(&u.url, store, &u.prefix, cache_dir)
+        let skipped = Skipped::default();
+        let store = credentials::build_store(&u, credentials, &skipped)?;
+        let mut r = Self::with_store(&u.url, store, &u.prefix, cache_dir)?.with_max_file_bytes(max_file_bytes);
+        r.skipped = skipped;
+        Ok(r)
+    }
+
+    /// Sets the bound on a model file (`--repository-max-file-mb`).
+    pub fn with_max_file_bytes(mut self, n: u64) -> Self {
+        self.max_file_bytes = n;
+        self
     }
 
     /// [`Self::open`] with a client already made (tests use an in-memory store).
     pub fn with_store(url: &str, store: Arc<dyn ObjectStore>, prefix: &str, cache_dir: &Path) -> Result<Self, String> {
+        if let Some(why) = listing::key_problem(prefix) {
+            return Err(format!("'{url}' is not a valid cloud model repository: its path cannot be a key: {why}"));
+        }
         let root = cache_dir.join("repositories").join(slug(url));
         let view = root.join("models");
         let store_dir = root.join("store");
@@ -170,6 +247,9 @@ impl CloudRepository {
             url: url.to_string(),
             store,
             prefix: prefix.to_string(),
+            skipped: Skipped::default(),
+            warned: Default::default(),
+            max_file_bytes: DEFAULT_MAX_FILE_MB << 20,
             view,
             store_dir,
             listed: Default::default(),
@@ -185,11 +265,17 @@ impl CloudRepository {
         format!("{}/{model}/{rel}", self.url)
     }
 
-    fn object_path(&self, model: &str, rel: &str) -> ObjPath {
-        match self.prefix.is_empty() {
-            true => ObjPath::from(format!("{model}/{rel}")),
-            false => ObjPath::from(format!("{}/{model}/{rel}", self.prefix)),
-        }
+    /// The object of a model's file, under its key as listed. `ObjPath::from` would percent-encode
+    /// `~`, `%`, `#` and the like, and the client encodes the path again for the URL: `notes~1.txt`
+    /// was requested as `notes%257E1.txt`. The listing already checked the key is a valid path.
+    fn object_path(&self, model: &str, rel: &str) -> Result<ObjPath, Error> {
+        let key = match self.prefix.is_empty() {
+            true => format!("{model}/{rel}"),
+            false => format!("{}/{model}/{rel}", self.prefix),
+        };
+        ObjPath::parse(&key).map_err(|e| {
+            Error::internal(format!("cannot name the object '{}' of '{}': {e}", key.escape_debug(), self.url))
+        })
     }
 
     fn cache_error(&self, path: &Path, e: std::io::Error) -> Error {
@@ -198,7 +284,9 @@ impl CloudRepository {
 
     /// Lists the repository: every model's manifest.
     async fn list(&self) -> Result<BTreeMap<String, Manifest>, Error> {
-        let prefix = (!self.prefix.is_empty()).then(|| ObjPath::from(self.prefix.as_str()));
+        // `with_store` checked that the prefix parses; as for objects, `from` would encode it again.
+        let prefix = (!self.prefix.is_empty()).then(|| ObjPath::parse(&self.prefix).ok()).flatten();
+        self.skipped.lock().clear();
         let mut stream = self.store.list(prefix.as_ref());
         let mut objects = Vec::new();
         while let Some(item) = stream.next().await {
@@ -217,7 +305,29 @@ impl CloudRepository {
                 self.url
             )));
         }
-        Ok(group(&self.prefix, objects))
+        let (models, mut skipped) = group(&self.prefix, objects);
+        skipped.append(&mut self.skipped.lock());
+        self.warn_skipped(skipped);
+        Ok(models)
+    }
+
+    /// Names each key left out of the listing once, not at every poll; a key that goes and comes
+    /// back is named again.
+    fn warn_skipped(&self, skipped: Vec<SkippedKey>) {
+        let mut warned = self.warned.lock();
+        let mut now = BTreeSet::new();
+        for s in skipped {
+            if !warned.contains(&s.key) {
+                tracing::warn!(
+                    "Object '{}' of '{}' is skipped: {}, so no file in the cache can be named after it.",
+                    s.key.escape_debug(),
+                    self.url,
+                    s.why
+                );
+            }
+            now.insert(s.key);
+        }
+        *warned = now;
     }
 
     /// The generation `models/<model>` points at, with its manifest.
@@ -288,8 +398,54 @@ impl CloudRepository {
         Ok(true)
     }
 
+    /// The most bytes the file `rel` of a model may have, and what kind of bound that is: the server
+    /// reads `config.pbtxt` and label files whole into memory, and bounds them when it does.
+    fn bound(&self, rel: &str, labels: &[String]) -> (u64, String) {
+        if rel == "config.pbtxt" {
+            (MAX_CONFIG_BYTES as u64, format!("{MAX_CONFIG_BYTES} bytes for a model configuration"))
+        } else if labels.iter().any(|l| l == rel) && MAX_LABEL_FILE_BYTES < self.max_file_bytes {
+            (MAX_LABEL_FILE_BYTES, format!("{MAX_LABEL_FILE_BYTES} bytes for a label file"))
+        } else {
+            (
+                self.max_file_bytes,
+                format!("{} MiB for a model file (--repository-max-file-mb)", self.max_file_bytes >> 20),
+            )
+        }
+    }
+
+    /// Refuses a model with a file whose listed size is over its bound, before anything of it is
+    /// fetched (a 200 MB `config.pbtxt` used to be downloaded whole, then refused by the load).
+    fn check_sizes(&self, model: &str, want: &Manifest, labels: &[String]) -> Result<(), Error> {
+        for (rel, entry) in want {
+            let (limit, what) = self.bound(rel, labels);
+            if entry.size > limit {
+                return Err(Error::invalid(format!(
+                    "'{}' is listed at {} bytes, over the limit of {what}; model '{model}' is not downloaded.",
+                    self.object_url(model, rel),
+                    entry.size
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the label files the model's `config.pbtxt` (already in `dir`) names against their bound.
+    fn check_labels(&self, model: &str, want: &Manifest, dir: &Path) -> Result<(), Error> {
+        let config = dir.join("config.pbtxt");
+        let what = format!("'{}'", config.display());
+        // Bounded from its listed size already; bounded here too, whatever is on disk.
+        let Ok(text) =
+            crate::core::repository::limits::read_file_bounded(&config, MAX_CONFIG_BYTES as u64, false, &what)
+        else {
+            return Ok(());
+        };
+        self.check_sizes(model, want, &label_files(&text))
+    }
+
     /// Writes every object of `want` into `dir`: linked from the current generation when unchanged,
-    /// downloaded otherwise. Returns the manifest of what was written.
+    /// downloaded otherwise. Returns the manifest of what was written. Sizes are checked against
+    /// their bounds first: every file's from the listing, then, once `config.pbtxt` is in `dir`
+    /// (fetched first), the label files it names.
     async fn fill(
         &self,
         model: &str,
@@ -297,6 +453,7 @@ impl CloudRepository {
         current: Option<&(PathBuf, Manifest)>,
         dir: &Path,
     ) -> Result<Manifest, Error> {
+        self.check_sizes(model, want, &[])?;
         let mut out = Manifest::new();
         let mut fetch = Vec::new();
         for (rel, entry) in want {
@@ -312,6 +469,11 @@ impl CloudRepository {
                 }
                 _ => fetch.push((rel, entry)),
             }
+        }
+        // The configuration first: it names the label files.
+        fetch.sort_by_key(|(rel, _)| rel.as_str() != "config.pbtxt");
+        if out.contains_key("config.pbtxt") {
+            self.check_labels(model, want, dir)?;
         }
         let total_bytes: u64 = fetch.iter().map(|(_, e)| e.size).sum();
         let total_files = fetch.len();
@@ -329,13 +491,20 @@ impl CloudRepository {
         let mut progress = Progress { done_bytes: 0, done_files: 0, last_log: Instant::now() };
         let mut result = Ok(());
         for (rel, _) in &fetch {
-            match self.download(model, rel, &dir.join(rel), &mut progress, total_bytes, total_files).await {
+            let limit = self.bound(rel, &[]).0;
+            match self.download(model, rel, &dir.join(rel), limit, &mut progress, total_bytes, total_files).await {
                 Ok(got) => {
                     out.insert(rel.to_string(), got);
                     progress.done_files += 1;
                     self.files.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+            if rel.as_str() == "config.pbtxt" {
+                if let Err(e) = self.check_labels(model, want, dir) {
                     result = Err(e);
                     break;
                 }
@@ -353,12 +522,16 @@ impl CloudRepository {
     }
 
     /// Streams one object into `target`; a stream that ends early or fails names the object and how
-    /// far it got. Returns the entry of what was written (the ETag of the copy actually fetched).
+    /// far it got. An object larger than `limit` when fetched (it changed since the listing), or a
+    /// stream longer than announced, is refused without writing past the bound. Returns the entry of
+    /// what was written (the ETag of the copy actually fetched).
+    #[allow(clippy::too_many_arguments)]
     async fn download(
         &self,
         model: &str,
         rel: &str,
         target: &Path,
+        limit: u64,
         progress: &mut Progress,
         total_bytes: u64,
         total_files: usize,
@@ -366,11 +539,17 @@ impl CloudRepository {
         let url = self.object_url(model, rel);
         let got = self
             .store
-            .get(&self.object_path(model, rel))
+            .get(&self.object_path(model, rel)?)
             .await
             .map_err(|e| Error::unavailable(format!("cannot download '{url}': {}", describe(&e))))?;
         let fetched =
             Entry { size: got.meta.size, etag: got.meta.e_tag.clone(), modified: got.meta.last_modified.to_rfc3339() };
+        if fetched.size > limit {
+            return Err(Error::invalid(format!(
+                "'{url}' is {} bytes now, over the limit of {limit} bytes for it; model '{model}' is not downloaded.",
+                fetched.size
+            )));
+        }
         let mut file = std::fs::File::create(target).map_err(|e| self.cache_error(target, e))?;
         let mut stream = got.into_stream();
         let mut written: u64 = 0;
@@ -382,8 +561,11 @@ impl CloudRepository {
         };
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| cut_off(written, describe(&e)))?;
-            file.write_all(&chunk).map_err(|e| self.cache_error(target, e))?;
             let n = chunk.len() as u64;
+            if written.saturating_add(n) > fetched.size {
+                return Err(cut_off(written, "the server sent more bytes than it announced".into()));
+            }
+            file.write_all(&chunk).map_err(|e| self.cache_error(target, e))?;
             written += n;
             progress.done_bytes += n;
             self.bytes.fetch_add(n, Ordering::Relaxed);

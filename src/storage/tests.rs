@@ -97,7 +97,7 @@ async fn an_empty_or_missing_repository_is_an_error_and_changes_nothing() {
 #[test]
 fn groups_objects_by_model_and_drops_markers() {
     let e = |size| Entry { size, etag: Some("e".into()), modified: String::new() };
-    let g = group(
+    let (g, skipped) = group(
         "p",
         [
             ("p/m/1/".to_string(), e(0)),
@@ -107,10 +107,76 @@ fn groups_objects_by_model_and_drops_markers() {
             ("p/top.txt".to_string(), e(1)),
             ("q/m/1/x".to_string(), e(1)),
             ("pm/1/x".to_string(), e(1)),
+            ("p/m/a\\b".to_string(), e(1)),
+            ("p/n\\m/x".to_string(), e(1)),
         ],
     );
     assert_eq!(g.keys().collect::<Vec<_>>(), vec!["m"]);
     assert_eq!(g["m"].keys().collect::<Vec<_>>(), vec!["1/model.onnx", "config.pbtxt"]);
+    // Names no cache entry may have are returned to be named; hidden folders and the root's files are
+    // simply not models.
+    assert_eq!(skipped.iter().map(|s| s.key.as_str()).collect::<Vec<_>>(), vec!["p/m/a\\b", "p/n\\m/x"]);
+}
+
+#[test]
+fn label_files_are_read_from_the_configuration() {
+    let cfg = b"name: \"m\"\noutput [ { name: \"a\" data_type: TYPE_FP32 dims: [1] label_filename: \"./labels/a.txt\" },\n { name: \"b\" data_type: TYPE_FP32 dims: [1] label_filename: \"../x\" },\n { name: \"c\" data_type: TYPE_FP32 dims: [1] } ]";
+    assert_eq!(label_files(cfg), vec!["labels/a.txt"]);
+    assert!(label_files(b"not { a config").is_empty());
+}
+
+#[tokio::test]
+async fn files_over_their_bound_are_refused_before_any_download() {
+    let cache = tempfile::tempdir().unwrap();
+    let store = Arc::new(InMemory::new());
+    put(&store, "models/ok/1/model.onnx", "small").await;
+    put(&store, "models/big/config.pbtxt", "name: \"big\"").await;
+    put(&store, "models/big/1/model.onnx", &"x".repeat(2048)).await;
+    let r = repo(&store, cache.path()).with_max_file_bytes(1024);
+    let errors = r.sync(SyncScope::All).await;
+    let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert!(messages[0].contains("'s3://bucket/models/big/1/model.onnx' is listed at 2048 bytes"), "{}", messages[0]);
+    assert!(r.local_dir().join("ok/1/model.onnx").is_file());
+    assert!(!r.local_dir().join("big").exists());
+    assert_eq!(r.progress().bytes, 5, "nothing of 'big' was fetched");
+}
+
+#[tokio::test]
+async fn configurations_and_label_files_have_the_servers_bounds() {
+    let cache = tempfile::tempdir().unwrap();
+    let store = Arc::new(InMemory::new());
+    let labels = "name: \"lab\"\noutput [ { name: \"o\" data_type: TYPE_FP32 dims: [1] label_filename: \"l.txt\" } ]";
+    put(&store, "models/lab/config.pbtxt", labels).await;
+    put(&store, "models/lab/l.txt", &"y\n".repeat((MAX_LABEL_FILE_BYTES as usize) / 2 + 1)).await;
+    put(&store, "models/cfg/config.pbtxt", &"#".repeat(MAX_CONFIG_BYTES + 1)).await;
+    let r = repo(&store, cache.path());
+    let errors = r.sync(SyncScope::All).await;
+    let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(messages[0].contains("cfg/config.pbtxt' is listed at 1048577 bytes, over the limit of 1048576 bytes"));
+    assert!(messages[1].contains("lab/l.txt' is listed at 16777218 bytes, over the limit of 16777216 bytes"));
+    // Only `lab`'s configuration was fetched, to learn its label files.
+    assert_eq!(r.progress().bytes, labels.len() as u64);
+    assert!(!r.local_dir().join("lab").exists() && !r.local_dir().join("cfg").exists());
+}
+
+#[tokio::test]
+async fn keys_with_url_characters_are_fetched_as_listed() {
+    let cache = tempfile::tempdir().unwrap();
+    let store = Arc::new(InMemory::new());
+    // `ObjPath::parse` keeps a key as it is; `from` would have encoded these characters.
+    for name in ["notes~1.txt", "100%.txt", "a#b.txt", "x%7E.txt"] {
+        store
+            .put(&ObjPath::parse(format!("models/m/{name}")).unwrap(), PutPayload::from(name.as_bytes().to_vec()))
+            .await
+            .unwrap();
+    }
+    let r = repo(&store, cache.path());
+    assert!(r.sync(SyncScope::All).await.is_empty());
+    for name in ["notes~1.txt", "100%.txt", "a#b.txt", "x%7E.txt"] {
+        assert_eq!(std::fs::read_to_string(r.local_dir().join("m").join(name)).unwrap(), name);
+    }
 }
 
 #[test]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -180,6 +181,110 @@ def test_missing_bucket_and_prefix_are_named(start_server, s3, bucket, tmp_path)
     s.wait_for_log(rf"cannot list the model repository '{no_bucket}': .*NoSuchBucket", timeout=30)
     s.wait_for_log(rf"the model repository '{no_prefix}' holds no objects", timeout=30)
     assert s.client().get_model_repository_index() == []
+
+
+# Keys that no file path may have: a '..', '.' or empty part, a control character. Each used to stop
+# every listing of the repository ("illegal character sequence").
+BAD_KEYS = ["models/simple/../../../escape.txt", "models/simple/./dot.txt", "models/simple//empty.txt",
+            "models/simple/tab\there.txt", "models/elsewhere/../../up.txt"]
+
+
+def skipped_log(key: str) -> str:
+    """The warning that names a skipped key (control characters escaped as Rust's escape_debug does)."""
+    return re.escape(f"'{key.replace(chr(9), chr(92) + 't')}'") + r" of 's3://[^']+' is skipped"
+
+
+def test_a_bad_object_key_is_skipped_and_the_rest_syncs(start_server, s3, bucket, tmp_path):
+    for k in BAD_KEYS:
+        s3.put_object(Bucket=bucket, Key=k, Body=b"not a model file")
+    url = f"s3://{s3.endpoint}/{bucket}/models"
+    s = serve(start_server, url, tmp_path / "cache", "--model-control-mode=poll", "--repository-poll-secs=1")
+    c = s.client()
+    assert simple_infer(c) == EXPECTED
+    for k in BAD_KEYS:
+        s.wait_for_log(skipped_log(k), timeout=POLL)
+    # The rest keeps syncing: a model added later is brought in, and no poll fails.
+    upload(s3, bucket, "models", "vlen_scale")
+    s.wait_until(lambda: c.is_model_ready("vlen_scale"), timeout=POLL, what="vlen_scale READY")
+    assert s.metrics()[f'tritonrs_repository_sync_failures_total{{repository="{url}"}}'] == 0
+    assert "illegal character sequence" not in s.log
+    # Named once, not at every poll.
+    assert len(re.findall(skipped_log(BAD_KEYS[0]), s.log)) == 1
+    # Nothing of a skipped key reached the disk, in the cache or beside it.
+    assert not [p for p in tmp_path.rglob("*") if p.name in ("escape.txt", "dot.txt", "empty.txt", "up.txt")]
+
+
+def test_object_names_with_url_characters_are_fetched_under_their_own_name(start_server, s3, bucket, tmp_path):
+    # Characters object_store encodes in a path of its own making ('~', '%', '#') were encoded twice.
+    files = {"notes~1.txt": b"tilde", "100%.txt": b"percent", "a#b.txt": b"hash", "x%7E.txt": b"encoded-looking",
+             "sp ace+plus.txt": b"space"}
+    for name, body in files.items():
+        s3.put_object(Bucket=bucket, Key=f"models/simple/{name}", Body=body)
+    url = f"s3://{s3.endpoint}/{bucket}/models"
+    cache = tmp_path / "cache"
+    s = serve(start_server, url, cache)
+    assert simple_infer(s.client()) == EXPECTED
+    view = next((cache / "repositories").iterdir()) / "models" / "simple"
+    assert {n: (view / n).read_bytes() for n in files} == files
+    assert s.metrics()[f'tritonrs_repository_sync_failures_total{{repository="{url}"}}'] == 0
+
+
+def big_config(dest: Path, name: str, size: int):
+    """A copy of `simple` named `name` whose config.pbtxt is padded with comments to `size` bytes."""
+    copy_models(dest, "simple")
+    (dest / "simple").rename(dest / name)
+    cfg = dest / name / "config.pbtxt"
+    text = cfg.read_text().replace('name: "simple"', f'name: "{name}"')
+    line = "# " + "x" * 1021 + "\n"
+    cfg.write_text(text + line * ((size - len(text)) // len(line) + 1))
+
+
+def test_oversized_configs_and_labels_are_refused_from_their_listed_size(start_server, s3, bucket, tmp_path):
+    src = tmp_path / "src"
+    big_config(src, "bigcfg", 2 << 20)
+    copy_models(src, "simple")
+    (src / "simple").rename(src / "biglabels")
+    cfg = src / "biglabels" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('name: "simple"', 'name: "biglabels"')
+                   .replace('name: "OUTPUT0"', 'name: "OUTPUT0"\n    label_filename: "labels.txt"', 1))
+    (src / "biglabels" / "labels.txt").write_bytes(b"label\n" * ((16 << 20) // 6 + 1000))
+    upload(s3, bucket, "models", "bigcfg", src=src)
+    upload(s3, bucket, "models", "biglabels", src=src)
+    url = f"s3://{s3.endpoint}/{bucket}/models"
+    s = serve(start_server, url, tmp_path / "cache", "--model-control-mode=explicit", "--load-model=simple")
+    c = s.client()
+    assert simple_infer(c) == EXPECTED
+    with pytest.raises(InferenceServerException,
+                       match=r"bigcfg/config.pbtxt' is listed at \d+ bytes, over the limit of 1048576 bytes"):
+        c.load_model("bigcfg")
+    with pytest.raises(InferenceServerException,
+                       match=r"biglabels/labels.txt' is listed at \d+ bytes, over the limit of 16777216 bytes"):
+        c.load_model("biglabels")
+    # Neither big file was downloaded: only simple's files and biglabels' small config were.
+    assert s.metrics()[f'tritonrs_repository_download_bytes_total{{repository="{url}"}}'] < 1 << 20
+    assert simple_infer(c) == EXPECTED
+
+
+def test_model_files_are_bounded_by_repository_max_file_mb(start_server, s3, bucket, tmp_path):
+    src = tmp_path / "src"
+    copy_models(src, "simple")
+    (src / "simple").rename(src / "bigfile")
+    cfg = src / "bigfile" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('name: "simple"', 'name: "bigfile"'))
+    (src / "bigfile" / "1" / "weights.bin").write_bytes(b"\0" * (2 << 20))
+    upload(s3, bucket, "models", "bigfile", src=src)
+    url = f"s3://{s3.endpoint}/{bucket}/models"
+    s = serve(start_server, url, tmp_path / "cache", "--model-control-mode=explicit", "--load-model=simple",
+              "--repository-max-file-mb=1")
+    c = s.client()
+    assert simple_infer(c) == EXPECTED
+    with pytest.raises(InferenceServerException, match=r"bigfile/1/weights.bin' is listed at 2097152 bytes, over "
+                       r"the limit of 1 MiB for a model file \(--repository-max-file-mb\)"):
+        c.load_model("bigfile")
+    assert s.metrics()[f'tritonrs_repository_download_bytes_total{{repository="{url}"}}'] < 1 << 20
+    # A bound is a number of MiB; zero or a word stops the server with the flag's name.
+    r = run_cli("--model-repository", url, "--repository-max-file-mb", "0", "--http-port", "0")
+    assert r.returncode != 0 and "--repository-max-file-mb" in r.stderr, r.stderr
 
 
 class CuttingProxy:
@@ -381,6 +486,29 @@ def test_azure_repository_through_azurite(start_server, azurite, tmp_path):
     s2.wait_for_log(rf"cannot list the model repository '{url}': .*(403|uthoriz)", timeout=30)
     assert s2.client().is_model_ready("vlen_scale")
     assert not s2.client().is_model_ready("simple")
+
+
+def test_azure_skips_bad_names_and_fetches_url_characters(start_server, azurite, tmp_path):
+    from azure.storage.blob import BlobServiceClient
+
+    conn = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={azurite}/{AZURITE_ACCOUNT};")
+    container = BlobServiceClient.from_connection_string(conn).create_container("models")
+    for f in sorted((EXAMPLES / "simple").rglob("*")):
+        if f.is_file():
+            container.upload_blob(f"repo/simple/{f.relative_to(EXAMPLES / 'simple')}", f.read_bytes())
+    container.upload_blob("repo/simple/tab\tname.txt", b"bad")
+    container.upload_blob("repo/simple//empty.txt", b"bad")
+    container.upload_blob("repo/simple/notes~1.txt", b"tilde")
+    url = f"as://{AZURITE_ACCOUNT}/models/repo"
+    env = {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": azurite}
+    cache = tmp_path / "cache"
+    s = start_server("--model-repository", url, "--repository-cache-dir", cache, env=env)
+    assert simple_infer(s.client()) == EXPECTED
+    s.wait_for_log(re.escape(r"'repo/simple/tab\tname.txt' of 'as://") + r"[^']+' is skipped")
+    s.wait_for_log(re.escape("'repo/simple//empty.txt' of 'as://") + r"[^']+' is skipped")
+    view = next((cache / "repositories").iterdir()) / "models" / "simple"
+    assert (view / "notes~1.txt").read_bytes() == b"tilde"
 
 
 def test_repository_agents_run_on_cloud_models(start_server, s3, tmp_path):
