@@ -38,8 +38,7 @@ impl AgentRegistry {
         let mut r = AgentRegistry::new(directory);
         r.insert("checksum", Arc::new(checksum::Checksum));
         let key_file = settings.get("decrypt", "key-file").map(PathBuf::from);
-        let work_dir =
-            settings.get("decrypt", "work-dir").map_or_else(decrypt::Decrypt::default_work_dir, PathBuf::from);
+        let work_dir = settings.get("decrypt", "work-dir").map(PathBuf::from);
         r.insert("decrypt", Arc::new(decrypt::Decrypt::new(key_file, work_dir)));
         r
     }

@@ -156,7 +156,7 @@ pub struct ModelConfigArgs {
     pub repoagent_directory: std::path::PathBuf,
     /// Settings for a built-in repository agent, as `<agent>,<setting>=<value>` (repeatable):
     /// `decrypt,key-file=PATH` (32 bytes or 64 hex digits, readable only by the server's user) and
-    /// `decrypt,work-dir=PATH` (where decrypted models are kept while loaded).
+    /// `decrypt,work-dir=PATH` (where decrypted models are kept while loaded, in a folder of the agent's own).
     #[arg(long, env = "TRITONRS_REPOAGENT_CONFIG", value_delimiter = ';')]
     pub repoagent_config: Vec<String>,
 }

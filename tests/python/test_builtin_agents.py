@@ -102,6 +102,11 @@ def encrypted_repo(tmp_path: Path, repo: Path, key: Path, name: str = "simple") 
     return repo / name
 
 
+def own_folder(work: Path) -> Path:
+    """The decrypt agent's own folder in a work folder given with `work-dir=`."""
+    return work / f"tritonrs-decrypt-{os.geteuid()}"
+
+
 def private_files(work: Path) -> list[Path]:
     return [p for p in work.rglob("*") if p.is_file()] if work.exists() else []
 
@@ -109,20 +114,21 @@ def private_files(work: Path) -> list[Path]:
 def test_decrypt_round_trip_and_nothing_left_after_unload(start_server, repo, key, tmp_path):
     model = encrypted_repo(tmp_path, repo, key)
     data = (model / "1/model.onnx").read_bytes()
-    assert b"onnx" not in data.lower() and data.startswith(b"TRSENC\0\x01")
+    assert b"onnx" not in data.lower() and data.startswith(b"TRSENC\0\x02")
     work = tmp_path / "work"
     s = start_server("--model-repository", repo, "--model-control-mode=explicit", "--load-model=simple",
                      f"--repoagent-config=decrypt,key-file={key};decrypt,work-dir={work}")
     assert simple_infer(s.client()) == EXPECTED
-    # The plaintext is in one private folder while the model is loaded.
-    dirs = list(work.iterdir())
+    # The plaintext is in one private folder, in the agent's own folder, while the model is loaded.
+    own = own_folder(work)
+    dirs = list(own.iterdir())
     assert len(dirs) == 1 and (dirs[0].stat().st_mode & 0o777) == 0o700
-    assert (work.stat().st_mode & 0o777) == 0o700
+    assert (own.stat().st_mode & 0o777) == 0o700
     assert private_files(work)
     assert key.read_bytes().hex() not in s.log
     s.client().unload_model("simple")
     s.wait_until(lambda: not private_files(work), what="the decrypted files removed")
-    assert list(work.iterdir()) == []
+    assert list(own.iterdir()) == []
     s.client().load_model("simple")
     assert simple_infer(s.client()) == EXPECTED
 
@@ -156,7 +162,7 @@ def test_decrypt_failures_name_the_cause_and_leave_no_plaintext(start_server, re
     for name in ("wrongkey", "truncated", "tampered"):
         why = reason(s, name)
         assert "authentication failed" in why and "1/model.onnx" in why, why
-    assert len(list(work.iterdir())) == 1, "only the loaded model's folder"
+    assert len(list(own_folder(work).iterdir())) == 1, "only the loaded model's folder"
 
 
 def test_decrypt_without_a_usable_key_is_a_reason(start_server, repo, key, tmp_path):
@@ -178,7 +184,7 @@ def test_decrypted_files_of_a_killed_server_are_removed_at_start(start_server, r
     s.proc.send_signal(signal.SIGKILL)
     s.wait_exit()
     assert private_files(work), "a killed server cannot clean up"
-    left = list(work.iterdir())
+    left = list(own_folder(work).iterdir())
     s = start_server(*args, "--model-control-mode=explicit")
     # Removed at start-up, before (and without) any model loading.
     assert all(not d.exists() for d in left)
@@ -201,3 +207,133 @@ def test_encrypt_model_refuses_an_existing_output_and_a_bad_key(repo, key, tmp_p
     assert r.returncode == 0, r.stderr
     assert (repo / "simple.encrypted/1/model.onnx").read_bytes().startswith(b"TRSENC")
     assert (repo / "simple.encrypted/config.pbtxt").read_text() == (repo / "simple/config.pbtxt").read_text()
+
+
+def encrypted_with_extra_file(tmp_path: Path, repo: Path, key: Path, names: list[str]) -> None:
+    """The `simple` model with a second file, `1/labels.txt`, that the backend does not read, encrypted
+    once and copied into `repo/<name>` for each name (each config renamed): an altered `labels.txt` is
+    then caught by the agent alone, as nothing else would notice it."""
+    plain = tmp_path / "plain-extra"
+    copy_models(plain, "simple")
+    add_agents(plain / "simple", '{ name: "decrypt" }')
+    (plain / "simple/1/labels.txt").write_text("zero\none\n")
+    enc = tmp_path / "enc-extra"
+    r = run_cli("encrypt-model", str(plain / "simple"), "--key-file", str(key), "--output", str(enc))
+    assert r.returncode == 0, r.stderr
+    assert "Encrypted 2 files" in r.stdout
+    for name in names:
+        shutil.copytree(enc, repo / name)
+        cfg = repo / name / "config.pbtxt"
+        cfg.write_text(cfg.read_text().replace('name: "simple"', f'name: "{name}"'))
+
+
+def test_decrypt_requires_every_file_to_be_ciphertext_for_its_own_path(start_server, repo, key, tmp_path):
+    names = ["intact", "magic", "emptied", "plaintext", "moved", "version1"]
+    encrypted_with_extra_file(tmp_path, repo, key, names)
+    labels = lambda name: repo / name / "1/labels.txt"  # noqa: E731
+    b = bytearray(labels("magic").read_bytes())
+    b[2] ^= 0x10  # one bit of the magic
+    labels("magic").write_bytes(bytes(b))
+    labels("emptied").write_bytes(b"")
+    labels("plaintext").write_text("zero\none\n")
+    # A valid ciphertext for the same key, but of another file of the model.
+    shutil.copy(repo / "moved/1/model.onnx", labels("moved"))
+    # A file of the first format (the version is the magic's last byte): it must be encrypted again.
+    b = bytearray(labels("version1").read_bytes())
+    assert b[:7] == b"TRSENC\0" and b[7] >= 2
+    b[7] = 1
+    labels("version1").write_bytes(bytes(b))
+    s = start_server("--model-repository", repo, f"--repoagent-config=decrypt,key-file={key}",
+                     f"--repoagent-config=decrypt,work-dir={tmp_path / 'work'}", wait="live")
+    s.wait_until(s.settled, what="every model settled")
+    c = s.client()
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    i0 = httpclient.InferInput("INPUT0", [1, 16], "INT32")
+    i0.set_data_from_numpy(a)
+    i1 = httpclient.InferInput("INPUT1", [1, 16], "INT32")
+    i1.set_data_from_numpy(np.ones((1, 16), np.int32))
+    assert c.infer("intact", [i0, i1]).as_numpy("OUTPUT0").tolist() == EXPECTED
+    expected = {
+        "magic": "not a file encrypted by tritonrs encrypt-model",
+        "emptied": "not a file encrypted by tritonrs encrypt-model",
+        "plaintext": "not a file encrypted by tritonrs encrypt-model",
+        "moved": "authentication failed",
+        "version1": "format version 1",
+    }
+    for name, words in expected.items():
+        why = reason(s, name)
+        assert "1/labels.txt" in why and words in why, (name, why)
+        assert "repository agent 'decrypt'" in why, why
+    why = reason(s, "version1")
+    assert "tritonrs encrypt-model" in why, why
+    assert not c.is_model_ready("magic")
+
+
+def test_decrypt_leaves_a_shared_work_dir_and_other_programs_entries_alone(start_server, repo, key, tmp_path):
+    encrypted_repo(tmp_path, repo, key)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    other = shared / "424242-other-app-data"
+    (other / "sub").mkdir(parents=True)
+    (other / "sub/state.db").write_bytes(b"another program's data")
+    other.chmod(0o755)
+
+    def snapshot():
+        return (shared.stat().st_mode & 0o7777, sorted(
+            (str(p.relative_to(other)), p.stat().st_mode, p.read_bytes() if p.is_file() else b"")
+            for p in [other, *other.rglob("*")]))
+
+    before = snapshot()
+    args = ["--model-repository", repo, "--model-control-mode=explicit",
+            f"--repoagent-config=decrypt,key-file={key};decrypt,work-dir={shared}"]
+    s = start_server(*args)
+    assert snapshot() == before, "at start, with no model loaded"
+    s.client().load_model("simple")
+    assert simple_infer(s.client()) == EXPECTED
+    assert snapshot() == before, "with a decrypted model loaded"
+    # The plaintext is in a folder of the agent's own, mode 0700, inside the shared folder.
+    mine = [d for d in shared.iterdir() if d != other]
+    assert len(mine) == 1 and mine[0].name.startswith("tritonrs-decrypt"), mine
+    assert (mine[0].stat().st_mode & 0o777) == 0o700
+    assert private_files(mine[0])
+    s.client().unload_model("simple")
+    s.wait_until(lambda: not private_files(mine[0]), what="the decrypted files removed")
+    assert snapshot() == before, "after unload"
+    s.stop()
+    # The next start sweeps its own folder only.
+    s = start_server(*args)
+    assert snapshot() == before, "after a second start"
+
+
+def test_decrypt_default_work_dir_is_the_users_runtime_dir(start_server, repo, key, tmp_path):
+    encrypted_repo(tmp_path, repo, key)
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    s = start_server("--model-repository", repo, "--model-control-mode=explicit", "--load-model=simple",
+                     f"--repoagent-config=decrypt,key-file={key}",
+                     env={"XDG_RUNTIME_DIR": str(runtime), "RUNTIME_DIRECTORY": "", "TMPDIR": str(tmp)})
+    assert simple_infer(s.client()) == EXPECTED
+    assert private_files(runtime), "the plaintext is in $XDG_RUNTIME_DIR"
+    assert not [p for p in tmp.rglob("*") if "decrypt" in p.name], "nothing in $TMPDIR"
+    s.client().unload_model("simple")
+    s.wait_until(lambda: not private_files(runtime), what="the decrypted files removed")
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="this machine has no /dev/shm")
+def test_decrypt_default_work_dir_is_dev_shm_without_a_runtime_dir(start_server, repo, key, tmp_path):
+    encrypted_repo(tmp_path, repo, key)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    s = start_server("--model-repository", repo, "--model-control-mode=explicit", "--load-model=simple",
+                     f"--repoagent-config=decrypt,key-file={key}",
+                     env={"XDG_RUNTIME_DIR": "", "RUNTIME_DIRECTORY": "", "TMPDIR": str(tmp)})
+    assert simple_infer(s.client()) == EXPECTED
+    ours = lambda: [d for d in Path("/dev/shm").glob(f"tritonrs-decrypt*/{s.proc.pid}-*")  # noqa: E731
+                    if private_files(d)]
+    assert ours(), "the plaintext is under /dev/shm"
+    assert not [p for p in tmp.rglob("*") if "decrypt" in p.name], "nothing in $TMPDIR"
+    s.client().unload_model("simple")
+    s.wait_until(lambda: not ours(), what="the decrypted files removed")

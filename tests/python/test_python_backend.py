@@ -447,6 +447,42 @@ def test_a_dead_fork_server_is_started_again(start_server, repo):
     assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
 
 
+@pytest.mark.parametrize("zygote", ["forked", "direct"])
+def test_each_stub_names_its_model_and_instance_in_ps(start_server, repo, zygote):
+    import re
+
+    if zygote == "forked" and not ZYGOTE:
+        pytest.skip("the stubs' fork server is off (TRITONRS_TEST_PYTHON_ZYGOTE=0)")
+    copy_models(repo, "add_sub", src=PYTHON_REPO)
+    cfg = repo / "add_sub/config.pbtxt"
+    cfg.write_text(cfg.read_text().replace(
+        "instance_group [ { count: 1 kind: KIND_CPU } ]",
+        'instance_group [ { count: 2 kind: KIND_CPU }, { name: "spare" count: 1 kind: KIND_CPU } ]'))
+    extra = ["--backend-config=python,zygote=false"] if zygote == "direct" else []
+    s = start_server("--model-repository", repo, PY, *extra)
+    zygotes, stubs = stub_processes(s.proc.pid)
+    assert len(stubs) == 3, (zygotes, stubs)
+    if zygote == "forked":
+        assert len(zygotes) == 1 and all(_parent(p) == zygotes[0] for p in stubs)
+    else:
+        assert zygotes == [] and all(_parent(p) == s.proc.pid for p in stubs)
+    # As `ps -o args` and `ps -o comm` show them: the interpreter running the stub script, which model
+    # and instance, and the model's folders (added to sys.path); the name is the instance's, with the
+    # model's name in front when the instance's name does not start with it.
+    line = re.compile(rf"{re.escape(sys.executable)} /\S+/tritonrs_stub\.py --model add_sub --instance (\S+) -- "
+                      rf"{re.escape(str(repo))}/add_sub/1 {re.escape(str(repo))}/add_sub")
+    seen = {}
+    for pid in stubs:
+        args = _cmdline(pid).strip()
+        m = line.fullmatch(args)
+        assert m, (pid, args)
+        with open(f"/proc/{pid}/comm") as f:
+            seen[m.group(1)] = f.read().strip()
+    assert seen == {"add_sub_0_0": "add_sub_0_0", "add_sub_0_1": "add_sub_0_1", "spare_0": "add_sub:spare_0"}
+    r = s.client().infer("add_sub", http_inputs(INPUT0=A, INPUT1=B))
+    assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+
+
 def _parent(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/stat") as f:

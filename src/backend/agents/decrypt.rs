@@ -1,15 +1,25 @@
 //! The built-in `decrypt` repository agent: a model whose files are encrypted with AES-256-GCM (by
 //! `tritonrs encrypt-model`) is decrypted into a private folder before it loads, and the backend reads
-//! it there. The folder (mode 0700) is removed when the model unloads or fails to load, and at start-up
-//! the folders a killed server left behind are removed before any model loads. The key comes from
-//! `--repoagent-config=decrypt,key-file=PATH`: a file of 32 bytes (or 64 hex digits) that only the
-//! server's user may read; it is read at each load and never logged. A relocating agent: the model's
-//! location becomes the private folder.
+//! it there. Every file of the model but its top-level `config.pbtxt` must be a ciphertext made with
+//! the key for that very file (its path is authenticated too), or the load fails naming the file.
+//! The key comes from `--repoagent-config=decrypt,key-file=PATH`: a file of 32 bytes (or 64 hex
+//! digits) that only the server's user may read; it is read at each load and never logged. A
+//! relocating agent: the model's location becomes the private folder.
 //!
-//! # File format (version 1)
+//! # Where the plaintext goes
+//! The agent keeps one folder of its own, `tritonrs-decrypt-<uid>` (mode 0700), inside the work folder
+//! (`--repoagent-config=decrypt,work-dir=DIR`, else the first of `$RUNTIME_DIRECTORY` (systemd's
+//! `RuntimeDirectory=`, where the folder is `decrypt`), `$XDG_RUNTIME_DIR`, `/dev/shm` and `$TMPDIR`:
+//! RAM-backed filesystems first, so no plaintext reaches a disk and a power cut or a kill -9 leaves
+//! none there). The work folder may be shared with other programs (a mode-1777 folder): the agent
+//! never changes it, its mode or anything else in it. Inside its own folder, each loaded model has a
+//! private folder (mode 0700), removed when the model unloads or fails to load; at start-up the
+//! folders a killed server left there are removed before any model loads.
+//!
+//! # File format (version 2)
 //! ```text
 //! offset  size  field
-//!      0     8  magic "TRSENC\0\x01" (the last byte is the format version)
+//!      0     8  magic "TRSENC\0\x02" (the last byte is the format version)
 //!      8     4  chunk size: plaintext bytes per chunk, little-endian, 4 KiB to 16 MiB
 //!     12     7  random nonce prefix
 //!     19     …  chunks: each sealed with AES-256-GCM (ciphertext then 16-byte tag); every chunk but
@@ -19,8 +29,10 @@
 //! The chunks follow the STREAM construction (`aead::stream::StreamBE32`): chunk `i`'s nonce is the
 //! prefix, `i` as a 32-bit big-endian counter and a last-chunk flag byte, so chunks cannot be
 //! reordered, dropped or cut off at a chunk boundary without failing authentication. Every chunk's
-//! associated data is the 19 header bytes, so the header cannot be altered either. A big model
-//! streams through one chunk of memory. Files are decrypted or encrypted by the RustCrypto crates;
+//! associated data is the 19 header bytes followed by the file's path relative to the model folder
+//! (`1/model.onnx`, as bytes), so neither can the header be altered nor a file be put in another's
+//! place. Version 1 (magic ending in 1) authenticated the header alone; such files are refused with a
+//! message to encrypt the model again. A big model streams through one chunk of memory. Files are decrypted or encrypted by the RustCrypto crates;
 //! nothing here is cryptography written by hand.
 
 use crate::error::{Error, Result};
@@ -34,7 +46,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The first bytes of an encrypted file; the last one is the format version.
-pub const MAGIC: &[u8; 8] = b"TRSENC\0\x01";
+pub const MAGIC: &[u8; 8] = b"TRSENC\0\x02";
+/// The magic less its version byte, to tell a file of another version from one never encrypted.
+const MAGIC_STEM: &[u8; 7] = b"TRSENC\0";
 const HEADER_LEN: usize = 19;
 const PREFIX_LEN: usize = 7;
 const TAG_LEN: usize = 16;
@@ -44,6 +58,8 @@ const MIN_CHUNK: u32 = 4 << 10;
 const MAX_CHUNK: u32 = 16 << 20;
 /// The file the server needs before any agent runs, left in plaintext by `encrypt-model`.
 const CONFIG: &str = "config.pbtxt";
+/// The agent's own folder inside a work folder given with `work-dir=` or found in a shared place.
+const OWN_FOLDER: &str = "tritonrs-decrypt";
 
 /// A 256-bit key. Its `Debug` shows nothing of it.
 pub struct Key([u8; 32]);
@@ -101,8 +117,15 @@ fn fill(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-/// Encrypts `input` into `output` in the format above.
-pub fn encrypt(key: &Key, chunk: u32, input: &mut impl Read, output: &mut impl Write) -> Result<()> {
+/// Every chunk's associated data: the header, then the file's path relative to the model folder.
+fn associated_data(header: &[u8; HEADER_LEN], rel: &Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    [&header[..], rel.as_os_str().as_bytes()].concat()
+}
+
+/// Encrypts `input`, the model's file at `rel` (relative to the model folder), into `output` in the
+/// format above.
+pub fn encrypt(key: &Key, chunk: u32, rel: &Path, input: &mut impl Read, output: &mut impl Write) -> Result<()> {
     use aes_gcm::aead::rand_core::RngCore;
     let io = |e: std::io::Error| Error::internal(format!("cannot encrypt: {e}"));
     let chunk = chunk.clamp(MIN_CHUNK, MAX_CHUNK);
@@ -111,6 +134,7 @@ pub fn encrypt(key: &Key, chunk: u32, input: &mut impl Read, output: &mut impl W
     header[8..12].copy_from_slice(&chunk.to_le_bytes());
     OsRng.fill_bytes(&mut header[12..]);
     output.write_all(&header).map_err(io)?;
+    let aad = associated_data(&header, rel);
     let cipher = Aes256Gcm::new(&key.0.into());
     let prefix: [u8; PREFIX_LEN] = header[12..].try_into().map_err(|_| Error::internal("nonce prefix size"))?;
     let mut enc = EncryptorBE32::from_aead(cipher, &prefix.into());
@@ -121,7 +145,7 @@ pub fn encrypt(key: &Key, chunk: u32, input: &mut impl Read, output: &mut impl W
         let n = fill(&mut reader, &mut buf).map_err(io)?;
         // A full chunk is the last only when nothing follows it.
         let last = n < buf.len() || reader.fill_buf().map_err(io)?.is_empty();
-        let payload = Payload { msg: &buf[..n], aad: &header };
+        let payload = Payload { msg: &buf[..n], aad: &aad };
         if last {
             output.write_all(&enc.encrypt_last(payload).map_err(sealed)?).map_err(io)?;
             return Ok(());
@@ -130,14 +154,35 @@ pub fn encrypt(key: &Key, chunk: u32, input: &mut impl Read, output: &mut impl W
     }
 }
 
-/// Decrypts `input` (which starts with the header) into `output`. `name` is for messages. A wrong
-/// key, a tampered byte and a file cut short all fail authentication; the output written so far must
-/// then be discarded by the caller.
-pub fn decrypt(key: &Key, name: &str, input: &mut impl Read, output: &mut impl Write) -> Result<()> {
+/// Decrypts `input` (which starts with the header), the model's file at `rel` (relative to the model
+/// folder, named in messages), into `output`. A wrong key, a tampered byte, a file cut short and a
+/// file encrypted for another path all fail authentication; the output written so far must then be
+/// discarded by the caller.
+pub fn decrypt(key: &Key, rel: &Path, input: &mut impl Read, output: &mut impl Write) -> Result<()> {
+    let name = rel.display();
     let io = |e: std::io::Error| Error::invalid(format!("cannot decrypt '{name}': {e}"));
     let mut header = [0u8; HEADER_LEN];
-    if fill(input, &mut header).map_err(io)? < HEADER_LEN || &header[..8] != MAGIC {
-        return Err(Error::invalid(format!("'{name}' is not a file encrypted by tritonrs encrypt-model")));
+    let n = fill(input, &mut header).map_err(io)?;
+    if n >= MAGIC.len() && header[..MAGIC_STEM.len()] == MAGIC_STEM[..] && header[7] != MAGIC[7] {
+        let version = header[7];
+        return Err(Error::invalid(match version < MAGIC[7] {
+            true => format!(
+                "'{name}' was encrypted in format version {version}, which does not bind a file to its path \
+                 and is no longer accepted; encrypt the model again with `tritonrs encrypt-model`"
+            ),
+            false => format!(
+                "'{name}' was encrypted in format version {version}, newer than this server reads ({}); \
+                 encrypt the model with this server's `tritonrs encrypt-model`",
+                MAGIC[7]
+            ),
+        }));
+    }
+    if n < HEADER_LEN || &header[..8] != MAGIC {
+        let what = if n == 0 { " (it is empty)" } else { "" };
+        return Err(Error::invalid(format!(
+            "'{name}' is not a file encrypted by tritonrs encrypt-model{what}; every file of a model under \
+             the decrypt agent but config.pbtxt must be"
+        )));
     }
     let chunk = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
     if !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk) {
@@ -146,9 +191,11 @@ pub fn decrypt(key: &Key, name: &str, input: &mut impl Read, output: &mut impl W
     let cipher = Aes256Gcm::new(&key.0.into());
     let prefix: [u8; PREFIX_LEN] = header[12..].try_into().map_err(|_| Error::internal("nonce prefix size"))?;
     let mut dec = DecryptorBE32::from_aead(cipher, &prefix.into());
+    let aad = associated_data(&header, rel);
     let failed = || {
         Error::invalid(format!(
-            "cannot decrypt '{name}': authentication failed (a wrong key, or the file was altered or cut short)"
+            "cannot decrypt '{name}': authentication failed (a wrong key, or the file was altered, cut short \
+             or encrypted as another file of the model)"
         ))
     };
     let mut buf = vec![0u8; chunk as usize + TAG_LEN];
@@ -156,20 +203,13 @@ pub fn decrypt(key: &Key, name: &str, input: &mut impl Read, output: &mut impl W
     loop {
         let n = fill(&mut reader, &mut buf).map_err(io)?;
         let last = n < buf.len() || reader.fill_buf().map_err(io)?.is_empty();
-        let payload = Payload { msg: &buf[..n], aad: &header };
+        let payload = Payload { msg: &buf[..n], aad: &aad };
         if last {
             output.write_all(&dec.decrypt_last(payload).map_err(|_| failed())?).map_err(io)?;
             return Ok(());
         }
         output.write_all(&dec.decrypt_next(payload).map_err(|_| failed())?).map_err(io)?;
     }
-}
-
-/// Whether a file starts with the format's magic.
-fn is_encrypted(path: &Path) -> std::io::Result<bool> {
-    let mut head = [0u8; 8];
-    let n = fill(&mut std::fs::File::open(path)?, &mut head)?;
-    Ok(n == 8 && &head == MAGIC)
 }
 
 /// The regular files under `dir`, relative to it, following links to files and folders (a version
@@ -225,55 +265,132 @@ pub fn encrypt_model(src: &Path, dst: &Path, key: &Key, chunk: u32) -> Result<us
         let mut output = std::io::BufWriter::new(
             std::fs::File::create(&to).map_err(|e| Error::invalid(format!("cannot write '{}': {e}", to.display())))?,
         );
-        encrypt(key, chunk, &mut input, &mut output)?;
+        encrypt(key, chunk, &rel, &mut input, &mut output)?;
         output.flush().map_err(|e| Error::invalid(format!("cannot write '{}': {e}", to.display())))?;
         encrypted += 1;
     }
     Ok(encrypted)
 }
 
-/// The agent: where private folders go, and the key file.
+/// The agent: its own folder, and the key file.
 pub struct Decrypt {
     key_file: Option<PathBuf>,
-    /// Holds one private folder per loaded model, named `<pid>-<n>-<model>`.
-    work_dir: PathBuf,
+    /// The agent's own folder (see the module's doc); holds one private folder per loaded model,
+    /// named `<pid>-<n>-<model>`. Nothing outside it is created, changed or removed, but the work
+    /// folder itself when it does not exist yet.
+    root: PathBuf,
     next: AtomicU64,
 }
 
 impl Decrypt {
-    /// The agent with its settings (`key-file`, `work-dir`). Folders that a previous server left in
-    /// `work_dir` (its process is gone) are removed now, before any model loads.
-    pub fn new(key_file: Option<PathBuf>, work_dir: PathBuf) -> Decrypt {
-        remove_stale(&work_dir);
-        Decrypt { key_file, work_dir, next: AtomicU64::new(0) }
+    /// The agent with its settings: `key-file`, and `work-dir` (`None`: the default, see
+    /// [`default_root`]). Folders that a previous server left in the agent's own folder (its process
+    /// is gone) are removed now, before any model loads.
+    pub fn new(key_file: Option<PathBuf>, work_dir: Option<PathBuf>) -> Decrypt {
+        let uid = rustix::process::geteuid().as_raw();
+        let root = match work_dir {
+            Some(dir) => dir.join(format!("{OWN_FOLDER}-{uid}")),
+            None => default_root(&|name| std::env::var_os(name), Path::new("/dev/shm"), uid),
+        };
+        remove_stale(&root);
+        Decrypt { key_file, root, next: AtomicU64::new(0) }
     }
 
-    /// The default folder: the service's runtime directory under systemd (`RuntimeDirectory=`, a tmpfs),
-    /// else `tritonrs-decrypt-<uid>` in the temporary directory.
-    pub fn default_work_dir() -> PathBuf {
-        if let Some(d) = std::env::var_os("RUNTIME_DIRECTORY").filter(|d| !d.is_empty()) {
-            // systemd may list several, separated by ':'; the first is the service's own.
-            let first = d.to_string_lossy().split(':').next().unwrap_or_default().to_string();
-            return PathBuf::from(first).join("decrypt");
-        }
-        let uid = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
-        std::env::temp_dir().join(format!("tritonrs-decrypt-{uid}"))
+    /// The agent's own folder, where the private folders go.
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 }
 
-/// Removes the folders of processes that no longer run, and those of an earlier process that had this
-/// pid (a container's server is often pid 1 every time). Once per folder and process: a second agent
-/// in this process must not remove the first one's folders.
-fn remove_stale(work_dir: &Path) {
+/// The agent's own folder when no `work-dir` is given: on a RAM-backed filesystem where there is one,
+/// so that plaintext never reaches a disk, and a server killed in the middle of a load leaves it in
+/// memory only, gone at the next boot at the latest. In order: the service's runtime directory under
+/// systemd (`RuntimeDirectory=`, a tmpfs private to the service, where the folder is `decrypt`), the
+/// user's runtime directory (`$XDG_RUNTIME_DIR`, a tmpfs), `/dev/shm` (`shm`: a tmpfs shared by every
+/// user, hence the uid in the name), else the temporary directory (`$TMPDIR`, else `/tmp`).
+/// Variables that are not absolute paths are ignored, as the XDG specification asks.
+fn default_root(var: &dyn Fn(&str) -> Option<std::ffi::OsString>, shm: &Path, uid: u32) -> PathBuf {
+    let absolute = |name: &str| var(name).map(PathBuf::from).filter(|p| p.is_absolute());
+    let own = format!("{OWN_FOLDER}-{uid}");
+    // systemd may list several runtime directories, separated by ':'; the first is the service's own.
+    let runtime = var("RUNTIME_DIRECTORY")
+        .and_then(|d| d.to_string_lossy().split(':').next().map(PathBuf::from))
+        .filter(|p| p.is_absolute());
+    if let Some(dir) = runtime {
+        return dir.join("decrypt");
+    }
+    if let Some(dir) = absolute("XDG_RUNTIME_DIR") {
+        return dir.join(own);
+    }
+    if shm.is_dir() {
+        return shm.join(own);
+    }
+    absolute("TMPDIR").unwrap_or_else(|| PathBuf::from("/tmp")).join(own)
+}
+
+/// Creates the agent's own folder `root` (mode 0700), or checks that the one there is its own: a
+/// folder (not a link) of this user that no one else may use. The work folder around it is created
+/// (0700) only if it does not exist; an existing one is left exactly as it is.
+fn make_root(root: &Path) -> Result<()> {
+    let failed = |e: std::io::Error| Error::internal(format!("cannot create '{}': {e}", root.display()));
+    if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent).map_err(failed)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(root) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => check_root(root),
+        Err(e) => Err(failed(e)),
+    }
+}
+
+/// Whether an existing `root` is the agent's own: a folder, not a link, of this user, that neither
+/// group nor others may use. Anything else may be another program's or another user's, and is
+/// neither used nor changed.
+fn check_root(root: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(root)
+        .map_err(|e| Error::internal(format!("cannot read '{}': {e}", root.display())))?;
+    let uid = rustix::process::geteuid().as_raw();
+    let refuse = |why: String| {
+        Err(Error::internal(format!(
+            "the decrypt agent's folder '{}' {why}; remove it, or choose another folder with \
+             --repoagent-config=decrypt,work-dir=DIR",
+            root.display()
+        )))
+    };
+    if !meta.is_dir() {
+        return refuse("exists and is not a folder".into());
+    }
+    if meta.uid() != uid {
+        return refuse(format!("belongs to user {}, not to the server's user {uid}", meta.uid()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return refuse(format!("may be used by other users (mode {:o}, not 700)", meta.mode() & 0o7777));
+    }
+    Ok(())
+}
+
+/// Removes, from the agent's own folder, the folders of processes that no longer run, and those of an
+/// earlier process that had this pid (a container's server is often pid 1 every time). Once per
+/// folder and process: a second agent in this process must not remove the first one's folders.
+/// Nothing is removed from a folder that is not the agent's own (see [`check_root`]).
+fn remove_stale(root: &Path) {
     static SWEPT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
     {
         let mut swept = SWEPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if swept.iter().any(|d| d == work_dir) {
+        if swept.iter().any(|d| d == root) {
             return;
         }
-        swept.push(work_dir.to_path_buf());
+        swept.push(root.to_path_buf());
     }
-    let Ok(entries) = std::fs::read_dir(work_dir) else { return };
+    if !root.exists() {
+        return;
+    }
+    if let Err(e) = check_root(root) {
+        tracing::warn!("Leaving the folders in '{}' alone: {}", root.display(), e.message);
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(root) else { return };
     let me = std::process::id();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -305,11 +422,11 @@ impl RepoAgent for Decrypt {
         let safe: String =
             name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' }).collect();
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let private = self.work_dir.join(format!("{}-{n}-{safe}", std::process::id()));
+        let private = self.root.join(format!("{}-{n}-{safe}", std::process::id()));
         Ok(Box::new(DecryptModel {
             source: location.to_path_buf(),
             key_file,
-            work_dir: self.work_dir.clone(),
+            root: self.root.clone(),
             private,
             decrypted: false,
         }))
@@ -319,7 +436,8 @@ impl RepoAgent for Decrypt {
 struct DecryptModel {
     source: PathBuf,
     key_file: PathBuf,
-    work_dir: PathBuf,
+    /// The agent's own folder.
+    root: PathBuf,
     /// The private folder this model's plaintext goes into.
     private: PathBuf,
     /// Set once the files are in `private`, which is then the model's location.
@@ -329,11 +447,10 @@ struct DecryptModel {
 impl DecryptModel {
     fn load(&mut self) -> Result<()> {
         let key = read_key(&self.key_file)?;
-        let private_dir = |p: &Path| std::fs::DirBuilder::new().recursive(true).mode(0o700).create(p);
-        private_dir(&self.work_dir)
-            .and_then(|()| std::fs::set_permissions(&self.work_dir, std::fs::Permissions::from_mode(0o700)))
-            .map_err(|e| Error::internal(format!("cannot create '{}': {e}", self.work_dir.display())))?;
-        private_dir(&self.private)
+        make_root(&self.root)?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&self.private)
             .map_err(|e| Error::internal(format!("cannot create '{}': {e}", self.private.display())))?;
         let result = self.decrypt_all(&key);
         if result.is_err() {
@@ -342,16 +459,23 @@ impl DecryptModel {
         result
     }
 
+    /// Decrypts every file but `config.pbtxt` (copied as it is) into the private folder; a file that
+    /// is not a ciphertext for this key and its path fails the whole load.
     fn decrypt_all(&mut self, key: &Key) -> Result<()> {
         let mut count = 0;
         for rel in files(&self.source)? {
             let (from, to) = (self.source.join(&rel), self.private.join(&rel));
+            // A full work folder (a small /dev/shm in a container) is the likely cause of a failed write.
+            let write = |e: std::io::Error, path: &Path| {
+                Error::internal(format!(
+                    "cannot write '{}': {e} (decrypted models are kept in '{}'; choose another folder with \
+                     --repoagent-config=decrypt,work-dir=DIR)",
+                    path.display(),
+                    self.root.display()
+                ))
+            };
             if let Some(parent) = to.parent() {
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(parent)
-                    .map_err(|e| Error::internal(format!("cannot create '{}': {e}", parent.display())))?;
+                std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent).map_err(|e| write(e, parent))?;
             }
             let shown = rel.display().to_string();
             let read = |e: std::io::Error| Error::invalid(format!("cannot read '{shown}': {e}"));
@@ -361,16 +485,16 @@ impl DecryptModel {
                     .create_new(true)
                     .mode(0o600)
                     .open(&to)
-                    .map_err(|e| Error::internal(format!("cannot write '{}': {e}", to.display())))?,
+                    .map_err(|e| write(e, &to))?,
             );
             let mut input = std::fs::File::open(&from).map_err(read)?;
-            if is_encrypted(&from).map_err(read)? {
-                decrypt(key, &shown, &mut input, &mut output)?;
-                count += 1;
-            } else {
+            if rel == Path::new(CONFIG) {
                 std::io::copy(&mut input, &mut output).map_err(read)?;
+            } else {
+                decrypt(key, &rel, &mut input, &mut output)?;
+                count += 1;
             }
-            output.flush().map_err(|e| Error::internal(format!("cannot write '{}': {e}", to.display())))?;
+            output.flush().map_err(|e| write(e, &to))?;
         }
         if count == 0 {
             return Err(Error::invalid(format!(
@@ -424,6 +548,11 @@ impl Drop for DecryptModel {
 mod tests {
     use super::*;
 
+    /// Whether a file starts with the format's magic.
+    fn is_encrypted(path: &Path) -> bool {
+        std::fs::read(path).unwrap().starts_with(MAGIC)
+    }
+
     fn key(dir: &Path, bytes: &[u8]) -> PathBuf {
         let p = dir.join("key");
         std::fs::write(&p, bytes).unwrap();
@@ -433,9 +562,9 @@ mod tests {
 
     fn round_trip(k: &Key, data: &[u8], chunk: u32) -> Vec<u8> {
         let mut sealed = Vec::new();
-        encrypt(k, chunk, &mut &data[..], &mut sealed).unwrap();
+        encrypt(k, chunk, Path::new("1/f"), &mut &data[..], &mut sealed).unwrap();
         let mut out = Vec::new();
-        decrypt(k, "f", &mut &sealed[..], &mut out).unwrap();
+        decrypt(k, Path::new("1/f"), &mut &sealed[..], &mut out).unwrap();
         out
     }
 
@@ -454,8 +583,11 @@ mod tests {
         let k = Key([1; 32]);
         let data = vec![5u8; 3 * MIN_CHUNK as usize];
         let mut sealed = Vec::new();
-        encrypt(&k, MIN_CHUNK, &mut &data[..], &mut sealed).unwrap();
-        let fails = |k: &Key, bytes: &[u8]| decrypt(k, "f", &mut &bytes[..], &mut Vec::new()).unwrap_err().message;
+        encrypt(&k, MIN_CHUNK, Path::new("1/f"), &mut &data[..], &mut sealed).unwrap();
+        let fails_at = |k: &Key, rel: &str, bytes: &[u8]| {
+            decrypt(k, Path::new(rel), &mut &bytes[..], &mut Vec::new()).unwrap_err()
+        };
+        let fails = |k: &Key, bytes: &[u8]| fails_at(k, "1/f", bytes).message;
         assert!(fails(&Key([2; 32]), &sealed).contains("authentication failed"));
         let mut tampered = sealed.clone();
         let at = tampered.len() - 1;
@@ -469,6 +601,24 @@ mod tests {
         assert!(fails(&k, &sealed[..boundary]).contains("authentication failed"));
         assert!(fails(&k, &sealed[..sealed.len() - 7]).contains("authentication failed"));
         assert!(fails(&k, b"plain text").contains("not a file encrypted"));
+        assert!(fails(&k, b"").contains("'1/f' is not a file encrypted by tritonrs encrypt-model (it is empty)"));
+        // The same bytes are not a valid file at another path: a file cannot stand in for another.
+        let e = fails_at(&k, "1/g", &sealed).message;
+        assert!(e.contains("'1/g'") && e.contains("authentication failed"), "{e}");
+        assert!(fails_at(&k, "2/f", &sealed).message.contains("authentication failed"));
+        assert!(fails_at(&k, "f", &sealed).message.contains("authentication failed"));
+        // Any bit of the magic.
+        for bit in 0..64 {
+            let mut m = sealed.clone();
+            m[bit / 8] ^= 1 << (bit % 8);
+            let e = fails(&k, &m);
+            assert!(e.contains("not a file encrypted") || e.contains("format version"), "bit {bit}: {e}");
+        }
+        // A file of format version 1 (the header alone authenticated) is refused, saying what to do.
+        let mut v1 = sealed.clone();
+        v1[7] = 1;
+        let e = fails(&k, &v1);
+        assert!(e.contains("format version 1") && e.contains("tritonrs encrypt-model"), "{e}");
     }
 
     #[test]
@@ -495,34 +645,104 @@ mod tests {
         let kp = key(dir.path(), &[4; 32]);
         let enc = dir.path().join("enc");
         assert_eq!(encrypt_model(&src, &enc, &read_key(&kp).unwrap(), MIN_CHUNK).unwrap(), 1);
-        assert!(is_encrypted(&enc.join("1/model.onnx")).unwrap());
-        assert!(!is_encrypted(&enc.join("config.pbtxt")).unwrap());
+        assert!(is_encrypted(&enc.join("1/model.onnx")));
+        assert!(!is_encrypted(&enc.join("config.pbtxt")));
         assert!(encrypt_model(&src, &enc, &read_key(&kp).unwrap(), MIN_CHUNK).is_err(), "dst exists");
 
         let work = dir.path().join("work");
-        // A folder left by a process that is gone is removed when the agent starts.
-        std::fs::create_dir_all(work.join("4194999-0-old")).unwrap();
-        let agent = Decrypt::new(Some(kp), work.clone());
-        assert!(!work.join("4194999-0-old").exists());
+        let uid = rustix::process::geteuid().as_raw();
+        let own = work.join(format!("tritonrs-decrypt-{uid}"));
+        // A folder left by a process that is gone is removed from the agent's own folder when the
+        // agent starts; a folder of that form outside it is another program's and stays.
+        std::fs::create_dir_all(own.join("4194999-0-old")).unwrap();
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::create_dir_all(work.join("4194999-0-other")).unwrap();
+        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let agent = Decrypt::new(Some(kp), Some(work.clone()));
+        assert_eq!(agent.root(), own);
+        assert!(!own.join("4194999-0-old").exists());
+        assert!(work.join("4194999-0-other").exists());
         let mut m = agent.model("my model", &enc, &[], "{}").unwrap();
         assert_eq!(m.location(), enc);
         m.action(AgentAction::Load).unwrap();
         let loc = m.location();
-        assert!(loc.starts_with(&work) && loc != enc);
+        assert!(loc.starts_with(&own) && loc != enc);
         assert_eq!(std::fs::read(loc.join("1/model.onnx")).unwrap(), vec![3u8; 10_000]);
         assert_eq!(std::fs::metadata(&loc).unwrap().permissions().mode() & 0o777, 0o700);
-        assert_eq!(std::fs::metadata(&work).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(std::fs::metadata(&work).unwrap().permissions().mode() & 0o7777, 0o1777);
         m.action(AgentAction::Unload).unwrap();
         m.action(AgentAction::UnloadComplete).unwrap();
         assert!(!loc.exists());
 
-        // A model with no encrypted file, or a wrong key, fails and leaves nothing behind.
+        // A model in plaintext, one with no file but its configuration, or a wrong key, fails and
+        // leaves nothing behind.
         let mut plain = agent.model("p", &src, &[], "{}").unwrap();
-        assert!(plain.action(AgentAction::Load).unwrap_err().message.contains("no encrypted file"));
-        let wrong = Decrypt::new(Some(key(dir.path(), &[5; 32])), work.clone());
+        let e = plain.action(AgentAction::Load).unwrap_err().message;
+        assert!(e.contains("'1/model.onnx' is not a file encrypted"), "{e}");
+        let bare = dir.path().join("bare");
+        std::fs::create_dir(&bare).unwrap();
+        std::fs::copy(src.join("config.pbtxt"), bare.join("config.pbtxt")).unwrap();
+        let mut bare = agent.model("b", &bare, &[], "{}").unwrap();
+        assert!(bare.action(AgentAction::Load).unwrap_err().message.contains("no encrypted file"));
+        let wrong = Decrypt::new(Some(key(dir.path(), &[5; 32])), Some(work.clone()));
         let mut w = wrong.model("w", &enc, &[], "{}").unwrap();
         assert!(w.action(AgentAction::Load).unwrap_err().message.contains("authentication failed"));
-        assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
-        assert!(Decrypt::new(None, work).model("x", &enc, &[], "{}").is_err());
+        assert_eq!(std::fs::read_dir(&own).unwrap().count(), 0);
+        assert!(Decrypt::new(None, Some(work.clone())).model("x", &enc, &[], "{}").is_err());
+
+        // A file that is not a ciphertext for its path fails the load naming it.
+        std::fs::copy(enc.join("1/model.onnx"), enc.join("1/extra.bin")).unwrap();
+        let mut moved = agent.model("m", &enc, &[], "{}").unwrap();
+        let e = moved.action(AgentAction::Load).unwrap_err().message;
+        assert!(e.contains("'1/extra.bin'") && e.contains("authentication failed"), "{e}");
+        std::fs::write(enc.join("1/extra.bin"), b"plain").unwrap();
+        let e = moved.action(AgentAction::Load).unwrap_err().message;
+        assert!(e.contains("'1/extra.bin' is not a file encrypted"), "{e}");
+        assert_eq!(std::fs::read_dir(&own).unwrap().count(), 0);
+        assert!(work.join("4194999-0-other").exists());
+    }
+
+    #[test]
+    fn an_own_folder_that_is_not_private_is_neither_used_nor_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        let uid = rustix::process::geteuid().as_raw();
+        let own = work.join(format!("tritonrs-decrypt-{uid}"));
+        std::fs::create_dir_all(own.join("4194999-0-old")).unwrap();
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let agent = Decrypt::new(Some(key(dir.path(), &[4; 32])), Some(work.clone()));
+        assert!(own.join("4194999-0-old").exists(), "not swept");
+        let mut m = agent.model("m", dir.path(), &[], "{}").unwrap();
+        let e = m.action(AgentAction::Load).unwrap_err().message;
+        assert!(e.contains("may be used by other users (mode 755"), "{e}");
+        assert_eq!(std::fs::metadata(&own).unwrap().permissions().mode() & 0o777, 0o755);
+        std::fs::remove_dir_all(&own).unwrap();
+        std::os::unix::fs::symlink(dir.path(), &own).unwrap();
+        let e = m.action(AgentAction::Load).unwrap_err().message;
+        assert!(e.contains("is not a folder"), "{e}");
+    }
+
+    #[test]
+    fn the_default_folder_is_on_a_ram_backed_filesystem_where_there_is_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let shm = dir.path().join("shm");
+        let none = dir.path().join("no-shm");
+        std::fs::create_dir(&shm).unwrap();
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| std::ffi::OsString::from(v))
+        };
+        let all = vars(&[
+            ("RUNTIME_DIRECTORY", "/run/tritonrs:/run/other"),
+            ("XDG_RUNTIME_DIR", "/run/user/7"),
+            ("TMPDIR", "/var/tmp"),
+        ]);
+        assert_eq!(default_root(&all, &shm, 7), Path::new("/run/tritonrs/decrypt"));
+        let user = vars(&[("RUNTIME_DIRECTORY", ""), ("XDG_RUNTIME_DIR", "/run/user/7"), ("TMPDIR", "/var/tmp")]);
+        assert_eq!(default_root(&user, &shm, 7), Path::new("/run/user/7/tritonrs-decrypt-7"));
+        // Relative paths are ignored.
+        let relative = vars(&[("RUNTIME_DIRECTORY", "run"), ("XDG_RUNTIME_DIR", "user"), ("TMPDIR", "/var/tmp")]);
+        assert_eq!(default_root(&relative, &shm, 7), shm.join("tritonrs-decrypt-7"));
+        assert_eq!(default_root(&relative, &none, 7), Path::new("/var/tmp/tritonrs-decrypt-7"));
+        assert_eq!(default_root(&vars(&[]), &none, 0), Path::new("/tmp/tritonrs-decrypt-0"));
     }
 }

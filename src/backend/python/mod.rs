@@ -142,10 +142,11 @@ impl Settings {
 }
 
 impl Settings {
-    /// Forks a stub from the fork server (started, or started again, as needed). An error means the
-    /// caller starts the stub as a fresh process instead.
+    /// Forks a stub from the fork server (started, or started again, as needed), which shows `argv` as
+    /// its command line. An error means the caller starts the stub as a fresh process instead.
     pub fn fork_stub(
         &self,
+        argv: &[String],
         sys_path: &[PathBuf],
         env: &[(String, String)],
         socket: std::os::fd::BorrowedFd<'_>,
@@ -159,7 +160,7 @@ impl Settings {
                 *z = Some(zygote::Zygote::start(&self.executable, &files, self.timeout)?);
             }
             let Some(running) = z.as_ref() else { break };
-            match running.fork(sys_path, env, socket, stderr) {
+            match running.fork(argv, sys_path, env, socket, stderr) {
                 Ok(pid) => return Ok(pid),
                 Err(e) if attempt == 1 => return Err(e),
                 Err(_) => *z = None,
@@ -292,6 +293,7 @@ fn launch(settings: &Settings, ctx: &ModelContext, spec: &InstanceSpec) -> Resul
     Ok(Launch {
         settings: settings.clone(),
         env: ExecEnv::resolve(settings, &ctx.config, &ctx.model_dir)?,
+        model: ctx.name.clone(),
         model_path,
         sys_path: vec![ctx.version_dir.clone(), ctx.model_dir.clone()],
         init: json!({
@@ -740,6 +742,7 @@ pub fn auto_complete(
     let launch = Launch {
         settings: settings.clone(),
         env: ExecEnv::resolve(settings, cfg, dir).map_err(at_version)?,
+        model: name.to_string(),
         model_path,
         sys_path: vec![version_dir, dir.to_path_buf()],
         init: json!({

@@ -9,6 +9,11 @@
 //! thread on each side: decoupled responses go straight to their requests, BLS requests and calls to
 //! the server ([`super::calls`]). The stub's standard error is read line by line into the server log,
 //! and the last lines are kept to explain a stub that dies before it is ready.
+//!
+//! As Triton's stubs do, each stub names its model and instance where `ps` and `top` look: its command
+//! line is `<python> <files>/tritonrs_stub.py --model M --instance I -- <version folder> <model
+//! folder>`, and its process name (`/proc/<pid>/comm`) is [`process_name`]. A stub forked from the
+//! fork server sets that same command line over the fork server's (see `stub/tritonrs_zygote.py`).
 
 use super::ipc::{self, FromStub, WireResponse, WireTensor};
 use super::stub_memory::{Ring, SharedRegion};
@@ -64,6 +69,8 @@ pub struct Launch {
     pub settings: Settings,
     /// Interpreter override from the model's `EXECUTION_ENV_PATH`, with the variables its environment needs.
     pub env: Option<super::ExecEnv>,
+    /// The model's name.
+    pub model: String,
     /// `model.py` (or `default_model_filename`).
     pub model_path: PathBuf,
     /// Added to the stub's `sys.path`: the version folder, then the model folder.
@@ -76,6 +83,49 @@ pub struct Launch {
     pub instance: String,
     /// Whether to create shared memory (not for auto-complete).
     pub with_shm: bool,
+}
+
+impl Launch {
+    /// The interpreter the stub runs with.
+    fn executable(&self) -> PathBuf {
+        self.env.as_ref().map(|e| e.python.clone()).unwrap_or_else(|| self.settings.executable.clone())
+    }
+
+    /// The stub's arguments after the interpreter: the script, the model and instance it serves (for
+    /// `ps`; the stub skips them), and the folders added to its `sys.path`.
+    fn arguments(&self, files: &std::path::Path) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = vec![
+            files.join("tritonrs_stub.py").into(),
+            "--model".into(),
+            self.model.clone().into(),
+            "--instance".into(),
+            self.instance.clone().into(),
+            "--".into(),
+        ];
+        args.extend(self.sys_path.iter().map(|p| p.clone().into_os_string()));
+        args
+    }
+}
+
+/// The stub's process name (`/proc/<pid>/comm`, what `top` and `ps -o comm` show): its instance's name,
+/// which by default starts with the model's (`add_sub_0_0`), else `<model>:<instance>`. The kernel
+/// keeps 15 bytes, so a longer name keeps its start and its end (where the instance's number is),
+/// joined by `~`.
+pub fn process_name(model: &str, instance: &str) -> String {
+    const MAX: usize = 15;
+    let name = if instance.starts_with(model) { instance.to_string() } else { format!("{model}:{instance}") };
+    if name.len() <= MAX {
+        return name;
+    }
+    let mut head = 6;
+    while !name.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = name.len() - (MAX - 1 - head);
+    while !name.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{}~{}", &name[..head], &name[tail..])
 }
 
 /// The part of a stub shared with its reader thread and with server tasks answering it.
@@ -331,7 +381,7 @@ impl Stub {
             if launch.with_shm { Some(SharedRegion::create(settings.shm_size, "tritonrs-python-")?) } else { None };
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         let forked = match launch.env.is_none() && settings.zygote {
-            true => Self::fork(launch, &theirs, &stderr_tail),
+            true => Self::fork(launch, &files, &theirs, &stderr_tail),
             false => None,
         };
         let mut child = match forked {
@@ -387,6 +437,7 @@ impl Stub {
         }
         init["type"] = json!("init");
         init["model_path"] = json!(launch.model_path.display().to_string());
+        init["process_name"] = json!(process_name(&launch.model, &launch.instance));
         let mut stub = Stub {
             child,
             conn,
@@ -410,10 +461,9 @@ impl Stub {
         socket: UnixStream,
         stderr_tail: &Arc<Mutex<VecDeque<String>>>,
     ) -> Result<Child> {
-        let exe = launch.env.as_ref().map(|e| e.python.clone()).unwrap_or_else(|| launch.settings.executable.clone());
+        let exe = launch.executable();
         let mut cmd = Command::new(&exe);
-        cmd.arg(files.join("tritonrs_stub.py"))
-            .args(&launch.sys_path)
+        cmd.args(launch.arguments(files))
             .stdin(Stdio::from(OwnedFd::from(socket)))
             .stdout(Stdio::inherit())
             .stderr(Stdio::piped())
@@ -444,6 +494,7 @@ impl Stub {
     /// Forks the stub from the fork server; `None` (after a warning) means start a fresh process.
     fn fork(
         launch: &Launch,
+        files: &std::path::Path,
         socket: &UnixStream,
         stderr_tail: &Arc<Mutex<VecDeque<String>>>,
     ) -> Option<rustix::process::Pid> {
@@ -457,7 +508,12 @@ impl Stub {
                 return None;
             }
         };
-        match launch.settings.fork_stub(&launch.sys_path, &[], socket.as_fd(), writer.as_fd()) {
+        // The command line a fresh stub would have, which the forked one shows instead of the fork server's.
+        let argv: Vec<String> = std::iter::once(launch.executable().into_os_string())
+            .chain(launch.arguments(files))
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        match launch.settings.fork_stub(&argv, &launch.sys_path, &[], socket.as_fd(), writer.as_fd()) {
             Ok(pid) => {
                 drop(writer);
                 follow_stderr(reader, launch.label.clone(), stderr_tail.clone());
@@ -797,6 +853,17 @@ fn handle(conn: &Arc<Conn>, msg: FromStub, payload: &[u8]) -> Option<Control> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stub_process_name_names_the_model_and_instance_in_15_bytes() {
+        assert_eq!(process_name("add_sub", "add_sub_0_1"), "add_sub_0_1");
+        assert_eq!(process_name("add_sub", "spare_0"), "add_sub:spare_0");
+        assert_eq!(process_name("my_long_model_name", "my_long_model_name_0_12"), "my_lon~ame_0_12");
+        assert_eq!(process_name("m", "a_very_long_group_3"), "m:a_ve~_group_3");
+        // Multi-byte characters are never cut.
+        let n = process_name("ééééé", "ééééé_ééééé_0");
+        assert!(n.len() <= 15 && n.ends_with("é_0") && n.contains('~'), "{n}");
+    }
 
     fn conn() -> Conn {
         let (a, b) = UnixStream::pair().unwrap();

@@ -65,17 +65,20 @@ impl Zygote {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Forks a stub that runs as `python3 tritonrs_stub.py <sys_path>` would, on `stub_socket` (its fd 0)
-    /// with `stderr` (its fd 2) and `env` added. Returns the stub's process id.
+    /// Forks a stub that runs as `python3 tritonrs_stub.py ... <sys_path>` would, on `stub_socket` (its
+    /// fd 0) with `stderr` (its fd 2) and `env` added, and shows `argv` (that fresh stub's command
+    /// line) as its own. Returns the stub's process id.
     /// The caller closes its own copies of the descriptors afterwards.
     pub fn fork(
         &self,
+        argv: &[String],
         sys_path: &[PathBuf],
         env: &[(String, String)],
         stub_socket: BorrowedFd<'_>,
         stderr: BorrowedFd<'_>,
     ) -> Result<Pid> {
         let request = serde_json::json!({
+            "argv": argv,
             "path": sys_path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             "env": env.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
         });

@@ -13,6 +13,9 @@ writes tensors into the other half, one ring per socket, whose consumed position
 publishes in the file's first 16 bytes. A tensor that does not fit travels inline in the frame's
 payload instead.
 
+Its command line is `tritonrs_stub.py --model M --instance I -- PATH...`: the model and instance
+are there for `ps` (as Triton's stubs name theirs), the paths are added to sys.path.
+
 Written for tritonrs; it needs only numpy.
 """
 
@@ -724,6 +727,27 @@ def _execute(conn, msg, payload, execute, loop):
         conn.send({"type": "done", "id": msg["id"], "err": text}, main=True)
 
 
+def set_process_name(name):
+    """Sets this process's name (/proc/<pid>/comm: what `top` and `ps -o comm` show; the kernel keeps
+    15 bytes) to the one the server chose, naming the model and instance. Writing /proc/self/comm
+    names the whole process (its main thread) from any thread, with no C call."""
+    if not name:
+        return
+    try:
+        with open("/proc/self/comm", "wb") as f:
+            f.write(os.fsencode(name)[:15])
+    except OSError as e:
+        print(f"tritonrs: cannot set the stub's process name to '{name}': {e}", file=sys.stderr)
+
+
+def paths_of(args):
+    """The folders for sys.path in the stub's arguments (sys.argv[1:]), `--model M --instance I --
+    PATH...`, read by position (a model may be named `--`); all of them in the older form, paths only."""
+    if len(args) >= 5 and args[0] == "--model" and args[2] == "--instance" and args[4] == "--":
+        return list(args[5:])
+    return list(args)
+
+
 def main():
     # fd 0 is the control socket. Move it out of the way so a model reading stdin reads nothing.
     fd = os.dup(0)
@@ -742,6 +766,7 @@ def main():
     if frame is None:
         return
     init = frame[0]
+    set_process_name(init.get("process_name"))
     conn = Connection(main_sock, side_sock, init)
     conn.model_name = init.get("model_name", "")
     conn.model_version = int(init.get("model_version", -1) or -1)
@@ -761,7 +786,7 @@ def main():
 
 
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
+    for p in paths_of(sys.argv[1:]):
         if p not in sys.path:
             sys.path.append(p)
     main()
