@@ -788,11 +788,7 @@ pub extern "C" fn TRITONBACKEND_RequestRelease(request: *mut RequestObj, release
         // SAFETY: the request was live; the pointer is the backend's reference from Arc::into_raw
         // (see `host::submit`), given back once: it is unregistered first, so a second release fails.
         let r = unsafe { std::sync::Arc::from_raw(request as *const RequestObj) };
-        {
-            let mut p = r.completion.progress.lock();
-            p.released = true;
-        }
-        r.completion.changed.notify_all();
+        r.completion.release();
         Ok(())
     })
 }
