@@ -281,6 +281,37 @@ def test_unload_fails_queued_requests_at_once_when_the_backend_never_releases(st
     assert sum("neither sent the final response nor released the request within 3000 ms" in m for m in errors) == 1
 
 
+def test_outputs_that_do_not_match_their_shape_are_errors_naming_the_output(start_server, repo, misbehaving):
+    model(repo, "odd_c", "oddc")
+    s = start_server("--model-repository", repo, "--backend-directory", misbehaving)
+    c = s.client()
+    cases = {
+        1.0: "output 'OUTPUT0' (FP32, shape [1, 1048576]) with 4 bytes where its shape needs 4194304",
+        2.0: "output 'OUTPUT0' of shape [1099511627776, 1099511627776], too many elements to hold",
+        3.0: "output 'OUTPUT0' (FP32, shape [1, 4]) without a buffer",
+        4.0: "BYTES output 'OUTPUT0' (shape [1, 2]) holding 1 element(s) where its shape needs 2",
+        5.0: "BYTES output 'OUTPUT0' (shape [1, 1]) that is not a list of length-prefixed elements",
+    }
+    for value, why in cases.items():
+        with pytest.raises(InferenceServerException) as e:
+            c.infer("odd_c", inputs(httpclient, 1, value))
+        assert e.value.status() == "500", (value, e.value)
+        assert "backend 'oddc' sent " + why in e.value.message(), (value, e.value)
+    with pytest.raises(InferenceServerException) as e:
+        s.grpc_client().infer("odd_c", inputs(grpcclient, 1, 1.0))
+    assert e.value.status() == "StatusCode.INTERNAL" and "output 'OUTPUT0'" in e.value.message(), e.value
+    # The server stays up and the backend's good answers still pass.
+    r = c.infer("odd_c", inputs(httpclient, 1, 7.0))
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), np.full((1, 4), 7.0, dtype=np.float32))
+    # A second final response for a request is dropped; the log says so once per model.
+    for _ in range(3):
+        r = c.infer("odd_c", inputs(httpclient, 1, 6.0))
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), np.full((1, 4), 6.0, dtype=np.float32))
+    s.wait_for_log("Model 'odd_c': backend 'oddc' sent a response after the final response of request")
+    assert s.log.count("after the final response of request") == 1, s.log
+    assert s.client().is_server_ready()
+
+
 def test_a_decoupled_backend_streams_its_responses_from_a_factory(start_server, repo, tmp_path):
     import queue
     import time

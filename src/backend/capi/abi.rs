@@ -9,7 +9,7 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
-use std::sync::atomic::AtomicPtr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -241,11 +241,13 @@ impl Bell {
     }
 }
 
-/// The model a request belongs to, for what the host says about its backend.
+/// The model a request belongs to, for what the host says about its backend's answers.
 #[derive(Default)]
 pub struct Origin {
     pub model: String,
     pub backend: String,
+    /// A response after a request's final one was logged already (once per model is enough).
+    pub late_response_logged: AtomicBool,
 }
 
 /// Shared by a request and its responses.
@@ -256,13 +258,30 @@ pub struct Completion {
     pub bell: Arc<Bell>,
     /// A decoupled model's request: each response goes here as it is sent, not into `progress`.
     pub sink: Option<crate::model_api::ResponseSender>,
+    pub origin: Arc<Origin>,
+    /// The request's id, for messages.
+    pub request_id: String,
 }
 
 impl Completion {
-    /// Delivers a response (`None`: only the final flag) from the backend.
+    /// Delivers a response (`None`: only the final flag) from the backend. Anything after the final
+    /// flag is dropped: the request is answered already.
     pub fn deliver(&self, response: Option<crate::error::Result<(Vec<Tensor>, Parameters)>>, is_final: bool) {
         let mut p = self.progress.lock();
-        if p.abandoned || (p.done && self.sink.is_some()) {
+        if p.abandoned {
+            return;
+        }
+        if p.done {
+            drop(p);
+            if !self.origin.late_response_logged.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "Model '{}': backend '{}' sent a response after the final response of request '{}'; it was \
+                     dropped (said once per model).",
+                    self.origin.model,
+                    self.origin.backend,
+                    self.request_id
+                );
+            }
             return;
         }
         match (&self.sink, response) {
@@ -393,7 +412,8 @@ pub struct OutputObj {
     pub c_name: CString,
     pub datatype: DataType,
     pub shape: Vec<i64>,
-    pub buffer: Vec<u8>,
+    /// `None` until `TRITONBACKEND_OutputBuffer` gave it one.
+    pub buffer: Option<Vec<u8>>,
     /// What `TRITONBACKEND_OutputBufferAttributes` points at, once the buffer exists.
     pub attributes: BufferAttributesObj,
 }

@@ -489,6 +489,8 @@ fn request_object(
     let completion = Arc::new(Completion {
         sink: req.responder.clone(),
         bell: shared.bell.clone(),
+        origin: shared.origin.clone(),
+        request_id: req.meta.id.clone(),
         progress: Default::default(),
     });
     let obj = RequestObj {
