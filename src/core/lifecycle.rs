@@ -827,8 +827,9 @@ impl ModelManager {
     }
 
     /// Unloads every version of a model and waits until it is gone: the versions are UNLOADING while
-    /// requests already queued or running finish on the old instances, then UNAVAILABLE. Ensembles that
-    /// use the model stop serving too.
+    /// requests already queued or running finish on the old instances (instances that take a
+    /// [`crate::model_api::Retirement`] notice, a C backend's, fail the queued ones instead), then
+    /// UNAVAILABLE. Ensembles that use the model stop serving too.
     pub async fn unload(self: &Arc<Self>, name: &str) -> Result<()> {
         let result = self.unload_with(name, None).await;
         self.composing_changed(name, None).await;

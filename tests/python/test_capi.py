@@ -256,7 +256,7 @@ def test_unload_fails_queued_requests_at_once_when_the_backend_never_releases(st
     build(backends / "holdc", "holdc", "NEVER_RELEASE")
     model(repo, "hold_c", "holdc", count=1)
     s = start_server("--model-repository", repo, "--backend-directory", backends,
-                     "--backend-config=holdc,response-timeout-ms=3000", "--model-control-mode=explicit",
+                     "--backend-config=holdc,response-timeout-ms=4000", "--model-control-mode=explicit",
                      "--load-model=hold_c", "--allow-metrics=true", "--metrics-port", "0")
     c = httpclient.InferenceServerClient(s.url, concurrency=20, network_timeout=90)
     try:
@@ -274,11 +274,11 @@ def test_unload_fails_queued_requests_at_once_when_the_backend_never_releases(st
             errors.append(e.value.message())
     finally:
         c.close()
-    # Not 20 x 3 s: the queued requests never reach the backend, only the one it holds is waited for.
+    # Not 20 x 4 s: the queued requests never reach the backend, only the one it holds is waited for.
     assert took < 35, took
     unloaded = [m for m in errors if "model 'hold_c' was unloaded before the request ran" in m]
     assert len(unloaded) == 19, errors
-    assert sum("neither sent the final response nor released the request within 3000 ms" in m for m in errors) == 1
+    assert sum("neither sent the final response nor released the request within 4000 ms" in m for m in errors) == 1
 
 
 def test_outputs_that_do_not_match_their_shape_are_errors_naming_the_output(start_server, repo, misbehaving):
