@@ -57,6 +57,8 @@ pub struct LoadedModel {
     pub probes: Vec<Arc<dyn crate::model_api::Readiness>>,
     /// The backend library serving the model, when it is not one built into tritonrs.
     pub served_by: Option<String>,
+    /// Instances to tell when this version leaves service (see [`crate::model_api::Retirement`]).
+    pub retirements: Vec<Arc<dyn crate::model_api::Retirement>>,
 }
 
 /// One version's slot in the table.
@@ -749,7 +751,8 @@ impl ModelManager {
                 }
             }
         }
-        retire(retired).await;
+        // Replaced or no longer selected: a newer copy serves, so what is queued on the old one still runs.
+        retire(retired, false).await;
         self.finish_unloading(name);
         if failures.is_empty() {
             tracing::debug!("Model '{name}' load finished in {:?}.", started.elapsed());
@@ -824,8 +827,9 @@ impl ModelManager {
     }
 
     /// Unloads every version of a model and waits until it is gone: the versions are UNLOADING while
-    /// requests already queued or running finish on the old instances, then UNAVAILABLE. Ensembles that
-    /// use the model stop serving too.
+    /// requests already queued or running finish on the old instances (instances that take a
+    /// [`crate::model_api::Retirement`] notice, a C backend's, fail the queued ones instead), then
+    /// UNAVAILABLE. Ensembles that use the model stop serving too.
     pub async fn unload(self: &Arc<Self>, name: &str) -> Result<()> {
         let result = self.unload_with(name, None).await;
         self.composing_changed(name, None).await;
@@ -895,7 +899,7 @@ impl ModelManager {
                 slot.reason = reason.clone();
             }
         }
-        retire(retired).await;
+        retire(retired, true).await;
         let agents = self.write().get_mut(name).and_then(|e| e.agents.take());
         if let Some(mut chain) = agents {
             let _ = tokio::task::spawn_blocking(move || chain.unload()).await;
@@ -931,8 +935,13 @@ impl ModelManager {
 
 /// Drops the given models and waits until their instance threads have finished every request that was
 /// already queued and have dropped their instances (running the backends' finalizers). Requests still
-/// holding a model keep its queue open, so this also waits for them.
-pub async fn retire(models: Vec<Arc<LoadedModel>>) {
+/// holding a model keep its queue open, so this also waits for them. Instances that asked to hear of it
+/// are told first (`unload`: the model is unloaded, not replaced), so that an instance waiting on a
+/// backend that never answers gives up in bounded time instead of holding the unload forever.
+pub async fn retire(models: Vec<Arc<LoadedModel>>, unload: bool) {
+    for r in models.iter().flat_map(|m| m.retirements.iter()) {
+        r.retiring(unload);
+    }
     let counters: Vec<_> = models.iter().map(|m| m.scheduler.running()).collect();
     drop(models);
     for c in counters {
@@ -972,10 +981,12 @@ fn load_version(
     let limits = instance_limits(&cfg);
     let mut instances = Vec::new();
     let mut probes = Vec::new();
+    let mut retirements = Vec::new();
     let mut served_by = None;
     for (spec, limit) in instance_specs(&cfg).into_iter().zip(limits) {
         let mut inst = backend.create_instance(&ctx, &spec)?;
         probes.extend(inst.readiness());
+        retirements.extend(inst.retirement());
         served_by = served_by.or_else(|| inst.served_by());
         // Warmup runs before the scheduler exists, so no request can reach a cold instance.
         warmup::run(&mut *inst, &samples, &spec.name)?;
@@ -1016,6 +1027,7 @@ fn load_version(
         load_duration: started.elapsed(),
         probes,
         served_by,
+        retirements,
     }))
 }
 

@@ -238,11 +238,26 @@ pub trait ModelInstance: Send {
     fn served_by(&self) -> Option<String> {
         None
     }
+
+    /// Who to tell when the model version leaves service, for instances that wait on code they do not
+    /// control (a C backend's `Execute`) and must then bound that wait. Taken once, before the instance
+    /// moves to its thread.
+    fn retirement(&self) -> Option<Arc<dyn Retirement>> {
+        None
+    }
 }
 
 /// Tells whether an instance can serve right now. May block briefly (it may ask a process).
 pub trait Readiness: Send + Sync {
     fn ready(&self) -> bool;
+}
+
+/// Told when a loaded model version leaves service, before its instances are dropped.
+pub trait Retirement: Send + Sync {
+    /// `unload`: the model is unloaded, so requests still queued for the instance fail at once instead
+    /// of running; `false`: a newer copy serves in its place and queued requests still run here. Either
+    /// way the instance should stop waiting on its backend within a bounded time.
+    fn retiring(&self, unload: bool);
 }
 
 /// A kind of backend (onnxruntime, ...), able to create instances.

@@ -11,6 +11,15 @@
  *   -DFAIL_EXECUTE     every request gets an error response
  *   -DNO_EXECUTE       the library lacks TRITONBACKEND_ModelInstanceExecute
  *   -DNEVER_RELEASE    requests are neither answered nor released
+ *   -DMISBEHAVE        what each request gets depends on the first value of its INPUT0:
+ *                        -1  Execute never returns
+ *                         1  OUTPUT0 is FP32 [1,1048576] with a 4-byte buffer
+ *                         2  OUTPUT0 is FP32 [2^40,2^40] without a buffer (the shape overflows)
+ *                         3  OUTPUT0 is FP32 [1,4] without a buffer
+ *                         4  OUTPUT0 is BYTES [1,2] holding one element
+ *                         5  OUTPUT0 is BYTES [1,1] whose length prefix claims more than the buffer
+ *                         6  two final responses, each the identity
+ *                      any other value: the identity
  * and one for decoupled models:
  *   -DDECOUPLED        three responses per request from a response factory (each the identity, with
  *                      an "index" parameter), the request released, then the final flag alone
@@ -21,6 +30,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct TRITONSERVER_Error TRITONSERVER_Error;
 typedef struct TRITONSERVER_Message TRITONSERVER_Message;
@@ -40,6 +50,7 @@ typedef int TRITONSERVER_Error_Code;
 enum { ERROR_INTERNAL = 1, ERROR_INVALID_ARG = 3, ERROR_UNSUPPORTED = 5 };
 enum { LOG_INFO = 0, LOG_ERROR = 2 };
 enum { MEMORY_CPU = 0 };
+enum { TYPE_BYTES = 13, TYPE_FP32 = 11 };
 enum { RESPONSE_COMPLETE_FINAL = 1, REQUEST_RELEASE_ALL = 1 };
 
 extern TRITONSERVER_Error* TRITONSERVER_ErrorNew(TRITONSERVER_Error_Code code, const char* msg);
@@ -234,6 +245,60 @@ __attribute__((unused)) static TRITONSERVER_Error* answer(TRITONBACKEND_Request*
   return TRITONBACKEND_ResponseSetStringParameter(response, "test_backend_request_id", id);
 }
 
+#ifdef MISBEHAVE
+/* The first value of the request's INPUT0 (0 when there is none). */
+static float first_value(TRITONBACKEND_Request* request) {
+  TRITONBACKEND_Input* input = NULL;
+  const void* buffer = NULL;
+  uint64_t size = 0;
+  TRITONSERVER_MemoryType type = MEMORY_CPU;
+  int64_t type_id = 0;
+  float v = 0;
+  TRITONSERVER_Error* err = TRITONBACKEND_RequestInput(request, "INPUT0", &input);
+  if (err == NULL) err = TRITONBACKEND_InputBuffer(input, 0, &buffer, &size, &type, &type_id);
+  if (err != NULL) {
+    TRITONSERVER_ErrorDelete(err);
+    return 0;
+  }
+  if (size >= sizeof v) memcpy(&v, buffer, sizeof v);
+  return v;
+}
+
+/* Fills `response` with an OUTPUT0 that does not match its shape, as `how` says (see the variants). */
+static TRITONSERVER_Error* bad_output(TRITONBACKEND_Response* response, int how) {
+  TRITONBACKEND_Output* output = NULL;
+  void* dst = NULL;
+  TRITONSERVER_MemoryType type = MEMORY_CPU;
+  int64_t type_id = 0;
+  switch (how) {
+    case 1: {
+      const int64_t shape[2] = {1, 1048576};
+      CHECK(TRITONBACKEND_ResponseOutput(response, &output, "OUTPUT0", TYPE_FP32, shape, 2));
+      CHECK(TRITONBACKEND_OutputBuffer(output, &dst, 4, &type, &type_id));
+      memset(dst, 0, 4);
+      return NULL;
+    }
+    case 2: {
+      const int64_t shape[2] = {(int64_t)1 << 40, (int64_t)1 << 40};
+      return TRITONBACKEND_ResponseOutput(response, &output, "OUTPUT0", TYPE_FP32, shape, 2);
+    }
+    case 3: {
+      const int64_t shape[2] = {1, 4};
+      return TRITONBACKEND_ResponseOutput(response, &output, "OUTPUT0", TYPE_FP32, shape, 2);
+    }
+    default: {
+      /* 4: one element where the shape says two; 5: a prefix claiming 100 bytes before 3. */
+      const int64_t shape[2] = {1, how == 4 ? 2 : 1};
+      const unsigned char element[7] = {how == 4 ? 3 : 100, 0, 0, 0, 'a', 'b', 'c'};
+      CHECK(TRITONBACKEND_ResponseOutput(response, &output, "OUTPUT0", TYPE_BYTES, shape, 2));
+      CHECK(TRITONBACKEND_OutputBuffer(output, &dst, sizeof element, &type, &type_id));
+      memcpy(dst, element, sizeof element);
+      return NULL;
+    }
+  }
+}
+#endif
+
 #ifndef NO_EXECUTE
 EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
     TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests, const uint32_t request_count) {
@@ -270,13 +335,31 @@ EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(
     if (err != NULL) return err; /* the server then fails the requests itself */
 #ifdef FAIL_EXECUTE
     TRITONSERVER_Error* failed = TRITONSERVER_ErrorNew(ERROR_INTERNAL, "test_backend fails every request");
+#elif defined(MISBEHAVE)
+    float v = first_value(requests[r]);
+    if (v == -1) {
+      say("execute never returns for", "a request");
+      for (;;) sleep(3600);
+    }
+    TRITONSERVER_Error* failed =
+        (v >= 1 && v <= 5) ? bad_output(response, (int)v) : answer(requests[r], response);
 #else
     TRITONSERVER_Error* failed = answer(requests[r], response);
 #endif
     err = TRITONBACKEND_ResponseSend(response, RESPONSE_COMPLETE_FINAL, failed);
-    if (failed != NULL) TRITONSERVER_ErrorDelete(failed);
     if (err != NULL) TRITONSERVER_ErrorDelete(err);
+#ifdef MISBEHAVE
+    if (v == 6 && failed == NULL) {
+      /* A second response with the final flag, for a request already finished. */
+      TRITONBACKEND_Response* again = NULL;
+      err = TRITONBACKEND_ResponseNew(&again, requests[r]);
+      if (err == NULL) err = answer(requests[r], again);
+      if (err == NULL) err = TRITONBACKEND_ResponseSend(again, RESPONSE_COMPLETE_FINAL, NULL);
+      if (err != NULL) TRITONSERVER_ErrorDelete(err);
+    }
+#endif
     TRITONBACKEND_ModelInstanceReportStatistics(instance, requests[r], failed == NULL, 1, 2, 3, 4);
+    if (failed != NULL) TRITONSERVER_ErrorDelete(failed);
     err = TRITONBACKEND_RequestRelease(requests[r], REQUEST_RELEASE_ALL);
     if (err != NULL) TRITONSERVER_ErrorDelete(err);
   }

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }},
         {{ name: "INPUT1" data_type: TYPE_INT32 dims: [ -1 ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }},
          {{ name: "OUTPUT1" data_type: TYPE_INT32 dims: [ -1 ] }} ]
-instance_group [ {{ count: 2, kind: KIND_CPU }} ]
+instance_group [ {{ count: {count}, kind: KIND_CPU }} ]
 {extra}
 """
 
@@ -48,10 +49,10 @@ def build(dest: Path, backend: str, *defines: str) -> Path:
     return lib
 
 
-def model(repo: Path, name: str, backend: str, extra: str = "") -> Path:
+def model(repo: Path, name: str, backend: str, extra: str = "", count: int = 2) -> Path:
     d = repo / name
     (d / "1").mkdir(parents=True)
-    (d / "config.pbtxt").write_text(CONFIG.format(name=name, backend=backend, extra=extra))
+    (d / "config.pbtxt").write_text(CONFIG.format(name=name, backend=backend, extra=extra, count=count))
     return d
 
 
@@ -204,6 +205,111 @@ def test_requests_a_backend_never_answers_fail_after_the_timeout(start_server, r
     # Unloading says what was abandoned.
     s.stop()
     assert "request(s) the backend never finished" in s.log
+
+
+@pytest.fixture
+def misbehaving(tmp_path):
+    """A --backend-directory holding the test backend as `oddc`, built to misbehave on request (see
+    MISBEHAVE in tests/capi/test_backend.c: the first value of INPUT0 says how)."""
+    d = tmp_path / "backends"
+    build(d / "oddc", "oddc", "MISBEHAVE")
+    return d
+
+
+def test_an_execute_that_never_returns_fails_its_requests_and_unload_abandons_the_instance(
+        start_server, repo, misbehaving):
+    model(repo, "hang_c", "oddc")
+    s = start_server("--model-repository", repo, "--backend-directory", misbehaving,
+                     "--backend-config=oddc,response-timeout-ms=2000", "--model-control-mode=explicit",
+                     "--load-model=hang_c", "--allow-metrics=true", "--metrics-port", "0")
+    # Each request fails after the response timeout with a typed error (UNAVAILABLE), over HTTP and
+    # gRPC; the second may reach the instance still stuck in the first one's Execute.
+    t = time.monotonic()
+    with pytest.raises(InferenceServerException) as e:
+        s.client(network_timeout=20).infer("hang_c", inputs(httpclient, 1, -1.0))
+    assert time.monotonic() - t < 10, "the client waited far past the response timeout"
+    assert e.value.status() == "503", e.value
+    assert "TRITONBACKEND_ModelInstanceExecute" in e.value.message() and "2000 ms" in e.value.message(), e.value
+    t = time.monotonic()
+    with pytest.raises(InferenceServerException) as e:
+        s.grpc_client().infer("hang_c", inputs(grpcclient, 1, -1.0), client_timeout=20)
+    assert time.monotonic() - t < 10, "the client waited far past the response timeout"
+    assert e.value.status() == "StatusCode.UNAVAILABLE", e.value
+    assert "TRITONBACKEND_ModelInstanceExecute" in e.value.message(), e.value
+    assert s.client().is_server_ready()
+    # Unload gives up on the stuck Execute within the README's 30 s, leaves its thread to it and
+    # counts it; a new load of the model then serves.
+    t = time.monotonic()
+    assert s.post("/v2/repository/models/hang_c/unload", timeout=40).status == 200
+    assert time.monotonic() - t < 35
+    assert s.index_row("hang_c")["state"] == "UNAVAILABLE"
+    s.wait_for_log(r"Model 'hang_c': instance 'hang_c_0_\d' is abandoned")
+    gauge = 'tritonrs_backend_abandoned_threads{backend="oddc",model="hang_c"}'
+    assert s.metrics().get(gauge, 0) >= 1, s.metrics()
+    assert s.post("/v2/repository/models/hang_c/load", timeout=40).status == 200
+    r = s.client().infer("hang_c", inputs(httpclient, 1, 8.0))
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), np.full((1, 4), 8.0, dtype=np.float32))
+
+
+def test_unload_fails_queued_requests_at_once_when_the_backend_never_releases(start_server, repo, tmp_path):
+    backends = tmp_path / "backends"
+    build(backends / "holdc", "holdc", "NEVER_RELEASE")
+    model(repo, "hold_c", "holdc", count=1)
+    s = start_server("--model-repository", repo, "--backend-directory", backends,
+                     "--backend-config=holdc,response-timeout-ms=4000", "--model-control-mode=explicit",
+                     "--load-model=hold_c", "--allow-metrics=true", "--metrics-port", "0")
+    c = httpclient.InferenceServerClient(s.url, concurrency=20, network_timeout=90)
+    try:
+        pending = [c.async_infer("hold_c", inputs(httpclient, 1, float(i))) for i in range(20)]
+        # One request is in the backend, the other 19 wait in the queue.
+        queued = 'nv_inference_pending_request_count{model="hold_c",version="1"}'
+        s.wait_until(lambda: s.metrics().get(queued) == 19, what="19 queued requests")
+        t = time.monotonic()
+        assert s.post("/v2/repository/models/hold_c/unload", timeout=40).status == 200
+        took = time.monotonic() - t
+        errors = []
+        for p in pending:
+            with pytest.raises(InferenceServerException) as e:
+                p.get_result()
+            errors.append(e.value.message())
+    finally:
+        c.close()
+    # Not 20 x 4 s: the queued requests never reach the backend, only the one it holds is waited for.
+    assert took < 35, took
+    unloaded = [m for m in errors if "model 'hold_c' was unloaded before the request ran" in m]
+    assert len(unloaded) == 19, errors
+    assert sum("neither sent the final response nor released the request within 4000 ms" in m for m in errors) == 1
+
+
+def test_outputs_that_do_not_match_their_shape_are_errors_naming_the_output(start_server, repo, misbehaving):
+    model(repo, "odd_c", "oddc")
+    s = start_server("--model-repository", repo, "--backend-directory", misbehaving)
+    c = s.client()
+    cases = {
+        1.0: "output 'OUTPUT0' (FP32, shape [1, 1048576]) with 4 bytes where its shape needs 4194304",
+        2.0: "output 'OUTPUT0' of shape [1099511627776, 1099511627776], too many elements to hold",
+        3.0: "output 'OUTPUT0' (FP32, shape [1, 4]) without a buffer",
+        4.0: "BYTES output 'OUTPUT0' (shape [1, 2]) holding 1 element(s) where its shape needs 2",
+        5.0: "BYTES output 'OUTPUT0' (shape [1, 1]) that is not a list of length-prefixed elements",
+    }
+    for value, why in cases.items():
+        with pytest.raises(InferenceServerException) as e:
+            c.infer("odd_c", inputs(httpclient, 1, value))
+        assert e.value.status() == "500", (value, e.value)
+        assert "backend 'oddc' sent " + why in e.value.message(), (value, e.value)
+    with pytest.raises(InferenceServerException) as e:
+        s.grpc_client().infer("odd_c", inputs(grpcclient, 1, 1.0))
+    assert e.value.status() == "StatusCode.INTERNAL" and "output 'OUTPUT0'" in e.value.message(), e.value
+    # The server stays up and the backend's good answers still pass.
+    r = c.infer("odd_c", inputs(httpclient, 1, 7.0))
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), np.full((1, 4), 7.0, dtype=np.float32))
+    # A second final response for a request is dropped; the log says so once per model.
+    for _ in range(3):
+        r = c.infer("odd_c", inputs(httpclient, 1, 6.0))
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), np.full((1, 4), 6.0, dtype=np.float32))
+    s.wait_for_log("Model 'odd_c': backend 'oddc' sent a response after the final response of request")
+    assert s.log.count("after the final response of request") == 1, s.log
+    assert s.client().is_server_ready()
 
 
 def test_a_decoupled_backend_streams_its_responses_from_a_factory(start_server, repo, tmp_path):

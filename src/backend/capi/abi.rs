@@ -9,8 +9,9 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
-use std::sync::atomic::AtomicPtr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// TRITONBACKEND_API_VERSION_MAJOR / _MINOR that tritonrs implements (as Triton 2.51).
 pub const API_MAJOR: u32 = 1;
@@ -202,20 +203,85 @@ pub struct Progress {
     pub states: Vec<Tensor>,
 }
 
+/// Wakes an instance thread waiting on its backend. One per instance, rung whenever something it may
+/// wait for happens: a request it handed over gets a response or is released, `Execute` returns, the
+/// instance's thread ends, or the model is retired (which moves the deadlines). One bell for all of
+/// them, so the thread waits on one thing however many it watches.
+#[derive(Default)]
+pub struct Bell {
+    /// How often it rang: a waiter reads it before looking, and sleeps only while it is unchanged, so
+    /// a ring between looking and sleeping is not lost.
+    rings: Mutex<u64>,
+    rung: Condvar,
+}
+
+impl Bell {
+    pub fn ring(&self) {
+        *self.rings.lock() += 1;
+        self.rung.notify_all();
+    }
+
+    /// Waits until `ready` (true) or until `deadline` has passed (false). Both are asked again after
+    /// each ring: a retirement moves the deadline closer. `ready` must not ring this bell.
+    pub fn wait(&self, mut ready: impl FnMut() -> bool, deadline: impl Fn() -> Instant) -> bool {
+        loop {
+            let seen = *self.rings.lock();
+            if ready() {
+                return true;
+            }
+            let until = deadline();
+            let mut rings = self.rings.lock();
+            while *rings == seen {
+                if self.rung.wait_until(&mut rings, until).timed_out() {
+                    drop(rings);
+                    return ready();
+                }
+            }
+        }
+    }
+}
+
+/// The model a request belongs to, for what the host says about its backend's answers.
+#[derive(Default)]
+pub struct Origin {
+    pub model: String,
+    pub backend: String,
+    /// A response after a request's final one was logged already (once per model is enough).
+    pub late_response_logged: AtomicBool,
+}
+
 /// Shared by a request and its responses.
 #[derive(Default)]
 pub struct Completion {
     pub progress: Mutex<Progress>,
-    pub changed: Condvar,
+    /// The instance's bell, rung on every change of `progress`.
+    pub bell: Arc<Bell>,
     /// A decoupled model's request: each response goes here as it is sent, not into `progress`.
     pub sink: Option<crate::model_api::ResponseSender>,
+    pub origin: Arc<Origin>,
+    /// The request's id, for messages.
+    pub request_id: String,
 }
 
 impl Completion {
-    /// Delivers a response (`None`: only the final flag) from the backend.
+    /// Delivers a response (`None`: only the final flag) from the backend. Anything after the final
+    /// flag is dropped: the request is answered already.
     pub fn deliver(&self, response: Option<crate::error::Result<(Vec<Tensor>, Parameters)>>, is_final: bool) {
         let mut p = self.progress.lock();
-        if p.abandoned || (p.done && self.sink.is_some()) {
+        if p.abandoned {
+            return;
+        }
+        if p.done {
+            drop(p);
+            if !self.origin.late_response_logged.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "Model '{}': backend '{}' sent a response after the final response of request '{}'; it was \
+                     dropped (said once per model).",
+                    self.origin.model,
+                    self.origin.backend,
+                    self.request_id
+                );
+            }
             return;
         }
         match (&self.sink, response) {
@@ -236,7 +302,13 @@ impl Completion {
             p.done = true;
         }
         drop(p);
-        self.changed.notify_all();
+        self.bell.ring();
+    }
+
+    /// `TRITONBACKEND_RequestRelease`: the backend is done with the request.
+    pub fn release(&self) {
+        self.progress.lock().released = true;
+        self.bell.ring();
     }
 
     /// Whether the backend has sent the final response and released the request (or the server gave up).
@@ -257,7 +329,7 @@ impl Completion {
             sink.send(Err(crate::error::Error::unavailable(why)));
         }
         drop(p);
-        self.changed.notify_all();
+        self.bell.ring();
     }
 
     /// Whether the client went away or the server gave up on the request.
@@ -340,7 +412,8 @@ pub struct OutputObj {
     pub c_name: CString,
     pub datatype: DataType,
     pub shape: Vec<i64>,
-    pub buffer: Vec<u8>,
+    /// `None` until `TRITONBACKEND_OutputBuffer` gave it one.
+    pub buffer: Option<Vec<u8>>,
     /// What `TRITONBACKEND_OutputBufferAttributes` points at, once the buffer exists.
     pub attributes: BufferAttributesObj,
 }

@@ -13,6 +13,7 @@
 #![allow(non_snake_case)]
 
 use super::abi::*;
+use crate::error::Error;
 use crate::model_api::types::{ParamValue, Tensor};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::null_mut;
@@ -788,11 +789,7 @@ pub extern "C" fn TRITONBACKEND_RequestRelease(request: *mut RequestObj, release
         // SAFETY: the request was live; the pointer is the backend's reference from Arc::into_raw
         // (see `host::submit`), given back once: it is unregistered first, so a second release fails.
         let r = unsafe { std::sync::Arc::from_raw(request as *const RequestObj) };
-        {
-            let mut p = r.completion.progress.lock();
-            p.released = true;
-        }
-        r.completion.changed.notify_all();
+        r.completion.release();
         Ok(())
     })
 }
@@ -986,7 +983,7 @@ pub extern "C" fn TRITONBACKEND_ResponseOutput(
             name,
             datatype: dt,
             shape: dims,
-            buffer: Vec::new(),
+            buffer: None,
             attributes: BufferAttributesObj::host(0),
         });
         let p = &*o as *const OutputObj as *mut OutputObj;
@@ -1011,10 +1008,18 @@ pub extern "C" fn TRITONBACKEND_OutputBuffer(
         if size > MAX_OUTPUT_BYTES {
             return Err(new_error(code::UNAVAILABLE, &format!("an output buffer of {size} bytes is too large")));
         }
-        o.buffer = vec![0u8; size];
+        // A second buffer would free the first under a backend that may still write into it (Triton
+        // refuses it too).
+        if o.buffer.is_some() {
+            return Err(new_error(
+                code::ALREADY_EXISTS,
+                &format!("output '{}' has a buffer already (TRITONBACKEND_OutputBuffer was called twice)", o.name),
+            ));
+        }
+        let b = o.buffer.insert(vec![0u8; size]);
         o.attributes = BufferAttributesObj::host(size);
         // Host memory, whatever type was asked for: the API lets the server choose.
-        put(buffer, o.buffer.as_mut_ptr().cast());
+        put(buffer, b.as_mut_ptr().cast());
         put(memory_type, MEMORY_CPU);
         put(memory_type_id, 0);
         Ok(())
@@ -1026,12 +1031,27 @@ pub extern "C" fn TRITONBACKEND_ResponseSend(response: *mut ResponseObj, send_fl
     guarded("TRITONBACKEND_ResponseSend", || {
         let r = take_response(response)?;
         let result = if error.is_null() {
-            let outputs = r
-                .outputs
-                .into_iter()
-                .map(|o| Tensor::new(o.name, o.datatype, o.shape, bytes::Bytes::from(o.buffer)))
-                .collect();
-            Ok((outputs, r.parameters))
+            let backend = &r.completion.origin.backend;
+            let mut outputs = Vec::with_capacity(r.outputs.len());
+            let mut bad = None;
+            for o in r.outputs {
+                match check_output(&o) {
+                    Ok(()) => outputs.push(Tensor::new(
+                        o.name,
+                        o.datatype,
+                        o.shape,
+                        bytes::Bytes::from(o.buffer.unwrap_or_default()),
+                    )),
+                    Err(why) => {
+                        bad = Some(Error::internal(format!("backend '{backend}' sent {why}.")));
+                        break;
+                    }
+                }
+            }
+            match bad {
+                None => Ok((outputs, r.parameters)),
+                Some(e) => Err(e),
+            }
         } else {
             // The caller keeps the error; only its text travels.
             let e = obj(error, Kind::Error, "error")?;
@@ -1040,6 +1060,53 @@ pub extern "C" fn TRITONBACKEND_ResponseSend(response: *mut ResponseObj, send_fl
         r.completion.deliver(Some(result), send_flags & RESPONSE_COMPLETE_FINAL != 0);
         Ok(())
     })
+}
+
+/// Checks an output against the datatype and shape its backend declared, so that no client gets a
+/// tensor whose bytes do not match its shape: a fixed-size datatype needs exactly elements × element
+/// size bytes, BYTES well-formed length-prefixed elements, as many as the shape has. The error is the
+/// object of "backend '<name>' sent ...".
+fn check_output(o: &OutputObj) -> std::result::Result<(), String> {
+    let (name, dt) = (&o.name, o.datatype.as_str());
+    let shape = format!("{:?}", o.shape);
+    let too_many = || format!("output '{name}' of shape {shape}, too many elements to hold");
+    if o.shape.iter().any(|&d| d < 0) {
+        return Err(format!("output '{name}' of shape {shape}, which has a negative dimension"));
+    }
+    let count = crate::tensor::element_count(&o.shape).ok_or_else(too_many)?;
+    let Some(buffer) = &o.buffer else {
+        // An empty tensor needs no buffer.
+        if count == 0 {
+            return Ok(());
+        }
+        return Err(format!("output '{name}' ({dt}, shape {shape}) without a buffer (no TRITONBACKEND_OutputBuffer)"));
+    };
+    match o.datatype.byte_size() {
+        Some(size) => {
+            let need = count.checked_mul(size).ok_or_else(too_many)?;
+            if buffer.len() != need {
+                return Err(format!(
+                    "output '{name}' ({dt}, shape {shape}) with {} bytes where its shape needs {need}",
+                    buffer.len()
+                ));
+            }
+        }
+        None => {
+            let elements = crate::tensor::bytes_elements(buffer).map_err(|e| {
+                format!(
+                    "BYTES output '{name}' (shape {shape}) that is not a list of length-prefixed elements: {}",
+                    e.message
+                )
+            })?;
+            if elements.len() != count {
+                return Err(format!(
+                    "BYTES output '{name}' (shape {shape}) holding {} element(s) where its shape needs {count}",
+                    elements.len()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 // ---- response factories (decoupled models) ----
@@ -1102,4 +1169,51 @@ pub extern "C" fn TRITONBACKEND_ResponseNewFromFactory(
         put(response, p);
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model_api::types::DataType;
+
+    fn output(datatype: DataType, shape: &[i64], buffer: Option<&[u8]>) -> OutputObj {
+        OutputObj {
+            name: "OUT".into(),
+            c_name: cstring("OUT"),
+            datatype,
+            shape: shape.to_vec(),
+            buffer: buffer.map(<[u8]>::to_vec),
+            attributes: BufferAttributesObj::host(0),
+        }
+    }
+
+    #[test]
+    fn outputs_must_match_the_shape_and_datatype_their_backend_declared() {
+        assert_eq!(check_output(&output(DataType::Fp32, &[2, 2], Some(&[0; 16]))), Ok(()));
+        // An empty tensor needs no buffer; any other does.
+        assert_eq!(check_output(&output(DataType::Fp32, &[0, 4], None)), Ok(()));
+        let e = check_output(&output(DataType::Int64, &[3], None)).unwrap_err();
+        assert!(e.contains("without a buffer"), "{e}");
+        let e = check_output(&output(DataType::Fp32, &[2, 2], Some(&[0; 15]))).unwrap_err();
+        assert!(e.contains("with 15 bytes where its shape needs 16"), "{e}");
+        let e = check_output(&output(DataType::Fp32, &[-1, 2], Some(&[]))).unwrap_err();
+        assert!(e.contains("negative dimension"), "{e}");
+        // The element count fits, its byte size does not.
+        let e = check_output(&output(DataType::Fp64, &[1 << 62], Some(&[]))).unwrap_err();
+        assert!(e.contains("too many elements"), "{e}");
+        let e = check_output(&output(DataType::Fp32, &[i64::MAX, i64::MAX], None)).unwrap_err();
+        assert!(e.contains("too many elements"), "{e}");
+    }
+
+    #[test]
+    fn bytes_outputs_must_hold_as_many_well_formed_elements_as_their_shape() {
+        let two = crate::tensor::serialize_bytes([&b"ab"[..], &b""[..]]);
+        assert_eq!(check_output(&output(DataType::Bytes, &[2], Some(&two))), Ok(()));
+        let e = check_output(&output(DataType::Bytes, &[3], Some(&two))).unwrap_err();
+        assert!(e.contains("holding 2 element(s) where its shape needs 3"), "{e}");
+        let e = check_output(&output(DataType::Bytes, &[1], Some(&[9, 0, 0, 0, b'x']))).unwrap_err();
+        assert!(e.contains("not a list of length-prefixed elements"), "{e}");
+        let e = check_output(&output(DataType::Bytes, &[1], Some(&[1, 0]))).unwrap_err();
+        assert!(e.contains("not a list of length-prefixed elements"), "{e}");
+    }
 }

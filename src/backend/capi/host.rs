@@ -1,26 +1,29 @@
 //! The TRITONBACKEND host as one more backend of `model_api`: a model whose `backend` names no
 //! built-in backend is served by `libtriton_<name>.so`, found as tritonserver finds it (the model's
 //! version folder, its folder, then `--backend-directory/<name>/`). Libraries, models and instances
-//! are initialized and finalized in Triton's order; each instance runs `Execute` on its own thread
-//! with the requests the scheduler hands it (a dynamic batch is a list of requests, as in Triton), and
-//! waits, for a bounded time, until the backend has sent each request's final response and released
-//! it.
+//! are initialized and finalized in Triton's order. Each instance's scheduler thread hands the requests
+//! it gets (a dynamic batch is a list of requests, as in Triton) to a thread of the instance's own that
+//! calls `Execute`, and waits, for a bounded time, until Execute has returned and the backend has sent
+//! each request's final response and released it. A backend that never comes back costs its requests
+//! and, at unload, that one thread (abandoned), never the scheduler, the unload or a reload.
 
 use super::abi::{
-    BufferAttributesObj, Completion, InputObj, ParamSlot, RequestObj, ServerObj, INSTANCEGROUPKIND_CPU,
+    Bell, BufferAttributesObj, Completion, InputObj, Origin, ParamSlot, RequestObj, ServerObj, INSTANCEGROUPKIND_CPU,
     INSTANCEGROUPKIND_GPU,
 };
 use super::library::{Instance, Library, Model};
 use crate::error::{Error, ErrorKind, Result};
+use crate::model_api::custom_metrics::{CustomMetrics, MetricKind, MetricOp};
 use crate::model_api::types::{Parameters, Tensor};
 use crate::model_api::{
     Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
-    ModelInstance, SequenceId,
+    ModelInstance, Retirement, SequenceId,
 };
 use crate::proto::inference::model_config::SchedulingChoice;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -275,29 +278,163 @@ impl Backend for CApiBackend {
             Some(SchedulingChoice::SequenceBatching(s)) => s.state.iter().map(|st| st.output_name.clone()).collect(),
             _ => Arc::from(Vec::new()),
         };
+        let shared = Arc::new(Shared {
+            bell: Arc::default(),
+            exec: Mutex::default(),
+            retired: Mutex::default(),
+            instance: spec.name.clone(),
+            origin: instance.model.origin.clone(),
+            metrics: self.server.api.as_ref().and_then(|a| a.custom_metrics()),
+            gauge: Mutex::default(),
+        });
+        let served_by = instance.model.library.path.display().to_string();
+        let model_handle = Arc::downgrade(&instance.model);
+        let (to_executor, requests) = crossbeam_channel::bounded::<Vec<Arc<RequestObj>>>(1);
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("exec-{}", spec.name))
+            .spawn(move || run_executor(instance, &requests, &s))
+            .map_err(|e| {
+                Error::internal(format!("cannot start the execute thread of instance '{}': {e}", spec.name))
+            })?;
         Ok(Box::new(CInstance {
-            instance,
+            shared,
+            to_executor: Some(to_executor),
             timeout,
-            backend: name,
-            model: ctx.name.clone(),
             abandoned: 0,
             decoupled,
             state_outputs,
             outstanding: Vec::new(),
             runtime: self.server.runtime.lock().clone(),
+            served_by,
+            model_handle,
         }))
     }
 }
 
-/// One instance of a C backend model, on its own thread.
+/// What an instance's execute thread does, as the instance thread sees it.
+#[derive(Default)]
+struct ExecState {
+    /// When the request list now inside `Execute` was handed over; `None` while Execute is not running.
+    inside_since: Option<Instant>,
+    /// What the last Execute returned, until the instance thread takes it.
+    returned: Option<Result<()>>,
+    /// The thread has finalized the instance and ended.
+    exited: bool,
+    /// The instance thread left this thread behind (see [`CInstance::abandon`]).
+    abandoned: bool,
+}
+
+/// What an instance thread shares with its execute thread and with the model's lifecycle.
+struct Shared {
+    /// Rung by the execute thread, by the requests' completions and by the retirement.
+    bell: Arc<Bell>,
+    exec: Mutex<ExecState>,
+    /// When the model version left service, and whether it was unloaded (not replaced).
+    retired: Mutex<Option<(Instant, bool)>>,
+    /// The instance's name, for messages.
+    instance: String,
+    origin: Arc<Origin>,
+    /// Where the abandoned-thread gauge lives (while the server does).
+    metrics: Option<Arc<CustomMetrics>>,
+    /// This instance's handle on the gauge, once it was abandoned.
+    gauge: Mutex<Option<u64>>,
+}
+
+impl Retirement for Shared {
+    fn retiring(&self, unload: bool) {
+        {
+            let mut r = self.retired.lock();
+            let (at, was_unload) = r.unwrap_or((Instant::now(), false));
+            *r = Some((at, unload || was_unload));
+        }
+        self.bell.ring();
+    }
+}
+
+/// The gauge of threads left inside a backend after their instance was given up (they leave it when
+/// the backend finally returns).
+const ABANDONED_GAUGE: &str = "tritonrs_backend_abandoned_threads";
+
+/// Abandoned instance threads in this process so far, for the log.
+static ABANDONED_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+impl Shared {
+    /// Moves this instance's abandoned-thread gauge by `delta`. The handles are kept for the process,
+    /// so the gauge stays on `/metrics` (at 0 once the thread came back).
+    fn count_abandoned(&self, delta: f64) {
+        let Some(m) = &self.metrics else { return };
+        let mut gauge = self.gauge.lock();
+        let id = match *gauge {
+            Some(id) => Ok(id),
+            None => m
+                .family(
+                    ABANDONED_GAUGE,
+                    "Threads left inside a Triton backend library that never returned to tritonrs",
+                    MetricKind::Gauge,
+                )
+                .and_then(|family| {
+                    let labels = [("backend", &self.origin.backend), ("model", &self.origin.model)];
+                    m.metric(family, labels.into_iter().map(|(k, v)| (k.to_string(), v.clone())).collect(), None)
+                }),
+        };
+        match id.and_then(|id| m.update(id, MetricOp::Increment(delta)).map(|()| id)) {
+            Ok(id) => *gauge = Some(id),
+            Err(e) => tracing::warn!("Counting an abandoned backend thread on /metrics failed: {}", e.message),
+        }
+    }
+}
+
+/// An instance's execute thread: runs `TRITONBACKEND_ModelInstanceExecute` for each request list the
+/// instance thread hands it and, once the instance thread lets go, finalizes the instance. It is a
+/// thread of its own so that a backend whose Execute (or finalizer) never returns holds only this
+/// thread: the instance thread stops waiting after the response timeout, and unload leaves this one
+/// behind (see [`CInstance::abandon`]) instead of waiting for ever.
+fn run_executor(mut instance: Instance, requests: &crossbeam_channel::Receiver<Vec<Arc<RequestObj>>>, shared: &Shared) {
+    while let Ok(list) = requests.recv() {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.execute(list)))
+            .unwrap_or_else(|_| Err(Error::internal("handing requests to the backend panicked; this is a bug")));
+        {
+            let mut s = shared.exec.lock();
+            s.inside_since = None;
+            s.returned = Some(result);
+        }
+        shared.bell.ring();
+    }
+    drop(instance);
+    let abandoned = {
+        let mut s = shared.exec.lock();
+        s.exited = true;
+        s.abandoned
+    };
+    shared.bell.ring();
+    if abandoned {
+        shared.count_abandoned(-1.0);
+        tracing::warn!(
+            "Model '{}': backend '{}' returned at last to the abandoned instance '{}', which is now finalized.",
+            shared.origin.model,
+            shared.origin.backend,
+            shared.instance
+        );
+    }
+}
+
+/// When an instance stops waiting on its backend: at `own`, or sooner once its model was retired at
+/// `retired`: unload then waits at most the response timeout (and never more than [`UNLOAD_WAIT`])
+/// for what the backend still holds, counted from the retirement, however many requests there are.
+fn give_up_at(own: Instant, retired: Option<Instant>, timeout: Duration) -> Instant {
+    retired.map_or(own, |at| own.min(at + timeout.min(UNLOAD_WAIT)))
+}
+
+/// One instance of a C backend model: the scheduler's thread runs it, and a thread of its own calls
+/// into the backend (see [`run_executor`]).
 struct CInstance {
-    instance: Instance,
+    shared: Arc<Shared>,
+    /// To the execute thread; taken when the instance is dropped, which lets the thread finalize.
+    to_executor: Option<crossbeam_channel::Sender<Vec<Arc<RequestObj>>>>,
     timeout: Duration,
-    backend: String,
     /// Requests the backend never finished with; their memory stays the backend's.
     abandoned: usize,
-    /// The model's name, for messages.
-    model: String,
     /// Decoupled requests the backend may still answer; unload waits for them (bounded).
     outstanding: Vec<Arc<Completion>>,
     /// Where a decoupled request's deadline runs.
@@ -308,10 +445,18 @@ struct CInstance {
     /// The model's implicit state outputs: not requested outputs for the backend, but written through
     /// `TRITONBACKEND_StateUpdate`.
     state_outputs: Arc<[String]>,
+    /// The backend library's path.
+    served_by: String,
+    /// The backend's model, forgotten by the host if this instance is abandoned.
+    model_handle: Weak<Model>,
 }
 
 /// The C view of one request: its tensors in host memory, its names as C strings.
-fn request_object(req: &ExecRequest, state_outputs: &Arc<[String]>) -> Result<(Arc<RequestObj>, Arc<Completion>)> {
+fn request_object(
+    req: &ExecRequest,
+    state_outputs: &Arc<[String]>,
+    shared: &Shared,
+) -> Result<(Arc<RequestObj>, Arc<Completion>)> {
     use super::abi::{cstring, datatype_to_c};
     let inputs = req
         .inputs
@@ -341,7 +486,13 @@ fn request_object(req: &ExecRequest, state_outputs: &Arc<[String]>) -> Result<(A
             (cstring(k), t, slot)
         })
         .collect();
-    let completion = Arc::new(Completion { sink: req.responder.clone(), ..Default::default() });
+    let completion = Arc::new(Completion {
+        sink: req.responder.clone(),
+        bell: shared.bell.clone(),
+        origin: shared.origin.clone(),
+        request_id: req.meta.id.clone(),
+        progress: Default::default(),
+    });
     let obj = RequestObj {
         id: cstring(&req.meta.id),
         correlation_id,
@@ -358,24 +509,129 @@ fn request_object(req: &ExecRequest, state_outputs: &Arc<[String]>) -> Result<(A
 }
 
 impl CInstance {
-    /// Waits until the backend has sent the final response and released the request, or gives up.
-    fn wait(&mut self, completion: &Completion, deadline: Instant) -> Result<(Vec<Tensor>, Parameters)> {
-        let mut p = completion.progress.lock();
-        while !(p.done && p.released) {
-            if completion.changed.wait_until(&mut p, deadline).timed_out() && !(p.done && p.released) {
-                p.abandoned = true;
-                self.abandoned += 1;
-                let what = match (p.done, p.released) {
-                    (false, false) => "neither sent the final response nor released the request",
-                    (false, true) => "released the request without sending its final response",
-                    _ => "sent the final response but never released the request",
-                };
+    fn give_up_at(&self, own: Instant) -> Instant {
+        give_up_at(own, self.shared.retired.lock().map(|(at, _)| at), self.timeout)
+    }
+
+    fn unloaded(&self) -> bool {
+        self.shared.retired.lock().is_some_and(|(_, unload)| unload)
+    }
+
+    fn unloaded_error(&self) -> Error {
+        Error::unavailable(format!("model '{}' was unloaded before the request ran", self.shared.origin.model))
+    }
+
+    /// Whether requests may be handed to the backend now: not once the model is unloaded (they fail at
+    /// once instead of each waiting on a backend that may never answer), and only once the backend's
+    /// previous Execute returned: a backend still inside it gets up to the response timeout to come
+    /// back, then the requests fail rather than wait behind it.
+    fn ready_to_execute(&self) -> Result<()> {
+        let since = self.shared.exec.lock().inside_since;
+        if let Some(since) = since {
+            let deadline = Instant::now() + self.timeout;
+            let back = self.shared.bell.wait(
+                || self.unloaded() || self.shared.exec.lock().inside_since.is_none(),
+                || self.give_up_at(deadline),
+            );
+            if back && !self.unloaded() {
+                self.shared.exec.lock().returned = None;
+                tracing::info!(
+                    "Model '{}': backend '{}' returned from TRITONBACKEND_ModelInstanceExecute after {:.1} s; instance \
+                     '{}' takes requests again.",
+                    self.shared.origin.model,
+                    self.shared.origin.backend,
+                    since.elapsed().as_secs_f64(),
+                    self.shared.instance
+                );
+            } else if !self.unloaded() {
                 return Err(Error::unavailable(format!(
-                    "backend '{}' {what} within {} ms",
-                    self.backend,
+                    "instance '{}' is still inside TRITONBACKEND_ModelInstanceExecute of backend '{}' (for {:.1} s) \
+                     and could not take the request within {} ms",
+                    self.shared.instance,
+                    self.shared.origin.backend,
+                    since.elapsed().as_secs_f64(),
                     self.timeout.as_millis()
                 )));
             }
+        }
+        if self.unloaded() {
+            return Err(self.unloaded_error());
+        }
+        Ok(())
+    }
+
+    /// Hands the requests to the execute thread and waits until Execute returns: `Ok(true)`, or its
+    /// error. `Ok(false)`: it did not return within the response timeout (less once the model is
+    /// retired); the backend keeps the requests, and the instance takes no more until it returns.
+    fn run_execute(&self, requests: Vec<Arc<RequestObj>>) -> Result<bool> {
+        let gone = || Error::internal(format!("the execute thread of instance '{}' ended", self.shared.instance));
+        let tx = self.to_executor.as_ref().ok_or_else(gone)?;
+        let started = Instant::now();
+        {
+            let mut s = self.shared.exec.lock();
+            if s.exited {
+                return Err(gone());
+            }
+            s.returned = None;
+            s.inside_since = Some(started);
+        }
+        if tx.send(requests).is_err() {
+            self.shared.exec.lock().inside_since = None;
+            return Err(gone());
+        }
+        let deadline = started + self.timeout;
+        let returned =
+            self.shared.bell.wait(|| self.shared.exec.lock().returned.is_some(), || self.give_up_at(deadline));
+        if returned {
+            return self.shared.exec.lock().returned.take().unwrap_or(Ok(())).map(|()| true);
+        }
+        tracing::warn!(
+            "Model '{}': instance '{}' has been inside TRITONBACKEND_ModelInstanceExecute of backend '{}' for {} ms; \
+             its requests fail, and it takes new ones only once Execute returns.",
+            self.shared.origin.model,
+            self.shared.instance,
+            self.shared.origin.backend,
+            started.elapsed().as_millis()
+        );
+        Ok(false)
+    }
+
+    /// Why the backend did not return from Execute, for the requests it kept.
+    fn stuck_error(&self) -> Error {
+        Error::unavailable(format!(
+            "backend '{}' did not return from TRITONBACKEND_ModelInstanceExecute within {} ms",
+            self.shared.origin.backend,
+            self.timeout.as_millis()
+        ))
+    }
+
+    /// Waits until the backend has sent the final response and released the request, or gives up
+    /// (`stuck`: Execute never returned, so that is the reason).
+    fn wait(&mut self, completion: &Completion, deadline: Instant, stuck: bool) -> Result<(Vec<Tensor>, Parameters)> {
+        let finished = |c: &Completion| {
+            let p = c.progress.lock();
+            p.done && p.released
+        };
+        self.shared.bell.wait(|| finished(completion), || self.give_up_at(deadline));
+        let mut p = completion.progress.lock();
+        if !(p.done && p.released) {
+            p.abandoned = true;
+            self.abandoned += 1;
+            if stuck {
+                return Err(self.stuck_error());
+            }
+            let what = match (p.done, p.released) {
+                (false, false) => "neither sent the final response nor released the request",
+                (false, true) => "released the request without sending its final response",
+                _ => "sent the final response but never released the request",
+            };
+            // The retirement may have cut the wait short.
+            let within = if self.give_up_at(deadline) < deadline {
+                "before its model was unloaded or replaced".to_string()
+            } else {
+                format!("within {} ms", self.timeout.as_millis())
+            };
+            return Err(Error::unavailable(format!("backend '{}' {what} {within}", self.shared.origin.backend)));
         }
         let states = std::mem::take(&mut p.states);
         let mut responses = std::mem::take(&mut p.responses).into_iter();
@@ -385,10 +641,42 @@ impl CInstance {
                 Ok((outputs, parameters))
             }
             Some(Err(e)) => Err(e),
-            None => {
-                Err(Error::internal(format!("backend '{}' completed the request without a response", self.backend)))
-            }
+            None => Err(Error::internal(format!(
+                "backend '{}' completed the request without a response",
+                self.shared.origin.backend
+            ))),
         }
+    }
+
+    /// Leaves the execute thread behind: the backend has not come back from Execute (or from finalizing
+    /// the instance) within the unload's limit. The thread keeps the instance, its model and library;
+    /// the host forgets the model, so a reload initializes a new one; the log and the
+    /// `tritonrs_backend_abandoned_threads` gauge count the thread until the backend returns.
+    fn abandon(&self) {
+        let inside = {
+            let mut s = self.shared.exec.lock();
+            if s.exited {
+                return;
+            }
+            s.abandoned = true;
+            s.inside_since
+        };
+        MODELS.lock().retain(|(_, w)| !w.ptr_eq(&self.model_handle));
+        self.shared.count_abandoned(1.0);
+        let total = ABANDONED_THREADS.fetch_add(1, Ordering::Relaxed) + 1;
+        let doing = match inside {
+            Some(t) => {
+                format!("has been inside TRITONBACKEND_ModelInstanceExecute for {:.1} s", t.elapsed().as_secs_f64())
+            }
+            None => "did not finish TRITONBACKEND_ModelInstanceFinalize".to_string(),
+        };
+        tracing::warn!(
+            "Model '{}': instance '{}' is abandoned: backend '{}' {doing}. Its thread is left running ({total} \
+             abandoned backend thread(s) in this process, gauge {ABANDONED_GAUGE}).",
+            self.shared.origin.model,
+            self.shared.instance,
+            self.shared.origin.backend
+        );
     }
 }
 
@@ -402,15 +690,22 @@ impl ModelInstance for CInstance {
     }
 
     fn served_by(&self) -> Option<String> {
-        Some(self.instance.model.library.path.display().to_string())
+        Some(self.served_by.clone())
+    }
+
+    fn retirement(&self) -> Option<Arc<dyn Retirement>> {
+        Some(self.shared.clone())
     }
 
     fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
         let t0 = Instant::now();
+        if let Err(e) = self.ready_to_execute() {
+            return reqs.iter().map(|_| Err(e.clone())).collect();
+        }
         let mut built = Vec::with_capacity(reqs.len());
         let mut results: Vec<Option<Result<ExecResult>>> = Vec::with_capacity(reqs.len());
         for r in reqs {
-            match request_object(r, &self.state_outputs) {
+            match request_object(r, &self.state_outputs, &self.shared) {
                 Ok(b) => {
                     built.push(b);
                     results.push(None);
@@ -420,16 +715,28 @@ impl ModelInstance for CInstance {
         }
         let (objs, completions): (Vec<_>, Vec<_>) = built.into_iter().unzip();
         let t1 = Instant::now();
-        if let Err(e) = self.instance.execute(objs) {
-            return results.into_iter().map(|r| r.unwrap_or_else(|| Err(e.clone()))).collect();
-        }
+        let stuck = match self.run_execute(objs) {
+            Ok(returned) => !returned,
+            Err(e) => return results.into_iter().map(|r| r.unwrap_or_else(|| Err(e.clone()))).collect(),
+        };
         if self.decoupled {
             self.outstanding.retain(|c| !c.finished());
+            if stuck {
+                // The stream ends with the error; what the backend sends later is dropped.
+                let e = self.stuck_error();
+                for c in &completions {
+                    if !c.finished() {
+                        c.expire(&e.message);
+                        self.abandoned += 1;
+                    }
+                }
+                return results.into_iter().map(|r| r.unwrap_or_else(|| Err(e.clone()))).collect();
+            }
             for c in completions {
                 // The client hears an error once the backend has neither finished nor released the
                 // request within the timeout; what the backend sends later is dropped.
                 if let Some(rt) = &self.runtime {
-                    let (c2, timeout, backend) = (c.clone(), self.timeout, self.backend.clone());
+                    let (c2, timeout, backend) = (c.clone(), self.timeout, self.shared.origin.backend.clone());
                     rt.spawn(async move {
                         tokio::time::sleep(timeout).await;
                         c2.expire(&format!(
@@ -446,10 +753,11 @@ impl ModelInstance for CInstance {
                 .map(|r| r.unwrap_or_else(|| Ok(ExecResult { timings, ..Default::default() })))
                 .collect();
         }
-        let deadline = Instant::now() + self.timeout;
+        // A backend stuck in Execute had its time: only requests it finished anyway are answered.
+        let deadline = if stuck { Instant::now() } else { Instant::now() + self.timeout };
         let mut answers = completions
             .iter()
-            .map(|c| (self.wait(c, deadline), c.progress.lock().reported))
+            .map(|c| (self.wait(c, deadline, stuck), c.progress.lock().reported))
             .collect::<Vec<_>>()
             .into_iter();
         let t2 = Instant::now();
@@ -472,19 +780,23 @@ impl ModelInstance for CInstance {
 
 impl Drop for CInstance {
     fn drop(&mut self) {
-        // Unload waits, for a bounded time, for requests the backend still holds: finalizing the
-        // instance under them would pull their objects away from a backend still using them.
-        let deadline = Instant::now() + self.timeout.min(UNLOAD_WAIT);
+        // Unload waits, for a bounded time, for what the backend still holds: finalizing the instance
+        // under requests it still uses would pull their objects away from it.
+        let limit = self.timeout.min(UNLOAD_WAIT);
+        let deadline = self.give_up_at(Instant::now() + limit);
         let mut left = 0;
-        for c in self.outstanding.drain(..) {
-            let mut p = c.progress.lock();
-            while !(p.abandoned || p.done && p.released) {
-                if c.changed.wait_until(&mut p, deadline).timed_out() {
-                    break;
-                }
-            }
-            if !(p.done && p.released) {
-                p.abandoned = true;
+        for c in std::mem::take(&mut self.outstanding) {
+            // Finished also counts a request the server gave up on (expired): that one is left too.
+            self.shared.bell.wait(|| c.finished(), || deadline);
+            let done = {
+                let p = c.progress.lock();
+                p.done && p.released
+            };
+            if !done {
+                c.expire(&format!(
+                    "model '{}' was unloaded before backend '{}' sent the final response",
+                    self.shared.origin.model, self.shared.origin.backend
+                ));
                 left += 1;
             }
         }
@@ -492,18 +804,71 @@ impl Drop for CInstance {
             tracing::warn!(
                 "Model '{}': unloaded with {left} decoupled request(s) that backend '{}' did not finish within {} ms; \
                  they were abandoned.",
-                self.model,
-                self.backend,
-                self.timeout.min(UNLOAD_WAIT).as_millis()
+                self.shared.origin.model,
+                self.shared.origin.backend,
+                limit.as_millis()
             );
+        }
+        // Without its sender the execute thread finalizes the instance and ends, unless it is stuck in
+        // the backend: then it is left behind once the same deadline passes.
+        drop(self.to_executor.take());
+        if !self.shared.bell.wait(|| self.shared.exec.lock().exited, || deadline) {
+            self.abandon();
         }
         if self.abandoned > 0 {
             tracing::warn!(
                 "Model instance of backend '{}' unloaded with {} request(s) the backend never finished; their memory \
                  is left to it.",
-                self.backend,
+                self.shared.origin.backend,
                 self.abandoned
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retired_instance_gives_up_within_the_unload_limit_counted_from_the_retirement() {
+        let now = Instant::now();
+        let own = now + Duration::from_secs(60);
+        // Not retired: its own deadline.
+        assert_eq!(give_up_at(own, None, Duration::from_secs(60)), own);
+        // Retired: the response timeout from the retirement, but never more than UNLOAD_WAIT.
+        assert_eq!(give_up_at(own, Some(now), Duration::from_secs(60)), now + UNLOAD_WAIT);
+        assert_eq!(give_up_at(own, Some(now), Duration::from_secs(2)), now + Duration::from_secs(2));
+        // Never later than its own deadline.
+        let soon = now + Duration::from_millis(10);
+        assert_eq!(give_up_at(soon, Some(now), Duration::from_secs(60)), soon);
+    }
+
+    #[test]
+    fn a_ring_wakes_the_waiter_and_a_moved_deadline_ends_the_wait() {
+        let bell = Arc::new(Bell::default());
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (b, f) = (bell.clone(), flag.clone());
+        let ringer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            f.store(true, Ordering::SeqCst);
+            b.ring();
+        });
+        let far = Instant::now() + Duration::from_secs(60);
+        assert!(bell.wait(|| flag.load(Ordering::SeqCst), || far));
+        ringer.join().unwrap();
+        // Nothing comes: the wait ends at the deadline, asked again after each ring (a retirement moves
+        // it closer).
+        let moved = Arc::new(Mutex::new(far));
+        let (b, m) = (bell.clone(), moved.clone());
+        let retire = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            *m.lock() = Instant::now();
+            b.ring();
+        });
+        let t = Instant::now();
+        assert!(!bell.wait(|| false, || *moved.lock()));
+        assert!(t.elapsed() < Duration::from_secs(30));
+        retire.join().unwrap();
     }
 }

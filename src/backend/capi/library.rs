@@ -260,6 +260,8 @@ impl Drop for Library {
 pub struct Model {
     pub library: Arc<Library>,
     obj: Box<ModelObj>,
+    /// Its name and backend's, for what the host says about the requests of any of its instances.
+    pub origin: Arc<Origin>,
 }
 
 // SAFETY: the model object is read through atomics, a mutex and immutable fields.
@@ -298,7 +300,8 @@ impl Model {
                 return Err(e);
             }
         }
-        Ok(Model { library, obj })
+        let origin = Arc::new(Origin { model: name.to_string(), backend: library.name(), ..Default::default() });
+        Ok(Model { library, obj, origin })
     }
 
     fn ptr(&self) -> *mut ModelObj {

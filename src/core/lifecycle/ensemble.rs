@@ -245,5 +245,6 @@ pub(super) fn load_version(
         load_duration: started.elapsed(),
         probes: Vec::new(),
         served_by: None,
+        retirements: Vec::new(),
     }))
 }
