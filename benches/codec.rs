@@ -1,10 +1,10 @@
-//! HTTP codec micro-benchmarks: decoding a JSON and a binary infer request for `simple`, and encoding
+//! KServe codec micro-benchmarks: decoding a JSON and a binary infer request for `simple`, and encoding
 //! its response both ways. Run: `cargo bench --bench codec`.
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
-use tritonrs::frontend::http::codec::{decode_request, encode_response};
+use tritonrs::kserve::{decode_request, encode_response};
 use tritonrs::model_api::types::{DataType, InferResponse, Parameters, Tensor};
 
 fn json_request() -> Bytes {

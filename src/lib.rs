@@ -9,6 +9,7 @@ pub mod config;
 pub mod core;
 pub mod error;
 pub mod frontend;
+pub mod kserve;
 pub mod logging;
 pub mod memory;
 pub mod metrics_text;

@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tritonrs::model_api::types::bytes_elements;
-use tritonrs::frontend::http::codec::decode_request;
+use tritonrs::kserve::decode_request;
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 2 {

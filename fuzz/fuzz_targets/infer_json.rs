@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tritonrs::frontend::http::codec::decode_request;
+use tritonrs::kserve::decode_request;
 
 fuzz_target!(|data: &[u8]| {
     let _ = decode_request(bytes::Bytes::copy_from_slice(data), None, "m", None);

@@ -1,11 +1,9 @@
-//! The tensor layer: datatypes and their sizes, tensors and their parameters, a typed view of the
-//! elements (numbers as f64, top-k, BYTES elements), and the KServe v2 JSON and binary-extension
-//! encoding of outputs. Classification, vision post-processing, the HTTP, gRPC and MQTT front-ends and
-//! the Python backend's IPC all read and write tensors through it. It imports nothing but `error` and
-//! `memory` (where a tensor's bytes live).
+//! The tensor layer: datatypes and their sizes, tensors and their parameters, and a typed view of the
+//! elements (numbers as f64, top-k, BYTES elements). Classification, vision post-processing, the KServe
+//! codec (`kserve`), the HTTP, gRPC and MQTT front-ends and the Python backend's IPC all read and write
+//! tensors through it. It imports nothing but `error` and `memory` (where a tensor's bytes live).
 
 mod datatype;
-pub mod kserve;
 pub mod view;
 
 pub use datatype::DataType;

@@ -4,8 +4,8 @@
 use super::preprocess::Transform;
 use super::{Class, Detection};
 use crate::error::{Error, Result};
+use crate::kserve::{KeyOrder, Outputs};
 use crate::model_api::types::Tensor;
-use crate::tensor::kserve::{KeyOrder, Outputs};
 use crate::tensor::view;
 
 /// Most candidate boxes kept for NMS (the highest scores), as Ultralytics does.

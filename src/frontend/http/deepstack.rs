@@ -3,12 +3,13 @@
 //! `POST /v1/vision/custom/{model}`, each a multipart form with an `image` file (and optionally
 //! `min_confidence`), answered in DeepStack's JSON. The work is `vision::infer_image`'s.
 
-use super::{HttpState, St};
+use super::{error_answer, HttpState, St};
 use crate::error::{Error, ErrorKind};
+use crate::kserve::error_body;
 use crate::vision::{infer_image, Analysis, ImageResult, PostOptions};
 use axum::extract::multipart::MultipartRejection;
 use axum::extract::{DefaultBodyLimit, Multipart, Path, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{post, MethodRouter};
 use serde_json::{json, Value};
@@ -120,11 +121,8 @@ fn answer(r: &ImageResult) -> Response {
 
 /// `{"success": false, "error": ..., "duration": 0}` with the status the error's kind maps to.
 fn error(e: &Error) -> Response {
-    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut r = (status, axum::Json(json!({ "success": false, "error": e.message, "duration": 0 }))).into_response();
-    if e.kind == ErrorKind::PayloadTooLarge {
-        // The rest of an oversized body is never read, so the connection cannot carry another request.
-        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    r
+    let mut body = error_body(&e.message);
+    body.insert("success".into(), json!(false));
+    body.insert("duration".into(), json!(0));
+    error_answer(e, body)
 }

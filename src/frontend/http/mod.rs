@@ -1,7 +1,6 @@
 //! HTTP/REST front-end (axum): KServe v2 plus Triton's extensions (binary tensor data, classification,
 //! model repository, configuration, statistics, trace, logging, system and CUDA shared memory).
 
-pub mod codec;
 mod deepstack;
 mod shm_api;
 
@@ -9,6 +8,7 @@ use crate::core::server::parse_version;
 use crate::core::trace::{Activity, SettingValue, Trace, TraceSettings, TraceUpdate, TRACE_MODE};
 use crate::core::Server;
 use crate::error::{Error, ErrorKind, Result};
+use crate::kserve;
 use crate::logging::{LogControl, LogUpdate};
 use crate::model_api::types::DataType;
 use crate::model_api::LoadOptions;
@@ -45,8 +45,13 @@ const HEADER_LEN: &str = "inference-header-content-length";
 
 /// Turns a core error into `{"error": ...}` with the status its kind maps to.
 fn error_response(e: &Error) -> Response {
+    error_answer(e, kserve::error_body(&e.message))
+}
+
+/// Answers `body`, an error body from [`kserve::error_body`], with the status `e`'s kind maps to.
+fn error_answer(e: &Error, body: serde_json::Map<String, Value>) -> Response {
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut r = (status, axum::Json(json!({ "error": e.message }))).into_response();
+    let mut r = (status, axum::Json(Value::Object(body))).into_response();
     if e.kind == ErrorKind::PayloadTooLarge {
         // The rest of an oversized body is never read, so the connection cannot carry another request.
         r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -420,7 +425,7 @@ async fn do_infer(
     let decoded = if header_len == Some(0) {
         raw_request(s, name, version, body)?
     } else {
-        codec::decode_request(body, header_len, name, version)?
+        kserve::decode_request(body, header_len, name, version)?
     };
     if s.server.is_decoupled(name, version) {
         // Triton's status and words for it.
@@ -438,7 +443,7 @@ async fn do_infer(
     if let Some(t) = trace.as_mut() {
         t.stamp_now(Activity::InferResponseComplete);
     }
-    let enc = codec::encode_response(&resp, |n| binary.is_binary(n))?;
+    let enc = kserve::encode_response(&resp, |n| binary.is_binary(n))?;
     let mut r = Response::new(Body::from(enc.body));
     match enc.header_len {
         Some(n) => {
@@ -453,7 +458,7 @@ async fn do_infer(
 }
 
 /// A raw binary request: the body is the model's single input.
-fn raw_request(s: &HttpState, name: &str, version: Option<i64>, body: Bytes) -> Result<codec::DecodedRequest> {
+fn raw_request(s: &HttpState, name: &str, version: Option<i64>, body: Bytes) -> Result<kserve::DecodedRequest> {
     let v = version.map(|v| v.to_string()).unwrap_or_default();
     let cfg = s.server.model_config(name, &v)?;
     let [input] = cfg.input.as_slice() else {
@@ -463,8 +468,8 @@ fn raw_request(s: &HttpState, name: &str, version: Option<i64>, body: Bytes) -> 
         )));
     };
     let dt = DataType::from_config(input.data_type).ok_or_else(|| Error::internal("input without datatype"))?;
-    let tensor = codec::raw_input(body, &input.name, dt, &input.dims, cfg.max_batch_size > 0)?;
-    Ok(codec::DecodedRequest {
+    let tensor = kserve::raw_input(body, &input.name, dt, &input.dims, cfg.max_batch_size > 0)?;
+    Ok(kserve::DecodedRequest {
         request: crate::model_api::types::InferRequest {
             model_name: name.to_string(),
             model_version: version,

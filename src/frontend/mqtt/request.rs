@@ -3,8 +3,7 @@
 
 use crate::core::Server;
 use crate::error::{Error, ErrorKind, Result};
-use crate::frontend::http::codec;
-use crate::tensor::kserve::{JsonParams, KeyOrder, Outputs};
+use crate::kserve::{self, JsonParams, KeyOrder, Outputs};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
@@ -169,7 +168,7 @@ pub async fn run(
                 Kind::Binary(n) => Some(n),
                 _ => None,
             };
-            let mut decoded = codec::decode_request(payload, header_len, model, opts.version)?;
+            let mut decoded = kserve::decode_request(payload, header_len, model, opts.version)?;
             if decoded.request.id.is_empty() {
                 decoded.request.id = id.to_string();
             }

@@ -1,11 +1,12 @@
-//! The KServe v2 JSON form of outputs, with Triton's binary tensor data extension: each output is an
-//! object with `name`, `datatype`, `shape`, optional `parameters` and either `data` (a flat JSON array of
-//! the datatype) or, for a binary output, `parameters.binary_data_size` and its bytes after the JSON.
-//! The HTTP codec, the MQTT results and the vision pipeline's raw outputs all encode through here.
+//! Encoding a KServe v2 response and its outputs, with Triton's binary tensor data extension: each
+//! output is an object with `name`, `datatype`, `shape`, optional `parameters` and either `data` (a flat
+//! JSON array of the datatype) or, for a binary output, `parameters.binary_data_size` and its bytes after
+//! the JSON. The HTTP responses, the MQTT results and the vision pipeline's raw outputs all encode
+//! through here.
 
-use super::view::bytes_elements;
-use super::{DataType, ParamValue, Parameters, Tensor};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::model_api::types::InferResponse;
+use crate::tensor::{bytes_elements, DataType, ParamValue, Parameters, Tensor};
 use bytes::{Bytes, BytesMut};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
@@ -213,6 +214,46 @@ impl Serialize for OutputJson<'_> {
     }
 }
 
+/// An encoded response body; `header_len` is set when binary data follows the JSON.
+pub struct EncodedResponse {
+    pub body: Bytes,
+    pub header_len: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct JsonResponse<'a> {
+    model_name: &'a str,
+    model_version: String,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<JsonParams<'a>>,
+    outputs: OutputsJson<'a>,
+}
+
+/// Encodes a response: outputs for which `binary(name)` is true go after the JSON as binary data.
+pub fn encode_response(resp: &InferResponse, binary: impl Fn(&str) -> bool) -> Result<EncodedResponse> {
+    let outputs = Outputs::new(&resp.outputs, binary)?;
+    let json = JsonResponse {
+        model_name: &resp.model_name,
+        model_version: resp.model_version.to_string(),
+        id: &resp.id,
+        parameters: (!resp.parameters.is_empty()).then_some(JsonParams(&resp.parameters)),
+        outputs: outputs.json(KeyOrder::KServe),
+    };
+    let mut buf = serde_json::to_vec(&json).map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
+    let binary_len = outputs.binary_len();
+    if !outputs.any_binary() {
+        return Ok(EncodedResponse { body: Bytes::from(buf), header_len: None });
+    }
+    let header_len = buf.len();
+    let mut out = BytesMut::with_capacity(header_len + binary_len);
+    out.extend_from_slice(&buf);
+    buf.clear();
+    outputs.write_binary(&mut out);
+    Ok(EncodedResponse { body: out.freeze(), header_len: Some(header_len) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,5 +301,39 @@ mod tests {
         assert!(none.binary_tail().is_none());
         let both = Outputs::new(&outputs, |_| true).unwrap();
         assert_eq!(both.binary_tail().as_deref(), Some(&[1u8, 0, 0, 0, 2, 0, 0, 0, 7, 8, 9][..]));
+    }
+
+    #[test]
+    fn response_json_and_binary() {
+        let resp = InferResponse {
+            model_name: "m".into(),
+            model_version: 3,
+            id: "x".into(),
+            outputs: vec![
+                Tensor::new(
+                    "A",
+                    DataType::Int32,
+                    vec![2],
+                    [5i32, -6].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>(),
+                ),
+                Tensor::new("S", DataType::Bytes, vec![1], serialize_bytes(["hey"])),
+            ],
+            parameters: Parameters::new(),
+        };
+        let json = encode_response(&resp, |_| false).unwrap();
+        assert_eq!(json.header_len, None);
+        let v: serde_json::Value = serde_json::from_slice(&json.body).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"model_name":"m","model_version":"3","id":"x","outputs":[
+                {"name":"A","datatype":"INT32","shape":[2],"data":[5,-6]},
+                {"name":"S","datatype":"BYTES","shape":[1],"data":["hey"]}]})
+        );
+        let bin = encode_response(&resp, |n| n == "A").unwrap();
+        let n = bin.header_len.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bin.body[..n]).unwrap();
+        assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 8);
+        assert!(v["outputs"][0].get("data").is_none());
+        assert_eq!(&bin.body[n..], &[5, 0, 0, 0, 0xfa, 0xff, 0xff, 0xff]);
     }
 }

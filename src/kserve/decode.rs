@@ -1,20 +1,19 @@
-//! KServe v2 JSON with Triton's binary tensor data extension: request decoding and response encoding.
+//! Decoding a KServe v2 inference request: the JSON form, Triton's binary tensor data extension (a JSON
+//! header, then the tensors' bytes) and the raw binary form (the whole body one input's data).
 //! Pure functions over bytes, so they are unit-tested and fuzzed without a server.
 
 use crate::error::{Error, Result};
 use crate::model_api::types::{
-    bytes_elements, element_count, DataType, InferRequest, InferResponse, ParamValue, Parameters, RequestedOutput,
-    Tensor,
+    bytes_elements, element_count, DataType, InferRequest, ParamValue, Parameters, RequestedOutput, Tensor,
 };
-use crate::tensor::kserve::{JsonParams, KeyOrder, Outputs, OutputsJson};
 use crate::tensor::view::push_float;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 use serde::de::{DeserializeSeed, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::fmt;
 
-/// A decoded HTTP inference request plus how the client wants its outputs encoded.
+/// A decoded inference request plus how the client wants its outputs encoded.
 #[derive(Debug)]
 pub struct DecodedRequest {
     pub request: InferRequest,
@@ -318,46 +317,6 @@ impl<'de> Visitor<'de> for Flatten<'_> {
         *self.count += 1;
         Ok(())
     }
-}
-
-/// An encoded response body; `header_len` is set when binary data follows the JSON.
-pub struct EncodedResponse {
-    pub body: Bytes,
-    pub header_len: Option<usize>,
-}
-
-#[derive(Serialize)]
-struct JsonResponse<'a> {
-    model_name: &'a str,
-    model_version: String,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    parameters: Option<JsonParams<'a>>,
-    outputs: OutputsJson<'a>,
-}
-
-/// Encodes a response: outputs for which `binary(name)` is true go after the JSON as binary data.
-pub fn encode_response(resp: &InferResponse, binary: impl Fn(&str) -> bool) -> Result<EncodedResponse> {
-    let outputs = Outputs::new(&resp.outputs, binary)?;
-    let json = JsonResponse {
-        model_name: &resp.model_name,
-        model_version: resp.model_version.to_string(),
-        id: &resp.id,
-        parameters: (!resp.parameters.is_empty()).then_some(JsonParams(&resp.parameters)),
-        outputs: outputs.json(KeyOrder::KServe),
-    };
-    let mut buf = serde_json::to_vec(&json).map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
-    let binary_len = outputs.binary_len();
-    if !outputs.any_binary() {
-        return Ok(EncodedResponse { body: Bytes::from(buf), header_len: None });
-    }
-    let header_len = buf.len();
-    let mut out = BytesMut::with_capacity(header_len + binary_len);
-    out.extend_from_slice(&buf);
-    buf.clear();
-    outputs.write_binary(&mut out);
-    Ok(EncodedResponse { body: out.freeze(), header_len: Some(header_len) })
 }
 
 /// Builds the single input of a raw binary request (`Inference-Header-Content-Length: 0`): the whole

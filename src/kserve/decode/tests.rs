@@ -1,6 +1,6 @@
 use super::*;
 use crate::error::ErrorKind;
-use crate::model_api::types::{serialize_bytes, InferResponse};
+use crate::model_api::types::serialize_bytes;
 
 fn decode(body: &[u8], header: Option<usize>) -> Result<DecodedRequest> {
     decode_request(Bytes::copy_from_slice(body), header, "m", Some(1))
@@ -102,40 +102,6 @@ fn malformed_requests_are_invalid_argument() {
     assert!(ok.request.inputs[0].data.is_empty());
     assert!(ok.request.inputs[0].parameters.contains_key("shared_memory_region"));
     assert!(ok.request.outputs[0].parameters.contains_key("shared_memory_region"));
-}
-
-#[test]
-fn response_json_and_binary() {
-    let resp = InferResponse {
-        model_name: "m".into(),
-        model_version: 3,
-        id: "x".into(),
-        outputs: vec![
-            Tensor::new(
-                "A",
-                DataType::Int32,
-                vec![2],
-                [5i32, -6].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>(),
-            ),
-            Tensor::new("S", DataType::Bytes, vec![1], serialize_bytes(["hey"])),
-        ],
-        parameters: Parameters::new(),
-    };
-    let json = encode_response(&resp, |_| false).unwrap();
-    assert_eq!(json.header_len, None);
-    let v: serde_json::Value = serde_json::from_slice(&json.body).unwrap();
-    assert_eq!(
-        v,
-        serde_json::json!({"model_name":"m","model_version":"3","id":"x","outputs":[
-            {"name":"A","datatype":"INT32","shape":[2],"data":[5,-6]},
-            {"name":"S","datatype":"BYTES","shape":[1],"data":["hey"]}]})
-    );
-    let bin = encode_response(&resp, |n| n == "A").unwrap();
-    let n = bin.header_len.unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&bin.body[..n]).unwrap();
-    assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 8);
-    assert!(v["outputs"][0].get("data").is_none());
-    assert_eq!(&bin.body[n..], &[5, 0, 0, 0, 0xfa, 0xff, 0xff, 0xff]);
 }
 
 #[test]
