@@ -130,57 +130,7 @@ pub fn decode_request(
     let mut binary_offset = json_len;
     let mut inputs = Vec::with_capacity(parsed.inputs.len());
     for inp in parsed.inputs {
-        let datatype = DataType::parse(&inp.datatype)
-            .ok_or_else(|| Error::invalid(format!("input '{}' has unknown datatype '{}'", inp.name, inp.datatype)))?;
-        let params = json_params(inp.parameters)?;
-        let count = element_count(&inp.shape)
-            .ok_or_else(|| Error::invalid(format!("input '{}' has an invalid shape {:?}", inp.name, inp.shape)))?;
-        if crate::model_api::types::shm_ref(&params, &inp.name)?.is_some() {
-            // The core reads the bytes from the region; nothing else may carry them.
-            let mut set = Vec::new();
-            if inp.data.is_some() {
-                set.push("'data'");
-            }
-            if params.contains_key("binary_data_size") {
-                set.push("'binary_data_size'");
-            }
-            if !set.is_empty() {
-                return Err(Error::invalid(format!(
-                    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', \
-                     'shared_memory_region' in 'parameters'. But set {} 'shared_memory_region'",
-                    set.join(" ")
-                )));
-            }
-            let mut t = Tensor::new(inp.name, datatype, inp.shape, Bytes::new());
-            t.parameters = params;
-            inputs.push(t);
-            continue;
-        }
-        let data: Bytes = match (params.get("binary_data_size"), inp.data) {
-            (Some(size), None) => {
-                let size = size.as_i64().and_then(|s| usize::try_from(s).ok()).ok_or_else(|| {
-                    Error::invalid(format!("input '{}': binary_data_size must be a non-negative integer", inp.name))
-                })?;
-                let end = binary_offset.checked_add(size).filter(|&e| e <= body.len()).ok_or_else(|| {
-                    Error::invalid(format!(
-                        "input '{}' declares binary_data_size {size} but the body holds only {} more bytes",
-                        inp.name,
-                        body.len() - binary_offset
-                    ))
-                })?;
-                let slice = body.slice(binary_offset..end);
-                binary_offset = end;
-                slice
-            }
-            (Some(_), Some(_)) => {
-                return Err(Error::invalid(format!("input '{}' has both binary_data_size and JSON data", inp.name)))
-            }
-            (None, Some(raw)) => parse_json_data(raw, datatype, count, &inp.name)?,
-            (None, None) => return Err(Error::invalid(format!("input '{}' has no data", inp.name))),
-        };
-        let mut t = Tensor::new(inp.name, datatype, inp.shape, data);
-        t.parameters = params.into_iter().filter(|(k, _)| k != "binary_data_size").collect();
-        inputs.push(t);
+        inputs.push(decode_input(inp, &body, &mut binary_offset)?);
     }
     if binary_offset != body.len() {
         return Err(Error::invalid(format!(
@@ -188,19 +138,7 @@ pub fn decode_request(
             body.len() - binary_offset
         )));
     }
-    let mut outputs = Vec::new();
-    for o in parsed.outputs.unwrap_or_default() {
-        let parameters = json_params(o.parameters)?;
-        if parameters.get("binary_data").is_some_and(|v| v.as_bool().is_none()) {
-            return Err(Error::invalid(format!("output '{}': binary_data must be a bool", o.name)));
-        }
-        // tritonclient sends `binary_data: false` with a shared-memory output; only `true` conflicts.
-        let binary = parameters.get("binary_data").and_then(ParamValue::as_bool) == Some(true);
-        if binary && parameters.contains_key(crate::model_api::types::REGION) {
-            return Err(Error::invalid("Output can't set both 'shared_memory_region' and 'binary_data'"));
-        }
-        outputs.push(RequestedOutput::from_parameters(o.name, parameters)?);
-    }
+    let outputs = parsed.outputs.unwrap_or_default().into_iter().map(decode_output).collect::<Result<Vec<_>>>()?;
     let parameters = json_params(parsed.parameters)?;
     let binary_default = match parameters.get("binary_data_output") {
         None => false,
@@ -218,6 +156,75 @@ pub fn decode_request(
         },
         binary_default,
     })
+}
+
+/// Decodes one input: its data from JSON, from the binary part of `body` at `binary_offset` (which it
+/// advances), or none for an input in the client's shared memory.
+fn decode_input(inp: JsonInput<'_>, body: &Bytes, binary_offset: &mut usize) -> Result<Tensor> {
+    let datatype = DataType::parse(&inp.datatype)
+        .ok_or_else(|| Error::invalid(format!("input '{}' has unknown datatype '{}'", inp.name, inp.datatype)))?;
+    let params = json_params(inp.parameters)?;
+    let count = element_count(&inp.shape)
+        .ok_or_else(|| Error::invalid(format!("input '{}' has an invalid shape {:?}", inp.name, inp.shape)))?;
+    if crate::model_api::types::shm_ref(&params, &inp.name)?.is_some() {
+        // The core reads the bytes from the region; nothing else may carry them.
+        let mut set = Vec::new();
+        if inp.data.is_some() {
+            set.push("'data'");
+        }
+        if params.contains_key("binary_data_size") {
+            set.push("'binary_data_size'");
+        }
+        if !set.is_empty() {
+            return Err(Error::invalid(format!(
+                "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', \
+                 'shared_memory_region' in 'parameters'. But set {} 'shared_memory_region'",
+                set.join(" ")
+            )));
+        }
+        let mut t = Tensor::new(inp.name, datatype, inp.shape, Bytes::new());
+        t.parameters = params;
+        return Ok(t);
+    }
+    let data: Bytes = match (params.get("binary_data_size"), inp.data) {
+        (Some(size), None) => {
+            let size = size.as_i64().and_then(|s| usize::try_from(s).ok()).ok_or_else(|| {
+                Error::invalid(format!("input '{}': binary_data_size must be a non-negative integer", inp.name))
+            })?;
+            let end = binary_offset.checked_add(size).filter(|&e| e <= body.len()).ok_or_else(|| {
+                Error::invalid(format!(
+                    "input '{}' declares binary_data_size {size} but the body holds only {} more bytes",
+                    inp.name,
+                    body.len() - *binary_offset
+                ))
+            })?;
+            let slice = body.slice(*binary_offset..end);
+            *binary_offset = end;
+            slice
+        }
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(format!("input '{}' has both binary_data_size and JSON data", inp.name)))
+        }
+        (None, Some(raw)) => parse_json_data(raw, datatype, count, &inp.name)?,
+        (None, None) => return Err(Error::invalid(format!("input '{}' has no data", inp.name))),
+    };
+    let mut t = Tensor::new(inp.name, datatype, inp.shape, data);
+    t.parameters = params.into_iter().filter(|(k, _)| k != "binary_data_size").collect();
+    Ok(t)
+}
+
+/// Decodes one requested output and checks its `binary_data` parameter.
+fn decode_output(o: JsonOutput) -> Result<RequestedOutput> {
+    let parameters = json_params(o.parameters)?;
+    if parameters.get("binary_data").is_some_and(|v| v.as_bool().is_none()) {
+        return Err(Error::invalid(format!("output '{}': binary_data must be a bool", o.name)));
+    }
+    // tritonclient sends `binary_data: false` with a shared-memory output; only `true` conflicts.
+    let binary = parameters.get("binary_data").and_then(ParamValue::as_bool) == Some(true);
+    if binary && parameters.contains_key(crate::model_api::types::REGION) {
+        return Err(Error::invalid("Output can't set both 'shared_memory_region' and 'binary_data'"));
+    }
+    RequestedOutput::from_parameters(o.name, parameters)
 }
 
 /// Parses JSON tensor data (flat or nested arrays) straight into the binary layout of `dt`.
