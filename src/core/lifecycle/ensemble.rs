@@ -2,36 +2,22 @@
 //! when the control mode allows, as Triton does), is checked against their configurations, stops
 //! serving when one of them stops, and loads again when it is back.
 
-use super::{LoadedModel, ModelManager};
+use super::manager::ModelManager;
+use super::state::LoadedModel;
 use crate::core::repository;
 use crate::core::scheduler::ensemble::graph::{EnsembleGraph, Step};
 use crate::core::scheduler::ensemble::{EnsembleScheduler, StepModel, StepRunner};
 use crate::core::stats::ModelStats;
 use crate::core::validate::ModelIo;
 use crate::error::{Error, Result};
-use crate::model_api::types::InferRequest;
-use crate::model_api::ExecResult;
 use crate::model_api::LoadOptions;
 use crate::proto::inference::ModelConfig;
-use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// The step runner of a model manager that serves no ensembles (one built without a server).
-pub(super) struct NoSteps;
-
-impl StepRunner for NoSteps {
-    fn run(&self, req: InferRequest) -> BoxFuture<'static, Result<ExecResult>> {
-        let model = req.model_name;
-        Box::pin(async move {
-            Err(Error::unavailable(format!("cannot run model '{model}' as an ensemble step: no server is attached")))
-        })
-    }
-}
 
 /// What an ensemble's versions are built from, prepared once per load.
 pub(super) struct EnsemblePlan {

@@ -1,0 +1,198 @@
+//! Instance creation: each selected version loads on the bounded pool, its instances created from the
+//! instance groups, warmed up and rate-limited, then its scheduler started.
+
+use super::config::Plan;
+use super::ensemble::{self, EnsemblePlan};
+use super::manager::ModelManager;
+use super::state::LoadedModel;
+use crate::core::rate_limiter::{Limited, Needs, RateLimiter, ResourceKey};
+use crate::core::scheduler;
+use crate::core::stats::ModelStats;
+use crate::core::validate::ModelIo;
+use crate::core::warmup;
+use crate::error::{Error, Result};
+use crate::model_api::{BackendRegistry, InstanceKind, InstanceSpec, ModelContext, ModelInstance};
+use crate::proto::inference::{model_instance_group::Kind, ModelConfig, ModelRateLimiter};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::task::JoinHandle;
+
+/// A version's load task: the version and the loaded model or why it failed.
+pub(super) type VersionLoad = JoinHandle<(i64, Result<Arc<LoadedModel>>)>;
+
+impl ModelManager {
+    /// Starts loading every version `plan` selects, each on the load pool (`--model-load-thread-count`);
+    /// an ensemble (`ensemble`) builds its scheduler over the composing models instead of instances.
+    pub(super) fn spawn_versions(
+        self: &Arc<Self>,
+        name: &str,
+        plan: &Plan,
+        ensemble: Option<Arc<EnsemblePlan>>,
+    ) -> Vec<VersionLoad> {
+        let mut tasks = Vec::new();
+        for &v in &plan.wanted {
+            let this = self.clone();
+            let (cfg, dir, labels, name) = (plan.cfg.clone(), plan.dir.clone(), plan.labels.clone(), name.to_string());
+            let ensemble = ensemble.clone();
+            tasks.push(tokio::spawn(async move {
+                let _permit = this.load_slots.acquire().await;
+                if let Some(plan) = ensemble {
+                    return (v, ensemble::load_version(&name, v, cfg, &dir, labels, &plan, this.steps.clone()));
+                }
+                let worker = this.clone();
+                let res = tokio::task::spawn_blocking(move || {
+                    load_version(
+                        &worker.backends,
+                        worker.limiter.as_ref(),
+                        worker.opts.max_tensor_bytes,
+                        &name,
+                        v,
+                        cfg,
+                        &dir,
+                        labels,
+                    )
+                })
+                .await
+                .unwrap_or_else(|e| Err(Error::internal(format!("model load task failed: {e}"))));
+                (v, res)
+            }));
+        }
+        tasks
+    }
+}
+
+/// Creates every instance of one version and starts its scheduler.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn load_version(
+    backends: &BackendRegistry,
+    limiter: Option<&Arc<RateLimiter>>,
+    max_tensor_bytes: usize,
+    name: &str,
+    version: i64,
+    cfg: Arc<ModelConfig>,
+    dir: &Path,
+    labels: Arc<HashMap<String, Arc<Vec<String>>>>,
+) -> Result<Arc<LoadedModel>> {
+    let started = Instant::now();
+    let version_dir = dir.join(version.to_string());
+    if !version_dir.is_dir() {
+        return Err(Error::invalid(format!("version folder '{}' does not exist", version_dir.display())));
+    }
+    let backend = backends.get(&cfg.backend)?;
+    let io = ModelIo::from_config(&cfg)?;
+    let ctx = ModelContext {
+        name: name.to_string(),
+        version,
+        config: cfg.clone(),
+        model_dir: dir.to_path_buf(),
+        version_dir,
+    };
+    let samples = warmup::samples(&cfg, dir, max_tensor_bytes)?;
+    let limits = instance_limits(&cfg);
+    let mut instances = Vec::new();
+    let mut probes = Vec::new();
+    let mut retirements = Vec::new();
+    let mut served_by = None;
+    for (spec, limit) in instance_specs(&cfg).into_iter().zip(limits) {
+        let mut inst = backend.create_instance(&ctx, &spec)?;
+        probes.extend(inst.readiness());
+        retirements.extend(inst.retirement());
+        served_by = served_by.or_else(|| inst.served_by());
+        // Warmup runs before the scheduler exists, so no request can reach a cold instance.
+        warmup::run(&mut *inst, &samples, &spec.name)?;
+        if let (Some(limiter), Some(rl)) = (limiter, limit) {
+            inst = rate_limited(limiter, rl, &spec.kind, inst)?;
+        }
+        instances.push((spec.name, inst));
+    }
+    if !samples.is_empty() {
+        tracing::info!("Model '{name}' version {version} ran {} warmup sample(s) on each instance.", samples.len());
+    }
+    let stats = Arc::new(ModelStats::new(cfg.max_batch_size));
+    let scheduler = scheduler::start(name, &cfg, dir, instances, stats.clone())?;
+    Ok(Arc::new(LoadedModel {
+        name: name.to_string(),
+        version,
+        io,
+        labels: (*labels).clone(),
+        config: cfg,
+        scheduler,
+        stats,
+        load_duration: started.elapsed(),
+        probes,
+        served_by,
+        retirements,
+    }))
+}
+
+/// Wraps an instance so that it holds its group's `rate_limiter` resources while it executes.
+fn rate_limited(
+    limiter: &Arc<RateLimiter>,
+    rl: &ModelRateLimiter,
+    kind: &InstanceKind,
+    inst: Box<dyn ModelInstance>,
+) -> Result<Box<dyn ModelInstance>> {
+    let device = match *kind {
+        InstanceKind::Cpu => None,
+        InstanceKind::Gpu { device_id } => Some(device_id),
+    };
+    let needs = Needs {
+        resources: rl
+            .resources
+            .iter()
+            .map(|r| {
+                let key = ResourceKey { name: r.name.clone(), device: (!r.global).then_some(device) };
+                (key, r.count)
+            })
+            .collect(),
+        priority: rl.priority,
+    };
+    limiter.register(&needs)?;
+    Ok(Box::new(Limited { inner: inst, limiter: limiter.clone(), needs }))
+}
+
+/// The `rate_limiter` of each instance's group, in [`instance_specs`] order.
+fn instance_limits(cfg: &ModelConfig) -> Vec<Option<&ModelRateLimiter>> {
+    let mut out = Vec::new();
+    for g in &cfg.instance_group {
+        let devices = if g.kind == Kind::Gpu as i32 { g.gpus.len().max(1) } else { 1 };
+        for _ in 0..devices * g.count.max(1) as usize {
+            out.push(g.rate_limiter.as_ref());
+        }
+    }
+    out
+}
+
+/// Expands `instance_group` into named instances, as Triton names them (`<group>_<index>`).
+pub fn instance_specs(cfg: &ModelConfig) -> Vec<InstanceSpec> {
+    let mut out = Vec::new();
+    for g in &cfg.instance_group {
+        let count = g.count.max(1);
+        let devices: Vec<Option<i32>> = if g.kind == Kind::Gpu as i32 {
+            if g.gpus.is_empty() {
+                vec![Some(0)]
+            } else {
+                g.gpus.iter().map(|&d| Some(d)).collect()
+            }
+        } else {
+            vec![None]
+        };
+        let mut idx = 0;
+        for dev in devices {
+            for _ in 0..count {
+                out.push(InstanceSpec {
+                    name: format!("{}_{idx}", g.name),
+                    kind: match dev {
+                        Some(device_id) => InstanceKind::Gpu { device_id },
+                        None => InstanceKind::Cpu,
+                    },
+                    profiles: g.profile.clone(),
+                });
+                idx += 1;
+            }
+        }
+    }
+    out
+}

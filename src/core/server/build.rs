@@ -1,0 +1,46 @@
+//! Building a server: its memory pools, backends, model manager and the weak handles through which
+//! ensembles and backends call back into it.
+
+use super::bridges::{ApiThroughServer, StepsThroughServer};
+use super::handle::{Inner, Server};
+use super::options::{ControlMode, ServerOptions};
+use crate::core::cache::ResponseCache;
+use crate::core::lifecycle::ModelManager;
+use crate::core::rate_limiter::RateLimiter;
+use crate::core::trace::Tracer;
+use crate::memory::regions::SharedMemoryManager;
+use crate::model_api::custom_metrics::CustomMetrics;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Weak};
+
+impl Server {
+    pub fn new(opts: ServerOptions) -> Server {
+        let limiter = opts.rate_limit.as_ref().map(|fixed| Arc::new(RateLimiter::new(fixed)));
+        let tracer = Tracer::new(opts.trace.clone());
+        // Ensembles run their steps through this server; a weak handle keeps the models from owning it.
+        let pools = crate::memory::pool::Pools::new(&opts.pools, &crate::platform::cuda::CudaMemory);
+        let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
+            let steps = Arc::new(StepsThroughServer(me.clone()));
+            let backends = opts.backends.build(Some(Arc::new(ApiThroughServer(me.clone()))), Some(pools.clone()));
+            let models = ModelManager::new(opts.repositories.clone(), opts.repo.clone(), backends, opts.load_threads)
+                .with_rate_limiter(limiter)
+                .with_ensembles(steps, opts.control_mode == ControlMode::Explicit)
+                .with_remotes(opts.remotes.clone(), opts.control_mode == ControlMode::Explicit);
+            Inner {
+                cache: opts.cache_bytes.map(ResponseCache::new),
+                opts,
+                models: Arc::new(models),
+                started: AtomicBool::new(false),
+                accepting: AtomicBool::new(true),
+                flags_changed: tokio::sync::watch::Sender::new(0),
+                tracer,
+                custom_metrics: Arc::new(CustomMetrics::new()),
+                // CUDA regions open their IPC handles through the driver, loaded on first use; without
+                // one, registering a CUDA region says why.
+                shm: SharedMemoryManager::new(Some(crate::platform::cuda::ipc_opener()), String::new()),
+                pools,
+            }
+        });
+        Server { inner }
+    }
+}

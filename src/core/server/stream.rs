@@ -1,0 +1,141 @@
+//! Streamed inference: a decoupled model's responses handed out as it sends them.
+
+use super::handle::Server;
+use super::inference::{is_decoupled, refuse_reentry};
+use crate::core::lifecycle::LoadedModel;
+use crate::core::scheduler::Job;
+use crate::core::shm_params;
+use crate::core::stats::FailureReason;
+use crate::core::validate;
+use crate::error::{Error, Result};
+use crate::model_api::types::{InferRequest, RequestedOutput, StreamResponse};
+use crate::model_api::{ExecResult, ResponseSender};
+use futures_util::stream::{BoxStream, StreamExt};
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Server {
+    /// Whether the model (version) serving `name` is decoupled (`model_transaction_policy { decoupled: true }`):
+    /// its responses can only be streamed.
+    pub fn is_decoupled(&self, name: &str, version: Option<i64>) -> bool {
+        self.inner.models.get(name, version).is_ok_and(|m| is_decoupled(&m.config))
+    }
+
+    /// Runs one inference whose responses are streamed: a decoupled model's 0..n responses as it sends
+    /// them, or the single response of any other model. The stream ends after the final response or an
+    /// error.
+    pub async fn infer_stream(&self, req: InferRequest) -> Result<BoxStream<'static, Result<StreamResponse>>> {
+        let model = self.inner.models.get(&req.model_name, req.model_version)?;
+        if !is_decoupled(&model.config) {
+            let response = self.infer(req).await?;
+            let one = StreamResponse { response, is_final: true, empty: false, error: None };
+            return Ok(futures_util::stream::once(async move { Ok(one) }).boxed());
+        }
+        let start = Instant::now();
+        if let Err(e) = refuse_reentry(&model, &req) {
+            model.stats.record_failure(start.elapsed(), FailureReason::Other);
+            return Err(e);
+        }
+        let mut req = req;
+        if let Err(e) = shm_params::resolve(&self.inner.shm, Some(&self.inner.pools.pinned), &mut req) {
+            model.stats.record_failure(start.elapsed(), FailureReason::Other);
+            return Err(e);
+        }
+        let id = req.id.clone();
+        let mut prepared = match validate::prepare(&model.io, &model.name, req) {
+            Ok(p) => p,
+            Err(e) => {
+                model.stats.record_failure(start.elapsed(), FailureReason::Other);
+                return Err(e);
+            }
+        };
+        let (responder, responses) = ResponseSender::channel();
+        prepared.exec.responder = Some(responder);
+        let (tx, executed) = tokio::sync::oneshot::channel();
+        let job = Job {
+            exec: prepared.exec,
+            batch_size: prepared.batch_size,
+            enqueued: Instant::now(),
+            control: prepared.control,
+            reply: tx,
+        };
+        if let Err(e) = model.scheduler.submit(job) {
+            model.stats.record_failure(start.elapsed(), FailureReason::Rejected);
+            return Err(e);
+        }
+        let state = DecoupledStream {
+            server: self.clone(),
+            model,
+            id,
+            requested: prepared.outputs,
+            responses,
+            executed: Some(executed),
+            start,
+            done: false,
+        };
+        Ok(futures_util::stream::unfold(state, DecoupledStream::next).boxed())
+    }
+}
+
+/// The responses of one request to a decoupled model, as [`Server::infer_stream`] hands them out.
+struct DecoupledStream {
+    server: Server,
+    model: Arc<LoadedModel>,
+    /// The request's id, carried by every response.
+    id: String,
+    /// The outputs the client asked for (reshape and classification apply per response).
+    requested: Vec<RequestedOutput>,
+    /// What the model sends.
+    responses: crate::model_api::ResponseReceiver,
+    /// The scheduler's answer: only says that execution ended, or why it could not run.
+    executed: Option<tokio::sync::oneshot::Receiver<Result<ExecResult>>>,
+    /// For the request statistics.
+    start: Instant,
+    /// Set after the final response or an error.
+    done: bool,
+}
+
+impl DecoupledStream {
+    async fn next(mut self) -> Option<(Result<StreamResponse>, Self)> {
+        if self.done {
+            return None;
+        }
+        let item = match self.responses.recv().await {
+            Some(Ok(r)) => {
+                let response =
+                    self.server.respond(&self.model, self.id.clone(), &self.requested, r.outputs).map(|mut resp| {
+                        resp.parameters = r.parameters;
+                        StreamResponse { response: resp, is_final: r.is_final, empty: r.empty, error: r.error }
+                    });
+                if r.is_final || response.is_err() {
+                    self.done = true;
+                }
+                response
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                Err(e)
+            }
+            None => {
+                // Every sender is gone without a final response: the request never ran (the error says
+                // why), or the model dropped it.
+                self.done = true;
+                match self.executed.take()?.await {
+                    Ok(Err(e)) => Err(e),
+                    Ok(Ok(_)) => return None,
+                    Err(_) => Err(Error::internal(format!(
+                        "model '{}' stopped before answering the request",
+                        self.model.name
+                    ))),
+                }
+            }
+        };
+        if self.done {
+            match &item {
+                Ok(_) => self.model.stats.record_success(self.start.elapsed()),
+                Err(_) => self.model.stats.record_failure(self.start.elapsed(), FailureReason::Backend),
+            }
+        }
+        Some((item, self))
+    }
+}
