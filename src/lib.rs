@@ -1,7 +1,31 @@
 //! tritonrs: a lean, Triton-compatible inference server for edge devices.
 //!
-//! front-ends (`frontend`) → one core API (`core::Server`) → backend instances on their own threads
-//! (`backend`) → tensor memory (`memory`).
+//! # The map
+//! A request's path, each arrow one hop (imports point the same way, never back):
+//! ```text
+//! HTTP · gRPC · MQTT · Frigate ZMQ · DeepStack    frontend/   decode once (KServe JSON and binary: kserve/)
+//!        │
+//!        ▼
+//! core::Server                                      core/server/     inference, control, metadata, streams
+//!   ├─ repository, lifecycle (load steps)           core/repository/, core/lifecycle/
+//!   ├─ schedulers (default, dynamic, sequence,      core/scheduler/  a queue per model, actor over pure state
+//!   │   ensemble), response cache, rate limiter     core/cache/, core/rate_limiter/
+//!   └─ statistics, trace                            core/stats.rs, core/trace/
+//!        │  a Job per request, through a bounded queue
+//!        ▼
+//! backend instances on their own threads            backend/ (onnx, python, tensorrt, capi, agents)
+//!        │  against the interface of                model_api/
+//!        ▼
+//! tensor memory: host, pinned, CUDA, shared memory  memory/, tensor/
+//!        │
+//!        ▼
+//! the machine: CUDA, NVML, Jetson sysfs, systemd    platform/
+//! ```
+//! Beside the path: `config/` (flags and the config file), `model_config/` (what `config.pbtxt` says),
+//! `storage/` (S3, GCS, Azure into a local cache), `vision/` (image pre- and post-processing for MQTT,
+//! DeepStack and Frigate), `tune/` (`tritonrs tune`), `error` (the one error type), `proto` (generated).
+//! Unit tests sit with the code they test, inline as `#[cfg(test)] mod tests`, or in a sibling
+//! `tests.rs` under the module's folder where they are long.
 #![deny(unsafe_code)]
 
 pub mod backend;
