@@ -12,7 +12,7 @@ use super::abi::{
     INSTANCEGROUPKIND_GPU,
 };
 use super::library::{Instance, Library, Model};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::model_api::custom_metrics::{CustomMetrics, MetricKind, MetricOp};
 use crate::model_api::types::{Parameters, Tensor};
 use crate::model_api::{
@@ -37,36 +37,9 @@ const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The longest an unload waits for a backend to finish the requests it holds.
 const UNLOAD_WAIT: Duration = Duration::from_secs(30);
 
-/// Our error for a `TRITONSERVER_Error_Code` and message.
-pub fn to_error(code: u32, message: &str) -> Error {
-    use super::abi::code;
-    let kind = match code {
-        code::INVALID_ARG => ErrorKind::InvalidArgument,
-        code::NOT_FOUND => ErrorKind::NotFound,
-        code::UNAVAILABLE => ErrorKind::Unavailable,
-        code::UNSUPPORTED => ErrorKind::Unsupported,
-        code::ALREADY_EXISTS => ErrorKind::AlreadyExists,
-        _ => ErrorKind::Internal,
-    };
-    Error::new(kind, message)
-}
-
 /// `--backend-directory` (global in the backend configuration), or tritonserver's default.
 fn backend_directory(config: &BackendConfig) -> PathBuf {
     config.global.get("backend-directory").map_or_else(|| PathBuf::from(DEFAULT_BACKEND_DIRECTORY), PathBuf::from)
-}
-
-/// The `TRITONSERVER_Error_Code` for our error.
-pub fn code_of(e: &Error) -> u32 {
-    use super::abi::code;
-    match e.kind {
-        ErrorKind::InvalidArgument | ErrorKind::PayloadTooLarge => code::INVALID_ARG,
-        ErrorKind::NotFound => code::NOT_FOUND,
-        ErrorKind::Unavailable => code::UNAVAILABLE,
-        ErrorKind::Unsupported => code::UNSUPPORTED,
-        ErrorKind::AlreadyExists => code::ALREADY_EXISTS,
-        _ => code::INTERNAL,
-    }
 }
 
 /// The host: finds backend libraries and shares libraries and model versions while they are in use.

@@ -2,13 +2,13 @@
 //! may use, buffer attributes of inputs and outputs, implicit state, host policy, backend
 //! attributes, response inspection, and what a backend reports (statistics, memory usage).
 //!
-//! Contract for every `unsafe` block: as in `exports.rs`; memory-manager blocks are freed only when
+//! Contract for every `unsafe` block: as in `guard.rs`; memory-manager blocks are freed only when
 //! the manager's own table says it allocated them, with the layout it recorded.
 #![allow(unsafe_code)]
 #![allow(non_snake_case)]
 
 use super::abi::*;
-use super::exports::{guarded, invalid, new_error, obj, obj_mut, put, take_box, text, Err};
+use super::guard::{guarded, invalid, new_error, obj, obj_mut, put, take_box, text, Err};
 use crate::model_api::types::Tensor;
 use std::alloc::Layout;
 use std::collections::HashMap;
@@ -45,7 +45,7 @@ pub extern "C" fn TRITONBACKEND_ModelInstanceHostPolicy(
         }
         // No --host-policy settings: the instance's policy (named as Triton names it) is empty.
         let name = if i.kind == INSTANCEGROUPKIND_GPU { format!("gpu_{}", i.device_id) } else { "cpu".to_string() };
-        put(policy, super::exports::new_message(&serde_json::json!({ name: {} }).to_string()));
+        put(policy, super::guard::new_message(&serde_json::json!({ name: {} }).to_string()));
         Ok(())
     })
 }

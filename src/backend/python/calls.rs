@@ -3,8 +3,8 @@
 //! runs as a task on the runtime, never on the reader thread or an instance thread, so a model may
 //! have many BLS requests in flight (`async_exec`).
 
+use super::conn::Conn;
 use super::ipc::{self, BlsRequest};
-use super::stub::Conn;
 use crate::error::{Error, Result};
 use crate::model_api::custom_metrics::{MetricKind, MetricOp};
 use crate::model_api::types::{CallChain, InferRequest, Parameters, RequestedOutput, StreamResponse, Tensor};

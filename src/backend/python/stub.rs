@@ -15,28 +15,28 @@
 //! folder>`, and its process name (`/proc/<pid>/comm`) is [`process_name`]. A stub forked from the
 //! fork server sets that same command line over the fork server's (see `stub/tritonrs_zygote.py`).
 
-use super::ipc::{self, FromStub, WireResponse, WireTensor};
+use super::calls::Calls;
+use super::conn::Conn;
+use super::ipc::{self, FromStub};
+use super::settings::{ExecEnv, Settings};
 use super::stub_memory::{Ring, SharedRegion};
-use super::Settings;
 use crate::error::{Error, Result};
 use crate::model_api::types::{Parameters, Tensor};
-use crate::model_api::{DecoupledResponse, ResponseSender};
+use crate::model_api::DecoupledResponse;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Tensors at most this big travel in the frame: a shared-memory block would cost more than the copy.
-const INLINE_MAX: usize = 64;
 /// How long an interpreter may take to start (import numpy and the stub) when the stub timeout is
 /// shorter: a loaded machine must not fail loads that a short hang timeout was never meant for.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -68,7 +68,7 @@ pub struct Launch {
     /// The interpreter and the environment it runs in.
     pub settings: Settings,
     /// Interpreter override from the model's `EXECUTION_ENV_PATH`, with the variables its environment needs.
-    pub env: Option<super::ExecEnv>,
+    pub env: Option<ExecEnv>,
     /// The model's name.
     pub model: String,
     /// `model.py` (or `default_model_filename`).
@@ -128,191 +128,6 @@ pub fn process_name(model: &str, instance: &str) -> String {
     format!("{}~{}", &name[..head], &name[tail..])
 }
 
-/// The part of a stub shared with its reader thread and with server tasks answering it.
-pub struct Conn {
-    /// Writes frames on the side socket; one writer at a time keeps frames whole.
-    writer: Mutex<UnixStream>,
-    /// Writes answers to BLS requests the stub's main thread waits for on the main socket (the
-    /// instance thread is then only reading it).
-    main_writer: Mutex<UnixStream>,
-    /// Tensors in both directions; `None` for auto-complete stubs.
-    pub shm: Option<SharedRegion>,
-    /// When the stub last sent anything.
-    last_seen: Mutex<Instant>,
-    /// Cleared when the socket closes.
-    alive: AtomicBool,
-    /// Decoupled requests still open, by key.
-    streams: Mutex<HashMap<u64, ResponseSender>>,
-    /// The keys of the decoupled requests whose `execute` call is in flight. Responses sent from
-    /// `execute` itself come on the main socket, which the instance thread reads: when the stub dies,
-    /// only that thread may end these requests, once it has read what the stub sent before dying.
-    in_flight: Mutex<Vec<u64>>,
-    /// Whether the model has its own readiness check (`is_model_ready`).
-    has_probe: AtomicBool,
-    /// Custom-metric handles this stub holds; released when it goes away.
-    pub metric_handles: Mutex<std::collections::HashSet<u64>>,
-    /// Calls into the stub (readiness) waiting for their reply, by id.
-    replies: Mutex<HashMap<u64, Sender<Result<Value>>>>,
-    /// Ids for requests and calls.
-    next_id: AtomicU64,
-    /// For messages.
-    pub label: String,
-    /// The instance's name, for Triton's wording of stub failures.
-    pub instance: String,
-    /// Where BLS requests and other calls go; `None` where the server offers none (auto-complete, tests).
-    calls: Option<Arc<super::calls::Calls>>,
-}
-
-impl Conn {
-    pub fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    pub fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::SeqCst)
-    }
-
-    /// Whether the model has its own readiness check.
-    pub fn has_probe(&self) -> bool {
-        self.has_probe.load(Ordering::SeqCst)
-    }
-
-    /// Sends a message on the side socket; its tensors are already described, `payload` holds the
-    /// inline ones.
-    pub fn send(&self, msg: &Value, payload: &[&[u8]]) -> Result<()> {
-        self.send_on(false, msg, payload)
-    }
-
-    /// Sends a message on the main socket (`main`) or the side one.
-    pub fn send_on(&self, main: bool, msg: &Value, payload: &[&[u8]]) -> Result<()> {
-        let json =
-            serde_json::to_vec(msg).map_err(|e| Error::internal(format!("cannot encode a stub message: {e}")))?;
-        let mut w = if main { self.main_writer.lock() } else { self.writer.lock() };
-        ipc::write_frame(&mut *w, &json, payload)
-            .map_err(|e| Error::unavailable(format!("cannot send to the Python stub of {}: {e}", self.label)))
-    }
-
-    /// Describes tensors for the stub, copying each into shared memory or, when small or when shared
-    /// memory is full, into `payload`.
-    pub fn encode_tensors<'a>(
-        &self,
-        tensors: impl IntoIterator<Item = &'a Tensor>,
-        payload: &mut Vec<bytes::Bytes>,
-        payload_len: &mut u64,
-    ) -> Result<Vec<WireTensor>> {
-        let mut out = Vec::new();
-        for t in tensors {
-            let data = t.data.to_host()?;
-            let mut w = WireTensor {
-                n: t.name.clone(),
-                t: t.datatype.as_str().into(),
-                s: t.shape.clone(),
-                l: data.len() as u64,
-                o: None,
-                i: None,
-            };
-            let shm_off = match &self.shm {
-                Some(shm) if data.len() > INLINE_MAX => shm.put(&data),
-                _ => None,
-            };
-            match shm_off {
-                Some(off) => w.o = Some(off as u64),
-                None => {
-                    w.i = Some(*payload_len);
-                    *payload_len += data.len() as u64;
-                    payload.push(data);
-                }
-            }
-            out.push(w);
-        }
-        Ok(out)
-    }
-
-    /// Registers a decoupled request's response sender before the request is sent.
-    pub fn open_stream(&self, key: u64, sender: ResponseSender) {
-        self.streams.lock().insert(key, sender);
-    }
-
-    /// Marks the decoupled requests of the `execute` call about to be sent as in flight (see
-    /// [`Conn::in_flight`]).
-    pub fn set_in_flight(&self, keys: &[u64]) {
-        let mut f = self.in_flight.lock();
-        f.clear();
-        f.extend_from_slice(keys);
-    }
-
-    /// The `execute` call has ended. If the stub died meanwhile, its reader thread left these requests
-    /// open (they were in flight): end them here.
-    pub fn end_in_flight(&self, keys: &[u64]) {
-        self.in_flight.lock().clear();
-        if !self.is_alive() {
-            self.fail_streams(Some(keys), &self.gone());
-        }
-    }
-
-    /// The error for requests left open by a stub that exited.
-    fn gone(&self) -> Error {
-        Error::internal(format!("Stub process '{}' is not healthy. It exited.", self.instance))
-    }
-
-    /// Ends open decoupled requests with `e`: those of `keys` (execute failed for all of them, or the stub
-    /// died during it), or with `None` every one except those of the call in flight (the stub died).
-    pub fn fail_streams(&self, keys: Option<&[u64]>, e: &Error) {
-        let failed: Vec<ResponseSender> = {
-            let mut s = self.streams.lock();
-            match keys {
-                None => {
-                    let in_flight = self.in_flight.lock();
-                    let ended: Vec<u64> = s.keys().filter(|k| !in_flight.contains(k)).copied().collect();
-                    ended.iter().filter_map(|k| s.remove(k)).collect()
-                }
-                Some(keys) => keys.iter().filter_map(|k| s.remove(k)).collect(),
-            }
-        };
-        for sender in failed {
-            sender.send(Err(e.clone()));
-        }
-    }
-
-    /// Whether a decoupled request's client has gone away.
-    pub fn stream_cancelled(&self, key: u64) -> bool {
-        self.streams.lock().get(&key).is_some_and(|s| s.is_closed())
-    }
-
-    /// Asks the stub something and waits at most `timeout` for the reply.
-    pub fn ask(&self, kind: &str, timeout: Duration) -> Result<Value> {
-        let id = self.next_id();
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        self.replies.lock().insert(id, tx);
-        let sent = self.send(&json!({"type": kind, "id": id}), &[]);
-        let result = sent.and_then(|()| match rx.recv_timeout(timeout) {
-            Ok(r) => r,
-            Err(_) => {
-                Err(Error::unavailable(format!("the Python stub of {} did not answer within {timeout:?}", self.label)))
-            }
-        });
-        self.replies.lock().remove(&id);
-        result
-    }
-
-    /// Reads a tensor the stub described (ring or payload).
-    pub fn read_tensor(&self, t: &WireTensor, payload: &[u8]) -> Result<Tensor> {
-        ipc::read_tensor(t, payload, |off, len| match &self.shm {
-            Some(shm) => shm.read_ring(off, len),
-            None => Err(Error::internal("the Python stub used shared memory it does not have")),
-        })
-    }
-
-    /// A stub response as outputs and parameters, or its error.
-    pub fn read_response(&self, r: &WireResponse, payload: &[u8]) -> Result<(Vec<Tensor>, Parameters)> {
-        if let Some(e) = &r.err {
-            return Err(ipc::error_from_code(e.c, e.m.clone()));
-        }
-        let outputs = r.out.iter().map(|t| self.read_tensor(t, payload)).collect::<Result<Vec<_>>>()?;
-        Ok((outputs, ipc::params_from_json(&r.params)))
-    }
-}
-
 /// A stub's process: our child, or a child of the fork server (which the kernel reaps; we know its
 /// pid and watch its socket).
 enum Process {
@@ -351,6 +166,8 @@ impl Process {
 pub struct Stub {
     child: Process,
     pub conn: Arc<Conn>,
+    /// Where BLS requests and other calls go; `None` where the server offers none (auto-complete, tests).
+    calls: Option<Arc<Calls>>,
     /// The main socket: requests out, their answers in (with a read timeout, for the liveness checks).
     main: UnixStream,
     /// Partial frames read from `main`.
@@ -366,11 +183,7 @@ pub struct Stub {
 impl Stub {
     /// Starts a stub and sends it the init message; does not wait for it to be ready.
     /// `on_exit` gets `generation` when the process goes away (the instance's supervisor restarts it).
-    pub fn spawn(
-        launch: &Launch,
-        calls: Option<Arc<super::calls::Calls>>,
-        on_exit: Option<(Sender<u64>, u64)>,
-    ) -> Result<Stub> {
+    pub fn spawn(launch: &Launch, calls: Option<Arc<Calls>>, on_exit: Option<(Sender<u64>, u64)>) -> Result<Stub> {
         let settings = &launch.settings;
         let files = settings.stub_files()?;
         let socket_err =
@@ -401,27 +214,13 @@ impl Stub {
         let reader_sock = side.try_clone().map_err(socket_err)?;
         let main_writer = main.try_clone().map_err(socket_err)?;
         main.set_read_timeout(Some(tick(settings.timeout))).map_err(socket_err)?;
-        let conn = Arc::new(Conn {
-            writer: Mutex::new(side),
-            main_writer: Mutex::new(main_writer),
-            shm,
-            last_seen: Mutex::new(Instant::now()),
-            alive: AtomicBool::new(true),
-            has_probe: AtomicBool::new(false),
-            metric_handles: Mutex::new(Default::default()),
-            streams: Mutex::new(HashMap::new()),
-            in_flight: Mutex::new(Vec::new()),
-            replies: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            label: launch.label.clone(),
-            instance: launch.instance.clone(),
-            calls,
-        });
+        let conn = Arc::new(Conn::new(side, main_writer, shm, launch.label.clone(), launch.instance.clone()));
         let reader_conn = conn.clone();
+        let reader_calls = calls.clone();
         std::thread::Builder::new()
             .name("py-reader".into())
             .spawn(move || {
-                read_loop(reader_conn, reader_sock);
+                read_loop(reader_conn, reader_calls.as_deref(), reader_sock);
                 if let Some((deaths, generation)) = on_exit {
                     let _ = deaths.send(generation);
                 }
@@ -441,6 +240,7 @@ impl Stub {
         let mut stub = Stub {
             child,
             conn,
+            calls,
             main,
             frames: ipc::FrameReader::default(),
             stderr_tail,
@@ -550,7 +350,7 @@ impl Stub {
             if let Some(shm) = &self.conn.shm {
                 shm.release(notes.rel.iter().copied());
             }
-            let answer = handle(&self.conn, msg, &payload);
+            let answer = handle(&self.conn, self.calls.as_deref(), msg, &payload);
             // Only now, with every tensor copied out, may the stub reuse its ring.
             if let (Some(shm), Some(ring)) = (&self.conn.shm, notes.ring) {
                 shm.consumed(Ring::Main, ring);
@@ -736,7 +536,7 @@ fn send_socket(main: &UnixStream, socket: std::os::fd::BorrowedFd<'_>) -> std::i
 
 /// The reader thread: handles every frame the stub sends on the side socket until it closes, then fails
 /// whatever still waits on the stub.
-fn read_loop(conn: Arc<Conn>, mut sock: UnixStream) {
+fn read_loop(conn: Arc<Conn>, calls: Option<&Calls>, mut sock: UnixStream) {
     loop {
         let frame = match ipc::read_frame(&mut sock) {
             Ok(Some(f)) => f,
@@ -753,7 +553,7 @@ fn read_loop(conn: Arc<Conn>, mut sock: UnixStream) {
                 if let Some(shm) = &conn.shm {
                     shm.release(notes.rel.iter().copied());
                 }
-                if let Some(answer) = handle(&conn, msg, &payload) {
+                if let Some(answer) = handle(&conn, calls, msg, &payload) {
                     tracing::error!("{}: the stub sent {answer:?} on its side socket; ignored", conn.label);
                 }
                 // Only now, with every tensor copied out, may the stub reuse its ring.
@@ -765,7 +565,7 @@ fn read_loop(conn: Arc<Conn>, mut sock: UnixStream) {
         }
     }
     conn.alive.store(false, Ordering::SeqCst);
-    if let Some(calls) = &conn.calls {
+    if let Some(calls) = calls {
         calls.stub_gone(&conn);
     }
     let gone = conn.gone();
@@ -777,7 +577,7 @@ fn read_loop(conn: Arc<Conn>, mut sock: UnixStream) {
 
 /// Handles one message from the stub: an answer for the instance thread is returned, everything else is
 /// done here (decoupled responses to their requests, BLS and calls to the server, logs to the log).
-fn handle(conn: &Arc<Conn>, msg: FromStub, payload: &[u8]) -> Option<Control> {
+fn handle(conn: &Arc<Conn>, calls: Option<&Calls>, msg: FromStub, payload: &[u8]) -> Option<Control> {
     match msg {
         FromStub::Hello {} => return Some(Control::Hello),
         FromStub::Ready { probe } => {
@@ -835,14 +635,14 @@ fn handle(conn: &Arc<Conn>, msg: FromStub, payload: &[u8]) -> Option<Control> {
             _ => tracing::debug!("{file}:{line}] {msg}"),
         },
         FromStub::Pong {} => {}
-        FromStub::Bls(req) => match &conn.calls {
+        FromStub::Bls(req) => match calls {
             Some(calls) => calls.bls(conn, *req, payload),
             None => {
                 let e = Error::unavailable("BLS is not available here");
                 super::calls::answer_bls_error(conn, req.id, req.main, &e);
             }
         },
-        FromStub::Call { id, op, args } => match &conn.calls {
+        FromStub::Call { id, op, args } => match calls {
             Some(calls) => calls.call(conn, id, &op, args),
             None => super::calls::reply(conn, id, Err(Error::unavailable(format!("'{op}' is not available here")))),
         },
@@ -853,6 +653,7 @@ fn handle(conn: &Arc<Conn>, msg: FromStub, payload: &[u8]) -> Option<Control> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model_api::ResponseSender;
 
     #[test]
     fn a_stub_process_name_names_the_model_and_instance_in_15_bytes() {
@@ -865,31 +666,11 @@ mod tests {
         assert!(n.len() <= 15 && n.ends_with("é_0") && n.contains('~'), "{n}");
     }
 
-    fn conn() -> Conn {
-        let (a, b) = UnixStream::pair().unwrap();
-        Conn {
-            writer: Mutex::new(a),
-            main_writer: Mutex::new(b),
-            shm: None,
-            last_seen: Mutex::new(Instant::now()),
-            alive: AtomicBool::new(true),
-            streams: Mutex::new(HashMap::new()),
-            in_flight: Mutex::new(Vec::new()),
-            has_probe: AtomicBool::new(false),
-            metric_handles: Mutex::new(Default::default()),
-            replies: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            label: "model 'm'".into(),
-            instance: "m_0".into(),
-            calls: None,
-        }
-    }
-
     /// A dead stub's reader thread leaves the requests of the call in flight to the instance thread, which
     /// may still have to read responses the stub sent on the main socket before it died.
     #[test]
     fn a_dead_stub_leaves_the_requests_in_flight_to_the_instance_thread() {
-        let c = conn();
+        let c = Conn::for_tests();
         let (done_tx, mut done_rx) = ResponseSender::channel();
         let (busy_tx, mut busy_rx) = ResponseSender::channel();
         c.open_stream(1, done_tx);
@@ -902,24 +683,8 @@ mod tests {
         assert!(busy_rx.try_recv().is_err(), "the request in flight is left open");
         // A response read from the main socket afterwards still reaches its request.
         let resp = FromStub::Response { key: 2, flags: 0, resp: None };
-        assert!(handle(&Arc::new(c), resp, &[]).is_none());
+        assert!(handle(&Arc::new(c), None, resp, &[]).is_none());
         let got = busy_rx.try_recv().unwrap().unwrap();
         assert!(got.empty && !got.is_final);
-    }
-
-    #[test]
-    fn the_instance_thread_ends_its_requests_when_the_stub_died_during_the_call() {
-        let c = conn();
-        let (tx, mut rx) = ResponseSender::channel();
-        c.open_stream(7, tx);
-        c.set_in_flight(&[7]);
-        c.end_in_flight(&[7]);
-        assert!(rx.try_recv().is_err(), "a live stub's requests stay open after execute returned");
-        c.set_in_flight(&[7]);
-        c.alive.store(false, Ordering::SeqCst);
-        c.fail_streams(None, &c.gone());
-        c.end_in_flight(&[7]);
-        let e = rx.try_recv().unwrap().unwrap_err();
-        assert_eq!(e.message, "Stub process 'm_0' is not healthy. It exited.");
     }
 }
