@@ -79,6 +79,8 @@ def test_a_failing_agent_fails_its_model_and_the_agents_before_it_hear_load_fail
     s = serve(start_server, repo, backends, agents, "--load-model=good", "--load-model=bad", wait="live")
     c = s.client()
     s.wait_for_log(r"Model 'bad' failed to load")
+    # The two load side by side: 'bad' may fail before 'good' is ready.
+    s.wait_for_log(r"Model 'good' version 1 is READY")
     assert c.is_model_ready("good")
     row = next(r for r in c.get_model_repository_index() if r["name"] == "bad")
     assert row["state"] == "UNAVAILABLE"
@@ -106,6 +108,7 @@ def test_a_missing_agent_library_is_a_reason_not_a_crash(start_server, repo, set
     model(repo, "good", "testc")
     s = serve(start_server, repo, backends, agents, "--load-model=good", "--load-model=lost", wait="live")
     s.wait_for_log(r"Model 'lost' failed to load")
+    s.wait_for_log(r"Model 'good' version 1 is READY")
     row = next(r for r in s.client().get_model_repository_index() if r["name"] == "lost")
     assert re.search(r"libtritonrepoagent_nowhere\.so.*not found", row["reason"]), row
     assert s.client().is_model_ready("good")
