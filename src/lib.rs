@@ -27,6 +27,8 @@
 //! Unit tests sit with the code they test, inline as `#[cfg(test)] mod tests`, or in a sibling
 //! `tests.rs` under the module's folder where they are long.
 #![deny(unsafe_code)]
+// The `// SAFETY:` rule, checked by a tool: every unsafe block says why it is sound.
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod backend;
 pub mod config;

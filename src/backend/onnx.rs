@@ -515,8 +515,8 @@ fn input_value<'a>(t: &'a Tensor, staging: &'a mut Staging) -> Result<SessionInp
             // staging lines are 64-byte aligned), and its length equals the shape's element count times
             // the element size (validated by the core before scheduling). ONNX Runtime only reads input
             // tensors, so the request's shared bytes are never written through this view.
-            let v: TensorRefMut<'_, $ty> =
-                unsafe { TensorRefMut::from_raw(info, ptr, shape) }.map_err(ort_value_err)?;
+            let v = unsafe { TensorRefMut::<'_, $ty>::from_raw(info, ptr, shape) };
+            let v: TensorRefMut<'_, $ty> = v.map_err(ort_value_err)?;
             Ok(v.into_dyn().into())
         }};
     }

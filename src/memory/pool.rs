@@ -302,8 +302,8 @@ impl Block {
     /// The bytes, when the block is host memory.
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
         match self.memory_type() {
-            // SAFETY: host blocks are `class >= len` bytes of memory this block owns exclusively.
             MemoryType::Cpu | MemoryType::CpuPinned => {
+                // SAFETY: host blocks are `class >= len` bytes of memory this block owns exclusively.
                 Some(unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) })
             }
             MemoryType::Gpu { .. } => None,

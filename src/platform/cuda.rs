@@ -584,8 +584,8 @@ impl Driver {
         let open = self.api.cuIpcOpenMemHandle.ok_or_else(|| self.missing("cuIpcOpenMemHandle", "4.1"))?;
         self.with_context(device, || {
             let mut p: CuDevicePtr = 0;
-            // SAFETY: valid out pointer; the handle is passed by value as the 64-byte struct it is.
             let handle = CuIpcMemHandle { reserved: handle };
+            // SAFETY: valid out pointer; the handle is passed by value as the 64-byte struct it is.
             self.check(unsafe { open(&mut p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) }, "cuIpcOpenMemHandle")?;
             Ok(p)
         })

@@ -451,11 +451,13 @@ unsafe impl Sync for RealEngine {}
 impl RealEngine {
     fn describe(&self) -> Result<EngineDesc> {
         let s = self.rt.shim;
-        // SAFETY (every call below): the engine is live; buffers hold MAX_DIMS dims as the shim expects.
+        // SAFETY: the engine is live (it is freed only on drop); argument-less queries of it.
         let n = unsafe { (s.engine_num_io)(self.raw) };
+        // SAFETY: as above.
         let profiles = unsafe { (s.engine_num_profiles)(self.raw) }.max(1);
-        let mut desc =
-            EngineDesc { implicit_batch: unsafe { (s.engine_implicit_batch)(self.raw) } != 0, ..Default::default() };
+        // SAFETY: as above.
+        let implicit_batch = unsafe { (s.engine_implicit_batch)(self.raw) } != 0;
+        let mut desc = EngineDesc { implicit_batch, ..Default::default() };
         for i in 0..n {
             // SAFETY: live engine, `i` in 0..num_io; returns a pointer the engine owns, or null.
             let name = unsafe { (s.engine_io_name)(self.raw, i) };
@@ -539,8 +541,8 @@ impl Engine for RealEngine {
         let stream = match d.stream_create(device) {
             Ok(s) => s,
             Err(e) => {
-                // SAFETY: destroys the context just created.
                 let _ = d.with_context(device, || {
+                    // SAFETY: destroys the context just created, which nothing else holds.
                     unsafe { (s.context_destroy)(raw) };
                     Ok(())
                 });
@@ -747,9 +749,12 @@ mod tests {
         // answers; a build without the headers has no shim and says so when a plan is loaded.
         match linked_shim() {
             Some(s) => {
-                // SAFETY: argument-less functions of the linked shim.
-                assert_eq!(unsafe { (s.abi_version)() }, ABI_VERSION);
-                assert_eq!(split_version(unsafe { (s.header_version)() }).0, 10);
+                // SAFETY: an argument-less function of the linked shim.
+                let abi = unsafe { (s.abi_version)() };
+                // SAFETY: as above.
+                let header = unsafe { (s.header_version)() };
+                assert_eq!(abi, ABI_VERSION);
+                assert_eq!(split_version(header).0, 10);
             }
             None => assert!(std::env::var_os("TRITONRS_REQUIRE_TRT_SHIM").is_none(), "the TensorRT shim was not built"),
         }

@@ -17,6 +17,7 @@ impl Allocator for Limited {
     }
     unsafe fn release(&self, addr: usize, len: usize) {
         self.left.fetch_add(len, Ordering::AcqRel);
+        // SAFETY: the caller's contract (a block this allocator handed out, released once) is passed on.
         unsafe { HostAllocator.release(addr, len) };
     }
 }
