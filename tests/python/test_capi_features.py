@@ -195,6 +195,6 @@ def test_perf_analyzer_against_a_c_backend(server, protocol, tmp_path: Path):
     port = server.port if protocol == "http" else server.grpc_port
     p = subprocess.run([*pa, "-m", "feat", "-u", f"127.0.0.1:{port}", "-i", protocol, "-b", "2",
                         "--concurrency-range", "4", "--measurement-interval", "500", "--stability-percentage", "90",
-                        "--max-trials", "4"], capture_output=True, text=True, timeout=120)
+                        "--max-trials", "10"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Throughput:" in p.stdout, p.stdout

@@ -372,7 +372,7 @@ def test_perf_analyzer_with_system_shared_memory(server, protocol, tmp_path):
     cmd = [*pa, "-m", "simple", "-u", f"127.0.0.1:{port}", "-i", protocol,
            "--shared-memory", "system", "--output-shared-memory-size", "64",
            "--concurrency-range", "2", "--measurement-interval", "500", "--stability-percentage", "90",
-           "--max-trials", "4"]
+           "--max-trials", "10"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Throughput:" in p.stdout, p.stdout
