@@ -463,7 +463,8 @@ def azurite(tmp_path):
     proc.wait(10)
 
 
-def test_azure_repository_through_azurite(start_server, azurite, tmp_path):
+def container_with_simple(azurite: str):
+    """A "models" container in Azurite holding the example `simple` under `repo/`."""
     from azure.storage.blob import BlobServiceClient
 
     conn = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
@@ -472,6 +473,11 @@ def test_azure_repository_through_azurite(start_server, azurite, tmp_path):
     for f in sorted((EXAMPLES / "simple").rglob("*")):
         if f.is_file():
             container.upload_blob(f"repo/simple/{f.relative_to(EXAMPLES / 'simple')}", f.read_bytes())
+    return container
+
+
+def test_azure_repository_through_azurite(start_server, azurite, tmp_path):
+    container = container_with_simple(azurite)
     url = f"as://{AZURITE_ACCOUNT}/models/repo"
     env = {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURITE_BLOB_STORAGE_URL": azurite}
     s = start_server("--model-repository", url, "--repository-cache-dir", tmp_path / "cache", env=env)
@@ -489,14 +495,7 @@ def test_azure_repository_through_azurite(start_server, azurite, tmp_path):
 
 
 def test_azure_skips_bad_names_and_fetches_url_characters(start_server, azurite, tmp_path):
-    from azure.storage.blob import BlobServiceClient
-
-    conn = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
-            f"BlobEndpoint={azurite}/{AZURITE_ACCOUNT};")
-    container = BlobServiceClient.from_connection_string(conn).create_container("models")
-    for f in sorted((EXAMPLES / "simple").rglob("*")):
-        if f.is_file():
-            container.upload_blob(f"repo/simple/{f.relative_to(EXAMPLES / 'simple')}", f.read_bytes())
+    container = container_with_simple(azurite)
     container.upload_blob("repo/simple/tab\tname.txt", b"bad")
     container.upload_blob("repo/simple//empty.txt", b"bad")
     container.upload_blob("repo/simple/notes~1.txt", b"tilde")

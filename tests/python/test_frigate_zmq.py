@@ -367,6 +367,16 @@ def wait_metric(s, name: str, want, timeout: float = 10.0):
         time.sleep(0.1)
 
 
+def check_then_detect(ep: str):
+    """A new Frigate socket names image_detector and gets its detections of a red frame."""
+    c = Frigate(ep)
+    try:
+        assert c.model_check("image_detector.onnx")["model_loaded"] is True
+        expect(c.detect(red_nchw()), RED_ROWS)
+    finally:
+        c.close()
+
+
 @pytest.mark.parametrize("declared", [1 << 36, 1 << 40, 1 << 62])
 def test_a_frame_declaring_more_than_any_message_closes_only_that_connection(start_server, frigate_repo, declared):
     # Before: the decoder reserved what the header declared, and the allocation failure aborted the server.
@@ -422,12 +432,7 @@ def test_a_peer_that_never_reads_costs_bounded_memory(start_server, frigate_repo
     s, ep = start(start_server, frigate_repo)
     header = json.dumps({"shape": [1, 3, 32, 32], "dtype": "float32"}).encode()
     tensor = red_nchw().tobytes()  # 12 KiB
-    warm = Frigate(ep)
-    try:
-        assert warm.model_check("image_detector.onnx")["model_loaded"] is True
-        expect(warm.detect(red_nchw()), RED_ROWS)
-    finally:
-        warm.close()
+    check_then_detect(ep)
     before = rss_mb(s)
     d = zmq.Context.instance().socket(zmq.DEALER)
     d.setsockopt(zmq.LINGER, 0)
@@ -452,12 +457,7 @@ def test_a_peer_that_never_reads_costs_bounded_memory(start_server, frigate_repo
     time.sleep(0.5)
     print(f"RSS after the peer left: {rss_mb(s) - before:.0f} MB over the start")
     assert rss_mb(s) - before < 120, (before, rss_mb(s), growth)
-    c = Frigate(ep)
-    try:
-        assert c.model_check("image_detector.onnx")["model_loaded"] is True
-        expect(c.detect(red_nchw()), RED_ROWS)
-    finally:
-        c.close()
+    check_then_detect(ep)
 
 
 def test_a_push_may_not_take_the_name_of_a_model_in_another_repository(start_server, frigate_repo, tmp_path):
