@@ -360,6 +360,55 @@ def test_unload_runs_finalize_and_stops_the_stub(start_server, repo):
     assert c.infer("add_sub", http_inputs(INPUT0=A, INPUT1=B)).as_numpy("OUTPUT1").tolist() == [-9, -18, -27, -36]
 
 
+# ---- log lines name their request ------------------------------------------------------------------
+
+TALKER = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            pb_utils.Logger.log_warn(f"working on {r.request_id()}")
+            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
+            out.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("Y", x)]))
+        return out
+"""
+
+
+def talker(repo, name, config):
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "1" / "model.py").write_text(TALKER)
+    (repo / name / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "python"\n{config}\n'
+        'input [ { name: "X" data_type: TYPE_INT32 dims: [ 4 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_INT32 dims: [ 4 ] } ]\n'
+        'instance_group [ { count: 1 kind: KIND_CPU } ]\n')
+
+
+@pytest.mark.parametrize("log_format", ["default", "ISO8601"])
+def test_a_model_log_line_during_execute_names_its_request(start_server, repo, log_format):
+    # One request alone: the line is written in the request's span (model, version, request id); two
+    # requests the dynamic batcher runs as one execution: in the batch's span, which names both ids.
+    talker(repo, "talker", "")
+    talker(repo, "talker_batch", "max_batch_size: 8\n"
+           "dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 5000000 }")
+    s = start_server("--model-repository", repo, PY, f"--log-format={log_format}")
+    c = s.client(concurrency=2)
+    x = np.arange(4, dtype=np.int32)
+    assert c.infer("talker", http_inputs(X=x), request_id="req-42").as_numpy("Y").tolist() == x.tolist()
+    s.wait_for_log(r"WARN request\{model=talker version=1 id=req-42\}: model\.py:\d+\] working on req-42\n")
+    xb = x.reshape(1, 4)
+    pending = [c.async_infer("talker_batch", http_inputs(X=xb), request_id=i) for i in ("b-1", "b-2")]
+    for p in pending:
+        assert p.get_result().as_numpy("Y").tolist() == xb.tolist()
+    for i in ("b-1", "b-2"):
+        s.wait_for_log(r"WARN batch\{model=talker_batch size=2 ids=(b-1,b-2|b-2,b-1)\}: model\.py:\d+\] "
+                       rf"working on {i}\n")
+
+
 # ---- auto-complete, readiness ----------------------------------------------------------------------
 
 

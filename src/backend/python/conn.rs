@@ -12,7 +12,7 @@ use crate::model_api::ResponseSender;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -39,6 +39,10 @@ pub struct Conn {
     /// `execute` itself come on the main socket, which the instance thread reads: when the stub dies,
     /// only that thread may end these requests, once it has read what the stub sent before dying.
     in_flight: Mutex<Vec<u64>>,
+    /// The spans of the last `execute` calls, by call id: the reader thread logs a model's log line in
+    /// the span of the call it came from. Kept for a few calls after their answer, since a log line on
+    /// the side socket may be read after the answer on the main one.
+    spans: Mutex<VecDeque<(u64, tracing::Span)>>,
     /// Whether the model has its own readiness check (`is_model_ready`).
     pub(super) has_probe: AtomicBool,
     /// Custom-metric handles this stub holds; released when it goes away.
@@ -52,6 +56,9 @@ pub struct Conn {
     /// The instance's name, for Triton's wording of stub failures.
     pub instance: String,
 }
+
+/// How many `execute` calls' spans a connection keeps (a pipelining instance has two in flight).
+const SPANS_KEPT: usize = 8;
 
 impl Conn {
     /// A connection over the side socket and the writing half of the main one, to the stub that serves
@@ -73,6 +80,7 @@ impl Conn {
             metric_handles: Mutex::new(Default::default()),
             streams: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(Vec::new()),
+            spans: Mutex::new(VecDeque::new()),
             replies: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             label,
@@ -82,6 +90,23 @@ impl Conn {
 
     pub fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Remembers the span an `execute` call runs in (nothing when no subscriber wants it).
+    pub fn remember_span(&self, call: u64, span: tracing::Span) {
+        if span.is_none() {
+            return;
+        }
+        let mut spans = self.spans.lock();
+        if spans.len() == SPANS_KEPT {
+            spans.pop_front();
+        }
+        spans.push_back((call, span));
+    }
+
+    /// The span of `execute` call `call`, if it is one of the last few.
+    pub fn span_of(&self, call: u64) -> Option<tracing::Span> {
+        self.spans.lock().iter().rev().find(|(c, _)| *c == call).map(|(_, s)| s.clone())
     }
 
     pub fn is_alive(&self) -> bool {

@@ -232,8 +232,15 @@ pub enum FromStub {
         #[serde(default)]
         error: Option<String>,
     },
-    /// A log line from `pb_utils.Logger`.
-    Log { level: u8, msg: String, file: String, line: u32 },
+    /// A log line from `pb_utils.Logger`; `call` is the `execute` call the stub was running, if any.
+    Log {
+        level: u8,
+        msg: String,
+        file: String,
+        line: u32,
+        #[serde(default)]
+        call: Option<u64>,
+    },
     /// The answer to a ping.
     Pong {},
     /// `finalize` ran (the stub exits).

@@ -251,6 +251,8 @@ impl Shared {
         };
         let conn = stub.conn.clone();
         let id = conn.next_id();
+        // The span the scheduler entered for this execution: the model's log lines go out in it.
+        conn.remember_span(id, tracing::Span::current());
         let mut payload = Vec::new();
         let mut payload_len = 0u64;
         let mut wire = Vec::with_capacity(reqs.len());

@@ -628,12 +628,17 @@ fn handle(conn: &Arc<Conn>, calls: Option<&Calls>, msg: FromStub, payload: &[u8]
                 });
             }
         }
-        FromStub::Log { level, msg, file, line } => match level {
-            0 => tracing::info!("{file}:{line}] {msg}"),
-            1 => tracing::warn!("{file}:{line}] {msg}"),
-            2 => tracing::error!("{file}:{line}] {msg}"),
-            _ => tracing::debug!("{file}:{line}] {msg}"),
-        },
+        FromStub::Log { level, msg, file, line, call } => {
+            // In the span of the request(s) whose `execute` wrote it, so the line names them.
+            let span = call.and_then(|c| conn.span_of(c));
+            let _entered = span.as_ref().map(|s| s.enter());
+            match level {
+                0 => tracing::info!("{file}:{line}] {msg}"),
+                1 => tracing::warn!("{file}:{line}] {msg}"),
+                2 => tracing::error!("{file}:{line}] {msg}"),
+                _ => tracing::debug!("{file}:{line}] {msg}"),
+            }
+        }
         FromStub::Pong {} => {}
         FromStub::Bls(req) => match calls {
             Some(calls) => calls.bls(conn, *req, payload),

@@ -110,7 +110,7 @@ fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStat
         }
         stats.pending.fetch_sub(1, Ordering::Relaxed);
         let start = Instant::now();
-        match guarded(|| instance.begin(&job.exec).transpose()) {
+        match job.span.in_scope(|| guarded(|| instance.begin(&job.exec).transpose())) {
             Ok(Some(ticket)) => sent.push_back((job, start, ticket)),
             Err(e) => {
                 if sent.is_empty() {
@@ -121,7 +121,7 @@ fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStat
             Ok(None) => {
                 // Not pipelined: what was sent finishes first, then this job runs on its own.
                 while finish_oldest(instance, &mut sent, stats, None) {}
-                let result = execute(instance, &job.exec);
+                let result = job.span.in_scope(|| execute(instance, &job.exec));
                 free.fetch_add(1, Ordering::SeqCst);
                 answer_alone(stats, job, start, result);
             }
@@ -138,7 +138,7 @@ fn finish_oldest(
     free: Option<&AtomicUsize>,
 ) -> bool {
     let Some((job, start, ticket)) = sent.pop_front() else { return false };
-    let result = guarded(|| instance.finish(ticket, &job.exec));
+    let result = job.span.in_scope(|| guarded(|| instance.finish(ticket, &job.exec)));
     if let (true, Some(free)) = (sent.is_empty(), free) {
         free.fetch_add(1, Ordering::SeqCst);
     }

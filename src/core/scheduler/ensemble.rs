@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use tracing::Instrument;
 
 /// Runs one request on a composing model through the server's normal inference path (validation,
 /// that model's scheduler, its statistics), returning its outputs and compute times. The server
@@ -129,7 +130,9 @@ impl Scheduler for EnsembleScheduler {
         self.running.fetch_add(1, Ordering::SeqCst);
         let shared = self.shared.clone();
         let running = InFlight(self.running.clone());
-        self.runtime.spawn(async move {
+        // The steps' requests are made in the ensemble request's span, so their own spans nest in it.
+        let span = job.span.clone();
+        let task = async move {
             // Counted out even if the task dies, or the lifecycle would wait for it forever.
             let _running = running;
             shared.stats.pending.fetch_sub(1, Ordering::Relaxed);
@@ -142,7 +145,8 @@ impl Scheduler for EnsembleScheduler {
                 workers::record_request(&shared.stats, job.enqueued, started, &r.timings);
             }
             let _ = job.reply.send(result);
-        });
+        };
+        self.runtime.spawn(task.instrument(span));
         Ok(())
     }
 }

@@ -68,6 +68,32 @@ pub struct Job {
     pub control: RequestControl,
     /// Where the result goes; a dropped receiver (client gone) is not an error.
     pub reply: oneshot::Sender<Result<ExecResult>>,
+    /// The request's span ([`request_span`]): the instance thread enters it around the backend call, so
+    /// a log line written meanwhile names the request.
+    pub span: tracing::Span,
+}
+
+/// The span of one request to a model version, created where the core takes the request and carried in
+/// its [`Job`]. INFO, the default log level, so that log lines show its fields; with no subscriber
+/// interested (a higher level) it costs one atomic load.
+pub fn request_span(model: &str, version: i64, id: &str) -> tracing::Span {
+    tracing::info_span!("request", model = %model, version, id = %id)
+}
+
+/// The span an execution of `jobs` runs in: a single request's own span, or for several a `batch` span
+/// that names the model, the batch size (the requests' inferences) and the requests' ids (joined only
+/// when the span is enabled).
+pub(crate) fn execution_span(model: &str, jobs: &[&Job]) -> tracing::Span {
+    if let [one] = jobs {
+        return one.span.clone();
+    }
+    let size: u32 = jobs.iter().map(|j| j.batch_size).sum();
+    let span = tracing::info_span!("batch", model = %model, size, ids = tracing::field::Empty);
+    if !span.is_disabled() {
+        let ids: Vec<&str> = jobs.iter().map(|j| j.exec.meta.id.as_str()).collect();
+        span.record("ids", tracing::field::display(ids.join(",")));
+    }
+    span
 }
 
 /// Starts the scheduler that a model's configuration asks for, over already created instances.

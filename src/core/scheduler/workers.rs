@@ -184,7 +184,14 @@ mod tests {
         let mut failed: Result<ExecResult> = Err(Error::internal("x"));
         finish_request(&stats, enqueued, start, &mut failed);
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let job = Job { exec: ExecRequest::default(), batch_size: 4, enqueued, control: Default::default(), reply: tx };
+        let job = Job {
+            exec: ExecRequest::default(),
+            batch_size: 4,
+            enqueued,
+            control: Default::default(),
+            reply: tx,
+            span: tracing::Span::none(),
+        };
         answer_alone(&stats, job, start, Ok(ExecResult::default()));
         assert!(rx.blocking_recv().unwrap().is_ok());
         assert_eq!(stats.execution_count.load(Ordering::Relaxed), 1);

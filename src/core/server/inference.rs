@@ -58,7 +58,9 @@ impl Server {
         }
     }
 
-    /// Runs a request on one model version; a failure says which stage failed, for the metrics.
+    /// Runs a request on one model version; a failure says which stage failed, for the metrics. Its
+    /// span is the request's span: it goes with the job to the instance thread.
+    #[tracing::instrument(name = "request", skip_all, fields(model = %model.name, version = model.version, id = %req.id))]
     async fn infer_on(
         &self,
         model: &Arc<LoadedModel>,
@@ -100,6 +102,7 @@ impl Server {
             enqueued,
             control: prepared.control,
             reply: tx,
+            span: tracing::Span::current(),
         };
         model.scheduler.submit(job).map_err(|e| (e, FailureReason::Rejected))?;
         let result = rx

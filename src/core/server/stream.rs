@@ -3,7 +3,7 @@
 use super::handle::Server;
 use super::inference::{is_decoupled, refuse_reentry};
 use crate::core::lifecycle::LoadedModel;
-use crate::core::scheduler::Job;
+use crate::core::scheduler::{request_span, Job};
 use crate::core::shm_params;
 use crate::core::stats::FailureReason;
 use crate::core::validate;
@@ -58,6 +58,7 @@ impl Server {
             enqueued: Instant::now(),
             control: prepared.control,
             reply: tx,
+            span: request_span(&model.name, model.version, &id),
         };
         if let Err(e) = model.scheduler.submit(job) {
             model.stats.record_failure(start.elapsed(), FailureReason::Rejected);

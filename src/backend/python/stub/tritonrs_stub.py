@@ -191,6 +191,8 @@ class Connection:
         # The main thread, and whether it is inside execute.
         self.main_ident = threading.get_ident()
         self.executing = False
+        # The id of the execute call running, sent with log lines so the server logs them in its request's span.
+        self.current_call = None
 
     # ---- sending -----------------------------------------------------------------------------
 
@@ -330,7 +332,10 @@ class Connection:
         return value
 
     def log(self, level, message, file, line):
-        self.send({"type": "log", "level": level, "msg": message, "file": os.path.basename(file), "line": line})
+        msg = {"type": "log", "level": level, "msg": message, "file": os.path.basename(file), "line": line}
+        if self.current_call is not None:
+            msg["call"] = self.current_call
+        self.send(msg)
 
     def model_control(self, op, name, **kw):
         self.call("model_" + op, name=name, **kw) if op != "load" else self._load(name, **kw)
@@ -694,10 +699,12 @@ def _execute(conn, msg, payload, execute, loop):
     try:
         requests = [_build_request(r, conn, payload) for r in msg["requests"]]
         conn.executing = True
+        conn.current_call = msg["id"]
         try:
             result = execute(requests) if loop is None else loop.run_until_complete(execute(requests))
         finally:
             conn.executing = False
+            conn.current_call = None
         responses = _check_responses(result, len(requests), conn.decoupled, conn.model_name)
         wanted = [r._outputs for r in requests]
     except Exception as e:

@@ -140,6 +140,7 @@ async fn infer(s: &EnsembleScheduler, outputs: &[&str], control: RequestControl)
         enqueued: Instant::now(),
         control,
         reply: tx,
+        span: tracing::Span::none(),
     };
     s.submit(job).unwrap();
     tokio::time::timeout(Duration::from_secs(10), rx).await.expect("the ensemble answered in time").unwrap()
@@ -247,6 +248,7 @@ async fn steps_are_requested_on_behalf_of_the_ensemble_and_its_callers() {
         enqueued: Instant::now(),
         control: RequestControl::default(),
         reply: tx,
+        span: tracing::Span::none(),
     };
     s.submit(job).unwrap();
     tokio::time::timeout(Duration::from_secs(10), rx).await.unwrap().unwrap().unwrap();
