@@ -68,14 +68,15 @@ pub struct Job {
     pub control: RequestControl,
     /// Where the result goes; a dropped receiver (client gone) is not an error.
     pub reply: oneshot::Sender<Result<ExecResult>>,
-    /// The request's span ([`request_span`]): the instance thread enters it around the backend call, so
-    /// a log line written meanwhile names the request.
+    /// The request's span, `request` with its model, version and id (`#[instrument]` on the core's
+    /// `infer_on`, or [`request_span`] for streams): the instance thread enters it around the backend
+    /// call, so a log line written meanwhile names the request.
     pub span: tracing::Span,
 }
 
-/// The span of one request to a model version, created where the core takes the request and carried in
-/// its [`Job`]. INFO, the default log level, so that log lines show its fields; with no subscriber
-/// interested (a higher level) it costs one atomic load.
+/// The span of one request to a model version, for requests that do not come through the instrumented
+/// `infer_on` (streams); carried in its [`Job`]. INFO, the default log level, so that log lines show its
+/// fields; when the log level is above INFO it is disabled and costs next to nothing.
 pub fn request_span(model: &str, version: i64, id: &str) -> tracing::Span {
     tracing::info_span!("request", model = %model, version, id = %id)
 }
