@@ -409,6 +409,21 @@ def test_a_model_log_line_during_execute_names_its_request(start_server, repo, l
                        rf"working on {i}\n")
 
 
+def test_at_verbose_level_a_request_line_also_names_the_front_end_hop(start_server, repo):
+    # The front-ends' async hops carry DEBUG spans: off at the default level (no cost), and at
+    # --log-verbose=1 the request's span sits inside the HTTP or gRPC one.
+    talker(repo, "talker", "")
+    s = start_server("--model-repository", repo, PY, "--log-verbose=1")
+    x = np.arange(4, dtype=np.int32)
+    assert s.client().infer("talker", http_inputs(X=x), request_id="h-1").as_numpy("Y").tolist() == x.tolist()
+    s.wait_for_log(r"WARN http_infer:request\{model=talker version=1 id=h-1\}: model\.py:\d+\] working on h-1\n")
+    g = s.grpc_client()
+    inp = grpcclient.InferInput("X", [4], "INT32")
+    inp.set_data_from_numpy(x)
+    assert g.infer("talker", [inp], request_id="g-1").as_numpy("Y").tolist() == x.tolist()
+    s.wait_for_log(r"WARN grpc_infer:request\{model=talker version=1 id=g-1\}: model\.py:\d+\] working on g-1\n")
+
+
 # ---- auto-complete, readiness ----------------------------------------------------------------------
 
 

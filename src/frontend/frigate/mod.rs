@@ -197,6 +197,7 @@ fn split_delimiter(frames: &[Bytes]) -> Option<(&[Bytes], &[Bytes])> {
 }
 
 impl Detector {
+    #[tracing::instrument(name = "frigate_detect", level = "debug", skip_all)]
     async fn handle(&self, peer: Bytes, payload: &[Bytes]) -> Vec<Bytes> {
         let start = Instant::now();
         let request = match protocol::parse(payload) {

@@ -273,6 +273,7 @@ fn start_trace(
 
 /// Runs a decoded request, traced if sampled; the trace is written when it drops, once the response
 /// is encoded (GRPC_SEND_END: handed to tonic, which writes it to the connection).
+#[tracing::instrument(name = "grpc_infer", level = "debug", skip_all)]
 async fn infer_to_proto(
     server: &Server,
     req: crate::model_api::types::InferRequest,
@@ -779,6 +780,7 @@ fn stream_error(e: Error, id: &str) -> pb::ModelStreamInferResponse {
 /// Streams a decoupled model's responses to one request as the model sends them. An empty final
 /// response goes out only to clients that asked for it. A client that went away stops the request's
 /// stream, which the model sees as cancellation.
+#[tracing::instrument(name = "grpc_stream", level = "debug", skip_all)]
 async fn stream_decoupled(
     server: &Server,
     req: crate::model_api::types::InferRequest,

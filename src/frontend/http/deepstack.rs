@@ -25,6 +25,7 @@ pub fn custom(max_body: usize) -> MethodRouter<Arc<HttpState>> {
     post(run_custom).layer(DefaultBodyLimit::max(max_body))
 }
 
+#[tracing::instrument(name = "deepstack_detect", level = "debug", skip_all)]
 async fn detect(State(s): St, form: Result<Multipart, MultipartRejection>) -> Response {
     let Some(model) = s.deepstack_detection_model.clone() else {
         return error(&Error::not_found(

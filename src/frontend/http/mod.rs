@@ -354,6 +354,7 @@ async fn infer_v(
 
 /// An inference, traced when the tracer samples it: HTTP_RECV_* around reading the body, the core's
 /// timestamps, INFER_RESPONSE_COMPLETE, then HTTP_SEND_START here and HTTP_SEND_END once the body is sent.
+#[tracing::instrument(name = "http_infer", level = "debug", skip_all)]
 async fn traced_infer(s: &HttpState, name: &str, version: &str, headers: &HeaderMap, body: Body) -> Response {
     // One atomic load while tracing is off; only a request that could be traced notes its arrival.
     let recv_start = s.server.tracer().enabled().then(Instant::now);

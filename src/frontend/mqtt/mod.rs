@@ -686,6 +686,7 @@ impl OwnedCommon {
 
 /// Runs one request: its outcome, its answer with the common fields, and whether to keep it for
 /// duplicates.
+#[tracing::instrument(name = "mqtt_request", level = "debug", skip_all)]
 async fn execute(
     server: &Server,
     c: &OwnedCommon,
