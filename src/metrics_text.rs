@@ -9,10 +9,12 @@
 //! empty, and it writes every value as an f64 (integers past 2^53 lose digits). `prometheus-client`
 //! writes OpenMetrics and renames counters with `_total`. Values here are written with Rust's
 //! `Display`, as before: integers as integers, floats in their shortest exact decimal, never in
-//! exponent notation.
+//! exponent notation. Every family's name, help text and type is in [`names`].
 
 use std::borrow::Cow;
 use std::fmt::{Display, Write};
+
+pub mod names;
 
 /// The `Content-Type` of a scrape.
 pub const MEDIA_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

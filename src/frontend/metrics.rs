@@ -3,7 +3,8 @@
 
 use crate::core::server::ModelStatistics;
 use crate::core::Server;
-use crate::metrics_text::{header, sample, Kind};
+use crate::metrics_text::names::{self, Family};
+use crate::metrics_text::sample;
 use crate::platform::{CpuMonitor, CpuReading};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderValue, StatusCode};
@@ -12,37 +13,6 @@ use axum::routing::get;
 use axum::Router;
 use std::fmt::Display;
 use std::sync::Arc;
-
-/// Triton's metric names, in one place.
-pub mod names {
-    pub const REQUEST_SUCCESS: &str = "nv_inference_request_success";
-    pub const REQUEST_FAILURE: &str = "nv_inference_request_failure";
-    pub const INFERENCE_COUNT: &str = "nv_inference_count";
-    pub const EXEC_COUNT: &str = "nv_inference_exec_count";
-    pub const REQUEST_DURATION: &str = "nv_inference_request_duration_us";
-    pub const QUEUE_DURATION: &str = "nv_inference_queue_duration_us";
-    pub const COMPUTE_INPUT_DURATION: &str = "nv_inference_compute_input_duration_us";
-    pub const COMPUTE_INFER_DURATION: &str = "nv_inference_compute_infer_duration_us";
-    pub const COMPUTE_OUTPUT_DURATION: &str = "nv_inference_compute_output_duration_us";
-    pub const PENDING_REQUESTS: &str = "nv_inference_pending_request_count";
-    pub const MODEL_LOAD_DURATION: &str = "nv_model_load_duration_secs";
-    pub const CACHE_HITS: &str = "nv_cache_num_hits_per_model";
-    pub const CACHE_MISSES: &str = "nv_cache_num_misses_per_model";
-    pub const CACHE_HIT_DURATION: &str = "nv_cache_hit_duration_per_model";
-    pub const CACHE_MISS_DURATION: &str = "nv_cache_miss_duration_per_model";
-    pub const CPU_UTILIZATION: &str = "nv_cpu_utilization";
-    pub const CPU_MEMORY_TOTAL: &str = "nv_cpu_memory_total_bytes";
-    pub const CPU_MEMORY_USED: &str = "nv_cpu_memory_used_bytes";
-    pub const PINNED_POOL_TOTAL: &str = "nv_pinned_memory_pool_total_bytes";
-    pub const PINNED_POOL_USED: &str = "nv_pinned_memory_pool_used_bytes";
-    pub const CUDA_POOL_TOTAL: &str = "tritonrs_cuda_memory_pool_total_bytes";
-    pub const CUDA_POOL_USED: &str = "tritonrs_cuda_memory_pool_used_bytes";
-    pub const POOL_FALLBACKS: &str = "tritonrs_memory_pool_fallback_total";
-    pub const REPO_DOWNLOAD_BYTES: &str = "tritonrs_repository_download_bytes_total";
-    pub const REPO_DOWNLOAD_FILES: &str = "tritonrs_repository_download_files_total";
-    pub const REPO_PENDING_BYTES: &str = "tritonrs_repository_download_pending_bytes";
-    pub const REPO_SYNC_FAILURES: &str = "tritonrs_repository_sync_failures_total";
-}
 
 /// What the endpoint reads.
 #[derive(Clone)]
@@ -90,18 +60,16 @@ pub fn render_remotes(out: &mut String, remotes: &[Arc<dyn crate::core::reposito
     }
     let all: Vec<_> = remotes.iter().map(|r| (r.url(), r.progress())).collect();
     type Read = fn(&crate::core::repository::SyncProgress) -> u64;
-    let families: [(&str, &str, Kind, Read); 4] = [
-        (REPO_DOWNLOAD_BYTES, "Bytes downloaded from the cloud model repository", Kind::Counter, |p| p.bytes),
-        (REPO_DOWNLOAD_FILES, "Files downloaded from the cloud model repository", Kind::Counter, |p| p.files),
-        (REPO_PENDING_BYTES, "Bytes of the download under way not received yet", Kind::Gauge, |p| p.pending_bytes),
-        (REPO_SYNC_FAILURES, "Failed listings and model downloads of the cloud model repository", Kind::Counter, |p| {
-            p.failures
-        }),
+    let families: [(Family, Read); 4] = [
+        (REPO_DOWNLOAD_BYTES, |p| p.bytes),
+        (REPO_DOWNLOAD_FILES, |p| p.files),
+        (REPO_PENDING_BYTES, |p| p.pending_bytes),
+        (REPO_SYNC_FAILURES, |p| p.failures),
     ];
-    for (name, help, kind, value) in families {
-        header(out, name, help, kind);
+    for (f, value) in families {
+        f.header(out);
         for (url, p) in &all {
-            sample(out, name, &[("repository", url)], value(p));
+            sample(out, f.name, &[("repository", url)], value(p));
         }
     }
 }
@@ -110,25 +78,25 @@ pub fn render_remotes(out: &mut String, remotes: &[Arc<dyn crate::core::reposito
 pub fn render_pools(out: &mut String, pools: &crate::memory::pool::Pools) {
     use names::*;
     let pinned = pools.pinned.stats();
-    header(out, PINNED_POOL_TOTAL, "Pinned memory pool total memory size, in bytes", Kind::Gauge);
-    sample(out, PINNED_POOL_TOTAL, &[], pinned.total_bytes);
-    header(out, PINNED_POOL_USED, "Pinned memory pool used memory size, in bytes", Kind::Gauge);
-    sample(out, PINNED_POOL_USED, &[], pinned.used_bytes);
+    PINNED_POOL_TOTAL.header(out);
+    sample(out, PINNED_POOL_TOTAL.name, &[], pinned.total_bytes);
+    PINNED_POOL_USED.header(out);
+    sample(out, PINNED_POOL_USED.name, &[], pinned.used_bytes);
     if !pools.gpus.is_empty() {
-        header(out, CUDA_POOL_TOTAL, "CUDA memory pool size, in bytes", Kind::Gauge);
+        CUDA_POOL_TOTAL.header(out);
         for (_, p, uuid) in &pools.gpus {
-            sample(out, CUDA_POOL_TOTAL, &[("gpu_uuid", uuid)], p.stats().total_bytes);
+            sample(out, CUDA_POOL_TOTAL.name, &[("gpu_uuid", uuid)], p.stats().total_bytes);
         }
-        header(out, CUDA_POOL_USED, "CUDA memory pool used, in bytes", Kind::Gauge);
+        CUDA_POOL_USED.header(out);
         for (_, p, uuid) in &pools.gpus {
-            sample(out, CUDA_POOL_USED, &[("gpu_uuid", uuid)], p.stats().used_bytes);
+            sample(out, CUDA_POOL_USED.name, &[("gpu_uuid", uuid)], p.stats().used_bytes);
         }
     }
-    header(out, POOL_FALLBACKS, "Allocations served outside a memory pool because it was full", Kind::Counter);
-    sample(out, POOL_FALLBACKS, &[("pool", &pinned.name)], pinned.fallbacks);
+    POOL_FALLBACKS.header(out);
+    sample(out, POOL_FALLBACKS.name, &[("pool", &pinned.name)], pinned.fallbacks);
     for (_, p, _) in &pools.gpus {
         let st = p.stats();
-        sample(out, POOL_FALLBACKS, &[("pool", &st.name)], st.fallbacks);
+        sample(out, POOL_FALLBACKS.name, &[("pool", &st.name)], st.fallbacks);
     }
 }
 
@@ -136,16 +104,14 @@ pub fn render_pools(out: &mut String, pools: &crate::memory::pool::Pools) {
 /// one for.
 fn family<V: Display>(
     out: &mut String,
-    name: &str,
-    kind: Kind,
-    help: &str,
+    f: Family,
     models: &[ModelStatistics],
     value: impl Fn(&ModelStatistics) -> Option<V>,
 ) {
-    header(out, name, help, kind);
+    f.header(out);
     for m in models {
         if let Some(v) = value(m) {
-            sample(out, name, &[("model", &m.name), ("version", &m.version.to_string())], v);
+            sample(out, f.name, &[("model", &m.name), ("version", &m.version.to_string())], v);
         }
     }
 }
@@ -155,122 +121,39 @@ pub fn render(models: &[ModelStatistics], cpu: Option<CpuReading>) -> String {
     use names::*;
     let mut out = String::with_capacity(4096);
     let us = |ns: u64| Some(ns / 1000);
-    family(
-        &mut out,
-        REQUEST_SUCCESS,
-        Kind::Counter,
-        "Number of successful inference requests, all batch sizes",
-        models,
-        |m| Some(m.stats.success.count),
-    );
-    header(&mut out, REQUEST_FAILURE, "Number of failed inference requests, all batch sizes", Kind::Counter);
+    family(&mut out, REQUEST_SUCCESS, models, |m| Some(m.stats.success.count));
+    REQUEST_FAILURE.header(&mut out);
     for m in models {
         let version = m.version.to_string();
         for (reason, n) in &m.failures {
             let labels = [("model", m.name.as_str()), ("version", &version), ("reason", reason.as_str())];
-            sample(&mut out, REQUEST_FAILURE, &labels, n);
+            sample(&mut out, REQUEST_FAILURE.name, &labels, n);
         }
     }
-    family(
-        &mut out,
-        INFERENCE_COUNT,
-        Kind::Counter,
-        "Number of inferences performed (a batch of n counts n)",
-        models,
-        |m| Some(m.stats.inference_count),
-    );
-    family(
-        &mut out,
-        EXEC_COUNT,
-        Kind::Counter,
-        "Number of model executions performed (a batch counts once)",
-        models,
-        |m| Some(m.stats.execution_count),
-    );
-    family(
-        &mut out,
-        REQUEST_DURATION,
-        Kind::Counter,
-        "Cumulative inference request duration in microseconds",
-        models,
-        |m| us(m.stats.success.ns + m.stats.fail.ns),
-    );
-    family(
-        &mut out,
-        QUEUE_DURATION,
-        Kind::Counter,
-        "Cumulative inference queuing duration in microseconds",
-        models,
-        |m| us(m.stats.queue.ns),
-    );
-    family(
-        &mut out,
-        COMPUTE_INPUT_DURATION,
-        Kind::Counter,
-        "Cumulative compute input duration in microseconds",
-        models,
-        |m| us(m.stats.compute_input.ns),
-    );
-    family(
-        &mut out,
-        COMPUTE_INFER_DURATION,
-        Kind::Counter,
-        "Cumulative compute inference duration in microseconds",
-        models,
-        |m| us(m.stats.compute_infer.ns),
-    );
-    family(
-        &mut out,
-        COMPUTE_OUTPUT_DURATION,
-        Kind::Counter,
-        "Cumulative compute output duration in microseconds",
-        models,
-        |m| us(m.stats.compute_output.ns),
-    );
-    family(
-        &mut out,
-        PENDING_REQUESTS,
-        Kind::Gauge,
-        "Instantaneous number of pending requests awaiting execution",
-        models,
-        |m| Some(m.pending.max(0)),
-    );
-    family(&mut out, MODEL_LOAD_DURATION, Kind::Gauge, "Model load time in seconds", models, |m| {
-        Some(m.load_duration.as_secs_f64())
-    });
+    family(&mut out, INFERENCE_COUNT, models, |m| Some(m.stats.inference_count));
+    family(&mut out, EXEC_COUNT, models, |m| Some(m.stats.execution_count));
+    family(&mut out, REQUEST_DURATION, models, |m| us(m.stats.success.ns + m.stats.fail.ns));
+    family(&mut out, QUEUE_DURATION, models, |m| us(m.stats.queue.ns));
+    family(&mut out, COMPUTE_INPUT_DURATION, models, |m| us(m.stats.compute_input.ns));
+    family(&mut out, COMPUTE_INFER_DURATION, models, |m| us(m.stats.compute_infer.ns));
+    family(&mut out, COMPUTE_OUTPUT_DURATION, models, |m| us(m.stats.compute_output.ns));
+    family(&mut out, PENDING_REQUESTS, models, |m| Some(m.pending.max(0)));
+    family(&mut out, MODEL_LOAD_DURATION, models, |m| Some(m.load_duration.as_secs_f64()));
     if models.iter().any(|m| m.cache_enabled) {
         // Like Triton, the cache families exist only for models that use the response cache.
         let cached = |v: u64, m: &ModelStatistics| m.cache_enabled.then_some(v);
-        family(&mut out, CACHE_HITS, Kind::Counter, "Number of cache hits per model", models, |m| {
-            cached(m.stats.cache_hit.count, m)
-        });
-        family(&mut out, CACHE_MISSES, Kind::Counter, "Number of cache misses per model", models, |m| {
-            cached(m.stats.cache_miss.count, m)
-        });
-        family(
-            &mut out,
-            CACHE_HIT_DURATION,
-            Kind::Counter,
-            "Total cache hit duration per model, in microseconds",
-            models,
-            |m| cached(m.stats.cache_hit.ns / 1000, m),
-        );
-        family(
-            &mut out,
-            CACHE_MISS_DURATION,
-            Kind::Counter,
-            "Total cache miss (lookup and insertion) duration per model, in microseconds",
-            models,
-            |m| cached(m.stats.cache_miss.ns / 1000, m),
-        );
+        family(&mut out, CACHE_HITS, models, |m| cached(m.stats.cache_hit.count, m));
+        family(&mut out, CACHE_MISSES, models, |m| cached(m.stats.cache_miss.count, m));
+        family(&mut out, CACHE_HIT_DURATION, models, |m| cached(m.stats.cache_hit.ns / 1000, m));
+        family(&mut out, CACHE_MISS_DURATION, models, |m| cached(m.stats.cache_miss.ns / 1000, m));
     }
     if let Some(c) = cpu {
-        header(&mut out, CPU_UTILIZATION, "CPU utilization rate [0.0 - 1.0]", Kind::Gauge);
-        sample(&mut out, CPU_UTILIZATION, &[], c.utilization);
-        header(&mut out, CPU_MEMORY_TOTAL, "CPU total memory (RAM), in bytes", Kind::Gauge);
-        sample(&mut out, CPU_MEMORY_TOTAL, &[], c.memory_total_bytes);
-        header(&mut out, CPU_MEMORY_USED, "CPU used memory (RAM), in bytes", Kind::Gauge);
-        sample(&mut out, CPU_MEMORY_USED, &[], c.memory_used_bytes);
+        CPU_UTILIZATION.header(&mut out);
+        sample(&mut out, CPU_UTILIZATION.name, &[], c.utilization);
+        CPU_MEMORY_TOTAL.header(&mut out);
+        sample(&mut out, CPU_MEMORY_TOTAL.name, &[], c.memory_total_bytes);
+        CPU_MEMORY_USED.header(&mut out);
+        sample(&mut out, CPU_MEMORY_USED.name, &[], c.memory_used_bytes);
     }
     out
 }

@@ -145,20 +145,21 @@ impl Sources {
 
 /// Renders the readings with Triton's `nv_gpu_*` names and our `tritonrs_jetson_*` ones.
 pub fn render(out: &mut String, r: &GpuReadings) {
-    use crate::metrics_text::{header, sample, Kind};
+    use crate::metrics_text::names::*;
+    use crate::metrics_text::sample;
     /// Each sample's labels and value.
     type Samples<'a> = Vec<(Vec<(&'static str, &'a str)>, f64)>;
     fn gpu(uuid: &str) -> Vec<(&'static str, &str)> {
         vec![("gpu_uuid", uuid)]
     }
     // A family without samples is left out.
-    let mut family = |name: &str, kind: Kind, help: &str, samples: Samples| {
+    let mut family = |f: Family, samples: Samples| {
         if samples.is_empty() {
             return;
         }
-        header(out, name, help, kind);
+        f.header(out);
         for (labels, v) in samples {
-            sample(out, name, &labels, v);
+            sample(out, f.name, &labels, v);
         }
     };
     let nvml = |f: &dyn Fn(&NvmlReading) -> Option<f64>| -> Samples {
@@ -170,51 +171,19 @@ pub fn render(out: &mut String, r: &GpuReadings) {
             utilization.push((gpu(uuid), load));
         }
     }
-    family("nv_gpu_utilization", Kind::Gauge, "GPU utilization rate [0.0 - 1.0)", utilization);
-    family(
-        "nv_gpu_memory_total_bytes",
-        Kind::Gauge,
-        "GPU total memory, in bytes",
-        nvml(&|g| g.memory_total_bytes.map(|v| v as f64)),
-    );
-    family(
-        "nv_gpu_memory_used_bytes",
-        Kind::Gauge,
-        "GPU used memory, in bytes",
-        nvml(&|g| g.memory_used_bytes.map(|v| v as f64)),
-    );
-    family("nv_gpu_power_usage", Kind::Gauge, "GPU power usage in watts", nvml(&|g| g.power_watts));
-    family("nv_gpu_power_limit", Kind::Gauge, "GPU power management limit in watts", nvml(&|g| g.power_limit_watts));
-    family(
-        "nv_energy_consumption",
-        Kind::Counter,
-        "GPU energy consumption in joules since the Triton Server started",
-        nvml(&|g| g.energy_joules),
-    );
+    family(GPU_UTILIZATION, utilization);
+    family(GPU_MEMORY_TOTAL, nvml(&|g| g.memory_total_bytes.map(|v| v as f64)));
+    family(GPU_MEMORY_USED, nvml(&|g| g.memory_used_bytes.map(|v| v as f64)));
+    family(GPU_POWER_USAGE, nvml(&|g| g.power_watts));
+    family(GPU_POWER_LIMIT, nvml(&|g| g.power_limit_watts));
+    family(GPU_ENERGY, nvml(&|g| g.energy_joules));
     if let Some((uuid, j)) = &r.jetson {
-        family(
-            "tritonrs_jetson_gpu_frequency_hertz",
-            Kind::Gauge,
-            "Jetson GPU clock frequency, in hertz",
-            j.gpu_frequency_hz.map(|f| (gpu(uuid), f as f64)).into_iter().collect(),
-        );
-        family(
-            "tritonrs_jetson_temperature_celsius",
-            Kind::Gauge,
-            "Jetson thermal zone temperature, in degrees Celsius",
-            j.temperatures.iter().map(|(z, c)| (vec![("zone", z.as_str())], *c)).collect(),
-        );
-        family(
-            "tritonrs_jetson_power_watts",
-            Kind::Gauge,
-            "Jetson power rail (INA3221), in watts",
-            j.rails.iter().map(|(rail, w)| (vec![("rail", rail.as_str())], *w)).collect(),
-        );
+        family(JETSON_GPU_FREQUENCY, j.gpu_frequency_hz.map(|f| (gpu(uuid), f as f64)).into_iter().collect());
+        family(JETSON_TEMPERATURE, j.temperatures.iter().map(|(z, c)| (vec![("zone", z.as_str())], *c)).collect());
+        family(JETSON_POWER, j.rails.iter().map(|(rail, w)| (vec![("rail", rail.as_str())], *w)).collect());
         let mode = j.power_mode.as_ref().map(|(id, name)| (id.to_string(), name));
         family(
-            "tritonrs_jetson_nvpmodel_mode",
-            Kind::Gauge,
-            "Jetson power mode (nvpmodel): 1 for the current mode",
+            JETSON_NVPMODEL,
             mode.iter().map(|(id, name)| (vec![("id", id.as_str()), ("name", name.as_str())], 1.0)).collect(),
         );
     }

@@ -327,7 +327,7 @@ impl Retirement for Shared {
 
 /// The gauge of threads left inside a backend after their instance was given up (they leave it when
 /// the backend finally returns).
-const ABANDONED_GAUGE: &str = "tritonrs_backend_abandoned_threads";
+const ABANDONED_GAUGE: crate::metrics_text::names::Family = crate::metrics_text::names::BACKEND_ABANDONED_THREADS;
 
 /// Abandoned instance threads in this process so far, for the log.
 static ABANDONED_THREADS: AtomicUsize = AtomicUsize::new(0);
@@ -340,16 +340,10 @@ impl Shared {
         let mut gauge = self.gauge.lock();
         let id = match *gauge {
             Some(id) => Ok(id),
-            None => m
-                .family(
-                    ABANDONED_GAUGE,
-                    "Threads left inside a Triton backend library that never returned to tritonrs",
-                    MetricKind::Gauge,
-                )
-                .and_then(|family| {
-                    let labels = [("backend", &self.origin.backend), ("model", &self.origin.model)];
-                    m.metric(family, labels.into_iter().map(|(k, v)| (k.to_string(), v.clone())).collect(), None)
-                }),
+            None => m.family(ABANDONED_GAUGE.name, ABANDONED_GAUGE.help, MetricKind::Gauge).and_then(|family| {
+                let labels = [("backend", &self.origin.backend), ("model", &self.origin.model)];
+                m.metric(family, labels.into_iter().map(|(k, v)| (k.to_string(), v.clone())).collect(), None)
+            }),
         };
         match id.and_then(|id| m.update(id, MetricOp::Increment(delta)).map(|()| id)) {
             Ok(id) => *gauge = Some(id),
@@ -645,10 +639,11 @@ impl CInstance {
         };
         tracing::warn!(
             "Model '{}': instance '{}' is abandoned: backend '{}' {doing}. Its thread is left running ({total} \
-             abandoned backend thread(s) in this process, gauge {ABANDONED_GAUGE}).",
+             abandoned backend thread(s) in this process, gauge {}).",
             self.shared.origin.model,
             self.shared.instance,
-            self.shared.origin.backend
+            self.shared.origin.backend,
+            ABANDONED_GAUGE.name
         );
     }
 }

@@ -1,13 +1,9 @@
 //! `tritonrs_frigate_zmq_*`: requests by kind, errors by reason, the peers connected, and the time a
 //! detection takes from its arrival to its reply.
 
-use crate::metrics_text::{header, sample, Kind as MetricKind, SecondsHistogram};
+use crate::metrics_text::names::{FRIGATE_DURATION, FRIGATE_ERRORS, FRIGATE_PEERS, FRIGATE_REQUESTS};
+use crate::metrics_text::{sample, SecondsHistogram};
 use std::sync::atomic::{AtomicU64, Ordering};
-
-pub const REQUESTS: &str = "tritonrs_frigate_zmq_requests_total";
-pub const ERRORS: &str = "tritonrs_frigate_zmq_errors_total";
-pub const DURATION: &str = "tritonrs_frigate_zmq_request_duration_seconds";
-pub const PEERS: &str = "tritonrs_frigate_zmq_peers";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -49,23 +45,18 @@ impl FrigateMetrics {
     }
 
     pub fn render(&self, out: &mut String) {
-        header(out, REQUESTS, "Requests from Frigate's ZMQ detector, by kind", MetricKind::Counter);
+        FRIGATE_REQUESTS.header(out);
         for (k, name) in KINDS {
-            sample(out, REQUESTS, &[("kind", name)], self.requests[k as usize].load(Ordering::Relaxed));
+            sample(out, FRIGATE_REQUESTS.name, &[("kind", name)], self.requests[k as usize].load(Ordering::Relaxed));
         }
-        header(
-            out,
-            ERRORS,
-            "Frigate ZMQ requests answered with nothing found because they failed, by reason",
-            MetricKind::Counter,
-        );
+        FRIGATE_ERRORS.header(out);
         for (i, r) in REASONS.iter().enumerate() {
-            sample(out, ERRORS, &[("reason", r)], self.errors[i].load(Ordering::Relaxed));
+            sample(out, FRIGATE_ERRORS.name, &[("reason", r)], self.errors[i].load(Ordering::Relaxed));
         }
-        header(out, PEERS, "Peers connected to the Frigate ZMQ detector", MetricKind::Gauge);
-        sample(out, PEERS, &[], self.peers.load(Ordering::Relaxed));
-        header(out, DURATION, "Time from a Frigate ZMQ detection's arrival to its reply", MetricKind::Histogram);
-        self.duration.render(out, DURATION, &[]);
+        FRIGATE_PEERS.header(out);
+        sample(out, FRIGATE_PEERS.name, &[], self.peers.load(Ordering::Relaxed));
+        FRIGATE_DURATION.header(out);
+        self.duration.render(out, FRIGATE_DURATION.name, &[]);
     }
 }
 

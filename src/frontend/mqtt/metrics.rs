@@ -1,11 +1,8 @@
 //! The bridge's Prometheus metrics: connection state, messages by result and request durations.
 
-use crate::metrics_text::{header, sample, Kind, SecondsHistogram};
+use crate::metrics_text::names::{MQTT_CONNECTED, MQTT_DURATION, MQTT_MESSAGES};
+use crate::metrics_text::{sample, SecondsHistogram};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-pub const CONNECTED: &str = "tritonrs_mqtt_connected";
-pub const MESSAGES: &str = "tritonrs_mqtt_messages_total";
-pub const DURATION: &str = "tritonrs_mqtt_request_duration_seconds";
 
 /// How a request message ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,14 +61,14 @@ impl MqttMetrics {
 
     /// Appends the families in the text exposition format.
     pub fn render(&self, out: &mut String) {
-        header(out, CONNECTED, "Whether the MQTT bridge is connected to its broker", Kind::Gauge);
-        sample(out, CONNECTED, &[], u8::from(self.is_connected()));
-        header(out, MESSAGES, "MQTT request messages by how they ended", Kind::Counter);
+        MQTT_CONNECTED.header(out);
+        sample(out, MQTT_CONNECTED.name, &[], u8::from(self.is_connected()));
+        MQTT_MESSAGES.header(out);
         for o in Outcome::ALL {
-            sample(out, MESSAGES, &[("result", o.as_str())], self.messages(o));
+            sample(out, MQTT_MESSAGES.name, &[("result", o.as_str())], self.messages(o));
         }
-        header(out, DURATION, "Time from an MQTT request's arrival to its result's publish", Kind::Histogram);
-        self.duration.render(out, DURATION, &[]);
+        MQTT_DURATION.header(out);
+        self.duration.render(out, MQTT_DURATION.name, &[]);
     }
 }
 

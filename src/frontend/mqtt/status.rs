@@ -4,7 +4,7 @@ use super::metrics::{MqttMetrics, Outcome};
 use super::topics::Topics;
 use crate::core::lifecycle::IndexEntry;
 use crate::core::server::ModelStatistics;
-use crate::frontend::metrics::names;
+use crate::metrics_text::names;
 use serde_json::{json, Map, Value};
 
 /// `P/D/state`: every model version and its state, the server's version and the platform.
@@ -62,16 +62,16 @@ pub fn stats(device: &str, models: &[ModelStatistics], before: Totals, secs: f64
             let mut o = Map::new();
             o.insert("model".into(), json!(m.name));
             o.insert("version".into(), json!(m.version.to_string()));
-            o.insert(names::REQUEST_SUCCESS.into(), json!(s.success.count));
-            o.insert(names::REQUEST_FAILURE.into(), json!(m.failures.iter().map(|(_, n)| n).sum::<u64>()));
-            o.insert(names::INFERENCE_COUNT.into(), json!(s.inference_count));
-            o.insert(names::EXEC_COUNT.into(), json!(s.execution_count));
-            o.insert(names::REQUEST_DURATION.into(), json!((s.success.ns + s.fail.ns) / 1000));
-            o.insert(names::QUEUE_DURATION.into(), json!(s.queue.ns / 1000));
-            o.insert(names::COMPUTE_INPUT_DURATION.into(), json!(s.compute_input.ns / 1000));
-            o.insert(names::COMPUTE_INFER_DURATION.into(), json!(s.compute_infer.ns / 1000));
-            o.insert(names::COMPUTE_OUTPUT_DURATION.into(), json!(s.compute_output.ns / 1000));
-            o.insert(names::PENDING_REQUESTS.into(), json!(m.pending));
+            o.insert(names::REQUEST_SUCCESS.name.into(), json!(s.success.count));
+            o.insert(names::REQUEST_FAILURE.name.into(), json!(m.failures.iter().map(|(_, n)| n).sum::<u64>()));
+            o.insert(names::INFERENCE_COUNT.name.into(), json!(s.inference_count));
+            o.insert(names::EXEC_COUNT.name.into(), json!(s.execution_count));
+            o.insert(names::REQUEST_DURATION.name.into(), json!((s.success.ns + s.fail.ns) / 1000));
+            o.insert(names::QUEUE_DURATION.name.into(), json!(s.queue.ns / 1000));
+            o.insert(names::COMPUTE_INPUT_DURATION.name.into(), json!(s.compute_input.ns / 1000));
+            o.insert(names::COMPUTE_INFER_DURATION.name.into(), json!(s.compute_infer.ns / 1000));
+            o.insert(names::COMPUTE_OUTPUT_DURATION.name.into(), json!(s.compute_output.ns / 1000));
+            o.insert(names::PENDING_REQUESTS.name.into(), json!(m.pending));
             Value::Object(o)
         })
         .collect();
@@ -85,8 +85,8 @@ pub fn stats(device: &str, models: &[ModelStatistics], before: Totals, secs: f64
         "queue_time_ms": queue_ms,
         "models": per_model,
         "mqtt": {
-            super::metrics::CONNECTED: u8::from(mqtt.is_connected()),
-            super::metrics::MESSAGES: messages,
+            names::MQTT_CONNECTED.name: u8::from(mqtt.is_connected()),
+            names::MQTT_MESSAGES.name: messages,
         },
     })
 }
