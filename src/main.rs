@@ -509,7 +509,8 @@ async fn run(
     if let (Some(settings), Some(m)) = (frigate_settings, frigate_metrics) {
         use tritonrs::frontend::frigate;
         let socket = frigate::bind(&settings, &server, &m).await.map_err(|e| anyhow::anyhow!(e))?;
-        tasks.push(("Frigate ZMQ", tokio::spawn(frigate::serve(socket, settings, server.clone(), m, stop_rx.clone()))));
+        let serving = frigate::serve(socket, settings, server.clone(), m, stop_rx.clone());
+        tasks.push(("Frigate ZMQ", tokio::spawn(async move { serving.await.map_err(|e| e.to_string()) })));
     }
     // The bridge subscribes to each model's requests as it becomes READY.
     let bridge = match (mqtt_settings, mqtt_metrics) {

@@ -4,6 +4,8 @@
 //! `triton-grpc-protocol-<key>: <value>` (gRPC); otherwise it gets 403 / PERMISSION_DENIED with
 //! tritonserver's message (tritonserver itself answers gRPC with UNAVAILABLE).
 
+use crate::error::{Error, Result};
+
 /// The API groups a restriction names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Api {
@@ -39,10 +41,12 @@ pub struct Restrictions {
 impl Restrictions {
     /// Parses the flag values; `flag` names the flag in errors. The header name of a gRPC rule gets
     /// tritonserver's `triton-grpc-protocol-` prefix.
-    pub fn parse(specs: &[String], flag: &str, grpc: bool) -> Result<Self, String> {
+    pub fn parse(specs: &[String], flag: &str, grpc: bool) -> Result<Self> {
         let mut rules: Vec<(Api, String, String)> = Vec::new();
         for spec in specs {
-            let bad = |why: &str| format!("invalid {flag}='{spec}': {why} (expected <api>[,<api>...]:<key>=<value>)");
+            let bad = |why: &str| {
+                Error::invalid(format!("invalid {flag}='{spec}': {why} (expected <api>[,<api>...]:<key>=<value>)"))
+            };
             let (apis, header) = spec.split_once(':').ok_or_else(|| bad("no ':'"))?;
             let (key, value) = header.split_once('=').ok_or_else(|| bad("no '=' after the key"))?;
             let key = key.trim();

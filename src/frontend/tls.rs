@@ -3,6 +3,7 @@
 //! for HTTP (`--http-use-ssl`, ...), which tritonserver lacks. With mutual TLS a client must present a
 //! certificate signed by the root certificate.
 
+use crate::error::{Error, Result};
 use crate::frontend::conn::{Conn, GuardedListener, GuardedStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,23 +28,24 @@ impl TlsFiles {
         cert: Option<&Path>,
         key: Option<&Path>,
         root: Option<&Path>,
-    ) -> Result<Option<Self>, String> {
+    ) -> Result<Option<Self>> {
         if !use_ssl && !mutual {
             return Ok(None);
         }
         let need = |p: Option<&Path>, flag: &str| {
-            p.map(Path::to_path_buf).ok_or_else(|| format!("--{prefix}-use-ssl needs --{prefix}-{flag}"))
+            p.map(Path::to_path_buf)
+                .ok_or_else(|| Error::invalid(format!("--{prefix}-use-ssl needs --{prefix}-{flag}")))
         };
         let root = if mutual { Some(need(root, "root-cert")?) } else { root.map(Path::to_path_buf) };
         Ok(Some(TlsFiles { cert: need(cert, "server-cert")?, key: need(key, "server-key")?, root, mutual }))
     }
 
-    fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
-        std::fs::read(path).map_err(|e| format!("cannot read the {what} '{}': {e}", path.display()))
+    fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
+        std::fs::read(path).map_err(|e| Error::invalid(format!("cannot read the {what} '{}': {e}", path.display())))
     }
 
     /// The files' PEM contents.
-    pub fn pem(&self) -> Result<Pem, String> {
+    pub fn pem(&self) -> Result<Pem> {
         let client_root = match (&self.root, self.mutual) {
             (Some(r), true) => Some(Self::read(r, "root certificate")?),
             _ => None,
@@ -56,36 +58,36 @@ impl TlsFiles {
     }
 
     /// A rustls server configuration (HTTP/1.1 only, as the HTTP port speaks).
-    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, String> {
+    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>> {
         use rustls_pki_types::pem::PemObject;
         use rustls_pki_types::{CertificateDer, PrivateKeyDer};
         let Pem { cert, key, client_root: root } = self.pem()?;
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert)
             .collect::<Result<_, _>>()
-            .map_err(|e| format!("'{}' is not a PEM certificate: {e}", self.cert.display()))?;
+            .map_err(|e| Error::invalid(format!("'{}' is not a PEM certificate: {e}", self.cert.display())))?;
         let key = PrivateKeyDer::from_pem_slice(&key)
-            .map_err(|e| format!("'{}' is not a PEM private key: {e}", self.key.display()))?;
+            .map_err(|e| Error::invalid(format!("'{}' is not a PEM private key: {e}", self.key.display())))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS setup failed: {e}"))?;
+            .map_err(|e| Error::invalid(format!("TLS setup failed: {e}")))?;
         let builder = match root {
             Some(root) => {
                 let mut roots = rustls::RootCertStore::empty();
                 for c in CertificateDer::pem_slice_iter(&root) {
-                    let c = c.map_err(|e| format!("the root certificate is not PEM: {e}"))?;
-                    roots.add(c).map_err(|e| format!("the root certificate is not usable: {e}"))?;
+                    let c = c.map_err(|e| Error::invalid(format!("the root certificate is not PEM: {e}")))?;
+                    roots.add(c).map_err(|e| Error::invalid(format!("the root certificate is not usable: {e}")))?;
                 }
                 let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                     .build()
-                    .map_err(|e| format!("cannot verify clients with the root certificate: {e}"))?;
+                    .map_err(|e| Error::invalid(format!("cannot verify clients with the root certificate: {e}")))?;
                 builder.with_client_cert_verifier(verifier)
             }
             None => builder.with_no_client_auth(),
         };
         let mut config = builder
             .with_single_cert(certs, key)
-            .map_err(|e| format!("the server certificate and key do not fit: {e}"))?;
+            .map_err(|e| Error::invalid(format!("the server certificate and key do not fit: {e}")))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
@@ -160,41 +162,43 @@ const SYSTEM_CA_BUNDLES: &[&str] = &["/etc/ssl/certs/ca-certificates.crt", "/etc
 pub fn client_config(
     ca: Option<&std::path::Path>,
     client: Option<(&std::path::Path, &std::path::Path)>,
-) -> Result<Arc<rustls::ClientConfig>, String> {
+) -> Result<Arc<rustls::ClientConfig>> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("cannot read '{}': {e}", p.display()));
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| Error::invalid(format!("cannot read '{}': {e}", p.display())))
+    };
     let (ca_path, ca_pem) = match ca {
         Some(p) => (p.to_path_buf(), read(p)?),
         None => SYSTEM_CA_BUNDLES
             .iter()
             .find_map(|p| std::fs::read(p).ok().map(|b| (std::path::PathBuf::from(p), b)))
-            .ok_or_else(|| "no CA certificates: give --mqtt-ca-file (no system bundle found)".to_string())?,
+            .ok_or_else(|| Error::invalid("no CA certificates: give --mqtt-ca-file (no system bundle found)"))?,
     };
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(&ca_pem) {
-        let c = c.map_err(|e| format!("'{}' is not a PEM certificate file: {e}", ca_path.display()))?;
+        let c = c.map_err(|e| Error::invalid(format!("'{}' is not a PEM certificate file: {e}", ca_path.display())))?;
         // A bundle may hold certificates webpki cannot use; the usable ones are enough.
         let _ = roots.add(c);
     }
     if roots.is_empty() {
-        return Err(format!("'{}' holds no usable CA certificate", ca_path.display()));
+        return Err(Error::invalid(format!("'{}' holds no usable CA certificate", ca_path.display())));
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup failed: {e}"))?
+        .map_err(|e| Error::invalid(format!("TLS setup failed: {e}")))?
         .with_root_certificates(roots);
     let config = match client {
         Some((cert, key)) => {
             let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
                 .collect::<Result<_, _>>()
-                .map_err(|e| format!("'{}' is not a PEM certificate: {e}", cert.display()))?;
+                .map_err(|e| Error::invalid(format!("'{}' is not a PEM certificate: {e}", cert.display())))?;
             let k = PrivateKeyDer::from_pem_slice(&read(key)?)
-                .map_err(|e| format!("'{}' is not a PEM private key: {e}", key.display()))?;
+                .map_err(|e| Error::invalid(format!("'{}' is not a PEM private key: {e}", key.display())))?;
             builder
                 .with_client_auth_cert(certs, k)
-                .map_err(|e| format!("the client certificate and key do not fit: {e}"))?
+                .map_err(|e| Error::invalid(format!("the client certificate and key do not fit: {e}")))?
         }
         None => builder.with_no_client_auth(),
     };

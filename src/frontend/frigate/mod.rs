@@ -15,7 +15,7 @@ pub mod zmtp;
 
 use crate::config::frigate::FrigateArgs;
 use crate::core::Server;
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::vision::frames::{self, Frame, Mismatch, NormBox};
 use bytes::Bytes;
 use metrics::{FrigateMetrics, Kind};
@@ -55,15 +55,15 @@ struct Detector {
 impl FrigateSettings {
     /// The settings from the flags; `None` without `--frigate-zmq-endpoint`. The accept folder must be
     /// one of the model repositories, or what Frigate pushes could never load.
-    pub fn from_args(a: &FrigateArgs, repositories: &[PathBuf]) -> Result<Option<FrigateSettings>, String> {
+    pub fn from_args(a: &FrigateArgs, repositories: &[PathBuf]) -> Result<Option<FrigateSettings>> {
         let Some(endpoint) = a.frigate_zmq_endpoint.clone() else { return Ok(None) };
         if let Some(dir) = &a.frigate_zmq_accept_models {
             let same = |r: &PathBuf| std::fs::canonicalize(r).ok() == std::fs::canonicalize(dir).ok();
             if !dir.is_dir() || !repositories.iter().any(same) {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "--frigate-zmq-accept-models '{}' must be a folder that is also a --model-repository",
                     dir.display()
-                ));
+                )));
             }
         }
         Ok(Some(FrigateSettings {
@@ -128,7 +128,7 @@ pub async fn bind(
     settings: &FrigateSettings,
     server: &Server,
     metrics: &Arc<FrigateMetrics>,
-) -> Result<router::Router, String> {
+) -> Result<router::Router> {
     let limit = Arc::new(FrameLimit {
         server: server.clone(),
         push: if settings.accept_dir.is_some() { settings.max_model_bytes as u64 } else { 0 },
@@ -136,9 +136,10 @@ pub async fn bind(
         computed_at_ms: std::sync::atomic::AtomicU64::new(0),
     });
     let events: Arc<dyn router::Events> = metrics.clone();
-    let socket = router::Router::bind(&settings.endpoint, Arc::new(move |fresh| limit.limits(fresh)), events)
-        .await
-        .map_err(|e| format!("cannot bind the Frigate ZMQ detector to {}: {e}", settings.endpoint))?;
+    let socket =
+        router::Router::bind(&settings.endpoint, Arc::new(move |fresh| limit.limits(fresh)), events).await.map_err(
+            |e| Error::unavailable(format!("cannot bind the Frigate ZMQ detector to {}: {e}", settings.endpoint)),
+        )?;
     tracing::info!("Started Frigate ZMQ detector at {}", socket.bound());
     Ok(socket)
 }
@@ -150,7 +151,7 @@ pub async fn serve(
     server: Server,
     metrics: Arc<FrigateMetrics>,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<(), String> {
+) -> Result<()> {
     if settings.accept_dir.is_none() {
         tracing::info!("Models pushed by Frigate are refused; --frigate-zmq-accept-models DIR accepts them into DIR.");
     }

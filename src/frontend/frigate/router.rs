@@ -12,6 +12,7 @@
 //! - at most [`MAX_PEERS`] peers are connected, and a connection has [`HANDSHAKE`] to say who it is.
 
 use super::zmtp::{self, Inbound, Limits, WireError};
+use crate::error::{Error, Result};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -110,24 +111,24 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    pub fn parse(s: &str) -> Result<Endpoint, String> {
+    pub fn parse(s: &str) -> Result<Endpoint> {
         if let Some(path) = s.strip_prefix("ipc://") {
             if path.is_empty() {
-                return Err(format!("'{s}' names no socket file"));
+                return Err(Error::invalid(format!("'{s}' names no socket file")));
             }
             return Ok(Endpoint::Ipc(PathBuf::from(path)));
         }
-        let rest = s
-            .strip_prefix("tcp://")
-            .ok_or_else(|| format!("'{s}' is not a ZeroMQ endpoint tritonrs binds: tcp://HOST:PORT or ipc://PATH"))?;
-        let (host, port) = rest.rsplit_once(':').ok_or_else(|| format!("'{s}' has no port"))?;
-        let port: u16 = port.parse().map_err(|_| format!("'{s}' has no valid port"))?;
+        let rest = s.strip_prefix("tcp://").ok_or_else(|| {
+            Error::invalid(format!("'{s}' is not a ZeroMQ endpoint tritonrs binds: tcp://HOST:PORT or ipc://PATH"))
+        })?;
+        let (host, port) = rest.rsplit_once(':').ok_or_else(|| Error::invalid(format!("'{s}' has no port")))?;
+        let port: u16 = port.parse().map_err(|_| Error::invalid(format!("'{s}' has no valid port")))?;
         let host = match host {
             "*" => "0.0.0.0",
             h => h.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(h),
         };
         if host.is_empty() {
-            return Err(format!("'{s}' has no host"));
+            return Err(Error::invalid(format!("'{s}' has no host")));
         }
         Ok(Endpoint::Tcp(host.to_string(), port))
     }
@@ -140,11 +141,13 @@ enum Listener {
 
 impl Router {
     /// Binds `endpoint`; the bound address (a `:0` port resolved) is [`Router::bound`].
-    pub async fn bind(endpoint: &str, size_limit: SizeLimit, events: Arc<dyn Events>) -> Result<Router, String> {
+    pub async fn bind(endpoint: &str, size_limit: SizeLimit, events: Arc<dyn Events>) -> Result<Router> {
         let (listener, bound, ipc_path) = match Endpoint::parse(endpoint)? {
             Endpoint::Tcp(host, port) => {
-                let l = tokio::net::TcpListener::bind((host.as_str(), port)).await.map_err(|e| e.to_string())?;
-                let addr = l.local_addr().map_err(|e| e.to_string())?;
+                let l = tokio::net::TcpListener::bind((host.as_str(), port))
+                    .await
+                    .map_err(|e| Error::unavailable(e.to_string()))?;
+                let addr = l.local_addr().map_err(|e| Error::unavailable(e.to_string()))?;
                 (Listener::Tcp(l), format!("tcp://{addr}"), None)
             }
             Endpoint::Ipc(path) => {
@@ -156,7 +159,7 @@ impl Router {
                         let _ = std::fs::remove_file(&path);
                     }
                 }
-                let l = tokio::net::UnixListener::bind(&path).map_err(|e| e.to_string())?;
+                let l = tokio::net::UnixListener::bind(&path).map_err(|e| Error::unavailable(e.to_string()))?;
                 (Listener::Unix(l), format!("ipc://{}", path.display()), Some(path))
             }
         };

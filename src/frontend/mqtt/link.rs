@@ -4,6 +4,7 @@
 //! are ours, not rumqttc's (its `publish()` hides both).
 
 use super::ledger::Outgoing;
+use crate::error::{Error, Result};
 use bytes::Bytes;
 use rumqttc::v5::mqttbytes::v5 as p5;
 use rumqttc::v5::mqttbytes::QoS as QoS5;
@@ -148,11 +149,11 @@ impl Link {
 
     /// Waits for the next event; connects first when there is no connection. An error means the
     /// connection is gone (or could not be made); call again, after a pause, to reconnect.
-    pub async fn poll(&mut self) -> Result<LinkEvent, String> {
+    pub async fn poll(&mut self) -> Result<LinkEvent> {
         match self {
             Link::V311(el) => {
                 use rumqttc::{Event, Packet};
-                Ok(match el.poll().await.map_err(|e| e.to_string())? {
+                Ok(match el.poll().await.map_err(|e| Error::unavailable(e.to_string()))? {
                     Event::Incoming(Packet::ConnAck(c)) => {
                         LinkEvent::Connected { session_present: c.session_present, receive_max: 100 }
                     }
@@ -173,7 +174,7 @@ impl Link {
             }
             Link::V5(el) => {
                 use rumqttc::v5::Event;
-                Ok(match el.poll().await.map_err(|e| e.to_string())? {
+                Ok(match el.poll().await.map_err(|e| Error::unavailable(e.to_string()))? {
                     Event::Incoming(p5::Packet::ConnAck(c)) => LinkEvent::Connected {
                         session_present: c.session_present,
                         receive_max: c.properties.and_then(|p| p.receive_max).unwrap_or(u16::MAX),

@@ -14,6 +14,7 @@ pub mod topics;
 use crate::config::mqtt::MqttArgs;
 use crate::core::lifecycle::ModelState;
 use crate::core::Server;
+use crate::error::{Error, Result};
 use bytes::Bytes;
 use dedup::{Dedup, JobId, Seen};
 use ledger::{Accepted, Action, DeliveryId, Ledger, Outgoing};
@@ -52,17 +53,22 @@ pub struct Settings {
 }
 
 /// Splits a broker URL into TLS or not, host and port.
-pub fn parse_broker(url: &str) -> Result<(bool, String, u16), String> {
+pub fn parse_broker(url: &str) -> Result<(bool, String, u16)> {
     let (tls, rest) = match url.split_once("://") {
         Some(("mqtt" | "tcp", r)) => (false, r),
         Some(("mqtts" | "ssl" | "tls", r)) => (true, r),
-        Some((s, _)) => return Err(format!("--mqtt-broker '{url}': unknown scheme '{s}' (use mqtt:// or mqtts://)")),
+        Some((s, _)) => {
+            return Err(Error::invalid(format!(
+                "--mqtt-broker '{url}': unknown scheme '{s}' (use mqtt:// or mqtts://)"
+            )))
+        }
         None => (false, url),
     };
     let rest = rest.trim_end_matches('/');
     let default_port = if tls { 8883 } else { 1883 };
     let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-        let (h, p) = v6.split_once(']').ok_or_else(|| format!("--mqtt-broker '{url}': unclosed '['"))?;
+        let (h, p) =
+            v6.split_once(']').ok_or_else(|| Error::invalid(format!("--mqtt-broker '{url}': unclosed '['")))?;
         (h, p.strip_prefix(':'))
     } else {
         match rest.rsplit_once(':') {
@@ -71,24 +77,28 @@ pub fn parse_broker(url: &str) -> Result<(bool, String, u16), String> {
         }
     };
     let port = match port {
-        Some(p) => p.parse::<u16>().map_err(|_| format!("--mqtt-broker '{url}': '{p}' is not a port"))?,
+        Some(p) => {
+            p.parse::<u16>().map_err(|_| Error::invalid(format!("--mqtt-broker '{url}': '{p}' is not a port")))?
+        }
         None => default_port,
     };
     if host.is_empty() || rest.contains('/') {
-        return Err(format!("--mqtt-broker '{url}': expected mqtt://host[:port] or mqtts://host[:port]"));
+        return Err(Error::invalid(format!(
+            "--mqtt-broker '{url}': expected mqtt://host[:port] or mqtts://host[:port]"
+        )));
     }
     Ok((tls, host.to_string(), port))
 }
 
 impl Settings {
     /// The settings of `--mqtt-*`, or `None` without a broker.
-    pub fn from_args(a: &MqttArgs) -> Result<Option<Settings>, String> {
+    pub fn from_args(a: &MqttArgs) -> Result<Option<Settings>> {
         let Some(broker) = a.mqtt_broker.as_deref().filter(|b| !b.is_empty()) else { return Ok(None) };
         let (tls, host, port) = parse_broker(broker)?;
         let protocol = match a.mqtt_protocol.as_str() {
             "5" | "5.0" => Protocol::V5,
             "3.1.1" | "3" | "4" => Protocol::V311,
-            p => return Err(format!("--mqtt-protocol '{p}': use 5 or 3.1.1")),
+            p => return Err(Error::invalid(format!("--mqtt-protocol '{p}': use 5 or 3.1.1"))),
         };
         let device = match &a.mqtt_device_id {
             Some(d) => d.clone(),
@@ -98,12 +108,12 @@ impl Settings {
         let qos = match a.mqtt_qos {
             0 => 0,
             1 | 2 => 1,
-            q => return Err(format!("--mqtt-qos {q}: use 0, 1 or 2")),
+            q => return Err(Error::invalid(format!("--mqtt-qos {q}: use 0, 1 or 2"))),
         };
         let password = match (&a.mqtt_password, &a.mqtt_password_file) {
             (_, Some(f)) => Some(
                 std::fs::read_to_string(f)
-                    .map_err(|e| format!("--mqtt-password-file '{}': {e}", f.display()))?
+                    .map_err(|e| Error::invalid(format!("--mqtt-password-file '{}': {e}", f.display())))?
                     .trim_end_matches(['\r', '\n'])
                     .to_string(),
             ),
@@ -112,24 +122,26 @@ impl Settings {
         };
         let credentials = match (&a.mqtt_username, password) {
             (Some(u), p) => Some((u.clone(), p.unwrap_or_default())),
-            (None, Some(_)) => return Err("--mqtt-password needs --mqtt-username".into()),
+            (None, Some(_)) => return Err(Error::invalid("--mqtt-password needs --mqtt-username")),
             (None, None) => None,
         };
         let client = match (&a.mqtt_client_cert, &a.mqtt_client_key) {
             (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
             (None, None) => None,
-            _ => return Err("--mqtt-client-cert and --mqtt-client-key go together".into()),
+            _ => return Err(Error::invalid("--mqtt-client-cert and --mqtt-client-key go together")),
         };
         let tls_config = if tls {
             Some(crate::frontend::tls::client_config(a.mqtt_ca_file.as_deref(), client)?)
         } else {
             if a.mqtt_ca_file.is_some() || client.is_some() {
-                return Err(format!("--mqtt-ca-file and client certificates need an mqtts:// broker, not '{broker}'"));
+                return Err(Error::invalid(format!(
+                    "--mqtt-ca-file and client certificates need an mqtts:// broker, not '{broker}'"
+                )));
             }
             None
         };
         if a.mqtt_max_inflight == 0 {
-            return Err("--mqtt-max-inflight must be at least 1".into());
+            return Err(Error::invalid("--mqtt-max-inflight must be at least 1"));
         }
         let max_payload = a.mqtt_max_payload_bytes.max(1024);
         let link = LinkOptions {
@@ -380,7 +392,7 @@ impl Actor {
         self.send(msg, Vec::new());
     }
 
-    fn on_failure(&mut self, e: String) {
+    fn on_failure(&mut self, e: crate::error::Error) {
         let was = self.ledger.is_connected();
         self.ledger.disconnected();
         self.metrics.set_connected(false);

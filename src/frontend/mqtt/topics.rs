@@ -1,5 +1,7 @@
 //! The bridge's topic names: where requests arrive, where results, availability, state and stats go.
 
+use crate::error::{Error, Result};
+
 /// Topic names of one device (`P` = prefix, `D` = device id).
 #[derive(Debug, Clone)]
 pub struct Topics {
@@ -18,21 +20,25 @@ pub struct RequestTopic {
 }
 
 /// Checks a name used as one topic level: not empty, no `/`, no wildcards, no NUL.
-pub fn check_level(what: &str, v: &str) -> Result<(), String> {
+pub fn check_level(what: &str, v: &str) -> Result<()> {
     if v.is_empty() || v.contains(['/', '+', '#', '\0']) {
-        return Err(format!("{what} '{v}' cannot be used in MQTT topics: it must be non-empty without '/', '+', '#'"));
+        return Err(Error::invalid(format!(
+            "{what} '{v}' cannot be used in MQTT topics: it must be non-empty without '/', '+', '#'"
+        )));
     }
     Ok(())
 }
 
 impl Topics {
     /// Checks the names; the prefix may have several levels but no wildcards.
-    pub fn new(prefix: &str, device: &str, group: &str, shared: bool) -> Result<Topics, String> {
+    pub fn new(prefix: &str, device: &str, group: &str, shared: bool) -> Result<Topics> {
         for level in prefix.split('/') {
             check_level("--mqtt-prefix", level)?;
         }
         if prefix.starts_with('$') {
-            return Err(format!("--mqtt-prefix '{prefix}' cannot start with '$' (reserved by brokers)"));
+            return Err(Error::invalid(format!(
+                "--mqtt-prefix '{prefix}' cannot start with '$' (reserved by brokers)"
+            )));
         }
         check_level("--mqtt-device-id", device)?;
         check_level("--mqtt-group", group)?;

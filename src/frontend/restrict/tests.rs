@@ -19,7 +19,7 @@ fn flags_parse_as_tritonserver_writes_them() {
 
 #[test]
 fn bad_flags_say_what_is_wrong() {
-    let err = |s: &str| Restrictions::parse(&specs(&[s]), "--http-restricted-api", false).unwrap_err();
+    let err = |s: &str| Restrictions::parse(&specs(&[s]), "--http-restricted-api", false).unwrap_err().message;
     assert!(err("health").contains("no ':'"));
     assert!(err("health:key").contains("no '='"));
     assert!(err("helth:k=v").contains("unknown API 'helth'"));
