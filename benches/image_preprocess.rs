@@ -6,7 +6,7 @@ use std::hint::black_box;
 use tritonrs::model_config::pbtxt::parse_config;
 use tritonrs::vision::preprocess::{decode, resize, to_tensor};
 use tritonrs::vision::spec::ImageSpec;
-use tritonrs::vision::{prepare, Prepared};
+use tritonrs::vision::{prepare, Format, Picture, Prepared};
 
 /// A 640x480 JPEG (quality 85) of a gradient with deterministic noise, so it compresses like a photo
 /// rather than a flat colour.
@@ -39,17 +39,20 @@ parameters { key: "image.std" value: { string_value: "0.229,0.224,0.225" } }
 fn bench(c: &mut Criterion) {
     let jpeg = jpeg_640x480();
     let spec = spec_224();
-    let decoded = decode(&jpeg).expect("decode");
-    c.bench_function("decode_jpeg_640x480", |b| b.iter(|| decode(black_box(&jpeg)).expect("decode")));
+    let decoded = decode(&jpeg, Some(Format::Jpeg)).expect("decode");
+    c.bench_function("decode_jpeg_640x480", |b| {
+        b.iter(|| decode(black_box(&jpeg), Some(Format::Jpeg)).expect("decode"))
+    });
     c.bench_function("resize_normalize_224_fp32_nchw", |b| {
         b.iter(|| {
             let (resized, _) = resize(black_box(&decoded), &spec).expect("resize");
             to_tensor(&resized, &spec)
         })
     });
+    let picture = Picture::new(bytes::Bytes::from(jpeg));
     c.bench_function("decode_and_preprocess_640x480_to_224", |b| {
         b.iter(|| {
-            let p: Prepared = prepare(black_box(&jpeg), &spec).expect("prepare");
+            let p: Prepared = prepare(black_box(&picture), &spec).expect("prepare");
             p.data
         })
     });

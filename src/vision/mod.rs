@@ -104,9 +104,24 @@ impl ImageResult {
     }
 }
 
-/// Whether a payload is an image this module decodes (JPEG or PNG magic bytes).
-pub fn is_image(bytes: &[u8]) -> bool {
-    preprocess::format_of(bytes).is_some()
+pub use preprocess::Format;
+
+/// A picture as it arrived, with its format recognised once from its magic bytes (`None`: not a JPEG
+/// or PNG, which decoding answers with a client error).
+#[derive(Debug, Clone)]
+pub struct Picture {
+    /// The encoded picture.
+    pub bytes: Bytes,
+    /// What [`preprocess::format_of`] found.
+    pub format: Option<Format>,
+}
+
+impl Picture {
+    /// Takes a payload, recognising its format.
+    pub fn new(bytes: Bytes) -> Picture {
+        let format = preprocess::format_of(&bytes);
+        Picture { bytes, format }
+    }
 }
 
 /// The input tensor's bytes for a picture, its size and the transform back, with the time decoding
@@ -121,9 +136,9 @@ pub struct Prepared {
 }
 
 /// Decodes and pre-processes a picture for `spec` (CPU work: call it off the async workers).
-pub fn prepare(image: &[u8], spec: &ImageSpec) -> Result<Prepared> {
+pub fn prepare(image: &Picture, spec: &ImageSpec) -> Result<Prepared> {
     let t = Instant::now();
-    let img = preprocess::decode(image)?;
+    let img = preprocess::decode(&image.bytes, image.format)?;
     let decode_ms = ms(t);
     let t = Instant::now();
     let (resized, transform) = preprocess::resize(&img, spec)?;
@@ -137,7 +152,7 @@ pub async fn infer_image(
     model: &str,
     version: Option<i64>,
     id: &str,
-    image: Bytes,
+    image: Picture,
     opts: &PostOptions,
 ) -> Result<ImageResult> {
     let start = Instant::now();

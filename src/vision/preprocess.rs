@@ -14,22 +14,34 @@ pub const MAX_SIDE: u32 = 16384;
 /// The most pixels decoded (64 Mpx).
 pub const MAX_PIXELS: u64 = 64 * 1024 * 1024;
 
-/// The picture format, from its magic bytes.
-pub fn format_of(bytes: &[u8]) -> Option<ImageFormat> {
+/// A picture format this module decodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Jpeg,
+    Png,
+}
+
+/// The picture format, from its magic bytes: `None` for anything but a JPEG or PNG. A payload is
+/// sniffed once, where it arrives; [`decode`] takes the answer.
+pub fn format_of(bytes: &[u8]) -> Option<Format> {
     if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
-        Some(ImageFormat::Jpeg)
+        Some(Format::Jpeg)
     } else if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
-        Some(ImageFormat::Png)
+        Some(Format::Png)
     } else {
         None
     }
 }
 
-/// Decodes a JPEG or PNG into 8-bit RGB, turned upright as its EXIF orientation says. Refuses pictures
-/// over [`MAX_SIDE`] a side or [`MAX_PIXELS`] before decoding them.
-pub fn decode(bytes: &[u8]) -> Result<RgbImage> {
-    let format = format_of(bytes).ok_or_else(|| Error::invalid("the payload is not a JPEG or PNG image"))?;
-    let name = if format == ImageFormat::Jpeg { "JPEG" } else { "PNG" };
+/// Decodes a JPEG or PNG (`format`, as [`format_of`] found it; `None` is a client error) into 8-bit
+/// RGB, turned upright as its EXIF orientation says. Refuses pictures over [`MAX_SIDE`] a side or
+/// [`MAX_PIXELS`] before decoding them.
+pub fn decode(bytes: &[u8], format: Option<Format>) -> Result<RgbImage> {
+    let format = format.ok_or_else(|| Error::invalid("the payload is not a JPEG or PNG image"))?;
+    let (name, format) = match format {
+        Format::Jpeg => ("JPEG", ImageFormat::Jpeg),
+        Format::Png => ("PNG", ImageFormat::Png),
+    };
     let cannot = |e: image::ImageError| Error::invalid(format!("cannot decode the {name} image: {e}"));
     let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
     let mut limits = Limits::default();

@@ -183,30 +183,30 @@ fn letterbox_pads_and_tensor_layouts() {
 
 #[test]
 fn decoding_honours_exif_orientation() {
-    let img = preprocess::decode(&image_file("exif6_320x240.jpg")).unwrap();
+    let img = decode(&image_file("exif6_320x240.jpg")).unwrap();
     assert_eq!(img.dimensions(), (240, 320));
     // Stored left half red, right half blue; rotated 90° clockwise: top red, bottom blue.
     let top = img.get_pixel(120, 10).0;
     let bottom = img.get_pixel(120, 310).0;
     assert!(top[0] > 200 && top[2] < 50, "{top:?}");
     assert!(bottom[2] > 200 && bottom[0] < 50, "{bottom:?}");
-    let png = preprocess::decode(&image_file("green_40x30.png")).unwrap();
+    let png = decode(&image_file("green_40x30.png")).unwrap();
     assert_eq!(png.dimensions(), (40, 30));
     assert!(png.pixels().all(|p| p.0 == [0, 255, 0]));
 }
 
 #[test]
 fn corrupt_and_foreign_payloads_are_invalid() {
-    let e = preprocess::decode(&image_file("corrupt.jpg")).unwrap_err();
+    let e = decode(&image_file("corrupt.jpg")).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArgument);
     assert!(e.message.starts_with("cannot decode the JPEG image"), "{}", e.message);
-    let e = preprocess::decode(b"GIF89a....").unwrap_err();
+    let e = decode(b"GIF89a....").unwrap_err();
     assert_eq!(e.message, "the payload is not a JPEG or PNG image");
     for n in 0..20 {
         // Every truncation of a valid JPEG is an error, never a panic.
         let full = image_file("red_64x48.jpg");
         let cut = &full[..full.len() * n / 20];
-        if let Err(e) = preprocess::decode(cut) {
+        if let Err(e) = decode(cut) {
             assert_eq!(e.kind, ErrorKind::InvalidArgument);
         }
     }
@@ -222,18 +222,25 @@ fn oversized_pictures_are_refused_before_decoding() {
     let mut crc = flate2::Crc::new();
     crc.update(&png[12..29]);
     png[29..33].copy_from_slice(&crc.sum().to_be_bytes());
-    let e = preprocess::decode(&png).unwrap_err();
+    let e = decode(&png).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArgument, "{}", e.message);
     assert!(e.message.contains("20000") || e.message.contains("limit"), "{}", e.message);
 }
 
+/// Sniffs and decodes, as a payload's receiver and `prepare` do between them.
+fn decode(bytes: &[u8]) -> Result<image::RgbImage> {
+    preprocess::decode(bytes, preprocess::format_of(bytes))
+}
+
 #[test]
-fn is_image_checks_magic_bytes() {
-    assert!(is_image(&image_file("red_64x48.jpg")));
-    assert!(is_image(&image_file("green_40x30.png")));
-    assert!(!is_image(b"{\"inputs\": []}"));
-    assert!(!is_image(b""));
-    assert!(!is_image(&[0xFF, 0xD8]));
+fn formats_are_recognised_by_magic_bytes() {
+    use preprocess::format_of;
+    assert_eq!(format_of(&image_file("red_64x48.jpg")), Some(Format::Jpeg));
+    assert_eq!(format_of(&image_file("green_40x30.png")), Some(Format::Png));
+    assert_eq!(format_of(b"{\"inputs\": []}"), None);
+    assert_eq!(format_of(b""), None);
+    assert_eq!(format_of(&[0xFF, 0xD8]), None);
+    assert_eq!(Picture::new(Bytes::from_static(b"\x89PNG\r\n\x1a\n")).format, Some(Format::Png));
 }
 
 #[test]

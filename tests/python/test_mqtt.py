@@ -403,12 +403,15 @@ def test_bad_input_gets_error_results_and_the_bridge_keeps_serving(start_server,
     ask("tritonrs/bad/infer/simple", b"\xff\xd8\xff\xe0\x00\x10JFIF-but-truncated", b"corrupt")
     ask("tritonrs/bad/infer/nosuch", json.dumps(simple_request(1)), b"unknown")
     ask("tritonrs/bad/infer/simple", b"{" + b" " * 4000 + b"}", b"big")
+    # Over the limit, a JSON request is refused unread: its id is not taken from it.
+    ask("tritonrs/bad/infer/simple", json.dumps({**simple_request(1, "big-id"), "pad": " " * 4000}), b"bigid")
     ask("tritonrs/bad/infer/simple", b"{not json", b"badjson")
     ask("tritonrs/bad/infer/simple", json.dumps(simple_request(1)), b"badprop", user={"top_k": "zero"})
-    got = {correlation(m): body(m) for m in r.collect(5)}
+    got = {correlation(m): body(m) for m in r.collect(6)}
     codes = {k: v["error"]["code"] for k, v in got.items()}
     assert codes == {b"corrupt": "bad_request", b"unknown": "not_found", b"big": "payload_too_large",
-                     b"badjson": "bad_request", b"badprop": "bad_request"}, codes
+                     b"bigid": "payload_too_large", b"badjson": "bad_request", b"badprop": "bad_request"}, codes
+    assert got[b"bigid"]["id"] and got[b"bigid"]["id"] != "big-id", got[b"bigid"]
     assert all(v["success"] is False and v["error"]["message"] for v in got.values())
     # A full queue: QoS 0 requests are not held back by the broker's receive window.
     slow = json.dumps({"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1], "data": [1.0]}]})

@@ -6,7 +6,7 @@
 use super::{error_answer, HttpState, St};
 use crate::error::{Error, ErrorKind};
 use crate::kserve::error_body;
-use crate::vision::{infer_image, Analysis, ImageResult, PostOptions};
+use crate::vision::{infer_image, Analysis, ImageResult, Picture, PostOptions};
 use axum::extract::multipart::MultipartRejection;
 use axum::extract::{DefaultBodyLimit, Multipart, Path, State};
 use axum::http::StatusCode;
@@ -43,7 +43,7 @@ async fn run_custom(State(s): St, Path(model): Path<String>, form: Result<Multip
 async fn run(s: &HttpState, model: &str, form: Result<Multipart, MultipartRejection>) -> Response {
     let result = async {
         let (image, opts) = read_form(form?).await?;
-        infer_image(&s.server, model, None, "", image, &opts).await
+        infer_image(&s.server, model, None, "", Picture::new(image), &opts).await
     }
     .await;
     match result {

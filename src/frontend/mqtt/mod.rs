@@ -550,9 +550,9 @@ impl Actor {
             topic: m.response_topic.clone().filter(|t| !t.is_empty()).unwrap_or_else(|| self.s.topics.result(&req)),
             correlation: m.correlation.clone(),
         };
-        let id = request::user_prop(&m.user, "request_id")
-            .map(str::to_string)
-            .or_else(|| (m.payload.first() == Some(&b'{')).then(|| request::json_request_id(&m.payload)).flatten());
+        // The size is checked before anything reads the payload: one over the limit is refused unread.
+        let too_large = m.payload.len() > self.s.max_payload;
+        let id = request::request_id(&m.user, &m.payload, too_large);
         let key = match (&m.correlation, &id) {
             (Some(c), _) => format!("c:{}:{}", reply.topic, hex(c)),
             (None, Some(id)) => format!("r:{}:{}:{id}", req.model, req.source.as_deref().unwrap_or("")),
@@ -608,7 +608,7 @@ impl Actor {
         // Refusals answered at once.
         let refusal = if self.stopping {
             Some((Outcome::Rejected, "rejected", "the server is shutting down".to_string()))
-        } else if m.payload.len() > self.s.max_payload {
+        } else if too_large {
             Some((
                 Outcome::Error,
                 "payload_too_large",

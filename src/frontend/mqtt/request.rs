@@ -15,8 +15,8 @@ pub const HEADER_LEN: &str = "Inference-Header-Content-Length";
 /// What a payload is, recognised by content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// A JPEG or PNG image.
-    Image,
+    /// A JPEG or PNG image (the format, sniffed once here).
+    Image(crate::vision::Format),
     /// A KServe v2 JSON inference request.
     Json,
     /// A JSON header of this many bytes, then tensor data.
@@ -37,8 +37,8 @@ pub fn kind(payload: &[u8], user: &[(String, String)]) -> Result<Kind> {
             .map_err(|_| Error::invalid(format!("{HEADER_LEN} must be a non-negative integer, got '{v}'")))?;
         return Ok(Kind::Binary(n));
     }
-    if crate::vision::is_image(payload) {
-        return Ok(Kind::Image);
+    if let Some(format) = crate::vision::preprocess::format_of(payload) {
+        return Ok(Kind::Image(format));
     }
     if payload.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
         return Ok(Kind::Json);
@@ -49,8 +49,17 @@ pub fn kind(payload: &[u8], user: &[(String, String)]) -> Result<Kind> {
     ))
 }
 
+/// A request's id: the `request_id` user property, else a JSON request's `id`. The JSON of a payload
+/// that is `too_large` is not read: it is refused unread.
+pub fn request_id(user: &[(String, String)], payload: &[u8], too_large: bool) -> Option<String> {
+    if let Some(id) = user_prop(user, "request_id") {
+        return Some(id.to_string());
+    }
+    (!too_large && payload.first() == Some(&b'{')).then(|| json_request_id(payload)).flatten()
+}
+
 /// The `id` of a JSON request, read without decoding its tensors.
-pub fn json_request_id(payload: &[u8]) -> Option<String> {
+fn json_request_id(payload: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct IdOnly {
         #[serde(default)]
@@ -154,9 +163,10 @@ pub async fn run(
     timeout_us: Option<u64>,
 ) -> Result<Answer> {
     match kind {
-        Kind::Image => {
+        Kind::Image(format) => {
             let post = crate::vision::PostOptions { min_confidence: opts.min_confidence, top_k: opts.top_k };
-            let r = crate::vision::infer_image(server, model, opts.version, id, payload, &post).await?;
+            let picture = crate::vision::Picture { bytes: payload, format: Some(format) };
+            let r = crate::vision::infer_image(server, model, opts.version, id, picture, &post).await?;
             let mut fields = Map::new();
             fields.insert("model_version".into(), json!(r.model_version.to_string()));
             r.write_json(&mut fields);
@@ -281,8 +291,9 @@ mod tests {
 
     #[test]
     fn payloads_are_recognised_by_content() {
-        assert_eq!(kind(b"\xff\xd8\xff\xe0rest", &[]).unwrap(), Kind::Image);
-        assert_eq!(kind(b"\x89PNG\r\n\x1a\nrest", &[]).unwrap(), Kind::Image);
+        use crate::vision::Format;
+        assert_eq!(kind(b"\xff\xd8\xff\xe0rest", &[]).unwrap(), Kind::Image(Format::Jpeg));
+        assert_eq!(kind(b"\x89PNG\r\n\x1a\nrest", &[]).unwrap(), Kind::Image(Format::Png));
         assert_eq!(kind(b"  \n{\"inputs\": []}", &[]).unwrap(), Kind::Json);
         assert_eq!(kind(b"{}xx", &props(&[("inference-header-content-length", "2")])).unwrap(), Kind::Binary(2));
         let e = kind(b"GIF89a", &[]).unwrap_err();
@@ -295,6 +306,16 @@ mod tests {
         assert_eq!(json_request_id(br#"{"id": "r1", "inputs": [{"data": [1,2,3]}]}"#).as_deref(), Some("r1"));
         assert_eq!(json_request_id(br#"{"id": "", "inputs": []}"#), None);
         assert_eq!(json_request_id(b"not json"), None);
+    }
+
+    #[test]
+    fn a_payload_over_the_limit_is_not_read_for_its_id() {
+        let json = br#"{"id": "r1", "inputs": []}"#;
+        assert_eq!(request_id(&[], json, false).as_deref(), Some("r1"));
+        assert_eq!(request_id(&[], json, true), None);
+        let user = props(&[("request_id", "u1")]);
+        assert_eq!(request_id(&user, json, true).as_deref(), Some("u1"));
+        assert_eq!(request_id(&[], br#" {"id": "r1"}"#, false), None, "only a payload starting with '{{' is read");
     }
 
     #[test]
