@@ -166,7 +166,8 @@ fn decode_input(inp: JsonInput<'_>, body: &Bytes, binary_offset: &mut usize) -> 
     let params = json_params(inp.parameters)?;
     let count = element_count(&inp.shape)
         .ok_or_else(|| Error::invalid(format!("input '{}' has an invalid shape {:?}", inp.name, inp.shape)))?;
-    if crate::model_api::types::shm_ref(&params, &inp.name)?.is_some() {
+    let shm = crate::model_api::types::shm_ref(&params, &inp.name)?;
+    if shm.is_some() {
         // The core reads the bytes from the region; nothing else may carry them.
         let mut set = Vec::new();
         if inp.data.is_some() {
@@ -184,6 +185,7 @@ fn decode_input(inp: JsonInput<'_>, body: &Bytes, binary_offset: &mut usize) -> 
         }
         let mut t = Tensor::new(inp.name, datatype, inp.shape, Bytes::new());
         t.parameters = params;
+        t.shm = shm;
         return Ok(t);
     }
     let data: Bytes = match (params.get("binary_data_size"), inp.data) {

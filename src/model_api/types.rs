@@ -3,6 +3,7 @@
 //! backend sees one interface.
 
 use crate::error::{Error, Result};
+pub use crate::tensor::shm::{shm_ref, ShmRef, BYTE_SIZE, OFFSET, REGION};
 pub use crate::tensor::{bytes_elements, element_count, serialize_bytes, DataType, ParamValue, Parameters, Tensor};
 
 /// One output the client asked for.
@@ -13,8 +14,11 @@ pub struct RequestedOutput {
     pub class_count: u32,
     /// Front-end specific hints (e.g. `binary_data`), passed through untouched.
     pub parameters: Parameters,
-    /// Where to write the output instead of returning it: set by the core from the request's
-    /// `shared_memory_*` parameters (see `core::shm`).
+    /// The `shared_memory_*` parameters, parsed by [`RequestedOutput::from_parameters`]: the core maps
+    /// them to `shared_memory`.
+    pub shm: Option<ShmRef>,
+    /// Where to write the output instead of returning it: set by the core from `shm` (see
+    /// `core::shm_params`).
     pub shared_memory: Option<crate::memory::regions::ShmSlice>,
 }
 
@@ -22,8 +26,8 @@ impl RequestedOutput {
     /// Builds a requested output from its protocol parameters: `classification` sets `class_count`;
     /// the `shared_memory_*` parameters are checked here and resolved by the core.
     pub fn from_parameters(name: String, parameters: Parameters) -> Result<RequestedOutput> {
-        let in_shm = shm_ref(&parameters, &name)?.is_some();
-        if in_shm && parameters.contains_key("classification") {
+        let shm = shm_ref(&parameters, &name)?;
+        if shm.is_some() && parameters.contains_key("classification") {
             return Err(Error::invalid("Output can't set both 'shared_memory_region' and 'classification'"));
         }
         let class_count = match parameters.get("classification") {
@@ -32,7 +36,7 @@ impl RequestedOutput {
                 Error::invalid(format!("output '{name}': classification must be a non-negative integer"))
             })?,
         };
-        Ok(RequestedOutput { name, class_count, parameters, shared_memory: None })
+        Ok(RequestedOutput { name, class_count, parameters, shm, shared_memory: None })
     }
 }
 
@@ -79,59 +83,4 @@ pub struct StreamResponse {
     /// An error response from the model (the request goes on until its final response); an `Err` in
     /// the stream instead ends the request.
     pub error: Option<crate::error::Error>,
-}
-
-/// The shared-memory parameters of a tensor (inputs and requested outputs).
-pub const REGION: &str = "shared_memory_region";
-pub const OFFSET: &str = "shared_memory_offset";
-pub const BYTE_SIZE: &str = "shared_memory_byte_size";
-
-/// Where a tensor's bytes are, as its parameters say.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShmRef {
-    pub region: String,
-    pub offset: u64,
-    pub byte_size: u64,
-}
-
-/// Reads a tensor's shared-memory parameters: `None` when it names no region. Wrong types and a size
-/// or offset without a region are client errors, with Triton's messages.
-pub fn shm_ref(params: &Parameters, tensor: &str) -> Result<Option<ShmRef>> {
-    let number = |key: &str| -> Result<Option<u64>> {
-        match params.get(key) {
-            None => Ok(None),
-            Some(ParamValue::Int(v)) if *v >= 0 => Ok(Some(*v as u64)),
-            Some(ParamValue::Uint(v)) => Ok(Some(*v)),
-            Some(_) => Err(Error::invalid(format!(
-                "invalid value type for '{key}' parameter for tensor '{tensor}': expected a non-negative integer"
-            ))),
-        }
-    };
-    let offset = number(OFFSET)?;
-    let byte_size = number(BYTE_SIZE)?;
-    let region = match params.get(REGION) {
-        None => {
-            for (key, v) in [(BYTE_SIZE, byte_size), (OFFSET, offset)] {
-                if v.is_some() {
-                    return Err(Error::invalid(format!(
-                        "'{key}' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
-                    )));
-                }
-            }
-            return Ok(None);
-        }
-        Some(ParamValue::String(s)) => s.clone(),
-        Some(_) => {
-            return Err(Error::invalid(format!(
-                "invalid value type for 'shared_memory_region' parameter for tensor '{tensor}': expected a string"
-            )))
-        }
-    };
-    let byte_size = byte_size.ok_or_else(|| {
-        Error::invalid(format!(
-            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor \
-             '{tensor}'"
-        ))
-    })?;
-    Ok(Some(ShmRef { region, offset: offset.unwrap_or(0), byte_size }))
 }

@@ -4,9 +4,11 @@
 //! tensors through it. It imports nothing but `error` and `memory` (where a tensor's bytes live).
 
 mod datatype;
+pub mod shm;
 pub mod view;
 
 pub use datatype::DataType;
+pub use shm::ShmRef;
 pub use view::{bytes_elements, serialize_bytes};
 
 use crate::memory::Buffer;
@@ -50,11 +52,14 @@ pub struct Tensor {
     pub data: Buffer,
     /// Per-tensor parameters (e.g. `binary_data_size` on the wire; front-ends strip theirs).
     pub parameters: Parameters,
+    /// Where the client's shared memory holds the bytes (an input), as the front-end parsed the
+    /// `shared_memory_*` parameters; the core maps it and takes it.
+    pub shm: Option<ShmRef>,
 }
 
 impl Tensor {
     pub fn new(name: impl Into<String>, datatype: DataType, shape: Vec<i64>, data: impl Into<Buffer>) -> Self {
-        Tensor { name: name.into(), datatype, shape, data: data.into(), parameters: Parameters::new() }
+        Tensor { name: name.into(), datatype, shape, data: data.into(), parameters: Parameters::new(), shm: None }
     }
 
     /// Number of elements implied by the shape (0 if any dimension is negative).

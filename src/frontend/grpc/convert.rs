@@ -95,7 +95,8 @@ fn input_from_proto(
     let datatype = DataType::parse(&input.datatype)
         .ok_or_else(|| Error::invalid(format!("input '{name}' has an unknown datatype '{}'", input.datatype)))?;
     let parameters = params_from_proto(input.parameters)?;
-    let data = if crate::model_api::types::shm_ref(&parameters, &name)?.is_some() {
+    let shm = crate::model_api::types::shm_ref(&parameters, &name)?;
+    let data = if shm.is_some() {
         // The core reads the bytes from the region.
         if input.contents.is_some() {
             return Err(Error::invalid(format!(
@@ -117,6 +118,7 @@ fn input_from_proto(
     };
     let mut t = Tensor::new(name, datatype, input.shape, data);
     t.parameters = parameters;
+    t.shm = shm;
     Ok(t)
 }
 
