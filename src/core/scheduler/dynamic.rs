@@ -2,9 +2,10 @@
 //! instance is free, with preferred sizes, a queue delay, priority levels and queue policies.
 //!
 //! The policy is [`BatchQueue`], a pure state struct with synchronous methods and explicit time, so it
-//! is unit-tested without threads or timers. [`DynamicBatcher`] is the thin driver around it: submitters
-//! and finishing instances call `dispatch` under one short lock, handing formed batches straight to idle
-//! instance threads; one timer thread wakes only when a queue delay or a request timeout falls due.
+//! is unit-tested without threads or timers. [`DynamicBatcher`] is the batchers' one thin driver
+//! (`driver.rs`) around it: submitters and finishing instances call `dispatch` under one short lock,
+//! handing formed batches straight to idle instance threads; one timer thread wakes only when a queue
+//! delay or a request timeout falls due.
 
 use super::driver::{Batcher, Batching};
 use super::timer::{Clocked, Timed};

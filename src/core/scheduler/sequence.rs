@@ -4,10 +4,10 @@
 //!
 //! The policy is [`slots::SlotTable`], a pure state struct with explicit time (slot assignment, backlog,
 //! idle expiry, batch formation for the direct and oldest strategies); [`policy::SequencePolicy`] reads
-//! the configuration and builds the control and state tensors. [`SequenceBatcher`] is the thin driver:
-//! submitters and finishing instances call `dispatch` under one short lock, each instance thread gets
-//! its own batches (a slot belongs to one instance) and keeps its slots' implicit state, and one timer
-//! thread wakes for queue delays and idle expiry.
+//! the configuration and builds the control and state tensors. [`SequenceBatcher`] is the batchers' one
+//! thin driver (`driver.rs`) around it: submitters and finishing instances call `dispatch` under one
+//! short lock, each instance thread gets its own batches (a slot belongs to one instance) and keeps its
+//! slots' implicit state, and one timer thread wakes for queue delays and idle expiry.
 
 pub mod policy;
 pub mod slots;
