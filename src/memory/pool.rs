@@ -391,11 +391,17 @@ impl Pools {
 }
 
 /// Parses `--cuda-memory-pool-byte-size <gpu>:<bytes>`.
-pub fn parse_cuda_pool(s: &str) -> std::result::Result<(i32, u64), String> {
-    let (gpu, bytes) = s.split_once(':').ok_or_else(|| format!("'{s}' is not <gpu>:<bytes> (e.g. 0:67108864)"))?;
-    let gpu: i32 =
-        gpu.trim().parse().ok().filter(|g| *g >= 0).ok_or_else(|| format!("'{gpu}' in '{s}' is not a GPU index"))?;
-    let bytes: u64 = bytes.trim().parse().map_err(|_| format!("'{bytes}' in '{s}' is not a byte count"))?;
+pub fn parse_cuda_pool(s: &str) -> Result<(i32, u64)> {
+    let (gpu, bytes) =
+        s.split_once(':').ok_or_else(|| Error::invalid(format!("'{s}' is not <gpu>:<bytes> (e.g. 0:67108864)")))?;
+    let gpu: i32 = gpu
+        .trim()
+        .parse()
+        .ok()
+        .filter(|g| *g >= 0)
+        .ok_or_else(|| Error::invalid(format!("'{gpu}' in '{s}' is not a GPU index")))?;
+    let bytes: u64 =
+        bytes.trim().parse().map_err(|_| Error::invalid(format!("'{bytes}' in '{s}' is not a byte count")))?;
     Ok((gpu, bytes))
 }
 

@@ -16,6 +16,7 @@ use prost::Message;
 use prost_reflect::text_format::{FormatOptions, ParseError};
 use prost_reflect::{DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, SerializeOptions};
 
+use crate::error::Error;
 use crate::proto::inference::ModelConfig;
 use crate::proto::model_config_descriptor;
 
@@ -122,17 +123,17 @@ fn integral_floats_to_integers(value: &mut serde_json::Value) {
 ///
 /// Accepts proto or camelCase field names, 64-bit integers as numbers or strings, and enums by
 /// name or number. Unknown fields are rejected.
-pub fn config_from_json(json: &str) -> Result<ModelConfig, String> {
+pub fn config_from_json(json: &str) -> crate::error::Result<ModelConfig> {
     let mut deserializer = serde_json::Deserializer::from_str(json);
     let message = DynamicMessage::deserialize_with_options(
         model_config_descriptor(),
         &mut deserializer,
         &DeserializeOptions::new().deny_unknown_fields(true),
     )
-    .map_err(|err| format!("invalid model config JSON: {err}"))?;
-    deserializer.end().map_err(|err| format!("invalid model config JSON: {err}"))?;
+    .map_err(|err| Error::invalid(format!("invalid model config JSON: {err}")))?;
+    deserializer.end().map_err(|err| Error::invalid(format!("invalid model config JSON: {err}")))?;
     ModelConfig::decode(message.encode_to_vec().as_slice())
-        .map_err(|err| format!("parsed config does not decode as ModelConfig ({err}); this is a bug"))
+        .map_err(|err| Error::internal(format!("parsed config does not decode as ModelConfig ({err}); this is a bug")))
 }
 
 /// Formats a configuration in protobuf text format, for logs and config validation output.

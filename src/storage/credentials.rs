@@ -15,6 +15,7 @@
 
 use super::listing::{FilteringConnector, Skipped};
 use super::url::{Cloud, CloudUrl};
+use crate::error::{Error, Result};
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
@@ -60,16 +61,16 @@ struct AzureCredential {
 
 impl CredentialFile {
     /// Reads the file; a file that cannot be read or parsed is a start-up error (never its contents).
-    pub fn load(path: &Path) -> Result<CredentialFile, String> {
+    pub fn load(path: &Path) -> Result<CredentialFile> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the cloud credential file '{}': {e}", path.display()))?;
+            .map_err(|e| Error::invalid(format!("cannot read the cloud credential file '{}': {e}", path.display())))?;
         serde_json::from_str(&text).map_err(|e| {
-            format!(
+            Error::invalid(format!(
                 "the cloud credential file '{}' is not in tritonserver's layout (line {}, column {})",
                 path.display(),
                 e.line(),
                 e.column()
-            )
+            ))
         })
     }
 }
@@ -144,11 +145,11 @@ fn client_options() -> ClientOptions {
 
 /// Builds the client for a repository. Nothing is contacted yet. Keys its listings leave out (see
 /// [`super::listing`]) are added to `skipped`.
-pub fn build_store(u: &CloudUrl, file: &CredentialFile, skipped: &Skipped) -> Result<Arc<dyn ObjectStore>, String> {
+pub fn build_store(u: &CloudUrl, file: &CredentialFile, skipped: &Skipped) -> Result<Arc<dyn ObjectStore>> {
     // reqwest's TLS takes the process's rustls provider: ring, as everywhere else in tritonrs. An error
     // only says one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let failed = |e: object_store::Error| format!("cannot set up the client for '{}': {e}", u.url);
+    let failed = |e: object_store::Error| Error::invalid(format!("cannot set up the client for '{}': {e}", u.url));
     match u.cloud {
         Cloud::S3 => {
             let mut b = AmazonS3Builder::from_env()
@@ -242,7 +243,10 @@ mod tests {
         assert_eq!(pick(&f.s3, "s3://b2/deeper/m").unwrap().key_id, "C");
         assert_eq!(pick(&f.gs, "gs://x").map(String::as_str), Some("/default.json"));
         assert!(pick(&f.azure, "as://other/c").is_none());
-        assert!(CredentialFile::load(Path::new("/nonexistent/creds.json")).unwrap_err().contains("cannot read"));
+        assert!(CredentialFile::load(Path::new("/nonexistent/creds.json"))
+            .unwrap_err()
+            .message
+            .contains("cannot read"));
     }
 
     #[test]
@@ -269,7 +273,7 @@ mod tests {
             let u = super::super::url::parse(url).unwrap();
             if let Err(e) = build_store(&u, &f, &Skipped::default()) {
                 // GCS without any credentials may refuse to build; the message must name the URL.
-                assert!(e.contains(url), "{e}");
+                assert!(e.message.contains(url), "{e}");
             }
         }
     }

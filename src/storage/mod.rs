@@ -216,7 +216,7 @@ impl CloudRepository {
         credentials: &CredentialFile,
         cache_dir: &Path,
         max_file_bytes: u64,
-    ) -> Result<CloudRepository, String> {
+    ) -> Result<CloudRepository, Error> {
         let u = url::parse(url)?;
         let skipped = Skipped::default();
         let store = credentials::build_store(&u, credentials, &skipped)?;
@@ -232,16 +232,19 @@ impl CloudRepository {
     }
 
     /// [`Self::open`] with a client already made (tests use an in-memory store).
-    pub fn with_store(url: &str, store: Arc<dyn ObjectStore>, prefix: &str, cache_dir: &Path) -> Result<Self, String> {
+    pub fn with_store(url: &str, store: Arc<dyn ObjectStore>, prefix: &str, cache_dir: &Path) -> Result<Self, Error> {
         if let Some(why) = listing::key_problem(prefix) {
-            return Err(format!("'{url}' is not a valid cloud model repository: its path cannot be a key: {why}"));
+            return Err(Error::invalid(format!(
+                "'{url}' is not a valid cloud model repository: its path cannot be a key: {why}"
+            )));
         }
         let root = cache_dir.join("repositories").join(slug(url));
         let view = root.join("models");
         let store_dir = root.join("store");
         for d in [&view, &store_dir] {
-            std::fs::create_dir_all(d)
-                .map_err(|e| format!("cannot make the cache folder '{}' for '{url}': {e}", d.display()))?;
+            std::fs::create_dir_all(d).map_err(|e| {
+                Error::internal(format!("cannot make the cache folder '{}' for '{url}': {e}", d.display()))
+            })?;
         }
         Ok(CloudRepository {
             url: url.to_string(),

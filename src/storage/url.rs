@@ -5,6 +5,8 @@
 //! - `gs://bucket/path`;
 //! - `as://account/container/path`.
 
+use crate::error::{Error, Result};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cloud {
     S3,
@@ -43,9 +45,9 @@ pub fn is_cloud(s: &str) -> bool {
     ["s3://", "gs://", "as://"].iter().any(|p| s.starts_with(p))
 }
 
-pub fn parse(s: &str) -> Result<CloudUrl, String> {
+pub fn parse(s: &str) -> Result<CloudUrl> {
     let url = s.trim_end_matches('/').to_string();
-    let bad = |why: &str| Err(format!("'{s}' is not a valid cloud model repository: {why}"));
+    let bad = |why: &str| Err(Error::invalid(format!("'{s}' is not a valid cloud model repository: {why}")));
     let (cloud, rest) = if let Some(r) = url.strip_prefix("s3://") {
         (Cloud::S3, r)
     } else if let Some(r) = url.strip_prefix("gs://") {

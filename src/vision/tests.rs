@@ -49,44 +49,28 @@ fn spec_defaults_come_from_the_input() {
     assert_eq!((s.shape, s.width, s.height), (vec![1, 3, 32, 32], 32, 32));
 }
 
+/// Every parameter but `image.input` (the model's one input is found without it), none at its default.
+const EVERY_PARAMETER: [(&str, &str); 11] = [
+    ("image.layout", "nhwc"),
+    ("image.color", "BGR"),
+    ("image.resize", "center_crop"),
+    ("image.pad", "0"),
+    ("image.scale", "1/255"),
+    ("image.mean", "0.485, 0.456,0.406"),
+    ("image.std", "0.229,0.224,0.225"),
+    ("image.output", "yolo"),
+    ("image.yolo_objectness", "true"),
+    ("detection.score_threshold", "0.5"),
+    ("detection.iou_threshold", "0.7"),
+];
+
 #[test]
 fn spec_reads_every_parameter() {
-    let s = spec(
-        "3, 8, 8",
-        &[
-            ("image.input", "x"),
-            ("image.layout", "nhwc"),
-            ("image.color", "BGR"),
-            ("image.resize", "center_crop"),
-            ("image.pad", "0"),
-            ("image.scale", "1/255"),
-            ("image.mean", "0.485, 0.456,0.406"),
-            ("image.std", "0.229,0.224,0.225"),
-            ("image.output", "yolo"),
-            ("image.yolo_objectness", "true"),
-            ("detection.score_threshold", "0.5"),
-            ("detection.iou_threshold", "0.7"),
-        ],
-    );
+    let named_input: Vec<_> = [("image.input", "x")].into_iter().chain(EVERY_PARAMETER).collect();
+    let s = spec("3, 8, 8", &named_input);
     // NHWC [3, 8, 8] is 3 rows of 8 pixels with 8 channels: not a picture.
     assert!(invalid_message(s).contains("dims"));
-    let s = spec(
-        "8, 8, 3",
-        &[
-            ("image.layout", "nhwc"),
-            ("image.color", "BGR"),
-            ("image.resize", "center_crop"),
-            ("image.pad", "0"),
-            ("image.scale", "1/255"),
-            ("image.mean", "0.485, 0.456,0.406"),
-            ("image.std", "0.229,0.224,0.225"),
-            ("image.output", "yolo"),
-            ("image.yolo_objectness", "true"),
-            ("detection.score_threshold", "0.5"),
-            ("detection.iou_threshold", "0.7"),
-        ],
-    )
-    .unwrap();
+    let s = spec("8, 8, 3", &EVERY_PARAMETER).unwrap();
     assert_eq!((s.layout, s.color, s.resize, s.pad), (Layout::Nhwc, Color::Bgr, Resize::CenterCrop, 0));
     assert_eq!(s.mean, [0.485, 0.456, 0.406]);
     assert_eq!(s.output, OutputKind::Yolo { output: "y".into(), objectness: true });

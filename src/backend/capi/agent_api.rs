@@ -8,12 +8,12 @@
 #![allow(non_snake_case)]
 
 use super::abi::*;
-use super::guard::{guarded, invalid, new_error, new_message, obj, put, text, Err};
+use super::guard::{guarded, invalid, new_error, obj, put, put_config, state_accessors, text, Err};
 use crate::error::Result;
 use parking_lot::Mutex;
 use std::ffi::{c_char, c_void, CString};
 use std::path::Path;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::AtomicPtr;
 
 /// TRITONREPOAGENT_API_VERSION_MAJOR / _MINOR.
 const AGENT_API_MAJOR: u32 = 0;
@@ -182,48 +182,18 @@ pub extern "C" fn TRITONREPOAGENT_ModelConfig(
 ) -> Err {
     guarded("TRITONREPOAGENT_ModelConfig", || {
         let m = agent_model(agent, model)?;
-        if config_version != 1 {
-            return Err(new_error(
-                code::UNSUPPORTED,
-                &format!("model configuration version {config_version} is not supported (only 1)"),
-            ));
-        }
-        if config.is_null() {
-            return Err(invalid("model_config is null"));
-        }
-        put(config, new_message(&m.config_json));
-        Ok(())
+        put_config(config_version, config, &m.config_json)
     })
 }
 
-#[no_mangle]
-pub extern "C" fn TRITONREPOAGENT_ModelState(model: *mut AgentModelObj, state: *mut *mut c_void) -> Err {
-    guarded("TRITONREPOAGENT_ModelState", || {
-        put(state, obj(model, Kind::AgentModel, "model")?.state.load(Ordering::Acquire));
-        Ok(())
-    })
+state_accessors! {
+    #[no_mangle] pub extern "C" fn TRITONREPOAGENT_ModelState(model: *mut AgentModelObj, state: *mut *mut c_void) -> Err;
+    #[no_mangle] pub extern "C" fn TRITONREPOAGENT_ModelSetState(model: *mut AgentModelObj, state: *mut c_void) -> Err;
+    of Kind::AgentModel, "model"
 }
 
-#[no_mangle]
-pub extern "C" fn TRITONREPOAGENT_ModelSetState(model: *mut AgentModelObj, state: *mut c_void) -> Err {
-    guarded("TRITONREPOAGENT_ModelSetState", || {
-        obj(model, Kind::AgentModel, "model")?.state.store(state, Ordering::Release);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONREPOAGENT_State(agent: *mut AgentObj, state: *mut *mut c_void) -> Err {
-    guarded("TRITONREPOAGENT_State", || {
-        put(state, obj(agent, Kind::Agent, "agent")?.state.load(Ordering::Acquire));
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONREPOAGENT_SetState(agent: *mut AgentObj, state: *mut c_void) -> Err {
-    guarded("TRITONREPOAGENT_SetState", || {
-        obj(agent, Kind::Agent, "agent")?.state.store(state, Ordering::Release);
-        Ok(())
-    })
+state_accessors! {
+    #[no_mangle] pub extern "C" fn TRITONREPOAGENT_State(agent: *mut AgentObj, state: *mut *mut c_void) -> Err;
+    #[no_mangle] pub extern "C" fn TRITONREPOAGENT_SetState(agent: *mut AgentObj, state: *mut c_void) -> Err;
+    of Kind::Agent, "agent"
 }

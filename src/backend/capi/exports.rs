@@ -13,9 +13,10 @@
 #![allow(non_snake_case)]
 
 use super::abi::*;
-use super::guard::{guarded, invalid, new_error, new_message, obj, put, take_box, take_error, text, Err};
+use super::guard::{
+    guarded, invalid, new_error, new_message, obj, put, put_config, state_accessors, take_box, take_error, text, Err,
+};
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::Ordering;
 
 // ---- TRITONSERVER_Error ----
 
@@ -261,20 +262,10 @@ pub extern "C" fn TRITONBACKEND_BackendArtifacts(
     })
 }
 
-#[no_mangle]
-pub extern "C" fn TRITONBACKEND_BackendState(backend: *mut BackendObj, state: *mut *mut c_void) -> Err {
-    guarded("TRITONBACKEND_BackendState", || {
-        put(state, obj(backend, Kind::Backend, "backend")?.state.load(Ordering::Acquire));
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONBACKEND_BackendSetState(backend: *mut BackendObj, state: *mut c_void) -> Err {
-    guarded("TRITONBACKEND_BackendSetState", || {
-        obj(backend, Kind::Backend, "backend")?.state.store(state, Ordering::Release);
-        Ok(())
-    })
+state_accessors! {
+    #[no_mangle] pub extern "C" fn TRITONBACKEND_BackendState(backend: *mut BackendObj, state: *mut *mut c_void) -> Err;
+    #[no_mangle] pub extern "C" fn TRITONBACKEND_BackendSetState(backend: *mut BackendObj, state: *mut c_void) -> Err;
+    of Kind::Backend, "backend"
 }
 
 #[no_mangle]
@@ -315,17 +306,7 @@ pub extern "C" fn TRITONBACKEND_ModelConfig(
 ) -> Err {
     guarded("TRITONBACKEND_ModelConfig", || {
         let m = obj(model, Kind::Model, "model")?;
-        if config_version != 1 {
-            return Err(new_error(
-                code::UNSUPPORTED,
-                &format!("model configuration version {config_version} is not supported (only 1)"),
-            ));
-        }
-        if config.is_null() {
-            return Err(invalid("model_config is null"));
-        }
-        put(config, new_message(&m.config_json.lock()));
-        Ok(())
+        put_config(config_version, config, &m.config_json.lock())
     })
 }
 
@@ -368,20 +349,10 @@ pub extern "C" fn TRITONBACKEND_ModelBackend(model: *mut ModelObj, backend: *mut
     })
 }
 
-#[no_mangle]
-pub extern "C" fn TRITONBACKEND_ModelState(model: *mut ModelObj, state: *mut *mut c_void) -> Err {
-    guarded("TRITONBACKEND_ModelState", || {
-        put(state, obj(model, Kind::Model, "model")?.state.load(Ordering::Acquire));
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONBACKEND_ModelSetState(model: *mut ModelObj, state: *mut c_void) -> Err {
-    guarded("TRITONBACKEND_ModelSetState", || {
-        obj(model, Kind::Model, "model")?.state.store(state, Ordering::Release);
-        Ok(())
-    })
+state_accessors! {
+    #[no_mangle] pub extern "C" fn TRITONBACKEND_ModelState(model: *mut ModelObj, state: *mut *mut c_void) -> Err;
+    #[no_mangle] pub extern "C" fn TRITONBACKEND_ModelSetState(model: *mut ModelObj, state: *mut c_void) -> Err;
+    of Kind::Model, "model"
 }
 
 #[no_mangle]
@@ -443,20 +414,10 @@ pub extern "C" fn TRITONBACKEND_ModelInstanceModel(instance: *mut InstanceObj, m
     })
 }
 
-#[no_mangle]
-pub extern "C" fn TRITONBACKEND_ModelInstanceState(instance: *mut InstanceObj, state: *mut *mut c_void) -> Err {
-    guarded("TRITONBACKEND_ModelInstanceState", || {
-        put(state, obj(instance, Kind::Instance, "instance")?.state.load(Ordering::Acquire));
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONBACKEND_ModelInstanceSetState(instance: *mut InstanceObj, state: *mut c_void) -> Err {
-    guarded("TRITONBACKEND_ModelInstanceSetState", || {
-        obj(instance, Kind::Instance, "instance")?.state.store(state, Ordering::Release);
-        Ok(())
-    })
+state_accessors! {
+    #[no_mangle] pub extern "C" fn TRITONBACKEND_ModelInstanceState(instance: *mut InstanceObj, state: *mut *mut c_void) -> Err;
+    #[no_mangle] pub extern "C" fn TRITONBACKEND_ModelInstanceSetState(instance: *mut InstanceObj, state: *mut c_void) -> Err;
+    of Kind::Instance, "instance"
 }
 
 #[no_mangle]

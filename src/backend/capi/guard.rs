@@ -108,6 +108,22 @@ pub fn new_message(json: &str) -> *mut MessageObj {
     p
 }
 
+/// Hands out a model's configuration as a new `TRITONSERVER_Message` (`TRITONBACKEND_ModelConfig`,
+/// `TRITONREPOAGENT_ModelConfig`): only version 1 of the configuration exists.
+pub(super) fn put_config(config_version: u32, config: *mut *mut MessageObj, json: &str) -> Result<(), Err> {
+    if config_version != 1 {
+        return Err(new_error(
+            code::UNSUPPORTED,
+            &format!("model configuration version {config_version} is not supported (only 1)"),
+        ));
+    }
+    if config.is_null() {
+        return Err(invalid("model_config is null"));
+    }
+    put(config, new_message(json));
+    Ok(())
+}
+
 /// Our error for a `TRITONSERVER_Error_Code` and message.
 pub fn to_error(code: u32, message: &str) -> Error {
     use super::abi::code;
@@ -134,3 +150,34 @@ pub fn code_of(e: &Error) -> u32 {
         _ => code::INTERNAL,
     }
 }
+
+// The macros below write exported functions whose whole text (attribute, `pub extern "C"`, name and
+// arguments) stays literal at the call site: scripts/capi-exports.sh and the linker test read the
+// exported names from the source text.
+
+/// An object kind's State / SetState pair (`TRITONBACKEND_ModelState`, `TRITONREPOAGENT_SetState`,
+/// ...): the pointer the backend or agent keeps on the object, read and written once per kind here.
+macro_rules! state_accessors {
+    ($(#[$get_attr:meta])* pub extern "C" fn $get:ident($go:ident: *mut $gt:ident, $gs:ident: *mut *mut c_void) -> Err;
+     $(#[$set_attr:meta])* pub extern "C" fn $set:ident($so:ident: *mut $st:ident, $ss:ident: *mut c_void) -> Err;
+     of $kind:expr, $what:literal) => {
+        $(#[$get_attr])*
+        pub extern "C" fn $get($go: *mut $gt, $gs: *mut *mut ::std::ffi::c_void) -> $crate::backend::capi::guard::Err {
+            use $crate::backend::capi::guard::{guarded, obj, put};
+            guarded(stringify!($get), || {
+                put($gs, obj($go, $kind, $what)?.state.load(::std::sync::atomic::Ordering::Acquire));
+                Ok(())
+            })
+        }
+
+        $(#[$set_attr])*
+        pub extern "C" fn $set($so: *mut $st, $ss: *mut ::std::ffi::c_void) -> $crate::backend::capi::guard::Err {
+            use $crate::backend::capi::guard::{guarded, obj};
+            guarded(stringify!($set), || {
+                obj($so, $kind, $what)?.state.store($ss, ::std::sync::atomic::Ordering::Release);
+                Ok(())
+            })
+        }
+    };
+}
+pub(super) use state_accessors;

@@ -82,69 +82,44 @@ fn with_request(
     f(obj_mut(request, Kind::InferRequest, "inference_request")?)
 }
 
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestSetId(request: *mut InferRequestObj, id: *const c_char) -> Err {
-    guarded("TRITONSERVER_InferenceRequestSetId", || {
-        let id = text(id, "id")?.to_string();
-        with_request(request, |r| {
-            r.id = id;
-            Ok(())
-        })
-    })
+/// Exported functions that read their arguments (the `let`s, in order), then change a request the
+/// backend owns (`|r| ...`): the request setters, written once here.
+macro_rules! request_setters {
+    ($($(#[$attr:meta])* pub extern "C" fn $name:ident($request:ident: *mut InferRequestObj $(, $arg:ident: $ty:ty)* $(,)?) -> Err {
+        $(let $v:ident = $e:expr;)* |$r:ident| $body:expr
+    })*) => {
+        $($(#[$attr])*
+        pub extern "C" fn $name($request: *mut InferRequestObj $(, $arg: $ty)*) -> Err {
+            guarded(stringify!($name), || {
+                $(let $v = $e;)*
+                with_request($request, |$r| {
+                    $body;
+                    Ok(())
+                })
+            })
+        })*
+    };
 }
 
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestSetFlags(request: *mut InferRequestObj, flags: u32) -> Err {
-    guarded("TRITONSERVER_InferenceRequestSetFlags", || {
-        with_request(request, |r| {
-            r.flags = flags;
-            Ok(())
-        })
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationId(request: *mut InferRequestObj, id: u64) -> Err {
-    guarded("TRITONSERVER_InferenceRequestSetCorrelationId", || {
-        with_request(request, |r| {
-            r.correlation = (id != 0).then_some(SequenceId::U64(id));
-            Ok(())
-        })
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationIdString(
-    request: *mut InferRequestObj,
-    id: *const c_char,
-) -> Err {
-    guarded("TRITONSERVER_InferenceRequestSetCorrelationIdString", || {
-        let id = text(id, "correlation_id")?.to_string();
-        with_request(request, |r| {
-            r.correlation = (!id.is_empty()).then_some(SequenceId::Str(id));
-            Ok(())
-        })
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestSetTimeoutMicroseconds(request: *mut InferRequestObj, us: u64) -> Err {
-    guarded("TRITONSERVER_InferenceRequestSetTimeoutMicroseconds", || {
-        with_request(request, |r| {
-            r.timeout_us = us;
-            Ok(())
-        })
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestSetPriorityUInt64(request: *mut InferRequestObj, priority: u64) -> Err {
-    guarded("TRITONSERVER_InferenceRequestSetPriorityUInt64", || {
-        with_request(request, |r| {
-            r.priority = priority;
-            Ok(())
-        })
-    })
+request_setters! {
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestSetId(request: *mut InferRequestObj, id: *const c_char) -> Err {
+        let id = text(id, "id")?.to_string(); |r| r.id = id
+    }
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestSetFlags(request: *mut InferRequestObj, flags: u32) -> Err {
+        |r| r.flags = flags
+    }
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationId(request: *mut InferRequestObj, id: u64) -> Err {
+        |r| r.correlation = (id != 0).then_some(SequenceId::U64(id))
+    }
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestSetCorrelationIdString(request: *mut InferRequestObj, id: *const c_char) -> Err {
+        let id = text(id, "correlation_id")?.to_string(); |r| r.correlation = (!id.is_empty()).then_some(SequenceId::Str(id))
+    }
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestSetTimeoutMicroseconds(request: *mut InferRequestObj, us: u64) -> Err {
+        |r| r.timeout_us = us
+    }
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestSetPriorityUInt64(request: *mut InferRequestObj, priority: u64) -> Err {
+        |r| r.priority = priority
+    }
 }
 
 #[no_mangle]
@@ -152,57 +127,20 @@ pub extern "C" fn TRITONSERVER_InferenceRequestSetPriority(request: *mut InferRe
     TRITONSERVER_InferenceRequestSetPriorityUInt64(request, u64::from(priority))
 }
 
-fn set_request_parameter(request: *mut InferRequestObj, key: *const c_char, v: ParamValue) -> Result<(), Err> {
-    let key = text(key, "key")?.to_string();
-    with_request(request, |r| {
-        r.parameters.insert(key, v);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestSetBoolParameter(
-    request: *mut InferRequestObj,
-    key: *const c_char,
-    value: bool,
-) -> Err {
-    guarded("TRITONSERVER_InferenceRequestSetBoolParameter", || {
-        set_request_parameter(request, key, ParamValue::Bool(value))
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestSetIntParameter(
-    request: *mut InferRequestObj,
-    key: *const c_char,
-    value: i64,
-) -> Err {
-    guarded("TRITONSERVER_InferenceRequestSetIntParameter", || {
-        set_request_parameter(request, key, ParamValue::Int(value))
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestSetDoubleParameter(
-    request: *mut InferRequestObj,
-    key: *const c_char,
-    value: f64,
-) -> Err {
-    guarded("TRITONSERVER_InferenceRequestSetDoubleParameter", || {
-        set_request_parameter(request, key, ParamValue::Double(value))
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestSetStringParameter(
-    request: *mut InferRequestObj,
-    key: *const c_char,
-    value: *const c_char,
-) -> Err {
-    guarded("TRITONSERVER_InferenceRequestSetStringParameter", || {
-        let v = text(value, "value")?.to_string();
-        set_request_parameter(request, key, ParamValue::String(v))
-    })
+request_setters! {
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestSetBoolParameter(request: *mut InferRequestObj, key: *const c_char, value: bool) -> Err {
+        let key = text(key, "key")?.to_string(); |r| r.parameters.insert(key, ParamValue::Bool(value))
+    }
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestSetIntParameter(request: *mut InferRequestObj, key: *const c_char, value: i64) -> Err {
+        let key = text(key, "key")?.to_string(); |r| r.parameters.insert(key, ParamValue::Int(value))
+    }
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestSetDoubleParameter(request: *mut InferRequestObj, key: *const c_char, value: f64) -> Err {
+        let key = text(key, "key")?.to_string(); |r| r.parameters.insert(key, ParamValue::Double(value))
+    }
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestSetStringParameter(request: *mut InferRequestObj, key: *const c_char, value: *const c_char) -> Err {
+        let value = text(value, "value")?.to_string(); let key = text(key, "key")?.to_string();
+        |r| r.parameters.insert(key, ParamValue::String(value))
+    }
 }
 
 #[no_mangle]
@@ -304,74 +242,27 @@ pub extern "C" fn TRITONSERVER_InferenceRequestAppendInputDataWithBufferAttribut
     })
 }
 
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestRemoveAllInputData(
-    request: *mut InferRequestObj,
-    name: *const c_char,
-) -> Err {
-    guarded("TRITONSERVER_InferenceRequestRemoveAllInputData", || {
+request_setters! {
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestRemoveAllInputData(request: *mut InferRequestObj, name: *const c_char) -> Err {
         let name = text(name, "name")?.to_string();
-        with_request(request, |r| {
-            let i = r
-                .inputs
-                .iter_mut()
-                .find(|i| i.name == name)
-                .ok_or_else(|| invalid(&format!("input '{name}' does not exist in the request")))?;
-            i.data.clear();
-            Ok(())
-        })
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestRemoveAllInputs(request: *mut InferRequestObj) -> Err {
-    guarded("TRITONSERVER_InferenceRequestRemoveAllInputs", || {
-        with_request(request, |r| {
-            r.inputs.clear();
-            Ok(())
-        })
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestAddRequestedOutput(
-    request: *mut InferRequestObj,
-    name: *const c_char,
-) -> Err {
-    guarded("TRITONSERVER_InferenceRequestAddRequestedOutput", || {
+        |r| r.inputs.iter_mut().find(|i| i.name == name)
+            .ok_or_else(|| invalid(&format!("input '{name}' does not exist in the request")))?.data.clear()
+    }
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestRemoveAllInputs(request: *mut InferRequestObj) -> Err {
+        |r| r.inputs.clear()
+    }
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestAddRequestedOutput(request: *mut InferRequestObj, name: *const c_char) -> Err {
         let name = text(name, "name")?.to_string();
-        with_request(request, |r| {
-            if !r.outputs.contains(&name) {
-                r.outputs.push(name);
-            }
-            Ok(())
-        })
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(request: *mut InferRequestObj) -> Err {
-    guarded("TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs", || {
-        with_request(request, |r| {
-            r.outputs.clear();
-            Ok(())
-        })
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONSERVER_InferenceRequestSetReleaseCallback(
-    request: *mut InferRequestObj,
-    release_fn: Option<RequestReleaseFn>,
-    userp: *mut c_void,
-) -> Err {
-    guarded("TRITONSERVER_InferenceRequestSetReleaseCallback", || {
-        let f = release_fn.ok_or_else(|| invalid("request_release_fn is null"))?;
-        with_request(request, |r| {
-            r.release = Some((f, userp as usize));
-            Ok(())
-        })
-    })
+        |r| if !r.outputs.contains(&name) {
+            r.outputs.push(name)
+        }
+    }
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(request: *mut InferRequestObj) -> Err {
+        |r| r.outputs.clear()
+    }
+    #[no_mangle] pub extern "C" fn TRITONSERVER_InferenceRequestSetReleaseCallback(request: *mut InferRequestObj, release_fn: Option<RequestReleaseFn>, userp: *mut c_void) -> Err {
+        let f = release_fn.ok_or_else(|| invalid("request_release_fn is null"))?; |r| r.release = Some((f, userp as usize))
+    }
 }
 
 #[no_mangle]

@@ -146,9 +146,9 @@ fn fill_table(path: &Path) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Loads a backend or agent library as tritonserver does (RTLD_NOW | RTLD_LOCAL); the error says why
-/// not in the loader's words.
-pub(super) fn open_plugin(path: &Path) -> std::result::Result<libloading::os::unix::Library, String> {
+/// Loads a backend or agent library as tritonserver does (RTLD_NOW | RTLD_LOCAL); the error
+/// (UNAVAILABLE) says why not in the loader's words, for the caller to say which library it was.
+pub(super) fn open_plugin(path: &Path) -> Result<libloading::os::unix::Library> {
     // SAFETY: loading the library runs its initializers; it is one the operator installed for this
     // purpose, as tritonserver loads it.
     unsafe {
@@ -158,7 +158,8 @@ pub(super) fn open_plugin(path: &Path) -> std::result::Result<libloading::os::un
         )
     }
     .map_err(|e| {
-        format!("cannot be loaded: {}", std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string()))
+        let why = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+        Error::unavailable(format!("cannot be loaded: {why}"))
     })
 }
 
@@ -175,7 +176,7 @@ impl Library {
     /// Loads `path` as backend `name` and runs its `TRITONBACKEND_Initialize` with `config_json`.
     pub fn load(path: &Path, name: &str, config_json: String) -> Result<Library> {
         let fail = |why: String| Error::unavailable(format!("backend '{name}' ({}): {why}", path.display()));
-        let lib = open_plugin(path).map_err(fail)?;
+        let lib = open_plugin(path).map_err(|e| fail(e.message))?;
         macro_rules! entry {
             ($name:literal) => {{
                 // SAFETY: the symbol is the TRITONBACKEND entry point of that name, whose documented

@@ -70,7 +70,7 @@ impl CAgent {
                 return Err(fail(format!("needs Triton's C API, which this binary does not export, and {why}")));
             }
         }
-        let lib = super::library::open_plugin(path).map_err(fail)?;
+        let lib = super::library::open_plugin(path).map_err(|e| fail(e.message))?;
         macro_rules! entry {
             ($name:literal) => {{
                 // SAFETY: the symbol is the TRITONREPOAGENT entry point of that name, whose documented

@@ -204,73 +204,67 @@ pub extern "C" fn TRITONBACKEND_RequestRelease(request: *mut RequestObj, release
     })
 }
 
-#[no_mangle]
-pub extern "C" fn TRITONBACKEND_InputProperties(
-    input: *mut InputObj,
-    name: *mut *const c_char,
-    datatype: *mut u32,
-    shape: *mut *const i64,
-    dims_count: *mut u32,
-    byte_size: *mut u64,
-    buffer_count: *mut u32,
-) -> Err {
-    guarded("TRITONBACKEND_InputProperties", || {
-        let i = obj(input, Kind::Input, "input")?;
-        put(name, i.name.as_ptr());
-        put(datatype, i.datatype);
-        put(shape, i.shape.as_ptr());
-        put(dims_count, i.shape.len() as u32);
-        put(byte_size, i.data.len() as u64);
-        put(buffer_count, u32::from(!i.data.is_empty()));
-        Ok(())
-    })
-}
+/// An exported function and its `...ForHostPolicy` twin, which takes a host policy name after the
+/// first argument and ignores it: tritonrs has one host policy.
+macro_rules! with_host_policy {
+    ($(#[$attr:meta])* pub extern "C" fn $name:ident($first:ident: $first_ty:ty $(, $arg:ident: $ty:ty)* $(,)?) -> Err $body:block
+     $(#[$policy_attr:meta])* pub extern "C" fn $policy:ident($first_again:ident, $host_policy:ident: *const c_char, ..) -> Err;) => {
+        $(#[$attr])*
+        pub extern "C" fn $name($first: $first_ty $(, $arg: $ty)*) -> Err $body
 
-#[no_mangle]
-pub extern "C" fn TRITONBACKEND_InputPropertiesForHostPolicy(
-    input: *mut InputObj,
-    _host_policy_name: *const c_char,
-    name: *mut *const c_char,
-    datatype: *mut u32,
-    shape: *mut *const i64,
-    dims_count: *mut u32,
-    byte_size: *mut u64,
-    buffer_count: *mut u32,
-) -> Err {
-    TRITONBACKEND_InputProperties(input, name, datatype, shape, dims_count, byte_size, buffer_count)
-}
-
-#[no_mangle]
-pub extern "C" fn TRITONBACKEND_InputBuffer(
-    input: *mut InputObj,
-    index: u32,
-    buffer: *mut *const c_void,
-    buffer_byte_size: *mut u64,
-    memory_type: *mut u32,
-    memory_type_id: *mut i64,
-) -> Err {
-    guarded("TRITONBACKEND_InputBuffer", || {
-        let i = obj(input, Kind::Input, "input")?;
-        if index != 0 || i.data.is_empty() {
-            return Err(invalid(&format!("input buffer index {index} is out of range")));
+        $(#[$policy_attr])*
+        pub extern "C" fn $policy($first: $first_ty, $host_policy: *const c_char $(, $arg: $ty)*) -> Err {
+            $name($first $(, $arg)*)
         }
-        put(buffer, i.data.as_ptr().cast());
-        put(buffer_byte_size, i.data.len() as u64);
-        put(memory_type, MEMORY_CPU);
-        put(memory_type_id, 0);
-        Ok(())
-    })
+    };
 }
 
-#[no_mangle]
-pub extern "C" fn TRITONBACKEND_InputBufferForHostPolicy(
-    input: *mut InputObj,
-    _host_policy_name: *const c_char,
-    index: u32,
-    buffer: *mut *const c_void,
-    buffer_byte_size: *mut u64,
-    memory_type: *mut u32,
-    memory_type_id: *mut i64,
-) -> Err {
-    TRITONBACKEND_InputBuffer(input, index, buffer, buffer_byte_size, memory_type, memory_type_id)
+with_host_policy! {
+    #[no_mangle]
+    pub extern "C" fn TRITONBACKEND_InputProperties(
+        input: *mut InputObj,
+        name: *mut *const c_char,
+        datatype: *mut u32,
+        shape: *mut *const i64,
+        dims_count: *mut u32,
+        byte_size: *mut u64,
+        buffer_count: *mut u32,
+    ) -> Err {
+        guarded("TRITONBACKEND_InputProperties", || {
+            let i = obj(input, Kind::Input, "input")?;
+            put(name, i.name.as_ptr());
+            put(datatype, i.datatype);
+            put(shape, i.shape.as_ptr());
+            put(dims_count, i.shape.len() as u32);
+            put(byte_size, i.data.len() as u64);
+            put(buffer_count, u32::from(!i.data.is_empty()));
+            Ok(())
+        })
+    }
+    #[no_mangle] pub extern "C" fn TRITONBACKEND_InputPropertiesForHostPolicy(input, _host_policy_name: *const c_char, ..) -> Err;
+}
+
+with_host_policy! {
+    #[no_mangle]
+    pub extern "C" fn TRITONBACKEND_InputBuffer(
+        input: *mut InputObj,
+        index: u32,
+        buffer: *mut *const c_void,
+        buffer_byte_size: *mut u64,
+        memory_type: *mut u32,
+        memory_type_id: *mut i64,
+    ) -> Err {
+        guarded("TRITONBACKEND_InputBuffer", || {
+            let i = obj(input, Kind::Input, "input")?;
+            if index != 0 || i.data.is_empty() {
+                return Err(invalid(&format!("input buffer index {index} is out of range")));
+            }
+            put(buffer, i.data.as_ptr().cast());
+            put(buffer_byte_size, i.data.len() as u64);
+            put(memory_type, MEMORY_CPU);
+            put(memory_type_id, 0);
+            Ok(())
+        })
+    }
+    #[no_mangle] pub extern "C" fn TRITONBACKEND_InputBufferForHostPolicy(input, _host_policy_name: *const c_char, ..) -> Err;
 }

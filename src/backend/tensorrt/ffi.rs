@@ -268,8 +268,13 @@ unsafe impl Send for Nvinfer {}
 unsafe impl Sync for Nvinfer {}
 
 impl Nvinfer {
-    /// Loads TensorRT, or says exactly what is missing.
-    pub fn load(opts: &LoadOptions, pools: Option<Pools>) -> std::result::Result<Nvinfer, String> {
+    /// Loads TensorRT, or says exactly what is missing (UNAVAILABLE).
+    pub fn load(opts: &LoadOptions, pools: Option<Pools>) -> Result<Nvinfer> {
+        Nvinfer::open(opts, pools).map_err(Error::unavailable)
+    }
+
+    /// [`Nvinfer::load`]; the error is the reason.
+    fn open(opts: &LoadOptions, pools: Option<Pools>) -> std::result::Result<Nvinfer, String> {
         let candidates: Vec<PathBuf> = match &opts.library {
             Some(p) => vec![p.clone()],
             None => vec!["libnvinfer.so.10".into(), "libnvinfer.so.8".into()],
@@ -764,7 +769,7 @@ mod tests {
     fn missing_libnvinfer_is_a_clear_reason() {
         let opts = LoadOptions { library: Some("/nonexistent/libnvinfer.so.10".into()), ..Default::default() };
         let err = Nvinfer::load(&opts, None).err().expect("no TensorRT here");
-        assert!(err.contains("TensorRT is not installed"), "{err}");
-        assert!(err.contains("/nonexistent/libnvinfer.so.10"), "{err}");
+        assert!(err.message.contains("TensorRT is not installed"), "{err}");
+        assert!(err.message.contains("/nonexistent/libnvinfer.so.10"), "{err}");
     }
 }

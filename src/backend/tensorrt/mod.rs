@@ -82,7 +82,7 @@ pub struct TensorRtBackend {
     opts: ffi::LoadOptions,
     pools: Option<Pools>,
     /// TensorRT, loaded on first use; the error says what is missing.
-    runtime: OnceLock<std::result::Result<Arc<dyn Runtime>, String>>,
+    runtime: OnceLock<Result<Arc<dyn Runtime>>>,
     /// Engines by plan file and GPU, shared by instances while any holds them.
     engines: Mutex<Vec<(EngineKey, Weak<SharedEngine>)>>,
     /// Check the instance's GPU through the CUDA driver (not for the mock runtime).
@@ -116,7 +116,6 @@ impl TensorRtBackend {
                 ffi::Nvinfer::load(&self.opts, self.pools.clone()).map(|n| Arc::new(Arc::new(n)) as Arc<dyn Runtime>)
             })
             .clone()
-            .map_err(Error::unavailable)
     }
 
     fn engine(&self, runtime: &dyn Runtime, file: &Path, device: i32) -> Result<Arc<SharedEngine>> {

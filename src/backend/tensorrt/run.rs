@@ -329,20 +329,21 @@ const STEPS: &[&str] =
 
 impl Faults {
     /// Parses the variable's value; an error names what is wrong.
-    pub fn parse(spec: &str) -> std::result::Result<Faults, String> {
+    pub fn parse(spec: &str) -> Result<Faults> {
         let mut rules = Vec::new();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (step, n) = part.split_once(':').ok_or_else(|| format!("'{part}' is not <step>:<n>"))?;
+            let (step, n) =
+                part.split_once(':').ok_or_else(|| Error::invalid(format!("'{part}' is not <step>:<n>")))?;
             let step = step.trim();
             if !STEPS.contains(&step) {
-                return Err(format!("'{step}' is not a step ({})", STEPS.join(", ")));
+                return Err(Error::invalid(format!("'{step}' is not a step ({})", STEPS.join(", "))));
             }
             let n: usize = n
                 .trim()
                 .parse()
                 .ok()
                 .filter(|&n| n > 0)
-                .ok_or_else(|| format!("'{n}' in '{part}' is not a count from 1"))?;
+                .ok_or_else(|| Error::invalid(format!("'{n}' in '{part}' is not a count from 1")))?;
             rules.push((step.to_string(), n));
         }
         let counts = parking_lot::Mutex::new(vec![0; STEPS.len()]);

@@ -7,7 +7,6 @@ use super::state::LoadedModel;
 use crate::core::repository;
 use crate::core::scheduler::ensemble::graph::{EnsembleGraph, Step};
 use crate::core::scheduler::ensemble::{EnsembleScheduler, StepModel, StepRunner};
-use crate::core::stats::ModelStats;
 use crate::core::validate::ModelIo;
 use crate::error::{Error, Result};
 use crate::model_api::LoadOptions;
@@ -217,20 +216,8 @@ pub(super) fn load_version(
         return Err(Error::invalid(format!("version folder '{}' does not exist", version_dir.display())));
     }
     let io = ModelIo::from_config(&cfg)?;
-    let stats = Arc::new(ModelStats::new(cfg.max_batch_size));
-    let scheduler =
-        EnsembleScheduler::start(&cfg, version, plan.graph.clone(), plan.models.clone(), steps, stats.clone())?;
-    Ok(Arc::new(LoadedModel {
-        name: name.to_string(),
-        version,
-        io,
-        labels: (*labels).clone(),
-        config: cfg,
-        scheduler: Box::new(scheduler),
-        stats,
-        load_duration: started.elapsed(),
-        probes: Vec::new(),
-        served_by: None,
-        retirements: Vec::new(),
-    }))
+    let model = LoadedModel::assemble(name, version, cfg, io, &labels, started, |cfg, stats| {
+        Ok(Box::new(EnsembleScheduler::start(cfg, version, plan.graph.clone(), plan.models.clone(), steps, stats)?))
+    })?;
+    Ok(Arc::new(model))
 }

@@ -7,7 +7,6 @@ use super::manager::ModelManager;
 use super::state::LoadedModel;
 use crate::core::rate_limiter::{Limited, Needs, RateLimiter, ResourceKey};
 use crate::core::scheduler;
-use crate::core::stats::ModelStats;
 use crate::core::validate::ModelIo;
 use crate::core::warmup;
 use crate::error::{Error, Result};
@@ -110,21 +109,10 @@ pub(super) fn load_version(
     if !samples.is_empty() {
         tracing::info!("Model '{name}' version {version} ran {} warmup sample(s) on each instance.", samples.len());
     }
-    let stats = Arc::new(ModelStats::new(cfg.max_batch_size));
-    let scheduler = scheduler::start(name, &cfg, dir, instances, stats.clone())?;
-    Ok(Arc::new(LoadedModel {
-        name: name.to_string(),
-        version,
-        io,
-        labels: (*labels).clone(),
-        config: cfg,
-        scheduler,
-        stats,
-        load_duration: started.elapsed(),
-        probes,
-        served_by,
-        retirements,
-    }))
+    let model = LoadedModel::assemble(name, version, cfg, io, &labels, started, |cfg, stats| {
+        scheduler::start(name, cfg, dir, instances, stats)
+    })?;
+    Ok(Arc::new(LoadedModel { probes, served_by, retirements, ..model }))
 }
 
 /// Wraps an instance so that it holds its group's `rate_limiter` resources while it executes.

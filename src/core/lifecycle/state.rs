@@ -4,10 +4,11 @@
 use crate::core::scheduler::Scheduler;
 use crate::core::stats::ModelStats;
 use crate::core::validate::ModelIo;
+use crate::error::Result;
 use crate::proto::inference::ModelConfig;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A model version's state, as the repository index reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +48,37 @@ pub struct LoadedModel {
     pub served_by: Option<String>,
     /// Instances to tell when this version leaves service (see [`crate::model_api::Retirement`]).
     pub retirements: Vec<Arc<dyn crate::model_api::Retirement>>,
+}
+
+impl LoadedModel {
+    /// A loaded version: fresh statistics, the scheduler `start` builds over them, and the load's
+    /// duration from `started`. Instance readiness, the serving library and retirements are the
+    /// caller's to add (an ensemble has none).
+    pub(super) fn assemble(
+        name: &str,
+        version: i64,
+        config: Arc<ModelConfig>,
+        io: ModelIo,
+        labels: &HashMap<String, Arc<Vec<String>>>,
+        started: Instant,
+        start: impl FnOnce(&ModelConfig, Arc<ModelStats>) -> Result<Box<dyn Scheduler>>,
+    ) -> Result<LoadedModel> {
+        let stats = Arc::new(ModelStats::new(config.max_batch_size));
+        let scheduler = start(&config, stats.clone())?;
+        Ok(LoadedModel {
+            name: name.to_string(),
+            version,
+            io,
+            labels: labels.clone(),
+            config,
+            scheduler,
+            stats,
+            load_duration: started.elapsed(),
+            probes: Vec::new(),
+            served_by: None,
+            retirements: Vec::new(),
+        })
+    }
 }
 
 /// One version's slot in the table.

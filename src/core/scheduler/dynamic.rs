@@ -2,13 +2,15 @@
 //! instance is free, with preferred sizes, a queue delay, priority levels and queue policies.
 //!
 //! The policy is [`BatchQueue`], a pure state struct with synchronous methods and explicit time, so it
-//! is unit-tested without threads or timers. [`DynamicBatcher`] is the thin driver around it: submitters
-//! and finishing instances call `dispatch` under one short lock, handing formed batches straight to idle
-//! instance threads; one timer thread wakes only when a queue delay or a request timeout falls due.
+//! is unit-tested without threads or timers. [`DynamicBatcher`] is the batchers' one thin driver
+//! (`driver.rs`) around it: submitters and finishing instances call `dispatch` under one short lock,
+//! handing formed batches straight to idle instance threads; one timer thread wakes only when a queue
+//! delay or a request timeout falls due.
 
+use super::driver::{Batcher, Batching};
 use super::timer::{Clocked, Timed};
 use super::workers::{finish_request, record_execution, serve, unloaded, Work, Workers};
-use super::{batch, execute, execute_list, Job, Scheduler, DEFAULT_MAX_QUEUE_SIZE};
+use super::{batch, execute, execute_list, Job, DEFAULT_MAX_QUEUE_SIZE};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
 use crate::model_api::{ExecRequest, ExecResult, ModelInstance};
@@ -16,7 +18,7 @@ use crate::proto::inference::model_queue_policy::TimeoutAction;
 use crate::proto::inference::{ModelConfig, ModelDynamicBatching, ModelQueuePolicy};
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -299,7 +301,7 @@ struct Queued {
 }
 
 /// State shared by submitters, instance threads and the timer thread.
-struct Shared {
+pub(super) struct Shared {
     model: String,
     /// The queue and idle count, with the timer's alarm.
     state: Clocked<State>,
@@ -317,7 +319,7 @@ struct Shared {
     lists: bool,
 }
 
-struct State {
+pub(super) struct State {
     queue: BatchQueue<Queued>,
     /// Instances waiting for work.
     idle: usize,
@@ -326,10 +328,7 @@ struct State {
 }
 
 /// The dynamic batcher of one model version.
-pub struct DynamicBatcher {
-    shared: Arc<Shared>,
-    workers: Workers,
-}
+pub(super) type DynamicBatcher = Batcher<Shared>;
 
 impl DynamicBatcher {
     pub fn start(
@@ -364,36 +363,28 @@ impl DynamicBatcher {
         }
         let timer_shared = shared.clone();
         workers.timer(format!("batch-{name}"), move || timer_shared.timer_loop())?;
-        Ok(DynamicBatcher { shared, workers })
+        Ok(Batcher::new(shared, workers))
     }
 }
 
-impl Drop for DynamicBatcher {
-    fn drop(&mut self) {
-        self.shared.state.close();
+impl Batching for Shared {
+    type State = State;
+    fn parts(&self) -> (&str, &Clocked<State>, &ModelStats) {
+        (&self.model, &self.state, &self.stats)
     }
-}
-
-impl Scheduler for DynamicBatcher {
-    fn submit(&self, job: Job) -> Result<()> {
-        let s = &self.shared;
-        let now = Instant::now();
-        let mut st = s.state.lock_open(&s.model)?;
+    fn push(&self, st: &mut State, job: Job, now: Instant) -> Result<()> {
         let seq = st.seq;
         let (size, priority, timeout) = (job.batch_size, job.control.priority, job.control.timeout);
         match st.queue.push(Queued { job, seq }, size, priority, timeout, now) {
             Ok(()) => {
                 st.seq += 1;
-                s.stats.pending.fetch_add(1, Ordering::Relaxed);
+                Ok(())
             }
-            Err((_, msg)) => return Err(Error::unavailable(format!("model '{}': {msg}", s.model))),
+            Err((_, msg)) => Err(Error::unavailable(format!("model '{}': {msg}", self.model))),
         }
-        s.dispatch(st, now);
-        Ok(())
     }
-
-    fn running(&self) -> Arc<AtomicUsize> {
-        self.workers.running()
+    fn dispatch(&self, st: MutexGuard<'_, Timed<State>>, now: Instant) {
+        Shared::dispatch(self, st, now)
     }
 }
 

@@ -10,6 +10,7 @@
 
 pub mod batch;
 mod default;
+mod driver;
 pub mod dynamic;
 pub mod ensemble;
 pub mod sequence;

@@ -4,18 +4,19 @@
 //!
 //! The policy is [`slots::SlotTable`], a pure state struct with explicit time (slot assignment, backlog,
 //! idle expiry, batch formation for the direct and oldest strategies); [`policy::SequencePolicy`] reads
-//! the configuration and builds the control and state tensors. [`SequenceBatcher`] is the thin driver:
-//! submitters and finishing instances call `dispatch` under one short lock, each instance thread gets
-//! its own batches (a slot belongs to one instance) and keeps its slots' implicit state, and one timer
-//! thread wakes for queue delays and idle expiry.
+//! the configuration and builds the control and state tensors. [`SequenceBatcher`] is the batchers' one
+//! thin driver (`driver.rs`) around it: submitters and finishing instances call `dispatch` under one
+//! short lock, each instance thread gets its own batches (a slot belongs to one instance) and keeps its
+//! slots' implicit state, and one timer thread wakes for queue delays and idle expiry.
 
 pub mod policy;
 pub mod slots;
 
+use super::driver::{Batcher, Batching};
 use super::dynamic::Next;
 use super::timer::{Clocked, Timed};
 use super::workers::{finish_request, serve, unloaded, Work, Workers};
-use super::{batch, execute, Job, Scheduler, DEFAULT_MAX_QUEUE_SIZE};
+use super::{batch, execute, Job, DEFAULT_MAX_QUEUE_SIZE};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
 use crate::model_api::types::Tensor;
@@ -25,7 +26,7 @@ use parking_lot::MutexGuard;
 use policy::{RowSignals, SequencePolicy};
 use slots::{Row, SlotPolicy, SlotTable};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,7 +34,7 @@ use std::time::Instant;
 type Rows = Vec<Row<Job>>;
 
 /// State shared by submitters, instance threads and the timer thread.
-struct Shared {
+pub(super) struct Shared {
     /// Model name, for messages.
     model: String,
     /// The slot table, with the timer's alarm, under one short lock.
@@ -48,18 +49,13 @@ struct Shared {
     policy: SequencePolicy,
 }
 
-struct State {
+pub(super) struct State {
     /// Slots, sequences, backlog and batch formation.
     table: SlotTable<Job>,
 }
 
 /// The sequence batcher of one model version.
-pub struct SequenceBatcher {
-    /// What the submitters, instance threads and timer thread share.
-    shared: Arc<Shared>,
-    /// The instance threads and the timer thread.
-    workers: Workers,
-}
+pub(super) type SequenceBatcher = Batcher<Shared>;
 
 impl SequenceBatcher {
     /// Starts one thread per instance and the timer thread. `policy` is the model's checked
@@ -120,38 +116,31 @@ impl SequenceBatcher {
             shared.stop_instances();
             return Err(e);
         }
-        Ok(SequenceBatcher { shared, workers })
+        Ok(Batcher::new(shared, workers))
     }
 }
 
-impl Drop for SequenceBatcher {
-    fn drop(&mut self) {
-        self.shared.state.close();
+impl Batching for Shared {
+    type State = State;
+    fn parts(&self) -> (&str, &Clocked<State>, &ModelStats) {
+        (&self.model, &self.state, &self.stats)
     }
-}
-
-impl Scheduler for SequenceBatcher {
+    /// Refuses a request whose correlation id does not fit the model's CORRID control.
+    fn check(&self, job: &Job) -> Result<()> {
+        match &job.control.sequence_id {
+            Some(id) => self.policy.check_corrid(&self.model, id),
+            None => Ok(()),
+        }
+    }
     /// Routes the request to its sequence's slot (or the backlog), or refuses it with Triton's message:
     /// no sequence id, a batch of more than one, or no START on an unknown (ended, expired) sequence.
-    fn submit(&self, job: Job) -> Result<()> {
-        let s = &self.shared;
-        let now = Instant::now();
-        if let Some(id) = &job.control.sequence_id {
-            s.policy.check_corrid(&s.model, id)?;
-        }
-        let mut st = s.state.lock_open(&s.model)?;
+    fn push(&self, st: &mut State, job: Job, now: Instant) -> Result<()> {
         let (id, start, end, size) =
             (job.control.sequence_id.clone(), job.control.sequence_start, job.control.sequence_end, job.batch_size);
-        if let Err((_, e)) = st.table.submit(job, id, start, end, size, now) {
-            return Err(e);
-        }
-        s.stats.pending.fetch_add(1, Ordering::Relaxed);
-        s.dispatch(st, now);
-        Ok(())
+        st.table.submit(job, id, start, end, size, now).map_err(|(_, e)| e)
     }
-
-    fn running(&self) -> Arc<AtomicUsize> {
-        self.workers.running()
+    fn dispatch(&self, st: MutexGuard<'_, Timed<State>>, now: Instant) {
+        Shared::dispatch(self, st, now)
     }
 }
 

@@ -876,9 +876,9 @@ fn json_input_variants() {
 #[test]
 fn json_errors() {
     let err = config_from_json(r#"{ "max_batch_size": 8, "max_batch_sizee": 8 }"#);
-    assert!(matches!(&err, Err(msg) if msg.contains("unrecognized field name 'max_batch_sizee'")), "{err:?}");
+    assert!(matches!(&err, Err(e) if e.message.contains("unrecognized field name 'max_batch_sizee'")), "{err:?}");
     let err = config_from_json(r#"{ "input": [ { "data_type": "TYPE_NOPE" } ] }"#);
-    assert!(matches!(&err, Err(msg) if msg.contains("TYPE_NOPE")), "{err:?}");
+    assert!(matches!(&err, Err(e) if e.message.contains("TYPE_NOPE")), "{err:?}");
     assert!(config_from_json("{ \"max_batch_size\": \"eight\" }").is_err());
     assert!(config_from_json("[]").is_err());
     assert!(config_from_json("{} {}").is_err());
