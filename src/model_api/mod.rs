@@ -296,6 +296,12 @@ pub trait ServerApi: Send + Sync {
     fn custom_metrics(&self) -> Option<Arc<custom_metrics::CustomMetrics>>;
 }
 
+/// tritonserver's `--backend-directory` default.
+pub const DEFAULT_BACKEND_DIRECTORY: &str = "/opt/tritonserver/backends";
+
+/// tritonserver's `--repoagent-directory` default.
+pub const DEFAULT_REPOAGENT_DIRECTORY: &str = "/opt/tritonserver/repoagents";
+
 /// `--backend-config` settings: per backend name, and global ones (given without a backend name).
 #[derive(Debug, Clone, Default)]
 pub struct BackendConfig {

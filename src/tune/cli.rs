@@ -4,11 +4,8 @@
 use super::{export, report, run, Context, Outcome};
 use crate::config::tune::TuneArgs;
 use crate::core::repository;
-use crate::core::{Server, ServerOptions};
-use crate::model_api::BackendFactory;
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Exit status when Ctrl-C ended the run (after writing what was measured), as shells report SIGINT.
@@ -32,11 +29,9 @@ pub fn main(args: TuneArgs) -> ExitCode {
     if args.apply && args.via.is_some() {
         return fail("--apply writes into a local repository; it cannot be used with --via");
     }
-    let min_cc = args.min_supported_compute_capability;
-    if !(min_cc.is_finite() && min_cc >= 0.0) {
-        return fail(format!("--min-supported-compute-capability must be a non-negative number, got {min_cc}"));
+    if let Err(e) = crate::assemble::min_compute_capability(args.min_supported_compute_capability) {
+        return fail(e);
     }
-    crate::platform::cuda::set_min_compute_capability(min_cc);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tritonrs-io").build() {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot start the runtime: {e}")),
@@ -94,7 +89,7 @@ async fn tune(args: TuneArgs) -> ExitCode {
             }
             t
         }
-        None => match in_process_server(&args).await {
+        None => match crate::assemble::tune_server(&args).await {
             Ok(server) => super::target::Target::InProcess(server),
             Err(e) => return fail(e),
         },
@@ -190,24 +185,4 @@ async fn tune(args: TuneArgs) -> ExitCode {
         }
         Outcome::Interrupted => ExitCode::from(INTERRUPTED),
     }
-}
-
-/// A server over the repository with nothing loaded: tuning loads each variant itself.
-async fn in_process_server(args: &TuneArgs) -> Result<Server, String> {
-    let backend_config = args.model_config.backend_config().map_err(|e| e.to_string())?;
-    let repo = args.model_config.repo_options(&backend_config, 64 << 20).map_err(|e| format!("{e:#}"))?;
-    let opts = ServerOptions {
-        id: "tritonrs-tune".into(),
-        strict_readiness: false,
-        repo,
-        backends: {
-            let config = backend_config.clone();
-            BackendFactory(Arc::new(move |api, pools| crate::backend::builtin(&config, api, pools)))
-        },
-        backend_config,
-        ..ServerOptions::explicit(args.model_repository.clone())
-    };
-    let server = Server::new(opts);
-    server.startup().await.map_err(|e| e.message)?;
-    Ok(server)
 }

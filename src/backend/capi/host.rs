@@ -27,8 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-/// tritonserver's `--backend-directory` default.
-pub const DEFAULT_BACKEND_DIRECTORY: &str = "/opt/tritonserver/backends";
+pub use crate::model_api::DEFAULT_BACKEND_DIRECTORY;
 
 /// How long an instance waits for a backend to answer and release a request, unless
 /// `--backend-config=<name>,response-timeout-ms=N` says otherwise.
