@@ -264,7 +264,14 @@ pub trait Retirement: Send + Sync {
 pub trait Backend: Send + Sync {
     /// The name used in `config.pbtxt`'s `backend` field.
     fn name(&self) -> &'static str;
-    /// Creates one instance; called on a blocking thread during model load.
+    /// The backend's own refusals of an instance that are said before the core checks the instance's
+    /// GPU (TensorRT missing, the model file missing, a typo in the model's settings), so that the
+    /// first problem is the one reported. Called by the core before [`Backend::create_instance`].
+    fn check_instance(&self, _ctx: &ModelContext, _spec: &InstanceSpec) -> Result<()> {
+        Ok(())
+    }
+    /// Creates one instance; called on a blocking thread during model load. A KIND_GPU instance's GPU
+    /// has been checked by the core.
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>>;
 }
 
