@@ -66,7 +66,7 @@ fn encrypt_model(args: tritonrs::config::EncryptModelArgs) -> ExitCode {
 
 /// `tritonrs validate`: one line per model, exit 1 if any is invalid.
 fn validate(args: ValidateArgs) -> ExitCode {
-    if args.model_repository.is_empty() {
+    if args.repository.model_repository.is_empty() {
         eprintln!(
             "error: no model repository: give --model-repository, TRITONRS_MODEL_REPOSITORY or model-repository in \
              the configuration file"
@@ -85,7 +85,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
         }
     };
     let (cloud, local): (Vec<PathBuf>, Vec<PathBuf>) =
-        args.model_repository.iter().cloned().partition(|r| storage::is_cloud(&r.to_string_lossy()));
+        args.repository.model_repository.iter().cloned().partition(|r| storage::is_cloud(&r.to_string_lossy()));
     let (models, errors) = repository::scan(&local);
     let mut bad = errors.len();
     // The unit's ExecStartPre runs validate: a cloud repository is checked when the server fetches it.
@@ -334,32 +334,24 @@ struct Frontends {
 
 impl Frontends {
     fn from_args(args: &ServeArgs, repositories: &[PathBuf]) -> Result<Frontends> {
-        let http_tls = TlsFiles::from_flags(
-            "http",
-            args.http_use_ssl,
-            args.http_use_ssl_mutual,
-            args.http_server_cert.as_deref(),
-            args.http_server_key.as_deref(),
-            args.http_root_cert.as_deref(),
-        )
-        .map_err(Error::invalid)?;
-        let grpc_tls = TlsFiles::from_flags(
-            "grpc",
-            args.grpc_use_ssl,
-            args.grpc_use_ssl_mutual,
-            args.grpc_server_cert.as_deref(),
-            args.grpc_server_key.as_deref(),
-            args.grpc_root_cert.as_deref(),
-        )
-        .map_err(Error::invalid)?;
+        let tls = |prefix, (use_ssl, mutual, cert, key, root)| {
+            TlsFiles::from_flags(prefix, use_ssl, mutual, cert, key, root).map_err(Error::invalid)
+        };
+        let http_tls = tls("http", args.http_tls.tls())?.map(|t| t.server_config()).transpose();
+        let http_tls = http_tls.map_err(Error::invalid)?;
+        // Read once, now, so a missing file stops the start instead of the gRPC server.
+        let grpc_tls = tls("grpc", args.grpc_tls.tls())?.map(|t| t.pem()).transpose().map_err(Error::invalid)?;
         Ok(Frontends {
-            http_tls: http_tls.map(|t| t.server_config()).transpose().map_err(Error::invalid)?,
-            // Read once, now, so a missing file stops the start instead of the gRPC server.
-            grpc_tls: grpc_tls.map(|t| t.pem()).transpose().map_err(Error::invalid)?,
-            http_restricted: Restrictions::parse(&args.http_restricted_api, "--http-restricted-api", false)
+            http_tls,
+            grpc_tls,
+            http_restricted: Restrictions::parse(&args.http_tls.http_restricted_api, "--http-restricted-api", false)
                 .map_err(Error::invalid)?,
-            grpc_restricted: Restrictions::parse(&args.grpc_restricted_protocol, "--grpc-restricted-protocol", true)
-                .map_err(Error::invalid)?,
+            grpc_restricted: Restrictions::parse(
+                &args.grpc_tls.grpc_restricted_protocol,
+                "--grpc-restricted-protocol",
+                true,
+            )
+            .map_err(Error::invalid)?,
             mqtt: tritonrs::frontend::mqtt::Settings::from_args(&args.mqtt).map_err(Error::invalid)?,
             frigate: tritonrs::frontend::frigate::FrigateSettings::from_args(&args.frigate, repositories)
                 .map_err(Error::invalid)?,

@@ -91,7 +91,7 @@ fn control_mode(mode: config::ControlMode) -> ControlMode {
 /// The options of the server `tritonrs` runs, from its flags. Every flag is checked here, before any
 /// port is bound; trace warnings are logged.
 pub fn serve_options(args: &ServeArgs) -> Result<ServerOptions> {
-    if args.model_repository.is_empty() {
+    if args.repository.model_repository.is_empty() {
         return Err(Error::invalid("at least one --model-repository is required"));
     }
     let max_tensor_bytes = args.http_max_input_size.max(args.grpc_max_message_size);
@@ -125,7 +125,7 @@ pub fn serve_options(args: &ServeArgs) -> Result<ServerOptions> {
     opts.pools = args.memory.pool_options();
     // After the flags are checked and before any port is bound: a repository that cannot be read is a
     // start-up error, said once.
-    for r in args.model_repository.iter().filter(|r| !storage::is_cloud(&r.to_string_lossy())) {
+    for r in args.repository.model_repository.iter().filter(|r| !storage::is_cloud(&r.to_string_lossy())) {
         if let Err(e) = std::fs::read_dir(r) {
             return Err(Error::invalid(format!("cannot read model repository '{}': {e}", r.display())));
         }
@@ -140,9 +140,9 @@ type Remotes = Vec<Arc<dyn RemoteRepository>>;
 /// A malformed URL, an unreadable credential file or a cache folder that cannot be made stop the
 /// server; the storage being unreachable does not (it is only contacted once serving begins).
 fn open_repositories(args: &ServeArgs) -> Result<(Vec<PathBuf>, Remotes)> {
-    let any_cloud = args.model_repository.iter().any(|r| storage::is_cloud(&r.to_string_lossy()));
+    let any_cloud = args.repository.model_repository.iter().any(|r| storage::is_cloud(&r.to_string_lossy()));
     if !any_cloud {
-        return Ok((args.model_repository.clone(), Vec::new()));
+        return Ok((args.repository.model_repository.clone(), Vec::new()));
     }
     let credentials = match &args.cloud_credential_path {
         Some(p) => storage::CredentialFile::load(p).map_err(Error::invalid)?,
@@ -151,7 +151,7 @@ fn open_repositories(args: &ServeArgs) -> Result<(Vec<PathBuf>, Remotes)> {
     let cache = args.repository_cache_dir.clone().unwrap_or_else(storage::default_cache_dir);
     let mut local = Vec::new();
     let mut remotes: Remotes = Vec::new();
-    for r in &args.model_repository {
+    for r in &args.repository.model_repository {
         let text = r.to_string_lossy();
         if !storage::is_cloud(&text) {
             local.push(r.clone());
@@ -169,7 +169,7 @@ fn open_repositories(args: &ServeArgs) -> Result<(Vec<PathBuf>, Remotes)> {
 /// The server `tritonrs tune` measures in-process: over the repository with nothing loaded, since
 /// tuning loads each variant itself.
 pub async fn tune_server(args: &TuneArgs) -> Result<Server> {
-    let mut opts = options(&args.model_config, 64 << 20, args.model_repository.clone())?;
+    let mut opts = options(&args.model_config, 64 << 20, args.repository.model_repository.clone())?;
     opts.id = "tritonrs-tune".into();
     opts.strict_readiness = false;
     let server = Server::new(opts);

@@ -119,15 +119,10 @@ pub struct EncryptModelArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("model_repository", |a| a.help("Model repository to check (repeatable); the server's setting when not given")))]
 pub struct ValidateArgs {
-    /// Model repository to check (repeatable); the server's setting when not given.
-    #[arg(
-        long = "model-repository",
-        visible_alias = "model-store",
-        env = "TRITONRS_MODEL_REPOSITORY",
-        value_delimiter = ','
-    )]
-    pub model_repository: Vec<PathBuf>,
+    #[command(flatten)]
+    pub repository: RepositoryArgs,
     /// Also print each valid model's completed configuration (after auto-complete), in config.pbtxt form.
     #[arg(long)]
     pub print_config: bool,
@@ -139,6 +134,20 @@ pub struct ValidateArgs {
     pub grpc_max_message_size: usize,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
+}
+
+/// `--model-repository` (and tritonserver's `--model-store`), declared once for the server, `validate`
+/// and `tune`; each command may give it a help text of its own.
+#[derive(Debug, Clone, Args)]
+pub struct RepositoryArgs {
+    /// Path to a model repository (repeatable).
+    #[arg(
+        long = "model-repository",
+        visible_alias = "model-store",
+        env = "TRITONRS_MODEL_REPOSITORY",
+        value_delimiter = ','
+    )]
+    pub model_repository: Vec<PathBuf>,
 }
 
 /// Flags that decide how model configurations are completed.
@@ -170,17 +179,88 @@ pub struct ModelConfigArgs {
     pub repoagent_config: Vec<String>,
 }
 
+/// The TLS and restriction flags of one front-end, declared once for HTTP and gRPC: `--<p>-use-ssl`,
+/// `--<p>-use-ssl-mutual`, `--<p>-server-cert`, `--<p>-server-key`, `--<p>-root-cert` and the
+/// restriction flag, each with its `TRITONRS_<P>_*` variable and the help text given.
+macro_rules! tls_args {
+    ($name:ident, $p:tt, $P:tt, [$ssl:tt, $mutual:tt, $cert:tt, $key:tt, $root:tt],
+     $restrict:ident, $restrict_long:tt, $restrict_env:tt, $restrict_help:tt) => {
+        #[derive(Debug, Clone, Args)]
+        pub struct $name {
+            #[arg(id = concat!($p, "_use_ssl"), long = concat!($p, "-use-ssl"), value_name = concat!($P, "_USE_SSL"),
+                  env = concat!("TRITONRS_", $P, "_USE_SSL"), help = $ssl, value_parser = parse_bool, num_args = 0..=1,
+                  default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+            pub use_ssl: bool,
+            #[arg(id = concat!($p, "_use_ssl_mutual"), long = concat!($p, "-use-ssl-mutual"),
+                  value_name = concat!($P, "_USE_SSL_MUTUAL"), env = concat!("TRITONRS_", $P, "_USE_SSL_MUTUAL"),
+                  help = $mutual, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true",
+                  default_value = "false", action = ArgAction::Set)]
+            pub use_ssl_mutual: bool,
+            #[arg(id = concat!($p, "_server_cert"), long = concat!($p, "-server-cert"),
+                  value_name = concat!($P, "_SERVER_CERT"), env = concat!("TRITONRS_", $P, "_SERVER_CERT"), help = $cert)]
+            pub server_cert: Option<PathBuf>,
+            #[arg(id = concat!($p, "_server_key"), long = concat!($p, "-server-key"),
+                  value_name = concat!($P, "_SERVER_KEY"), env = concat!("TRITONRS_", $P, "_SERVER_KEY"), help = $key)]
+            pub server_key: Option<PathBuf>,
+            #[arg(id = concat!($p, "_root_cert"), long = concat!($p, "-root-cert"),
+                  value_name = concat!($P, "_ROOT_CERT"), env = concat!("TRITONRS_", $P, "_ROOT_CERT"), help = $root)]
+            pub root_cert: Option<PathBuf>,
+            #[arg(long = $restrict_long, env = $restrict_env, help = $restrict_help, value_delimiter = ';')]
+            pub $restrict: Vec<String>,
+        }
+
+        impl $name {
+            /// The TLS flags, as `frontend::tls::TlsFiles::from_flags` takes them after the prefix.
+            pub fn tls(&self) -> (bool, bool, Option<&std::path::Path>, Option<&std::path::Path>, Option<&std::path::Path>) {
+                let (cert, key, root) = (self.server_cert.as_deref(), self.server_key.as_deref(), self.root_cert.as_deref());
+                (self.use_ssl, self.use_ssl_mutual, cert, key, root)
+            }
+        }
+    };
+}
+
+tls_args!(
+    HttpTlsArgs,
+    "http",
+    "HTTP",
+    [
+        "Serve HTTPS on the HTTP port (tritonserver has no TLS on HTTP); needs --http-server-cert and --http-server-key",
+        "HTTPS with client certificates signed by --http-root-cert (implies --http-use-ssl)",
+        "PEM certificate (chain) of the HTTPS server",
+        "PEM private key of the HTTPS server",
+        "PEM root certificate that client certificates must be signed by (mutual TLS)"
+    ],
+    http_restricted_api,
+    "http-restricted-api",
+    "TRITONRS_HTTP_RESTRICTED_API",
+    "Restricts HTTP API groups to requests with a header, as `<api>[,<api>...]:<key>=<value>` (repeatable). APIs: \
+     health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging"
+);
+
+tls_args!(
+    GrpcTlsArgs,
+    "grpc",
+    "GRPC",
+    [
+        "Serve gRPC over TLS; needs --grpc-server-cert and --grpc-server-key",
+        "gRPC over TLS with client certificates signed by --grpc-root-cert (takes precedence over --grpc-use-ssl, as \
+         in tritonserver)",
+        "PEM certificate (chain) of the gRPC server",
+        "PEM private key of the gRPC server",
+        "PEM root certificate that client certificates must be signed by (mutual TLS)"
+    ],
+    grpc_restricted_protocol,
+    "grpc-restricted-protocol",
+    "TRITONRS_GRPC_RESTRICTED_PROTOCOL",
+    "Restricts gRPC protocol groups to calls with the metadata entry `triton-grpc-protocol-<key>`, as \
+     `<protocol>[,...]:<key>=<value>` (repeatable); the groups are --http-restricted-api's"
+);
+
 /// Flags of the server itself.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Path to a model repository (repeatable).
-    #[arg(
-        long = "model-repository",
-        visible_alias = "model-store",
-        env = "TRITONRS_MODEL_REPOSITORY",
-        value_delimiter = ','
-    )]
-    pub model_repository: Vec<PathBuf>,
+    #[command(flatten)]
+    pub repository: RepositoryArgs,
     /// How models are loaded: none (all at start), explicit (--load-model plus the API), poll (follow the repository).
     #[arg(long, env = "TRITONRS_MODEL_CONTROL_MODE", value_enum, default_value = "none")]
     pub model_control_mode: ControlMode,
@@ -245,29 +325,8 @@ pub struct ServeArgs {
     /// 0: from the open-file limit, (limit - 320) / 2 with both HTTP and gRPC on.
     #[arg(long, env = "TRITONRS_HTTP_MAX_CONNECTIONS", default_value_t = 0)]
     pub http_max_connections: usize,
-    /// Serve HTTPS on the HTTP port (tritonserver has no TLS on HTTP); needs --http-server-cert and
-    /// --http-server-key.
-    #[arg(long, env = "TRITONRS_HTTP_USE_SSL", value_parser = parse_bool, num_args = 0..=1,
-          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
-    pub http_use_ssl: bool,
-    /// HTTPS with client certificates signed by --http-root-cert (implies --http-use-ssl).
-    #[arg(long, env = "TRITONRS_HTTP_USE_SSL_MUTUAL", value_parser = parse_bool, num_args = 0..=1,
-          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
-    pub http_use_ssl_mutual: bool,
-    /// PEM certificate (chain) of the HTTPS server.
-    #[arg(long, env = "TRITONRS_HTTP_SERVER_CERT")]
-    pub http_server_cert: Option<PathBuf>,
-    /// PEM private key of the HTTPS server.
-    #[arg(long, env = "TRITONRS_HTTP_SERVER_KEY")]
-    pub http_server_key: Option<PathBuf>,
-    /// PEM root certificate that client certificates must be signed by (mutual TLS).
-    #[arg(long, env = "TRITONRS_HTTP_ROOT_CERT")]
-    pub http_root_cert: Option<PathBuf>,
-    /// Restricts HTTP API groups to requests with a header, as `<api>[,<api>...]:<key>=<value>`
-    /// (repeatable). APIs: health, metadata, inference, shared-memory, model-config,
-    /// model-repository, statistics, trace, logging.
-    #[arg(long, env = "TRITONRS_HTTP_RESTRICTED_API", value_delimiter = ';')]
-    pub http_restricted_api: Vec<String>,
+    #[command(flatten)]
+    pub http_tls: HttpTlsArgs,
     /// The image model that DeepStack's `POST /v1/vision/detection` runs (Frigate's, Blue Iris's and
     /// Double Take's deepstack detectors); unset, that endpoint answers 404.
     /// `/v1/vision/custom/<model>` serves any image model either way.
@@ -290,28 +349,8 @@ pub struct ServeArgs {
     /// objects to size.
     #[arg(long, env = "TRITONRS_GRPC_INFER_ALLOCATION_POOL_SIZE", default_value_t = 8)]
     pub grpc_infer_allocation_pool_size: u64,
-    /// Serve gRPC over TLS; needs --grpc-server-cert and --grpc-server-key.
-    #[arg(long, env = "TRITONRS_GRPC_USE_SSL", value_parser = parse_bool, num_args = 0..=1,
-          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
-    pub grpc_use_ssl: bool,
-    /// gRPC over TLS with client certificates signed by --grpc-root-cert (takes precedence over
-    /// --grpc-use-ssl, as in tritonserver).
-    #[arg(long, env = "TRITONRS_GRPC_USE_SSL_MUTUAL", value_parser = parse_bool, num_args = 0..=1,
-          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
-    pub grpc_use_ssl_mutual: bool,
-    /// PEM certificate (chain) of the gRPC server.
-    #[arg(long, env = "TRITONRS_GRPC_SERVER_CERT")]
-    pub grpc_server_cert: Option<PathBuf>,
-    /// PEM private key of the gRPC server.
-    #[arg(long, env = "TRITONRS_GRPC_SERVER_KEY")]
-    pub grpc_server_key: Option<PathBuf>,
-    /// PEM root certificate that client certificates must be signed by (mutual TLS).
-    #[arg(long, env = "TRITONRS_GRPC_ROOT_CERT")]
-    pub grpc_root_cert: Option<PathBuf>,
-    /// Restricts gRPC protocol groups to calls with the metadata entry `triton-grpc-protocol-<key>`,
-    /// as `<protocol>[,...]:<key>=<value>` (repeatable); the groups are --http-restricted-api's.
-    #[arg(long, env = "TRITONRS_GRPC_RESTRICTED_PROTOCOL", value_delimiter = ';')]
-    pub grpc_restricted_protocol: Vec<String>,
+    #[command(flatten)]
+    pub grpc_tls: GrpcTlsArgs,
     /// Seconds a gRPC connection has to send its first request's headers (connection preface
     /// included); 0: no limit.
     #[arg(long, env = "TRITONRS_GRPC_HEADER_TIMEOUT_SECS", default_value_t = 30)]
@@ -474,7 +513,7 @@ mod tests {
         ])
         .unwrap();
         let s = cli.serve;
-        assert_eq!(s.model_repository, vec![PathBuf::from("/m"), PathBuf::from("/n")]);
+        assert_eq!(s.repository.model_repository, vec![PathBuf::from("/m"), PathBuf::from("/n")]);
         assert_eq!(s.model_control_mode, ControlMode::Explicit);
         assert_eq!(s.load_model, vec!["a", "b"]);
         assert!(!s.strict_readiness);
@@ -526,7 +565,7 @@ mod tests {
     fn validate_subcommand_parses() {
         let cli = Cli::try_parse_from(["tritonrs", "validate", "--model-repository", "/m"]).unwrap();
         assert!(
-            matches!(cli.command, Some(Command::Validate(ref v)) if v.model_repository == vec![PathBuf::from("/m")])
+            matches!(cli.command, Some(Command::Validate(ref v)) if v.repository.model_repository == vec![PathBuf::from("/m")])
         );
     }
 

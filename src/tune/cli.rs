@@ -17,13 +17,13 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
 }
 
 pub fn main(args: TuneArgs) -> ExitCode {
-    if args.model_repository.is_empty() && args.via.is_none() {
+    if args.repository.model_repository.is_empty() && args.via.is_none() {
         return fail(
             "no model repository: give --model-repository, TRITONRS_MODEL_REPOSITORY or model-repository in the \
              configuration file",
         );
     }
-    if args.model_repository.iter().any(|r| crate::storage::is_cloud(&r.to_string_lossy())) {
+    if args.repository.model_repository.iter().any(|r| crate::storage::is_cloud(&r.to_string_lossy())) {
         return fail("tune reads local repositories only; sync the cloud repository to a folder first");
     }
     if args.apply && args.via.is_some() {
@@ -40,7 +40,7 @@ pub fn main(args: TuneArgs) -> ExitCode {
 }
 
 async fn tune(args: TuneArgs) -> ExitCode {
-    let (models, _errors) = repository::scan(&args.model_repository);
+    let (models, _errors) = repository::scan(&args.repository.model_repository);
     let mut model_dirs = Vec::new();
     for m in &args.models {
         match models.get(m) {
