@@ -380,7 +380,7 @@ impl BackendRegistry {
 }
 
 /// Builds the server's backends once the server exists: they get its [`ServerApi`] and memory pools.
-/// The server is given one by whoever assembles it (`main.rs` registers the built-in backends), so
+/// The server is given one by whoever assembles it (`assemble` registers the built-in backends), so
 /// the core never names a concrete backend. The default builds none.
 #[derive(Clone)]
 pub struct BackendFactory(pub Arc<BuildBackends>);

@@ -34,7 +34,7 @@ pub struct ServerOptions {
     pub exit_on_error: bool,
     pub repo: RepoOptions,
     pub backend_config: BackendConfig,
-    /// Builds the backends (the built-in ones, registered by `main.rs`); the default builds none.
+    /// Builds the backends (the built-in ones, registered by `assemble`); the default builds none.
     pub backends: BackendFactory,
     pub load_threads: usize,
     /// `--rate-limit execution_count` with the `--rate-limit-resource` sizes; `None` when off.
@@ -71,7 +71,7 @@ impl std::fmt::Debug for MemorySources {
 
 impl ServerOptions {
     /// A server in explicit mode over `repositories` that loads nothing at start, with every other
-    /// setting at its default and no backends (callers add theirs): for `tune` and for tests.
+    /// setting at its default and no backends (callers add theirs): for `assemble` and for tests.
     pub fn explicit(repositories: Vec<PathBuf>) -> ServerOptions {
         ServerOptions {
             id: "triton".into(),
