@@ -21,7 +21,8 @@
 //!        ▼
 //! the machine: CUDA, NVML, Jetson sysfs, systemd    platform/
 //! ```
-//! Beside the path: `config/` (flags and the config file), `model_config/` (what `config.pbtxt` says),
+//! Beside the path: `config/` (flags and the config file), `assemble/` (flags into a server: backends,
+//! agents, memory sources; `main.rs` and `tune` start here), `model_config/` (what `config.pbtxt` says),
 //! `storage/` (S3, GCS, Azure into a local cache), `vision/` (image pre- and post-processing for MQTT,
 //! DeepStack and Frigate), `tune/` (`tritonrs tune`), `error` (the one error type), `proto` (generated).
 //! Unit tests sit with the code they test, inline as `#[cfg(test)] mod tests`, or in a sibling
@@ -30,6 +31,7 @@
 // The `// SAFETY:` rule, checked by a tool: every unsafe block says why it is sound.
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod assemble;
 pub mod backend;
 pub mod config;
 pub mod core;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tritonrs::config::file::ConfigFile;
 use tritonrs::config::{self, CliError, Command, ServeArgs, ValidateArgs};
-use tritonrs::core::repository::RemoteRepository;
 use tritonrs::core::{repository, Server, ServerOptions};
+use tritonrs::error::{Error, Result};
 use tritonrs::frontend::conn::{self, ConnLimits, GuardedListener};
 use tritonrs::frontend::restrict::Restrictions;
 use tritonrs::frontend::tls::{TlsFiles, TlsListener};
@@ -66,31 +66,26 @@ fn encrypt_model(args: tritonrs::config::EncryptModelArgs) -> ExitCode {
 
 /// `tritonrs validate`: one line per model, exit 1 if any is invalid.
 fn validate(args: ValidateArgs) -> ExitCode {
-    if args.model_repository.is_empty() {
+    if args.repository.model_repository.is_empty() {
         eprintln!(
             "error: no model repository: give --model-repository, TRITONRS_MODEL_REPOSITORY or model-repository in \
              the configuration file"
         );
         return ExitCode::FAILURE;
     }
-    let backend_config = match args.model_config.backend_config() {
-        Ok(c) => c,
+    let max_tensor_bytes = args.http_max_input_size.max(args.grpc_max_message_size);
+    let opts = args.model_config.backend_config().and_then(|backend_config| {
+        tritonrs::assemble::repo_options(&args.model_config, &backend_config, max_tensor_bytes)
+    });
+    let opts = match opts {
+        Ok(o) => o,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let opts =
-        match args.model_config.repo_options(&backend_config, args.http_max_input_size.max(args.grpc_max_message_size))
-        {
-            Ok(o) => o,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                return ExitCode::FAILURE;
-            }
-        };
     let (cloud, local): (Vec<PathBuf>, Vec<PathBuf>) =
-        args.model_repository.iter().cloned().partition(|r| storage::is_cloud(&r.to_string_lossy()));
+        args.repository.model_repository.iter().cloned().partition(|r| storage::is_cloud(&r.to_string_lossy()));
     let (models, errors) = repository::scan(&local);
     let mut bad = errors.len();
     // The unit's ExecStartPre runs validate: a cloud repository is checked when the server fetches it.
@@ -100,28 +95,17 @@ fn validate(args: ValidateArgs) -> ExitCode {
     for e in &errors {
         println!("ERROR {}", e.message);
     }
-    let mut results: std::collections::BTreeMap<String, tritonrs::error::Result<_>> = models
+    let mut results: std::collections::BTreeMap<String, Result<_>> = models
         .iter()
         .map(|(name, dir)| {
-            let result = dir.as_ref().map_err(Clone::clone).and_then(|d| {
-                let cfg = repository::read_model_config(d, name, &opts, None)?;
-                repository::check_model_files(&cfg, d)?;
-                let versions = tritonrs::model_config::list_versions(d);
-                if repository::VersionPolicy::from_config(&cfg).select(&versions).is_empty() {
-                    return Err(tritonrs::error::Error::invalid(format!(
-                        "model '{name}' has no version folders to serve in '{}'",
-                        d.display()
-                    )));
-                }
-                Ok(cfg)
-            });
+            let result = dir.as_ref().map_err(Clone::clone).and_then(|d| check_model(name, d, &opts));
             (name.clone(), result)
         })
         .collect();
     // Ensembles are checked against their composing models' configurations, as the server does when
     // it loads them.
     // (Not with cloud repositories, which may hold the composing models.)
-    let ensemble_errors: Vec<(String, tritonrs::error::Error)> = results
+    let ensemble_errors: Vec<(String, Error)> = results
         .iter()
         .filter(|_| cloud.is_empty())
         .filter_map(|(name, r)| match r {
@@ -160,6 +144,21 @@ fn validate(args: ValidateArgs) -> ExitCode {
     }
 }
 
+/// One model as `validate` checks it: its completed configuration, its files, and a version to serve.
+fn check_model(
+    name: &str,
+    dir: &std::path::Path,
+    opts: &repository::RepoOptions,
+) -> Result<tritonrs::proto::inference::ModelConfig> {
+    let cfg = repository::read_model_config(dir, name, opts, None)?;
+    repository::check_model_files(&cfg, dir)?;
+    let versions = tritonrs::model_config::list_versions(dir);
+    if repository::VersionPolicy::from_config(&cfg).select(&versions).is_empty() {
+        return Err(Error::invalid(format!("model '{name}' has no version folders to serve in '{}'", dir.display())));
+    }
+    Ok(cfg)
+}
+
 fn serve(args: ServeArgs, file: Option<ConfigFile>) -> ExitCode {
     let log = match logging::init(LogSettings {
         log_file: args.log_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
@@ -180,110 +179,27 @@ fn serve(args: ServeArgs, file: Option<ConfigFile>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // Said once: in the log, or on stderr when error logging is off.
         Err(e) if log_errors => {
-            tracing::error!("{e:#}");
+            tracing::error!("{e}");
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogControl) -> anyhow::Result<()> {
+fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogControl) -> Result<()> {
     if let Some(f) = &file {
         tracing::info!("Read the configuration file '{}'.", f.path.display());
     }
-    if args.model_repository.is_empty() {
-        anyhow::bail!("at least one --model-repository is required");
-    }
-    let backend_config = args.model_config.backend_config()?;
-    let repo =
-        args.model_config.repo_options(&backend_config, args.http_max_input_size.max(args.grpc_max_message_size))?;
-    let (trace, trace_warnings) = args.trace_settings()?;
-    for w in trace_warnings {
-        tracing::warn!("{w}");
-    }
-    let min_cc = args.memory.min_supported_compute_capability;
-    if !(min_cc.is_finite() && min_cc >= 0.0) {
-        anyhow::bail!("--min-supported-compute-capability must be a non-negative number, got {min_cc}");
-    }
-    tritonrs::platform::cuda::set_min_compute_capability(min_cc);
-    let (repositories, remotes) = open_repositories(&args)?;
-    let opts = ServerOptions {
-        id: args.id.clone(),
-        repositories,
-        remotes,
-        control_mode: args.model_control_mode,
-        load_models: args.load_model.clone(),
-        poll_interval: Duration::from_secs(args.repository_poll_secs.max(1)),
-        strict_readiness: args.strict_readiness,
-        exit_on_error: args.exit_on_error,
-        repo,
-        backends: {
-            let config = backend_config.clone();
-            tritonrs::model_api::BackendFactory(Arc::new(move |api, pools| {
-                tritonrs::backend::builtin(&config, api, pools)
-            }))
-        },
-        backend_config,
-        load_threads: args.model_load_thread_count,
-        rate_limit: if tritonrs::core::rate_limiter::parse_mode(&args.rate_limit)? {
-            Some(
-                args.rate_limit_resource
-                    .iter()
-                    .map(|r| tritonrs::core::rate_limiter::parse_resource(r))
-                    .collect::<Result<_, _>>()?,
-            )
-        } else {
-            None
-        },
-        cache_bytes: tritonrs::core::cache::parse_cache_config(&args.cache_config)?
-            .or(args.response_cache_byte_size.filter(|&n| n > 0)),
-        trace,
-        pools: args.memory.pool_options(),
-    };
-    // After the flags are checked and before any port is bound: a repository that cannot be read is a
-    // start-up error, said once.
-    for r in args.model_repository.iter().filter(|r| !storage::is_cloud(&r.to_string_lossy())) {
-        if let Err(e) = std::fs::read_dir(r) {
-            anyhow::bail!("cannot read model repository '{}': {e}", r.display());
-        }
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tritonrs-io").build()?;
+    let opts = tritonrs::assemble::serve_options(&args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tritonrs-io")
+        .build()
+        .map_err(io_error)?;
     runtime.block_on(run(args, file, opts, log))
-}
-
-/// The repositories as the core sees them (a cloud repository by its local view), and the cloud ones.
-/// A malformed URL, an unreadable credential file or a cache folder that cannot be made stop the
-/// server; the storage being unreachable does not (it is only contacted once serving begins).
-type Remotes = Vec<Arc<dyn RemoteRepository>>;
-
-fn open_repositories(args: &ServeArgs) -> anyhow::Result<(Vec<PathBuf>, Remotes)> {
-    let any_cloud = args.model_repository.iter().any(|r| storage::is_cloud(&r.to_string_lossy()));
-    if !any_cloud {
-        return Ok((args.model_repository.clone(), Vec::new()));
-    }
-    let credentials = match &args.cloud_credential_path {
-        Some(p) => storage::CredentialFile::load(p).map_err(|e| anyhow::anyhow!(e))?,
-        None => Default::default(),
-    };
-    let cache = args.repository_cache_dir.clone().unwrap_or_else(storage::default_cache_dir);
-    let mut local = Vec::new();
-    let mut remotes: Remotes = Vec::new();
-    for r in &args.model_repository {
-        let text = r.to_string_lossy();
-        if !storage::is_cloud(&text) {
-            local.push(r.clone());
-            continue;
-        }
-        let repo = storage::CloudRepository::open(&text, &credentials, &cache, args.repository_max_file_mb << 20)
-            .map_err(|e| anyhow::anyhow!(e))?;
-        tracing::info!("Model repository '{}' is cached in '{}'.", repo.url(), repo.local_dir().display());
-        local.push(repo.local_dir().to_path_buf());
-        remotes.push(Arc::new(repo));
-    }
-    Ok((local, remotes))
 }
 
 /// A front-end server running in the background; its result says how it ended.
@@ -293,8 +209,9 @@ type ServerTask = (&'static str, tokio::task::JoinHandle<Result<(), String>>);
 const LISTEN_BACKLOG: u32 = 1024;
 
 /// Binds `address:port` (port 0 picks a free one) and logs Triton's `Started <service> at ADDR:PORT`.
-async fn bind(address: &str, port: u16, service: &str, flags: &str) -> anyhow::Result<tokio::net::TcpListener> {
-    let addr: SocketAddr = format!("{address}:{port}").parse().map_err(|e| anyhow::anyhow!("invalid {flags}: {e}"))?;
+async fn bind(address: &str, port: u16, service: &str, flags: &str) -> Result<tokio::net::TcpListener> {
+    let addr: SocketAddr =
+        format!("{address}:{port}").parse().map_err(|e| Error::invalid(format!("invalid {flags}: {e}")))?;
     let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() };
     // A deeper backlog than the standard library's 128: at a connection cap, newcomers wait there.
     let listener = socket
@@ -303,8 +220,8 @@ async fn bind(address: &str, port: u16, service: &str, flags: &str) -> anyhow::R
             s.bind(addr)?;
             s.listen(LISTEN_BACKLOG)
         })
-        .map_err(|e| anyhow::anyhow!("cannot bind {service} to {addr}: {e}"))?;
-    tracing::info!("Started {service} at {}", listener.local_addr()?);
+        .map_err(|e| Error::unavailable(format!("cannot bind {service} to {addr}: {e}")))?;
+    tracing::info!("Started {service} at {}", listener.local_addr().map_err(io_error)?);
     Ok(listener)
 }
 
@@ -399,51 +316,94 @@ fn connection_limits(args: &ServeArgs) -> [ConnLimits; 3] {
     [http, grpc, metrics]
 }
 
-async fn run(
-    args: ServeArgs,
-    file: Option<ConfigFile>,
-    opts: ServerOptions,
-    log: logging::LogControl,
-) -> anyhow::Result<()> {
-    let http_tls = TlsFiles::from_flags(
-        "http",
-        args.http_use_ssl,
-        args.http_use_ssl_mutual,
-        args.http_server_cert.as_deref(),
-        args.http_server_key.as_deref(),
-        args.http_root_cert.as_deref(),
-    )
-    .map_err(|e| anyhow::anyhow!(e))?;
-    let http_tls = http_tls.map(|t| t.server_config()).transpose().map_err(|e| anyhow::anyhow!(e))?;
-    let grpc_tls = TlsFiles::from_flags(
-        "grpc",
-        args.grpc_use_ssl,
-        args.grpc_use_ssl_mutual,
-        args.grpc_server_cert.as_deref(),
-        args.grpc_server_key.as_deref(),
-        args.grpc_root_cert.as_deref(),
-    )
-    .map_err(|e| anyhow::anyhow!(e))?;
-    // Read once, now, so a missing file stops the start instead of the gRPC server.
-    let grpc_tls = grpc_tls.map(|t| t.pem()).transpose().map_err(|e| anyhow::anyhow!(e))?;
-    let http_restricted = Restrictions::parse(&args.http_restricted_api, "--http-restricted-api", false)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let grpc_restricted = Restrictions::parse(&args.grpc_restricted_protocol, "--grpc-restricted-protocol", true)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let mqtt_settings = tritonrs::frontend::mqtt::Settings::from_args(&args.mqtt).map_err(|e| anyhow::anyhow!(e))?;
-    let mqtt_metrics =
-        mqtt_settings.as_ref().map(|_| Arc::new(tritonrs::frontend::mqtt::metrics::MqttMetrics::default()));
-    let frigate_settings = tritonrs::frontend::frigate::FrigateSettings::from_args(&args.frigate, &opts.repositories)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let frigate_metrics =
-        frigate_settings.as_ref().map(|_| Arc::new(tritonrs::frontend::frigate::metrics::FrigateMetrics::default()));
+/// An I/O failure at start-up, said as the system says it.
+fn io_error(e: std::io::Error) -> Error {
+    Error::unavailable(e.to_string())
+}
+
+/// The front-ends' settings, checked before the server is built: TLS files read, restrictions, MQTT
+/// and Frigate.
+struct Frontends {
+    http_tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    grpc_tls: Option<tritonrs::frontend::tls::Pem>,
+    http_restricted: Restrictions,
+    grpc_restricted: Restrictions,
+    mqtt: Option<tritonrs::frontend::mqtt::Settings>,
+    frigate: Option<tritonrs::frontend::frigate::FrigateSettings>,
+}
+
+impl Frontends {
+    fn from_args(args: &ServeArgs, repositories: &[PathBuf]) -> Result<Frontends> {
+        let tls =
+            |prefix, (use_ssl, mutual, cert, key, root)| TlsFiles::from_flags(prefix, use_ssl, mutual, cert, key, root);
+        let http_tls = tls("http", args.http_tls.tls())?.map(|t| t.server_config()).transpose();
+        let http_tls = http_tls?;
+        // Read once, now, so a missing file stops the start instead of the gRPC server.
+        let grpc_tls = tls("grpc", args.grpc_tls.tls())?.map(|t| t.pem()).transpose()?;
+        Ok(Frontends {
+            http_tls,
+            grpc_tls,
+            http_restricted: Restrictions::parse(&args.http_tls.http_restricted_api, "--http-restricted-api", false)?,
+            grpc_restricted: Restrictions::parse(
+                &args.grpc_tls.grpc_restricted_protocol,
+                "--grpc-restricted-protocol",
+                true,
+            )?,
+            mqtt: tritonrs::frontend::mqtt::Settings::from_args(&args.mqtt)?,
+            frigate: tritonrs::frontend::frigate::FrigateSettings::from_args(&args.frigate, repositories)?,
+        })
+    }
+}
+
+/// The front-ends serving: their tasks, and the MQTT bridge.
+struct Running {
+    tasks: Vec<ServerTask>,
+    bridge: Option<tritonrs::frontend::mqtt::Bridge>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+async fn run(args: ServeArgs, file: Option<ConfigFile>, opts: ServerOptions, log: logging::LogControl) -> Result<()> {
+    let frontends = Frontends::from_args(&args, &opts.repositories)?;
     let server = Server::new(opts);
     // From the start, so a SIGHUP while models load is kept for later instead of killing the server.
-    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(io_error)?;
     // The front-ends come up first so liveness answers while models load; readiness waits for start-up.
+    let running = start_frontends(&args, frontends, &server, &log).await?;
+    if let Some(interval) = systemd::watchdog_interval() {
+        tokio::spawn(systemd::watchdog(interval, tritonrs::core::heartbeat::stalled));
+    }
+    let loading = systemd::enabled().then(|| tokio::spawn(report_loading(server.clone())));
+    tokio::select! {
+        r = server.startup() => {
+            if let Some(task) = loading {
+                task.abort();
+            }
+            r?;
+            systemd::ready(&log_readiness(&server));
+            if server.control_mode() == tritonrs::core::ControlMode::Poll {
+                tokio::spawn(server.clone().poll_repositories());
+            }
+            tokio::select! {
+                _ = shutdown_signal() => {}
+                _ = reload_on_hangup(hangups, &server, &log, file) => {}
+            }
+        }
+        _ = shutdown_signal() => {}
+    }
+    shut_down(&server, running, args.exit_timeout_secs).await;
+    Ok(())
+}
+
+/// Starts each configured front-end with the server handle.
+async fn start_frontends(
+    args: &ServeArgs,
+    fe: Frontends,
+    server: &Server,
+    log: &logging::LogControl,
+) -> Result<Running> {
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks: Vec<ServerTask> = Vec::new();
-    let [http_limits, grpc_limits, metrics_limits] = connection_limits(&args);
+    let [http_limits, grpc_limits, metrics_limits] = connection_limits(args);
     if args.allow_http {
         let listener = bind(&args.http_address, args.http_port, "HTTPService", "--http-address/--http-port").await?;
         let listener = GuardedListener::new(listener, http_limits);
@@ -451,11 +411,11 @@ async fn run(
             server: server.clone(),
             log: log.clone(),
             max_body: args.http_max_input_size,
-            restricted: http_restricted,
+            restricted: fe.http_restricted,
             deepstack_detection_model: args.deepstack_detection_model.clone(),
         };
         let header_timeout = listener.limits().header_timeout;
-        let task = match http_tls {
+        let task = match fe.http_tls {
             Some(config) => {
                 serve_axum(TlsListener::new(listener, config), header_timeout, http::router(state), stop_rx.clone())
             }
@@ -471,84 +431,78 @@ async fn run(
             server: server.clone(),
             log: log.clone(),
             max_message_size: args.grpc_max_message_size,
-            restricted: grpc_restricted,
+            restricted: fe.grpc_restricted,
         };
         let http2 = grpc::Http2Options {
             keepalive_interval: limit(Duration::from_millis(args.grpc_keepalive_time)),
             keepalive_timeout: Duration::from_millis(args.grpc_keepalive_timeout),
             max_connection_age: args.grpc_max_connection_age.map(Duration::from_millis),
         };
-        let serving = grpc::serve(listener, state, http2, grpc_tls, stopping(stop_rx.clone()));
+        let serving = grpc::serve(listener, state, http2, fe.grpc_tls, stopping(stop_rx.clone()));
         tasks.push(("gRPC", tokio::spawn(async move { serving.await.map_err(|e| e.to_string()) })));
     }
+    let mqtt_metrics = fe.mqtt.as_ref().map(|_| Arc::new(tritonrs::frontend::mqtt::metrics::MqttMetrics::default()));
+    let frigate_metrics =
+        fe.frigate.as_ref().map(|_| Arc::new(tritonrs::frontend::frigate::metrics::FrigateMetrics::default()));
     if args.allow_metrics {
-        let listener =
-            bind(&args.metrics_address, args.metrics_port, "Metrics Service", "--metrics-address/--metrics-port")
-                .await?;
-        let listener = GuardedListener::new(listener, metrics_limits);
-        let cpu = if args.allow_cpu_metrics {
-            Some(tritonrs::platform::CpuMonitor::start(Duration::from_millis(args.metrics_interval_ms))?)
-        } else {
-            None
-        };
-        let gpu = if args.allow_gpu_metrics {
-            tritonrs::platform::gpu::GpuMonitor::start(Duration::from_millis(args.metrics_interval_ms))?
-        } else {
-            None
-        };
-        let app = metrics::router(metrics::MetricsState {
-            server: server.clone(),
-            cpu,
-            gpu,
-            mqtt: mqtt_metrics.clone(),
-            frigate: frigate_metrics.clone(),
-        });
-        let header_timeout = listener.limits().header_timeout;
-        tasks.push(("metrics", serve_axum(listener, header_timeout, app, stop_rx.clone())));
+        let (mqtt, frigate) = (mqtt_metrics.clone(), frigate_metrics.clone());
+        tasks.push(("metrics", start_metrics(args, server, metrics_limits, mqtt, frigate, stop_rx.clone()).await?));
     }
-    if let (Some(settings), Some(m)) = (frigate_settings, frigate_metrics) {
+    if let (Some(settings), Some(m)) = (fe.frigate, frigate_metrics) {
         use tritonrs::frontend::frigate;
-        let socket = frigate::bind(&settings, &server, &m).await.map_err(|e| anyhow::anyhow!(e))?;
+        let socket = frigate::bind(&settings, server, &m).await?;
         let serving = frigate::serve(socket, settings, server.clone(), m, stop_rx.clone());
         tasks.push(("Frigate ZMQ", tokio::spawn(async move { serving.await.map_err(|e| e.to_string()) })));
     }
     // The bridge subscribes to each model's requests as it becomes READY.
-    let bridge = match (mqtt_settings, mqtt_metrics) {
+    let bridge = match (fe.mqtt, mqtt_metrics) {
         (Some(settings), Some(m)) => Some(tritonrs::frontend::mqtt::Bridge::start(settings, server.clone(), m)),
         _ => None,
     };
-    if let Some(interval) = systemd::watchdog_interval() {
-        tokio::spawn(systemd::watchdog(interval, tritonrs::core::heartbeat::stalled));
-    }
-    let loading = systemd::enabled().then(|| tokio::spawn(report_loading(server.clone())));
-    tokio::select! {
-        r = server.startup() => {
-            if let Some(task) = loading {
-                task.abort();
-            }
-            r.map_err(|e| anyhow::anyhow!("{}", e.message))?;
-            systemd::ready(&log_readiness(&server));
-            if args.model_control_mode == tritonrs::core::ControlMode::Poll {
-                tokio::spawn(server.clone().poll_repositories());
-            }
-            tokio::select! {
-                _ = shutdown_signal() => {}
-                _ = reload_on_hangup(hangups, &server, &log, file) => {}
-            }
-        }
-        _ = shutdown_signal() => {}
-    }
-    // Stop accepting, let in-flight requests finish, unload every model; a second signal exits at once.
+    Ok(Running { tasks, bridge, stop })
+}
+
+/// The metrics front-end, with the CPU and GPU monitors it reports.
+async fn start_metrics(
+    args: &ServeArgs,
+    server: &Server,
+    limits: ConnLimits,
+    mqtt: Option<Arc<tritonrs::frontend::mqtt::metrics::MqttMetrics>>,
+    frigate: Option<Arc<tritonrs::frontend::frigate::metrics::FrigateMetrics>>,
+    stop_rx: tokio::sync::watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<std::result::Result<(), String>>> {
+    let listener =
+        bind(&args.metrics_address, args.metrics_port, "Metrics Service", "--metrics-address/--metrics-port").await?;
+    let listener = GuardedListener::new(listener, limits);
+    let interval = Duration::from_millis(args.metrics_interval_ms);
+    let cpu = if args.allow_cpu_metrics {
+        Some(tritonrs::platform::CpuMonitor::start(interval).map_err(io_error)?)
+    } else {
+        None
+    };
+    let gpu = if args.allow_gpu_metrics {
+        tritonrs::platform::gpu::GpuMonitor::start(interval).map_err(io_error)?
+    } else {
+        None
+    };
+    let app = metrics::router(metrics::MetricsState { server: server.clone(), cpu, gpu, mqtt, frigate });
+    let header_timeout = listener.limits().header_timeout;
+    Ok(serve_axum(listener, header_timeout, app, stop_rx))
+}
+
+/// Stops accepting, lets in-flight requests finish and unloads every model; a second signal exits at
+/// once.
+async fn shut_down(server: &Server, running: Running, exit_timeout_secs: u64) {
     systemd::stopping();
-    let timeout = Duration::from_secs(args.exit_timeout_secs);
-    if let Some(b) = bridge {
+    let timeout = Duration::from_secs(exit_timeout_secs);
+    if let Some(b) = running.bridge {
         // Its requests in progress finish while the core still accepts them; then `offline`.
         b.stop(timeout.min(Duration::from_secs(10))).await;
     }
     server.stop_accepting();
-    let _ = stop_tx.send(true);
+    let _ = running.stop.send(true);
     let drain = async {
-        for (name, task) in tasks {
+        for (name, task) in running.tasks {
             match task.await {
                 Ok(Err(e)) => tracing::error!("The {name} server failed while shutting down: {e}"),
                 Err(e) => tracing::error!("The {name} server task failed: {e}"),
@@ -560,7 +514,7 @@ async fn run(
     let cut_short = tokio::select! {
         r = tokio::time::timeout(timeout, drain) => {
             if r.is_err() {
-                tracing::warn!("In-flight work did not finish within --exit-timeout-secs={}; exiting anyway.", args.exit_timeout_secs);
+                tracing::warn!("In-flight work did not finish within --exit-timeout-secs={exit_timeout_secs}; exiting anyway.");
             }
             r.is_err()
         }
@@ -577,7 +531,6 @@ async fn run(
         // the library's static objects down under them.
         tritonrs::platform::exit_now(0);
     }
-    Ok(())
 }
 
 /// Says whether the server is ready once start-up is over, and if not, which models keep it from being.

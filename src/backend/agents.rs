@@ -16,8 +16,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// tritonserver's `--repoagent-directory` default.
-pub const DEFAULT_REPOAGENT_DIRECTORY: &str = "/opt/tritonserver/repoagents";
+pub use crate::model_api::DEFAULT_REPOAGENT_DIRECTORY;
 
 /// Agents by name: built-in ones first, then agent libraries.
 pub struct AgentRegistry {

@@ -9,33 +9,70 @@ pub mod tensorrt;
 
 use crate::error::Result;
 use crate::memory::pool::Pools;
-use crate::model_api::{BackendConfig, BackendRegistry, ServerApi};
-use crate::model_config::Completers;
+use crate::model_api::{Backend, BackendConfig, BackendRegistry, ServerApi};
+use crate::model_config::{Completer, Completers};
 use std::sync::Arc;
 
-/// The backends of this build, registered by name: what the server is assembled with (`main.rs`).
+/// One built-in backend: its name, how it is made, and what completes its models' configurations
+/// (`None`: its models' configurations are complete without its help).
+struct Builtin {
+    name: &'static str,
+    make: MakeBackend,
+    completer: MakeCompleter,
+}
+
+/// Makes a built-in backend from its settings, the server (for BLS) and the memory pools.
+type MakeBackend = fn(&BackendConfig, Option<Arc<dyn ServerApi>>, Option<Pools>) -> Arc<dyn Backend>;
+
+/// Makes what completes a built-in backend's model configurations, if anything does.
+type MakeCompleter = fn(&BackendConfig) -> Result<Option<Arc<dyn Completer>>>;
+
+/// The backends built into tritonrs, each named once.
+fn builtins() -> [Builtin; 3] {
+    [
+        Builtin {
+            name: "tensorrt",
+            make: |config, _, pools| {
+                let trt = Arc::new(tensorrt::TensorRtBackend::new(config, pools));
+                tensorrt::register(&trt);
+                trt
+            },
+            // What only TensorRT can complete a configuration from: its engine.
+            completer: |_| Ok(Some(Arc::new(tensorrt::Completer))),
+        },
+        Builtin {
+            name: "onnxruntime",
+            make: |config, _, _| Arc::new(onnx::OnnxBackend::new(config)),
+            completer: |_| Ok(None),
+        },
+        Builtin {
+            name: "python",
+            make: |config, api, _| Arc::new(python::PythonBackend::new(config, api)),
+            // A Python model's `auto_complete_config`.
+            completer: |config| Ok(Some(Arc::new(python::Completer(python::Settings::from_config(config)?)))),
+        },
+    ]
+}
+
+/// The built-in backends `--backend-config=<name>,use-shared-library=true` does not leave to
+/// `libtriton_<name>.so`.
+fn enabled(config: &BackendConfig) -> impl Iterator<Item = Builtin> + '_ {
+    builtins().into_iter().filter(|b| !use_shared_library(config, b.name))
+}
+
+/// The backends of this build, registered by name: what the server is assembled with (`assemble`).
 /// `api` lets them call back into the server (BLS), when there is one.
 pub fn builtin(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>, pools: Option<Pools>) -> BackendRegistry {
     let mut registry = BackendRegistry::default();
-    // `--backend-config=<name>,use-shared-library=true` leaves <name> to `libtriton_<name>.so`.
-    if !use_shared_library(config, "tensorrt") {
-        let trt = Arc::new(tensorrt::TensorRtBackend::new(config, pools));
-        tensorrt::register(&trt);
-        registry.insert(trt);
-    }
-    if !use_shared_library(config, "onnxruntime") {
-        registry.insert(Arc::new(onnx::OnnxBackend::new(config)));
-    }
-    if !use_shared_library(config, "python") {
-        registry.insert(Arc::new(python::PythonBackend::new(config, api.clone())));
+    for b in enabled(config) {
+        registry.insert((b.make)(config, api.clone(), pools.clone()));
     }
     // Any other backend name is a Triton backend library, hosted through its C API.
     registry.set_fallback(Arc::new(capi::CApiBackend::new(config, api)));
     registry
 }
 
-/// The repository agents: built-in ones (none yet) and Triton agent libraries in
-/// `--repoagent-directory`.
+/// The repository agents: built-in ones and Triton agent libraries in `--repoagent-directory`.
 pub fn agents(config: &BackendConfig, agent_settings: &BackendConfig) -> crate::model_api::agents::Agents {
     let dir =
         config.global.get("repoagent-directory").map(String::as_str).unwrap_or(agents::DEFAULT_REPOAGENT_DIRECTORY);
@@ -46,16 +83,15 @@ pub fn agents(config: &BackendConfig, agent_settings: &BackendConfig) -> crate::
 /// Python model's `auto_complete_config`.
 pub fn completers(config: &BackendConfig) -> Result<Completers> {
     let mut c = Completers::default();
-    if !use_shared_library(config, "python") {
-        c.insert("python", Arc::new(python::Completer(python::Settings::from_config(config)?)));
-    }
-    if !use_shared_library(config, "tensorrt") {
-        c.insert("tensorrt", Arc::new(tensorrt::Completer));
+    let mut names = Vec::new();
+    for b in enabled(config) {
+        if let Some(completer) = (b.completer)(config)? {
+            c.insert(b.name, completer);
+        }
+        names.push(b.name);
     }
     // Every other backend is a library, which completes its models' configurations itself.
-    let builtin =
-        ["onnxruntime", "python", "tensorrt"].into_iter().filter(|b| !use_shared_library(config, b)).collect();
-    c.set_fallback(Arc::new(capi::CCompleter::new(config, builtin)));
+    c.set_fallback(Arc::new(capi::CCompleter::new(config, names)));
     Ok(c)
 }
 

@@ -197,17 +197,37 @@ fn param_threads(ctx: &ModelContext, key: &str) -> Result<Option<usize>> {
     Ok(Some(n))
 }
 
+/// The model file, which must exist.
+fn model_path(ctx: &ModelContext) -> Result<std::path::PathBuf> {
+    let file = crate::model_config::model_file(&ctx.version_dir, &ctx.config)?;
+    if !file.is_file() {
+        return Err(Error::invalid(format!("model file '{}' not found", file.display())));
+    }
+    Ok(file)
+}
+
+/// Where the model version's TensorRT engines are cached.
+fn cache_dir(ctx: &ModelContext) -> std::path::PathBuf {
+    accelerators::default_cache_dir().join("onnxruntime").join(&ctx.name).join(ctx.version.to_string())
+}
+
 impl Backend for OnnxBackend {
     fn name(&self) -> &'static str {
         "onnxruntime"
     }
 
+    fn check_instance(&self, ctx: &ModelContext, _spec: &InstanceSpec) -> Result<()> {
+        self.environment()?;
+        model_path(ctx)?;
+        param_threads(ctx, "intra_op_thread_count")?;
+        param_threads(ctx, "inter_op_thread_count")?;
+        // A model's accelerator settings are checked before any hardware, so a typo is reported as such.
+        accelerators::plan(&ctx.config, &cache_dir(ctx)).map(drop)
+    }
+
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let env = self.environment()?;
-        let file = crate::model_config::model_file(&ctx.version_dir, &ctx.config)?;
-        if !file.is_file() {
-            return Err(Error::invalid(format!("model file '{}' not found", file.display())));
-        }
+        let file = model_path(ctx)?;
         let ort_err = |what: &str, e: ort::Error| Error::internal(format!("{what} for model '{}': {e}", ctx.name));
         let mut builder = Session::builder(env).map_err(|e| ort_err("cannot create an ONNX Runtime session", e))?;
         for lib in ctx.config.model_operations.iter().flat_map(|o| &o.op_library_filename) {
@@ -229,15 +249,11 @@ impl Backend for OnnxBackend {
             builder =
                 builder.with_inter_threads(n).map_err(|e| ort_err("cannot set inter_op_thread_count", e.into()))?;
         }
-        // A model's accelerator settings are checked before any hardware, so a typo is reported as such.
-        let cache_dir =
-            accelerators::default_cache_dir().join("onnxruntime").join(&ctx.name).join(ctx.version.to_string());
-        let plan = accelerators::plan(&ctx.config, &cache_dir)?;
+        let plan = accelerators::plan(&ctx.config, &cache_dir(ctx))?;
         let mut providers = Vec::new();
         match spec.kind {
             InstanceKind::Gpu { device_id } => {
                 use ort::ep::ExecutionProvider as _;
-                crate::platform::cuda::check_instance_gpu(&spec.name, device_id)?;
                 if !ort::ep::CUDA::is_available().unwrap_or(false) {
                     return Err(Error::unavailable(format!(
                         "instance '{}' is KIND_GPU but the loaded ONNX Runtime library has no CUDA execution provider \

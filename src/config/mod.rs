@@ -8,8 +8,6 @@ pub mod memory;
 pub mod mqtt;
 pub mod tune;
 
-use crate::core::trace::{self, TraceLevel, TraceSettings, TRACE_MODE};
-use crate::core::ControlMode;
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -61,6 +59,17 @@ pub fn parse(args: Vec<OsString>) -> Result<(Cli, Option<file::ConfigFile>), Cli
     Ok((Cli::from_arg_matches(&matches)?, config))
 }
 
+/// Triton's `--model-control-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ControlMode {
+    /// Load every model at start; no changes afterwards.
+    None,
+    /// Load `--load-model` at start; load and unload through the API.
+    Explicit,
+    /// Load everything at start and follow the repository's changes.
+    Poll,
+}
+
 /// Parses Triton's boolean flag values: true/false, 1/0, yes/no, on/off.
 fn parse_bool(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -110,15 +119,10 @@ pub struct EncryptModelArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("model_repository", |a| a.help("Model repository to check (repeatable); the server's setting when not given")))]
 pub struct ValidateArgs {
-    /// Model repository to check (repeatable); the server's setting when not given.
-    #[arg(
-        long = "model-repository",
-        visible_alias = "model-store",
-        env = "TRITONRS_MODEL_REPOSITORY",
-        value_delimiter = ','
-    )]
-    pub model_repository: Vec<PathBuf>,
+    #[command(flatten)]
+    pub repository: RepositoryArgs,
     /// Also print each valid model's completed configuration (after auto-complete), in config.pbtxt form.
     #[arg(long)]
     pub print_config: bool,
@@ -130,6 +134,20 @@ pub struct ValidateArgs {
     pub grpc_max_message_size: usize,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
+}
+
+/// `--model-repository` (and tritonserver's `--model-store`), declared once for the server, `validate`
+/// and `tune`; each command may give it a help text of its own.
+#[derive(Debug, Clone, Args)]
+pub struct RepositoryArgs {
+    /// Path to a model repository (repeatable).
+    #[arg(
+        long = "model-repository",
+        visible_alias = "model-store",
+        env = "TRITONRS_MODEL_REPOSITORY",
+        value_delimiter = ','
+    )]
+    pub model_repository: Vec<PathBuf>,
 }
 
 /// Flags that decide how model configurations are completed.
@@ -148,11 +166,11 @@ pub struct ModelConfigArgs {
     pub backend_config: Vec<String>,
     /// Where Triton backend libraries are installed: a model whose backend is not built in is served by
     /// `<dir>/<backend>/libtriton_<backend>.so` (or that file in the model's version folder or folder).
-    #[arg(long, env = "TRITONRS_BACKEND_DIRECTORY", default_value = crate::backend::capi::DEFAULT_BACKEND_DIRECTORY)]
+    #[arg(long, env = "TRITONRS_BACKEND_DIRECTORY", default_value = crate::model_api::DEFAULT_BACKEND_DIRECTORY)]
     pub backend_directory: std::path::PathBuf,
     /// Where Triton repository agent libraries are installed: an agent a model names in
     /// `model_repository_agents` is `<dir>/<agent>/libtritonrepoagent_<agent>.so`.
-    #[arg(long, env = "TRITONRS_REPOAGENT_DIRECTORY", default_value = crate::backend::agents::DEFAULT_REPOAGENT_DIRECTORY)]
+    #[arg(long, env = "TRITONRS_REPOAGENT_DIRECTORY", default_value = crate::model_api::DEFAULT_REPOAGENT_DIRECTORY)]
     pub repoagent_directory: std::path::PathBuf,
     /// Settings for a built-in repository agent, as `<agent>,<setting>=<value>` (repeatable):
     /// `decrypt,key-file=PATH` (32 bytes or 64 hex digits, readable only by the server's user) and
@@ -161,17 +179,88 @@ pub struct ModelConfigArgs {
     pub repoagent_config: Vec<String>,
 }
 
+/// The TLS and restriction flags of one front-end, declared once for HTTP and gRPC: `--<p>-use-ssl`,
+/// `--<p>-use-ssl-mutual`, `--<p>-server-cert`, `--<p>-server-key`, `--<p>-root-cert` and the
+/// restriction flag, each with its `TRITONRS_<P>_*` variable and the help text given.
+macro_rules! tls_args {
+    ($name:ident, $p:tt, $P:tt, [$ssl:tt, $mutual:tt, $cert:tt, $key:tt, $root:tt],
+     $restrict:ident, $restrict_long:tt, $restrict_env:tt, $restrict_help:tt) => {
+        #[derive(Debug, Clone, Args)]
+        pub struct $name {
+            #[arg(id = concat!($p, "_use_ssl"), long = concat!($p, "-use-ssl"), value_name = concat!($P, "_USE_SSL"),
+                  env = concat!("TRITONRS_", $P, "_USE_SSL"), help = $ssl, value_parser = parse_bool, num_args = 0..=1,
+                  default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+            pub use_ssl: bool,
+            #[arg(id = concat!($p, "_use_ssl_mutual"), long = concat!($p, "-use-ssl-mutual"),
+                  value_name = concat!($P, "_USE_SSL_MUTUAL"), env = concat!("TRITONRS_", $P, "_USE_SSL_MUTUAL"),
+                  help = $mutual, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true",
+                  default_value = "false", action = ArgAction::Set)]
+            pub use_ssl_mutual: bool,
+            #[arg(id = concat!($p, "_server_cert"), long = concat!($p, "-server-cert"),
+                  value_name = concat!($P, "_SERVER_CERT"), env = concat!("TRITONRS_", $P, "_SERVER_CERT"), help = $cert)]
+            pub server_cert: Option<PathBuf>,
+            #[arg(id = concat!($p, "_server_key"), long = concat!($p, "-server-key"),
+                  value_name = concat!($P, "_SERVER_KEY"), env = concat!("TRITONRS_", $P, "_SERVER_KEY"), help = $key)]
+            pub server_key: Option<PathBuf>,
+            #[arg(id = concat!($p, "_root_cert"), long = concat!($p, "-root-cert"),
+                  value_name = concat!($P, "_ROOT_CERT"), env = concat!("TRITONRS_", $P, "_ROOT_CERT"), help = $root)]
+            pub root_cert: Option<PathBuf>,
+            #[arg(long = $restrict_long, env = $restrict_env, help = $restrict_help, value_delimiter = ';')]
+            pub $restrict: Vec<String>,
+        }
+
+        impl $name {
+            /// The TLS flags, as `frontend::tls::TlsFiles::from_flags` takes them after the prefix.
+            pub fn tls(&self) -> (bool, bool, Option<&std::path::Path>, Option<&std::path::Path>, Option<&std::path::Path>) {
+                let (cert, key, root) = (self.server_cert.as_deref(), self.server_key.as_deref(), self.root_cert.as_deref());
+                (self.use_ssl, self.use_ssl_mutual, cert, key, root)
+            }
+        }
+    };
+}
+
+tls_args!(
+    HttpTlsArgs,
+    "http",
+    "HTTP",
+    [
+        "Serve HTTPS on the HTTP port (tritonserver has no TLS on HTTP); needs --http-server-cert and --http-server-key",
+        "HTTPS with client certificates signed by --http-root-cert (implies --http-use-ssl)",
+        "PEM certificate (chain) of the HTTPS server",
+        "PEM private key of the HTTPS server",
+        "PEM root certificate that client certificates must be signed by (mutual TLS)"
+    ],
+    http_restricted_api,
+    "http-restricted-api",
+    "TRITONRS_HTTP_RESTRICTED_API",
+    "Restricts HTTP API groups to requests with a header, as `<api>[,<api>...]:<key>=<value>` (repeatable). APIs: \
+     health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging"
+);
+
+tls_args!(
+    GrpcTlsArgs,
+    "grpc",
+    "GRPC",
+    [
+        "Serve gRPC over TLS; needs --grpc-server-cert and --grpc-server-key",
+        "gRPC over TLS with client certificates signed by --grpc-root-cert (takes precedence over --grpc-use-ssl, as \
+         in tritonserver)",
+        "PEM certificate (chain) of the gRPC server",
+        "PEM private key of the gRPC server",
+        "PEM root certificate that client certificates must be signed by (mutual TLS)"
+    ],
+    grpc_restricted_protocol,
+    "grpc-restricted-protocol",
+    "TRITONRS_GRPC_RESTRICTED_PROTOCOL",
+    "Restricts gRPC protocol groups to calls with the metadata entry `triton-grpc-protocol-<key>`, as \
+     `<protocol>[,...]:<key>=<value>` (repeatable); the groups are --http-restricted-api's"
+);
+
 /// Flags of the server itself.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Path to a model repository (repeatable).
-    #[arg(
-        long = "model-repository",
-        visible_alias = "model-store",
-        env = "TRITONRS_MODEL_REPOSITORY",
-        value_delimiter = ','
-    )]
-    pub model_repository: Vec<PathBuf>,
+    #[command(flatten)]
+    pub repository: RepositoryArgs,
     /// How models are loaded: none (all at start), explicit (--load-model plus the API), poll (follow the repository).
     #[arg(long, env = "TRITONRS_MODEL_CONTROL_MODE", value_enum, default_value = "none")]
     pub model_control_mode: ControlMode,
@@ -236,29 +325,8 @@ pub struct ServeArgs {
     /// 0: from the open-file limit, (limit - 320) / 2 with both HTTP and gRPC on.
     #[arg(long, env = "TRITONRS_HTTP_MAX_CONNECTIONS", default_value_t = 0)]
     pub http_max_connections: usize,
-    /// Serve HTTPS on the HTTP port (tritonserver has no TLS on HTTP); needs --http-server-cert and
-    /// --http-server-key.
-    #[arg(long, env = "TRITONRS_HTTP_USE_SSL", value_parser = parse_bool, num_args = 0..=1,
-          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
-    pub http_use_ssl: bool,
-    /// HTTPS with client certificates signed by --http-root-cert (implies --http-use-ssl).
-    #[arg(long, env = "TRITONRS_HTTP_USE_SSL_MUTUAL", value_parser = parse_bool, num_args = 0..=1,
-          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
-    pub http_use_ssl_mutual: bool,
-    /// PEM certificate (chain) of the HTTPS server.
-    #[arg(long, env = "TRITONRS_HTTP_SERVER_CERT")]
-    pub http_server_cert: Option<PathBuf>,
-    /// PEM private key of the HTTPS server.
-    #[arg(long, env = "TRITONRS_HTTP_SERVER_KEY")]
-    pub http_server_key: Option<PathBuf>,
-    /// PEM root certificate that client certificates must be signed by (mutual TLS).
-    #[arg(long, env = "TRITONRS_HTTP_ROOT_CERT")]
-    pub http_root_cert: Option<PathBuf>,
-    /// Restricts HTTP API groups to requests with a header, as `<api>[,<api>...]:<key>=<value>`
-    /// (repeatable). APIs: health, metadata, inference, shared-memory, model-config,
-    /// model-repository, statistics, trace, logging.
-    #[arg(long, env = "TRITONRS_HTTP_RESTRICTED_API", value_delimiter = ';')]
-    pub http_restricted_api: Vec<String>,
+    #[command(flatten)]
+    pub http_tls: HttpTlsArgs,
     /// The image model that DeepStack's `POST /v1/vision/detection` runs (Frigate's, Blue Iris's and
     /// Double Take's deepstack detectors); unset, that endpoint answers 404.
     /// `/v1/vision/custom/<model>` serves any image model either way.
@@ -281,28 +349,8 @@ pub struct ServeArgs {
     /// objects to size.
     #[arg(long, env = "TRITONRS_GRPC_INFER_ALLOCATION_POOL_SIZE", default_value_t = 8)]
     pub grpc_infer_allocation_pool_size: u64,
-    /// Serve gRPC over TLS; needs --grpc-server-cert and --grpc-server-key.
-    #[arg(long, env = "TRITONRS_GRPC_USE_SSL", value_parser = parse_bool, num_args = 0..=1,
-          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
-    pub grpc_use_ssl: bool,
-    /// gRPC over TLS with client certificates signed by --grpc-root-cert (takes precedence over
-    /// --grpc-use-ssl, as in tritonserver).
-    #[arg(long, env = "TRITONRS_GRPC_USE_SSL_MUTUAL", value_parser = parse_bool, num_args = 0..=1,
-          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
-    pub grpc_use_ssl_mutual: bool,
-    /// PEM certificate (chain) of the gRPC server.
-    #[arg(long, env = "TRITONRS_GRPC_SERVER_CERT")]
-    pub grpc_server_cert: Option<PathBuf>,
-    /// PEM private key of the gRPC server.
-    #[arg(long, env = "TRITONRS_GRPC_SERVER_KEY")]
-    pub grpc_server_key: Option<PathBuf>,
-    /// PEM root certificate that client certificates must be signed by (mutual TLS).
-    #[arg(long, env = "TRITONRS_GRPC_ROOT_CERT")]
-    pub grpc_root_cert: Option<PathBuf>,
-    /// Restricts gRPC protocol groups to calls with the metadata entry `triton-grpc-protocol-<key>`,
-    /// as `<protocol>[,...]:<key>=<value>` (repeatable); the groups are --http-restricted-api's.
-    #[arg(long, env = "TRITONRS_GRPC_RESTRICTED_PROTOCOL", value_delimiter = ';')]
-    pub grpc_restricted_protocol: Vec<String>,
+    #[command(flatten)]
+    pub grpc_tls: GrpcTlsArgs,
     /// Seconds a gRPC connection has to send its first request's headers (connection preface
     /// included); 0: no limit.
     #[arg(long, env = "TRITONRS_GRPC_HEADER_TIMEOUT_SECS", default_value_t = 30)]
@@ -428,98 +476,7 @@ pub struct ServeArgs {
     pub memory: memory::MemoryArgs,
 }
 
-/// A `--trace-config` number, with the flag in the error.
-fn trace_number<T: std::str::FromStr>(setting: &str, value: &str) -> anyhow::Result<T> {
-    value.parse().map_err(|_| anyhow::anyhow!("--trace-config {setting}={value}: '{value}' is not a valid number"))
-}
-
-impl ServeArgs {
-    /// The start-up trace settings from `--trace-config` and the deprecated `--trace-*` flags, as
-    /// tritonserver combines them: `--trace-config` wins over a deprecated flag, levels from both
-    /// combine, and any OFF turns tracing off. Also returns warnings to log (deprecated flags used,
-    /// tracing without a file).
-    pub fn trace_settings(&self) -> anyhow::Result<(TraceSettings, Vec<String>)> {
-        let mut warnings = Vec::new();
-        let mut s = TraceSettings::default();
-        let mut level = TraceLevel::OFF;
-        let mut off = false;
-        let deprecated = |flag: &str, instead: &str| {
-            format!("'--{flag}' is deprecated and will be removed in future releases; use '--trace-config {instead}' instead.")
-        };
-        if let Some(f) = &self.trace_file {
-            warnings.push(deprecated("trace-file", "triton,file=<path>"));
-            s.file = f.clone();
-        }
-        for l in &self.trace_level {
-            let parsed = TraceLevel::parse_flag(l).map_err(|e| anyhow::anyhow!("--trace-level: {}", e.message))?;
-            off |= parsed.is_off();
-            level = level.union(parsed);
-        }
-        if !self.trace_level.is_empty() {
-            warnings.push(deprecated("trace-level", "level=<OFF|TIMESTAMPS|TENSORS>"));
-        }
-        if let Some(r) = self.trace_rate {
-            warnings.push(deprecated("trace-rate", "rate=<N>"));
-            s.rate = r;
-        }
-        if let Some(c) = self.trace_count {
-            warnings.push(deprecated("trace-count", "count=<N>"));
-            s.count = c;
-        }
-        if let Some(f) = self.trace_log_frequency {
-            warnings.push(deprecated("trace-log-frequency", "triton,log-frequency=<N>"));
-            s.log_frequency = f;
-        }
-        for arg in &self.trace_config {
-            let format_error = || {
-                anyhow::anyhow!("--trace-config must be '<setting>=<value>' or 'triton,<setting>=<value>', got '{arg}'")
-            };
-            let (setting, value) = arg.split_once('=').ok_or_else(format_error)?;
-            let (mode, setting) = match setting.split_once(',') {
-                Some((mode, setting)) => (Some(mode), setting),
-                None => (None, setting),
-            };
-            if setting.is_empty() || value.is_empty() {
-                return Err(format_error());
-            }
-            match (mode.map(str::to_ascii_lowercase).as_deref(), setting) {
-                (None, "level") => {
-                    let parsed = TraceLevel::parse_flag(value)
-                        .map_err(|e| anyhow::anyhow!("--trace-config level={value}: {}", e.message))?;
-                    off |= parsed.is_off();
-                    level = level.union(parsed);
-                }
-                (None, "rate") => s.rate = trace_number(setting, value)?,
-                (None, "count") => s.count = trace_number(setting, value)?,
-                (None, "mode") if value.eq_ignore_ascii_case(TRACE_MODE) => {}
-                (None, "mode") => anyhow::bail!(
-                    "--trace-config mode={value}: tritonrs only has the trace mode '{TRACE_MODE}' (no opentelemetry)"
-                ),
-                (Some("triton"), "file") => s.file = value.to_string(),
-                (Some("triton"), "log-frequency") => s.log_frequency = trace_number(setting, value)?,
-                (Some("triton"), other) => anyhow::bail!(
-                    "--trace-config triton,{other}: unknown setting (the triton mode has file and log-frequency)"
-                ),
-                (Some(m), _) => {
-                    anyhow::bail!("--trace-config {m},...: unknown trace mode '{m}' (tritonrs only has '{TRACE_MODE}')")
-                }
-                (None, other) => anyhow::bail!(
-                    "--trace-config {other}: unknown setting (use level, rate, count, mode, or triton,file and \
-                     triton,log-frequency)"
-                ),
-            }
-        }
-        // As in tritonserver, one OFF anywhere disables tracing whatever else is given.
-        s.level = if off { TraceLevel::OFF } else { level };
-        if let Some(w) = trace::check_startup(&s).map_err(|e| anyhow::anyhow!("{}", e.message))? {
-            warnings.push(w);
-        }
-        Ok((s, warnings))
-    }
-}
-
 impl ModelConfigArgs {
-    /// `max_tensor_bytes`: the largest request the server accepts (see `RepoOptions::max_tensor_bytes`).
     /// `--backend-config` parsed, with `--backend-directory` among the global settings, where Triton
     /// puts it too (every backend library sees it in its configuration).
     pub fn backend_config(&self) -> crate::error::Result<crate::model_api::BackendConfig> {
@@ -527,30 +484,6 @@ impl ModelConfigArgs {
         c.global.entry("backend-directory".into()).or_insert_with(|| self.backend_directory.display().to_string());
         c.global.entry("repoagent-directory".into()).or_insert_with(|| self.repoagent_directory.display().to_string());
         Ok(c)
-    }
-
-    pub fn repo_options(
-        &self,
-        backend_config: &crate::model_api::BackendConfig,
-        max_tensor_bytes: usize,
-    ) -> anyhow::Result<crate::core::repository::RepoOptions> {
-        let default_max_batch_size = match backend_config.get("onnxruntime", "default-max-batch-size") {
-            Some(v) => {
-                v.parse().map_err(|_| anyhow::anyhow!("default-max-batch-size must be an integer, got '{v}'"))?
-            }
-            None => 4,
-        };
-        Ok(crate::core::repository::RepoOptions {
-            autocomplete: !(self.disable_auto_complete_config || self.strict_model_config),
-            default_max_batch_size,
-            completers: crate::backend::completers(backend_config).map_err(|e| anyhow::anyhow!("{}", e.message))?,
-            max_tensor_bytes,
-            agents: crate::backend::agents(
-                backend_config,
-                &crate::model_api::BackendConfig::parse_flag(&self.repoagent_config, "--repoagent-config", "agent")
-                    .map_err(|e| anyhow::anyhow!("{}", e.message))?,
-            ),
-        })
     }
 }
 
@@ -580,7 +513,7 @@ mod tests {
         ])
         .unwrap();
         let s = cli.serve;
-        assert_eq!(s.model_repository, vec![PathBuf::from("/m"), PathBuf::from("/n")]);
+        assert_eq!(s.repository.model_repository, vec![PathBuf::from("/m"), PathBuf::from("/n")]);
         assert_eq!(s.model_control_mode, ControlMode::Explicit);
         assert_eq!(s.load_model, vec!["a", "b"]);
         assert!(!s.strict_readiness);
@@ -632,7 +565,7 @@ mod tests {
     fn validate_subcommand_parses() {
         let cli = Cli::try_parse_from(["tritonrs", "validate", "--model-repository", "/m"]).unwrap();
         assert!(
-            matches!(cli.command, Some(Command::Validate(ref v)) if v.model_repository == vec![PathBuf::from("/m")])
+            matches!(cli.command, Some(Command::Validate(ref v)) if v.repository.model_repository == vec![PathBuf::from("/m")])
         );
     }
 
@@ -648,82 +581,6 @@ mod tests {
         .unwrap();
         assert!(cli.serve.allow_metrics);
         assert_eq!(cli.serve.http_port, 2);
-    }
-
-    fn trace(args: &[&str]) -> anyhow::Result<(TraceSettings, Vec<String>)> {
-        let mut all = vec!["tritonrs"];
-        all.extend_from_slice(args);
-        Cli::try_parse_from(all).unwrap().serve.trace_settings()
-    }
-
-    #[test]
-    fn trace_config_parses_as_tritonserver_does() {
-        let (s, warnings) = trace(&[
-            "--trace-config",
-            "triton,file=/tmp/t.json",
-            "--trace-config=level=TIMESTAMPS",
-            "--trace-config",
-            "level=tensors",
-            "--trace-config",
-            "rate=2",
-            "--trace-config",
-            "count=-1",
-            "--trace-config",
-            "triton,log-frequency=5",
-            "--trace-config",
-            "mode=triton",
-        ])
-        .unwrap();
-        assert_eq!(s.file, "/tmp/t.json");
-        assert_eq!(s.level, TraceLevel::TIMESTAMPS.union(TraceLevel::TENSORS));
-        assert_eq!((s.rate, s.count, s.log_frequency), (2, -1, 5));
-        assert!(warnings.is_empty(), "{warnings:?}");
-        // Defaults: off, rate 1000.
-        let (s, _) = trace(&[]).unwrap();
-        assert_eq!(s, TraceSettings::default());
-    }
-
-    #[test]
-    fn deprecated_trace_flags_still_work_and_lose_to_trace_config() {
-        let (s, warnings) = trace(&[
-            "--trace-file=/a.json",
-            "--trace-level=TIMESTAMPS",
-            "--trace-rate=7",
-            "--trace-count=-1",
-            "--trace-log-frequency=2",
-            "--trace-config",
-            "rate=3",
-        ])
-        .unwrap();
-        assert_eq!(
-            (s.file.as_str(), s.level, s.rate, s.count, s.log_frequency),
-            ("/a.json", TraceLevel::TIMESTAMPS, 3, -1, 2)
-        );
-        assert_eq!(warnings.len(), 5, "{warnings:?}");
-        // Any OFF wins.
-        let (s, _) = trace(&["--trace-level=TIMESTAMPS", "--trace-config", "level=OFF"]).unwrap();
-        assert!(s.level.is_off());
-    }
-
-    #[test]
-    fn bad_trace_config_is_rejected() {
-        for bad in [
-            &["--trace-config", "level"][..],
-            &["--trace-config", "level=loud"],
-            &["--trace-config", "rate=abc"],
-            &["--trace-config", "rate=-1"],
-            &["--trace-config", "count=-2"],
-            &["--trace-config", "mode=opentelemetry"],
-            &["--trace-config", "opentelemetry,url=x"],
-            &["--trace-config", "triton,rate=5"],
-            &["--trace-config", "file=/x"],
-            &["--trace-config", "level=TIMESTAMPS", "--trace-config", "triton,file=/x", "--trace-config", "rate=0"],
-        ] {
-            assert!(trace(bad).is_err(), "{bad:?}");
-        }
-        // Tracing without a file starts, with a warning (tritonserver starts and traces nothing).
-        let (_, warnings) = trace(&["--trace-config", "level=TIMESTAMPS"]).unwrap();
-        assert_eq!(warnings.len(), 1);
     }
 
     #[test]

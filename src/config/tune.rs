@@ -1,7 +1,7 @@
 //! Flags of `tritonrs tune`: what to tune, the search space, how each point is measured, what wins,
 //! and where the results go. Like every flag they are also keys of the configuration file.
 
-use super::ModelConfigArgs;
+use super::{ModelConfigArgs, RepositoryArgs};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -92,15 +92,12 @@ fn concurrency(s: &str) -> Result<u32, String> {
 
   # Measure a running server over gRPC instead (adds load to it):
   tritonrs tune --model-repository models --model detector --via grpc://127.0.0.1:8001")]
+#[command(mut_arg("model_repository", |a| {
+    a.help("Model repository holding the models to tune (repeatable); only read unless --apply is given")
+}))]
 pub struct TuneArgs {
-    /// Model repository holding the models to tune (repeatable); only read unless --apply is given.
-    #[arg(
-        long = "model-repository",
-        visible_alias = "model-store",
-        env = "TRITONRS_MODEL_REPOSITORY",
-        value_delimiter = ','
-    )]
-    pub model_repository: Vec<PathBuf>,
+    #[command(flatten)]
+    pub repository: RepositoryArgs,
     /// A model to tune (repeatable).
     #[arg(long = "model", value_name = "NAME", required = true)]
     pub models: Vec<String>,

@@ -14,4 +14,4 @@ pub mod trace;
 pub mod validate;
 pub mod warmup;
 
-pub use server::{ControlMode, Server, ServerOptions};
+pub use server::{ControlMode, MemorySources, Server, ServerOptions};

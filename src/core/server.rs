@@ -16,4 +16,4 @@ mod stream;
 
 pub use handle::{parse_version, Server};
 pub use metadata::{ModelMetadata, ModelStatistics, ServerMetadata, TensorMetadata, EXTENSIONS};
-pub use options::{ControlMode, ServerOptions};
+pub use options::{ControlMode, MemorySources, ServerOptions};

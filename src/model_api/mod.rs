@@ -264,7 +264,14 @@ pub trait Retirement: Send + Sync {
 pub trait Backend: Send + Sync {
     /// The name used in `config.pbtxt`'s `backend` field.
     fn name(&self) -> &'static str;
-    /// Creates one instance; called on a blocking thread during model load.
+    /// The backend's own refusals of an instance that are said before the core checks the instance's
+    /// GPU (TensorRT missing, the model file missing, a typo in the model's settings), so that the
+    /// first problem is the one reported. Called by the core before [`Backend::create_instance`].
+    fn check_instance(&self, _ctx: &ModelContext, _spec: &InstanceSpec) -> Result<()> {
+        Ok(())
+    }
+    /// Creates one instance; called on a blocking thread during model load. A KIND_GPU instance's GPU
+    /// has been checked by the core.
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>>;
 }
 
@@ -295,6 +302,12 @@ pub trait ServerApi: Send + Sync {
     /// Where models' custom metrics live (`None` once the server is gone).
     fn custom_metrics(&self) -> Option<Arc<custom_metrics::CustomMetrics>>;
 }
+
+/// tritonserver's `--backend-directory` default.
+pub const DEFAULT_BACKEND_DIRECTORY: &str = "/opt/tritonserver/backends";
+
+/// tritonserver's `--repoagent-directory` default.
+pub const DEFAULT_REPOAGENT_DIRECTORY: &str = "/opt/tritonserver/repoagents";
 
 /// `--backend-config` settings: per backend name, and global ones (given without a backend name).
 #[derive(Debug, Clone, Default)]
@@ -367,7 +380,7 @@ impl BackendRegistry {
 }
 
 /// Builds the server's backends once the server exists: they get its [`ServerApi`] and memory pools.
-/// The server is given one by whoever assembles it (`main.rs` registers the built-in backends), so
+/// The server is given one by whoever assembles it (`assemble` registers the built-in backends), so
 /// the core never names a concrete backend. The default builds none.
 #[derive(Clone)]
 pub struct BackendFactory(pub Arc<BuildBackends>);

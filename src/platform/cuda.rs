@@ -216,12 +216,6 @@ pub fn check_gpu(index: i32) -> Result<Gpu> {
     Ok(gpu.clone())
 }
 
-/// [`check_gpu`] for a KIND_GPU instance: its error names the instance ("instance 'm_0' is KIND_GPU,
-/// but no CUDA driver could be loaded ..."), for every backend alike.
-pub fn check_instance_gpu(instance: &str, index: i32) -> Result<Gpu> {
-    check_gpu(index).map_err(|e| Error::unavailable(format!("instance '{instance}' is KIND_GPU, but {}", e.message)))
-}
-
 /// Why CUDA cannot be used, or `None` when it can.
 pub fn unavailable_reason() -> Option<String> {
     driver().err().map(str::to_string)

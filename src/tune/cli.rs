@@ -4,11 +4,11 @@
 use super::{export, report, run, Context, Outcome};
 use crate::config::tune::TuneArgs;
 use crate::core::repository;
-use crate::core::{Server, ServerOptions};
-use crate::model_api::BackendFactory;
+use crate::error::{Error, Result};
+use crate::tune::results::TuneReport;
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Exit status when Ctrl-C ended the run (after writing what was measured), as shells report SIGINT.
@@ -20,23 +20,21 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
 }
 
 pub fn main(args: TuneArgs) -> ExitCode {
-    if args.model_repository.is_empty() && args.via.is_none() {
+    if args.repository.model_repository.is_empty() && args.via.is_none() {
         return fail(
             "no model repository: give --model-repository, TRITONRS_MODEL_REPOSITORY or model-repository in the \
              configuration file",
         );
     }
-    if args.model_repository.iter().any(|r| crate::storage::is_cloud(&r.to_string_lossy())) {
+    if args.repository.model_repository.iter().any(|r| crate::storage::is_cloud(&r.to_string_lossy())) {
         return fail("tune reads local repositories only; sync the cloud repository to a folder first");
     }
     if args.apply && args.via.is_some() {
         return fail("--apply writes into a local repository; it cannot be used with --via");
     }
-    let min_cc = args.min_supported_compute_capability;
-    if !(min_cc.is_finite() && min_cc >= 0.0) {
-        return fail(format!("--min-supported-compute-capability must be a non-negative number, got {min_cc}"));
+    if let Err(e) = crate::assemble::min_compute_capability(args.min_supported_compute_capability) {
+        return fail(e);
     }
-    crate::platform::cuda::set_min_compute_capability(min_cc);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tritonrs-io").build() {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot start the runtime: {e}")),
@@ -45,59 +43,13 @@ pub fn main(args: TuneArgs) -> ExitCode {
 }
 
 async fn tune(args: TuneArgs) -> ExitCode {
-    let (models, _errors) = repository::scan(&args.model_repository);
-    let mut model_dirs = Vec::new();
-    for m in &args.models {
-        match models.get(m) {
-            Some(Ok(dir)) => model_dirs.push((m.clone(), dir.clone())),
-            Some(Err(e)) => return fail(format!("model '{m}': {}", e.message)),
-            None if args.via.is_some() => {}
-            None => {
-                let hint = crate::model_config::pbtxt::closest(m, models.keys().map(String::as_str))
-                    .map(|n| format!("; did you mean '{n}'?"))
-                    .unwrap_or_default();
-                return fail(format!("unknown model '{m}': it is not in the model repository{hint}"));
-            }
-        }
-    }
-    // An ensemble is refused before anything loads (its steps are tuned one by one).
-    for (m, dir) in &model_dirs {
-        let text = std::fs::read_to_string(dir.join("config.pbtxt")).unwrap_or_default();
-        if let Ok(cfg) = crate::model_config::pbtxt::parse_config(&text, "config.pbtxt") {
-            if let Some(why) = super::space::untunable(&cfg) {
-                return fail(format!("cannot tune model '{m}': {why}"));
-            }
-        }
-    }
-    let target = match &args.via {
-        Some(url) => {
-            let t = match super::target::Target::via(url) {
-                Ok(t) => t,
-                Err(e) => return fail(e.message),
-            };
-            eprintln!(
-                "warning: tune --via loads variants of {} into the server at {url} and drives it at up to {} \
-                 requests in flight; its clients will see the load and the changed configuration until tuning ends.",
-                args.models.join(", "),
-                if args.concurrency.is_empty() {
-                    args.max_concurrency
-                } else {
-                    *args.concurrency.iter().max().unwrap_or(&1)
-                }
-            );
-            if !args.yes {
-                eprintln!("Starting in 5 seconds; press Ctrl-C to stop (--yes skips this wait).");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-                    _ = tokio::signal::ctrl_c() => return ExitCode::from(INTERRUPTED),
-                }
-            }
-            t
-        }
-        None => match in_process_server(&args).await {
-            Ok(server) => super::target::Target::InProcess(server),
-            Err(e) => return fail(e),
-        },
+    let model_dirs = match model_dirs(&args) {
+        Ok(dirs) => dirs,
+        Err(e) => return fail(e),
+    };
+    let target = match target(&args).await {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     let (cancel_tx, cancel) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -109,32 +61,13 @@ async fn tune(args: TuneArgs) -> ExitCode {
             }
         }
     });
-    let bar = if args.quiet || !std::io::stderr().is_terminal() {
-        indicatif::ProgressBar::hidden()
-    } else {
-        let b = indicatif::ProgressBar::new_spinner();
-        if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}") {
-            b.set_style(style);
-        }
-        b.enable_steady_tick(Duration::from_millis(200));
-        b
-    };
-    let progress_bar = bar.clone();
-    let quiet = args.quiet;
+    let (bar, progress) = progress(args.quiet);
     let ctx = Context {
         target,
         model_dirs: model_dirs.clone(),
         gpu: !crate::platform::cuda::usable_gpus().is_empty(),
         cancel,
-        progress: Box::new(move |line: &str| {
-            if progress_bar.is_hidden() {
-                if !quiet && line.contains("infer/s") {
-                    eprintln!("{line}");
-                }
-            } else {
-                progress_bar.set_message(line.to_string());
-            }
-        }),
+        progress,
     };
     let result = run(&args, &ctx).await;
     bar.finish_and_clear();
@@ -145,42 +78,8 @@ async fn tune(args: TuneArgs) -> ExitCode {
     if let super::target::Target::InProcess(server) = &ctx.target {
         server.unload_all().await;
     }
-    println!("{}", report::summary_table(&report));
-    let written = match report::write_all(&report, &args.output_dir) {
-        Ok(w) => w,
-        Err(e) => return fail(format!("cannot write the report into '{}': {e}", args.output_dir.display())),
-    };
-    println!("Results: {} and {}", written.csv.display(), written.html.display());
-    for line in super::best_lines(&report) {
-        println!("{line}");
-    }
-    if let Some(dir) = &args.export {
-        match export::export(&report, dir, &model_dirs) {
-            Ok(files) => println!("Exported {} configurations into {}", files.len(), dir.display()),
-            Err(e) => return fail(format!("cannot export into '{}': {e}", dir.display())),
-        }
-    }
-    if args.apply && outcome == Outcome::Done {
-        for (model, best) in &report.best {
-            let (Some(v), Some((_, dir))) =
-                (best.and_then(|i| report.variants.get(i)), model_dirs.iter().find(|(n, _)| n == model))
-            else {
-                continue;
-            };
-            if v.name.ends_with("_config_default") {
-                println!("{model}: its current configuration is the best; config.pbtxt is left as it is.");
-                continue;
-            }
-            match export::apply(dir, &v.config_pbtxt) {
-                Ok(Some(backup)) => {
-                    println!("{model}: wrote {} into {} (the old one is {})", v.name, dir.display(), backup.display())
-                }
-                Ok(None) => println!("{model}: wrote {} into {}", v.name, dir.display()),
-                Err(e) => return fail(format!("cannot write the configuration of '{model}': {e}")),
-            }
-        }
-    } else if args.apply {
-        println!("--apply: nothing written, since the run did not finish with a best configuration for every model.");
+    if let Err(e) = write_results(&args, &report, outcome, &model_dirs) {
+        return fail(e);
     }
     match outcome {
         Outcome::Done => ExitCode::SUCCESS,
@@ -192,22 +91,133 @@ async fn tune(args: TuneArgs) -> ExitCode {
     }
 }
 
-/// A server over the repository with nothing loaded: tuning loads each variant itself.
-async fn in_process_server(args: &TuneArgs) -> Result<Server, String> {
-    let backend_config = args.model_config.backend_config().map_err(|e| e.to_string())?;
-    let repo = args.model_config.repo_options(&backend_config, 64 << 20).map_err(|e| format!("{e:#}"))?;
-    let opts = ServerOptions {
-        id: "tritonrs-tune".into(),
-        strict_readiness: false,
-        repo,
-        backends: {
-            let config = backend_config.clone();
-            BackendFactory(Arc::new(move |api, pools| crate::backend::builtin(&config, api, pools)))
-        },
-        backend_config,
-        ..ServerOptions::explicit(args.model_repository.clone())
+/// Each model's folder in the repository; an unknown model or an ensemble is refused before anything
+/// loads (an ensemble's steps are tuned one by one).
+fn model_dirs(args: &TuneArgs) -> Result<Vec<(String, PathBuf)>> {
+    let (models, _errors) = repository::scan(&args.repository.model_repository);
+    let mut model_dirs = Vec::new();
+    for m in &args.models {
+        match models.get(m) {
+            Some(Ok(dir)) => model_dirs.push((m.clone(), dir.clone())),
+            Some(Err(e)) => return Err(Error::invalid(format!("model '{m}': {}", e.message))),
+            None if args.via.is_some() => {}
+            None => {
+                let hint = crate::model_config::pbtxt::closest(m, models.keys().map(String::as_str))
+                    .map(|n| format!("; did you mean '{n}'?"))
+                    .unwrap_or_default();
+                return Err(Error::invalid(format!("unknown model '{m}': it is not in the model repository{hint}")));
+            }
+        }
+    }
+    for (m, dir) in &model_dirs {
+        let text = std::fs::read_to_string(dir.join("config.pbtxt")).unwrap_or_default();
+        if let Ok(cfg) = crate::model_config::pbtxt::parse_config(&text, "config.pbtxt") {
+            if let Some(why) = super::space::untunable(&cfg) {
+                return Err(Error::invalid(format!("cannot tune model '{m}': {why}")));
+            }
+        }
+    }
+    Ok(model_dirs)
+}
+
+/// What is measured: the running server of `--via` (after a warning and, without `--yes`, 5 seconds
+/// to change one's mind), or the in-process server. `Err`: the exit status, said already.
+async fn target(args: &TuneArgs) -> std::result::Result<super::target::Target, ExitCode> {
+    let Some(url) = &args.via else {
+        return crate::assemble::tune_server(args).await.map(super::target::Target::InProcess).map_err(fail);
     };
-    let server = Server::new(opts);
-    server.startup().await.map_err(|e| e.message)?;
-    Ok(server)
+    let t = super::target::Target::via(url).map_err(|e| fail(e.message))?;
+    eprintln!(
+        "warning: tune --via loads variants of {} into the server at {url} and drives it at up to {} requests in \
+         flight; its clients will see the load and the changed configuration until tuning ends.",
+        args.models.join(", "),
+        if args.concurrency.is_empty() { args.max_concurrency } else { *args.concurrency.iter().max().unwrap_or(&1) }
+    );
+    if !args.yes {
+        eprintln!("Starting in 5 seconds; press Ctrl-C to stop (--yes skips this wait).");
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = tokio::signal::ctrl_c() => return Err(ExitCode::from(INTERRUPTED)),
+        }
+    }
+    Ok(t)
+}
+
+/// Where progress lines go ([`Context::progress`]).
+type ProgressLines = Box<dyn Fn(&str) + Send + Sync>;
+
+/// The progress bar (hidden with `--quiet` or when stderr is not a terminal) and where progress lines
+/// go: into the bar, or, without one, each measurement's line to stderr unless `--quiet`.
+fn progress(quiet: bool) -> (indicatif::ProgressBar, ProgressLines) {
+    let bar = if quiet || !std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new_spinner();
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}") {
+            b.set_style(style);
+        }
+        b.enable_steady_tick(Duration::from_millis(200));
+        b
+    };
+    let progress_bar = bar.clone();
+    let lines = Box::new(move |line: &str| {
+        if progress_bar.is_hidden() {
+            if !quiet && line.contains("infer/s") {
+                eprintln!("{line}");
+            }
+        } else {
+            progress_bar.set_message(line.to_string());
+        }
+    });
+    (bar, lines)
+}
+
+/// The summary, the report files, `--export` and `--apply`.
+fn write_results(
+    args: &TuneArgs,
+    report: &TuneReport,
+    outcome: Outcome,
+    model_dirs: &[(String, PathBuf)],
+) -> std::result::Result<(), String> {
+    println!("{}", report::summary_table(report));
+    let written = report::write_all(report, &args.output_dir)
+        .map_err(|e| format!("cannot write the report into '{}': {e}", args.output_dir.display()))?;
+    println!("Results: {} and {}", written.csv.display(), written.html.display());
+    for line in super::best_lines(report) {
+        println!("{line}");
+    }
+    if let Some(dir) = &args.export {
+        let files = export::export(report, dir, model_dirs)
+            .map_err(|e| format!("cannot export into '{}': {e}", dir.display()))?;
+        println!("Exported {} configurations into {}", files.len(), dir.display());
+    }
+    if args.apply && outcome == Outcome::Done {
+        apply_best(report, model_dirs)?;
+    } else if args.apply {
+        println!("--apply: nothing written, since the run did not finish with a best configuration for every model.");
+    }
+    Ok(())
+}
+
+/// `--apply`: each model's best configuration into its folder (after a backup copy).
+fn apply_best(report: &TuneReport, model_dirs: &[(String, PathBuf)]) -> std::result::Result<(), String> {
+    for (model, best) in &report.best {
+        let (Some(v), Some((_, dir))) =
+            (best.and_then(|i| report.variants.get(i)), model_dirs.iter().find(|(n, _)| n == model))
+        else {
+            continue;
+        };
+        if v.name.ends_with("_config_default") {
+            println!("{model}: its current configuration is the best; config.pbtxt is left as it is.");
+            continue;
+        }
+        match export::apply(dir, &v.config_pbtxt) {
+            Ok(Some(backup)) => {
+                println!("{model}: wrote {} into {} (the old one is {})", v.name, dir.display(), backup.display())
+            }
+            Ok(None) => println!("{model}: wrote {} into {}", v.name, dir.display()),
+            Err(e) => return Err(format!("cannot write the configuration of '{model}': {e}")),
+        }
+    }
+    Ok(())
 }

@@ -27,8 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-/// tritonserver's `--backend-directory` default.
-pub const DEFAULT_BACKEND_DIRECTORY: &str = "/opt/tritonserver/backends";
+pub use crate::model_api::DEFAULT_BACKEND_DIRECTORY;
 
 /// How long an instance waits for a backend to answer and release a request, unless
 /// `--backend-config=<name>,response-timeout-ms=N` says otherwise.
@@ -217,26 +216,29 @@ impl Backend for CApiBackend {
         "triton-c-api"
     }
 
-    fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
-        let name = ctx.config.backend.clone();
-        let decoupled = ctx.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+    fn check_instance(&self, ctx: &ModelContext, _spec: &InstanceSpec) -> Result<()> {
+        // Loaded whether or not the executable exports the API: backends that need the library find it.
         let forwarding = super::library::forwarding();
         if !super::library::api_exported() {
             if let Err(why) = forwarding {
                 return Err(Error::unavailable(format!(
-                    "model '{}': backend '{name}' needs Triton's C API, which this tritonrs binary does not export \
+                    "model '{}': backend '{}' needs Triton's C API, which this tritonrs binary does not export \
                      (it was linked without a symbol list, as the glibc-2.27 portable builds are), and {why}",
-                    ctx.name
+                    ctx.name, ctx.config.backend
                 )));
             }
         }
+        Ok(())
+    }
+
+    fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
+        let name = ctx.config.backend.clone();
+        let decoupled = ctx.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+        self.check_instance(ctx, spec)?;
+        // Triton's core refuses a GPU instance without the GPU before the backend sees it (so does ours).
         let (kind, device) = match spec.kind {
             InstanceKind::Cpu => (INSTANCEGROUPKIND_CPU, 0),
-            // Triton's core refuses a GPU instance without the GPU before the backend sees it.
-            InstanceKind::Gpu { device_id } => {
-                crate::platform::cuda::check_instance_gpu(&spec.name, device_id)?;
-                (INSTANCEGROUPKIND_GPU, device_id)
-            }
+            InstanceKind::Gpu { device_id } => (INSTANCEGROUPKIND_GPU, device_id),
         };
         self.server.learn_runtime();
         let library = self.library(ctx, &name)?;

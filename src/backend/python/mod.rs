@@ -60,19 +60,23 @@ fn decoupled(cfg: &ModelConfig) -> bool {
     cfg.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
 }
 
-/// What every stub of a model version is started with.
-fn launch(settings: &Settings, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Launch> {
+/// The model's `model.py` (or the file the configuration names), which must exist.
+fn model_path(ctx: &ModelContext) -> Result<std::path::PathBuf> {
     let model_path = crate::model_config::model_file(&ctx.version_dir, &ctx.config)?;
     if !model_path.is_file() {
         return Err(Error::invalid(format!("model file '{}' not found", model_path.display())));
     }
+    Ok(model_path)
+}
+
+/// What every stub of a model version is started with.
+fn launch(settings: &Settings, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Launch> {
+    let model_path = model_path(ctx)?;
+    // As tritonserver, a GPU instance needs the GPU (the core has checked it), although the stub does
+    // not touch it itself.
     let (kind, device) = match spec.kind {
         InstanceKind::Cpu => ("CPU", 0),
-        // As tritonserver, a GPU instance needs the GPU, although the stub does not touch it itself.
-        InstanceKind::Gpu { device_id } => {
-            crate::platform::cuda::check_instance_gpu(&spec.name, device_id)?;
-            ("GPU", device_id)
-        }
+        InstanceKind::Gpu { device_id } => ("GPU", device_id),
     };
     let args = json!({
         "model_config": pbtxt::config_to_json(&ctx.config).to_string(),
@@ -105,6 +109,11 @@ fn launch(settings: &Settings, ctx: &ModelContext, spec: &InstanceSpec) -> Resul
 impl Backend for PythonBackend {
     fn name(&self) -> &'static str {
         "python"
+    }
+
+    fn check_instance(&self, ctx: &ModelContext, _spec: &InstanceSpec) -> Result<()> {
+        self.settings.as_ref().map_err(Clone::clone)?;
+        model_path(ctx).map(drop)
     }
 
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {

@@ -85,8 +85,6 @@ pub struct TensorRtBackend {
     runtime: OnceLock<Result<Arc<dyn Runtime>>>,
     /// Engines by plan file and GPU, shared by instances while any holds them.
     engines: Mutex<Vec<(EngineKey, Weak<SharedEngine>)>>,
-    /// Check the instance's GPU through the CUDA driver (not for the mock runtime).
-    check_gpus: bool,
 }
 
 impl TensorRtBackend {
@@ -99,13 +97,12 @@ impl TensorRtBackend {
                 .map(|v| v.split(';').map(str::trim).filter(|p| !p.is_empty()).map(PathBuf::from).collect())
                 .unwrap_or_default(),
         };
-        TensorRtBackend { opts, pools, runtime: OnceLock::new(), engines: Mutex::new(Vec::new()), check_gpus: true }
+        TensorRtBackend { opts, pools, runtime: OnceLock::new(), engines: Mutex::new(Vec::new()) }
     }
 
     /// A backend over another runtime (the tests' mock).
     pub fn with_runtime(runtime: Arc<dyn Runtime>) -> TensorRtBackend {
-        let mut b = TensorRtBackend::new(&BackendConfig::default(), None);
-        b.check_gpus = false;
+        let b = TensorRtBackend::new(&BackendConfig::default(), None);
         let _ = b.runtime.set(Ok(runtime));
         b
     }
@@ -226,33 +223,41 @@ pub fn auto_complete(
     Ok(())
 }
 
+impl TensorRtBackend {
+    /// The plan file, the runtime and the instance's GPU: what is missing is said first (the plan,
+    /// TensorRT, a GPU for a KIND_CPU instance), before the core checks the GPU itself.
+    fn prepare(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<(PathBuf, Arc<dyn Runtime>, i32)> {
+        let file = crate::model_config::model_file(&ctx.version_dir, &ctx.config)?;
+        if !file.is_file() {
+            return Err(Error::invalid(format!("model file '{}' not found", file.display())));
+        }
+        let runtime = self.runtime()?;
+        match spec.kind {
+            InstanceKind::Gpu { device_id } => Ok((file, runtime, device_id)),
+            InstanceKind::Cpu => {
+                let why = crate::platform::cuda::unavailable_reason()
+                    .map(|r| format!(" (no usable GPU: {r})"))
+                    .unwrap_or_default();
+                Err(Error::unavailable(format!(
+                    "instance '{}' is KIND_CPU{why}, but TensorRT engines run on a GPU",
+                    spec.name
+                )))
+            }
+        }
+    }
+}
+
 impl Backend for TensorRtBackend {
     fn name(&self) -> &'static str {
         "tensorrt"
     }
 
+    fn check_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<()> {
+        self.prepare(ctx, spec).map(drop)
+    }
+
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
-        let file = crate::model_config::model_file(&ctx.version_dir, &ctx.config)?;
-        if !file.is_file() {
-            return Err(Error::invalid(format!("model file '{}' not found", file.display())));
-        }
-        // What is missing is said first: TensorRT, then the GPU.
-        let runtime = self.runtime()?;
-        let device = match spec.kind {
-            InstanceKind::Gpu { device_id } => device_id,
-            InstanceKind::Cpu => {
-                let why = crate::platform::cuda::unavailable_reason()
-                    .map(|r| format!(" (no usable GPU: {r})"))
-                    .unwrap_or_default();
-                return Err(Error::unavailable(format!(
-                    "instance '{}' is KIND_CPU{why}, but TensorRT engines run on a GPU",
-                    spec.name
-                )));
-            }
-        };
-        if self.check_gpus {
-            crate::platform::cuda::check_instance_gpu(&spec.name, device)?;
-        }
+        let (file, runtime, device) = self.prepare(ctx, spec)?;
         let shared = self.engine(runtime.as_ref(), &file, device)?;
         let desc = shared.engine.desc().clone();
         let candidates = engine::instance_profiles(&desc, &ctx.name, &spec.profiles)?;

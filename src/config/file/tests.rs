@@ -51,7 +51,7 @@ fn the_file_sets_defaults_and_the_command_line_wins() {
     let text = "model-repository = [\"/m\"]\nhttp-port = 8100\ngrpc-port = 8101\nstrict-readiness = false\n\
                 disable-auto-complete-config = true\nload-model = [\"a\", \"b\"]\n";
     let s = settings(text, &["tritonrs", "--grpc-port=9"]).unwrap();
-    assert_eq!(s.model_repository, vec![PathBuf::from("/m")]);
+    assert_eq!(s.repository.model_repository, vec![PathBuf::from("/m")]);
     assert_eq!((s.http_port, s.grpc_port), (8100, 9));
     assert!(!s.strict_readiness);
     assert!(s.model_config.disable_auto_complete_config);
@@ -59,7 +59,7 @@ fn the_file_sets_defaults_and_the_command_line_wins() {
     // Untouched flags keep their own defaults.
     assert_eq!(s.metrics_port, 8002);
     let s = settings(text, &["tritonrs", "--model-repository=/x", "--strict-readiness"]).unwrap();
-    assert_eq!(s.model_repository, vec![PathBuf::from("/x")]);
+    assert_eq!(s.repository.model_repository, vec![PathBuf::from("/x")]);
     assert!(s.strict_readiness);
 }
 
@@ -72,7 +72,9 @@ fn validate_reads_the_same_file() {
     let cmd = f.apply(cmd, &[&validate]).unwrap().mut_subcommand("validate", |_| validate);
     let m = cmd.try_get_matches_from(args(&["tritonrs", "validate"])).unwrap();
     match Cli::from_arg_matches(&m).unwrap().command {
-        Some(crate::config::Command::Validate(v)) => assert_eq!(v.model_repository, vec![PathBuf::from("/m")]),
+        Some(crate::config::Command::Validate(v)) => {
+            assert_eq!(v.repository.model_repository, vec![PathBuf::from("/m")])
+        }
         other => panic!("{other:?}"),
     }
 }

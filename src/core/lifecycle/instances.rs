@@ -95,6 +95,10 @@ pub(super) fn load_version(
     let mut retirements = Vec::new();
     let mut served_by = None;
     for (spec, limit) in instance_specs(&cfg).into_iter().zip(limits) {
+        backend.check_instance(&ctx, &spec)?;
+        if let InstanceKind::Gpu { device_id } = spec.kind {
+            check_instance_gpu(&spec.name, device_id)?;
+        }
         let mut inst = backend.create_instance(&ctx, &spec)?;
         probes.extend(inst.readiness());
         retirements.extend(inst.retirement());
@@ -151,6 +155,15 @@ fn instance_limits(cfg: &ModelConfig) -> Vec<Option<&ModelRateLimiter>> {
         }
     }
     out
+}
+
+/// A KIND_GPU instance needs its GPU, whatever the backend, as tritonserver checks the instance group
+/// before the backend sees it: its error names the instance ("instance 'm_0' is KIND_GPU, but no CUDA
+/// driver could be loaded ...").
+fn check_instance_gpu(instance: &str, index: i32) -> Result<()> {
+    crate::platform::cuda::check_gpu(index)
+        .map(drop)
+        .map_err(|e| Error::unavailable(format!("instance '{instance}' is KIND_GPU, but {}", e.message)))
 }
 
 /// Expands `instance_group` into named instances, as Triton names them (`<group>_<index>`).

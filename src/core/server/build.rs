@@ -8,6 +8,7 @@ use crate::core::cache::ResponseCache;
 use crate::core::lifecycle::ModelManager;
 use crate::core::rate_limiter::RateLimiter;
 use crate::core::trace::Tracer;
+use crate::memory::pool::{Allocator, GpuMemory, MemorySource, Pools};
 use crate::memory::regions::SharedMemoryManager;
 use crate::model_api::custom_metrics::CustomMetrics;
 use std::sync::atomic::AtomicBool;
@@ -18,7 +19,10 @@ impl Server {
         let limiter = opts.rate_limit.as_ref().map(|fixed| Arc::new(RateLimiter::new(fixed)));
         let tracer = Tracer::new(opts.trace.clone());
         // Ensembles run their steps through this server; a weak handle keeps the models from owning it.
-        let pools = crate::memory::pool::Pools::new(&opts.pools, &crate::platform::cuda::CudaMemory);
+        let pools = match &opts.memory.pools {
+            Some(source) => Pools::new(&opts.pools, source.as_ref()),
+            None => Pools::new(&opts.pools, &HostOnly),
+        };
         let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
             let steps = Arc::new(StepsThroughServer(me.clone()));
             let backends = opts.backends.build(Some(Arc::new(ApiThroughServer(me.clone()))), Some(pools.clone()));
@@ -26,7 +30,12 @@ impl Server {
                 .with_rate_limiter(limiter)
                 .with_ensembles(steps, opts.control_mode == ControlMode::Explicit)
                 .with_remotes(opts.remotes.clone(), opts.control_mode == ControlMode::Explicit);
+            // CUDA regions open their IPC handles through the opener given (the driver's, loaded on first
+            // use, says why when there is no driver).
+            let shm =
+                SharedMemoryManager::new(opts.memory.cuda_ipc.clone(), "this server was built without CUDA".into());
             Inner {
+                shm,
                 cache: opts.cache_bytes.map(ResponseCache::new),
                 opts,
                 models: Arc::new(models),
@@ -35,12 +44,22 @@ impl Server {
                 flags_changed: tokio::sync::watch::Sender::new(0),
                 tracer,
                 custom_metrics: Arc::new(CustomMetrics::new()),
-                // CUDA regions open their IPC handles through the driver, loaded on first use; without
-                // one, registering a CUDA region says why.
-                shm: SharedMemoryManager::new(Some(crate::platform::cuda::ipc_opener()), String::new()),
                 pools,
             }
         });
         Server { inner }
+    }
+}
+
+/// No memory source: host memory only (a server built without the platform's, as in tests).
+struct HostOnly;
+
+impl MemorySource for HostOnly {
+    fn pinned(&self) -> Option<Box<dyn Allocator>> {
+        None
+    }
+
+    fn devices(&self) -> Vec<GpuMemory> {
+        Vec::new()
     }
 }

@@ -2,13 +2,15 @@
 
 use crate::core::repository::{RemoteRepository, RepoOptions};
 use crate::core::trace::TraceSettings;
+use crate::memory::pool::MemorySource;
+use crate::memory::regions::CudaIpcOpener;
 use crate::model_api::{BackendConfig, BackendFactory};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Triton's `--model-control-mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ControlMode {
     /// Load every model at start; no changes afterwards.
     None,
@@ -32,7 +34,7 @@ pub struct ServerOptions {
     pub exit_on_error: bool,
     pub repo: RepoOptions,
     pub backend_config: BackendConfig,
-    /// Builds the backends (the built-in ones, registered by `main.rs`); the default builds none.
+    /// Builds the backends (the built-in ones, registered by `assemble`); the default builds none.
     pub backends: BackendFactory,
     pub load_threads: usize,
     /// `--rate-limit execution_count` with the `--rate-limit-resource` sizes; `None` when off.
@@ -45,11 +47,31 @@ pub struct ServerOptions {
     pub pools: crate::memory::pool::PoolOptions,
     /// Cloud repositories (`s3://`, `gs://`, `as://`); each one's local view is also in `repositories`.
     pub remotes: Vec<Arc<dyn RemoteRepository>>,
+    /// Where memory beyond host memory comes from (the assembly point passes the CUDA driver's).
+    pub memory: MemorySources,
+}
+
+/// Where memory beyond host memory comes from: the pools' pinned and device allocators, and the
+/// opener of CUDA IPC handles for CUDA shared-memory regions. The default has neither: host memory
+/// only, and registering a CUDA region says there is no CUDA.
+#[derive(Clone, Default)]
+pub struct MemorySources {
+    pub pools: Option<Arc<dyn MemorySource + Send + Sync>>,
+    pub cuda_ipc: Option<CudaIpcOpener>,
+}
+
+impl std::fmt::Debug for MemorySources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemorySources")
+            .field("pools", &self.pools.is_some())
+            .field("cuda_ipc", &self.cuda_ipc.is_some())
+            .finish()
+    }
 }
 
 impl ServerOptions {
     /// A server in explicit mode over `repositories` that loads nothing at start, with every other
-    /// setting at its default and no backends (callers add theirs): for `tune` and for tests.
+    /// setting at its default and no backends (callers add theirs): for `assemble` and for tests.
     pub fn explicit(repositories: Vec<PathBuf>) -> ServerOptions {
         ServerOptions {
             id: "triton".into(),
@@ -68,6 +90,7 @@ impl ServerOptions {
             trace: Default::default(),
             pools: Default::default(),
             remotes: Vec::new(),
+            memory: Default::default(),
         }
     }
 }
