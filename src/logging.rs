@@ -172,11 +172,14 @@ impl<'a> fmt::MakeWriter<'a> for JournalStderr {
 }
 
 /// Installs the global subscriber. Logs go to standard error, or to `log_file`.
-pub fn init(settings: LogSettings) -> anyhow::Result<LogControl> {
+pub fn init(settings: LogSettings) -> Result<LogControl> {
     let (filter, handle) = reload::Layer::new(settings.level());
     let iso = settings.log_format.eq_ignore_ascii_case("ISO8601");
     if !iso && settings.log_format != "default" {
-        anyhow::bail!("--log-format must be 'default' or 'ISO8601', got '{}'", settings.log_format);
+        return Err(Error::invalid(format!(
+            "--log-format must be 'default' or 'ISO8601', got '{}'",
+            settings.log_format
+        )));
     }
     let writer: fmt::writer::BoxMakeWriter = if settings.log_file.is_empty() && stderr_is_journal() {
         fmt::writer::BoxMakeWriter::new(JournalStderr)
@@ -188,16 +191,17 @@ pub fn init(settings: LogSettings) -> anyhow::Result<LogControl> {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|e| anyhow::anyhow!("cannot open --log-file '{}': {e}", path.display()))?;
+            .map_err(|e| Error::invalid(format!("cannot open --log-file '{}': {e}", path.display())))?;
         fmt::writer::BoxMakeWriter::new(std::sync::Mutex::new(file))
     };
     let layer = fmt::layer().with_writer(writer).with_target(false).with_ansi(false);
     let registry = tracing_subscriber::registry().with(filter);
-    if iso {
-        registry.with(layer).try_init()?;
+    let installed = if iso {
+        registry.with(layer).try_init()
     } else {
-        registry.with(layer.with_timer(fmt::time::uptime())).try_init()?;
-    }
+        registry.with(layer.with_timer(fmt::time::uptime())).try_init()
+    };
+    installed.map_err(|e| Error::internal(format!("cannot install the log subscriber: {e}")))?;
     Ok(LogControl { settings: Arc::new(Mutex::new(settings)), reload: Some(handle) })
 }
 
