@@ -25,8 +25,8 @@
 //! agents, memory sources; `main.rs` and `tune` start here), `model_config/` (what `config.pbtxt` says),
 //! `storage/` (S3, GCS, Azure into a local cache), `vision/` (image pre- and post-processing for MQTT,
 //! DeepStack and Frigate), `tune/` (`tritonrs tune`), `error` (the one error type), `proto` (generated).
-//! Unit tests sit with the code they test, inline as `#[cfg(test)] mod tests`, or in a sibling
-//! `tests.rs` under the module's folder where they are long.
+//! Unit tests sit in one place: a sibling `tests.rs` in the folder of the module's name (`foo.rs` ->
+//! `foo/tests.rs`, `foo/mod.rs` -> `foo/tests.rs`), declared by `#[cfg(test)] mod tests;` at its end.
 #![deny(unsafe_code)]
 // The `// SAFETY:` rule, checked by a tool: every unsafe block says why it is sound.
 #![warn(clippy::undocumented_unsafe_blocks)]

@@ -208,31 +208,4 @@ pub struct BatchSnapshot {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn executions_are_counted_per_batch_size() {
-        let s = ModelStats::new(4);
-        s.record_execution(2, 10, 20, 30);
-        s.record_execution(2, 1, 2, 3);
-        s.record_execution(4, 1, 1, 1);
-        s.record_execution(9, 1, 1, 1); // beyond max: counted, but no batch bucket
-        let snap = s.snapshot();
-        assert_eq!(snap.execution_count, 4);
-        assert_eq!(snap.inference_count, 17);
-        assert_eq!(snap.batches.len(), 2);
-        assert_eq!(snap.batches[0].batch_size, 2);
-        assert_eq!(snap.batches[0].compute_infer, DurationSnapshot { count: 2, ns: 22 });
-    }
-
-    #[test]
-    fn success_sets_last_inference() {
-        let s = ModelStats::new(0);
-        assert_eq!(s.snapshot().last_inference, 0);
-        s.record_success(Duration::from_micros(5));
-        let snap = s.snapshot();
-        assert_eq!(snap.success, DurationSnapshot { count: 1, ns: 5000 });
-        assert!(snap.last_inference > 0);
-    }
-}
+mod tests;

@@ -21,11 +21,4 @@ pub fn error_body(message: &str) -> Map<String, Value> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_body_holds_the_message() {
-        assert_eq!(Value::Object(error_body("no such model")).to_string(), r#"{"error":"no such model"}"#);
-    }
-}
+mod tests;

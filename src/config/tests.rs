@@ -1,0 +1,97 @@
+//! Unit tests of `config/mod.rs`.
+
+use super::*;
+
+#[test]
+fn triton_style_flags_parse() {
+    let cli = Cli::try_parse_from([
+        "tritonrs",
+        "--model-store=/m",
+        "--model-repository",
+        "/n",
+        "--model-control-mode=explicit",
+        "--load-model=a",
+        "--load-model",
+        "b",
+        "--strict-readiness=false",
+        "--exit-on-error",
+        "--http-port=0",
+        "--grpc-port=0",
+        "--grpc-max-message-size=1024",
+        "--grpc-infer-allocation-pool-size=16",
+        "--backend-config=onnxruntime,library=/x.so",
+        "--log-verbose=1",
+    ])
+    .unwrap();
+    let s = cli.serve;
+    assert_eq!(s.repository.model_repository, vec![PathBuf::from("/m"), PathBuf::from("/n")]);
+    assert_eq!(s.model_control_mode, ControlMode::Explicit);
+    assert_eq!(s.load_model, vec!["a", "b"]);
+    assert!(!s.strict_readiness);
+    assert!(s.exit_on_error);
+    assert_eq!(s.http_port, 0);
+    assert_eq!(s.grpc_port, 0);
+    assert_eq!(s.grpc_max_message_size, 1024);
+    assert_eq!(s.model_config.backend_config, vec!["onnxruntime,library=/x.so"]);
+}
+
+#[test]
+fn tritonserver_grpc_connection_flags_parse_and_defaults_match() {
+    let d = Cli::try_parse_from(["tritonrs", "--model-repository=/m"]).unwrap().serve;
+    assert_eq!((d.grpc_keepalive_time, d.grpc_keepalive_timeout), (7_200_000, 20_000));
+    assert!(!d.grpc_keepalive_permit_without_calls);
+    assert_eq!((d.grpc_http2_max_pings_without_data, d.grpc_http2_min_recv_ping_interval_without_data), (2, 300_000));
+    assert_eq!((d.grpc_max_connection_age, d.grpc_max_connection_age_grace), (None, None));
+    assert_eq!((d.http_header_timeout_secs, d.http_idle_timeout_secs, d.http_max_connections), (30, 300, 0));
+    let s = Cli::try_parse_from([
+        "tritonrs",
+        "--model-repository=/m",
+        "--grpc-keepalive-time=1000",
+        "--grpc-keepalive-timeout=500",
+        "--grpc-keepalive-permit-without-calls=1",
+        "--grpc-http2-max-pings-without-data=0",
+        "--grpc-http2-min-recv-ping-interval-without-data=10",
+        "--grpc-http2-max-ping-strikes=0",
+        "--grpc-max-connection-age=60000",
+        "--grpc-max-connection-age-grace=5000",
+        "--grpc-max-connections=10",
+        "--grpc-header-timeout-secs=5",
+        "--http-max-connections=20",
+        "--http-header-timeout-secs=0",
+        "--http-idle-timeout-secs=9",
+    ])
+    .unwrap()
+    .serve;
+    assert_eq!((s.grpc_keepalive_time, s.grpc_keepalive_timeout), (1000, 500));
+    assert!(s.grpc_keepalive_permit_without_calls);
+    assert_eq!((s.grpc_max_connection_age, s.grpc_max_connection_age_grace), (Some(60_000), Some(5000)));
+    assert_eq!((s.grpc_max_connections, s.grpc_header_timeout_secs), (10, 5));
+    assert_eq!((s.http_max_connections, s.http_header_timeout_secs, s.http_idle_timeout_secs), (20, 0, 9));
+}
+
+#[test]
+fn validate_subcommand_parses() {
+    let cli = Cli::try_parse_from(["tritonrs", "validate", "--model-repository", "/m"]).unwrap();
+    assert!(
+        matches!(cli.command, Some(Command::Validate(ref v)) if v.repository.model_repository == vec![PathBuf::from("/m")])
+    );
+}
+
+#[test]
+fn the_last_of_a_repeated_flag_wins() {
+    let cli = Cli::try_parse_from([
+        "tritonrs",
+        "--allow-metrics=false",
+        "--allow-metrics=true",
+        "--http-port=1",
+        "--http-port=2",
+    ])
+    .unwrap();
+    assert!(cli.serve.allow_metrics);
+    assert_eq!(cli.serve.http_port, 2);
+}
+
+#[test]
+fn bad_bool_is_rejected() {
+    assert!(Cli::try_parse_from(["tritonrs", "--strict-readiness=maybe"]).is_err());
+}

@@ -1,0 +1,65 @@
+//! Unit tests of `core/scheduler/workers.rs`.
+
+use super::*;
+use crate::model_api::ExecRequest;
+use std::time::Duration;
+
+struct Nothing;
+
+impl ModelInstance for Nothing {
+    fn execute(&mut self, _: &ExecRequest) -> Result<ExecResult> {
+        Ok(ExecResult::default())
+    }
+}
+
+#[test]
+fn threads_count_as_running_until_their_instance_is_dropped() {
+    let w = Workers::new("m");
+    let (tx, rx) = crossbeam_channel::unbounded::<Work<u32>>();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    let count = move |n: u32| {
+        s.fetch_add(n as usize, Ordering::SeqCst);
+    };
+    w.instance("m_0", Box::new(Nothing), move |_, beat| serve(&rx, beat, count)).unwrap();
+    let (ttx, trx) = crossbeam_channel::bounded::<()>(1);
+    w.timer("batch-m".into(), move || {
+        let _ = trx.recv();
+    })
+    .unwrap();
+    assert_eq!(w.running().load(Ordering::SeqCst), 2);
+    tx.send(Work::Batch(3)).unwrap();
+    tx.send(Work::Stop).unwrap();
+    ttx.send(()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.running().load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(w.running().load(Ordering::SeqCst), 0);
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn a_finished_request_is_stamped_and_recorded_once() {
+    let stats = ModelStats::new(8);
+    let enqueued = Instant::now();
+    let start = enqueued + Duration::from_millis(2);
+    let mut ok: Result<ExecResult> = Ok(ExecResult::default());
+    finish_request(&stats, enqueued, start, &mut ok);
+    assert_eq!(ok.as_ref().unwrap().timings.started, Some(start));
+    let mut failed: Result<ExecResult> = Err(Error::internal("x"));
+    finish_request(&stats, enqueued, start, &mut failed);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job = Job {
+        exec: ExecRequest::default(),
+        batch_size: 4,
+        enqueued,
+        control: Default::default(),
+        reply: tx,
+        span: tracing::Span::none(),
+    };
+    answer_alone(&stats, job, start, Ok(ExecResult::default()));
+    assert!(rx.blocking_recv().unwrap().is_ok());
+    assert_eq!(stats.execution_count.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.inference_count.load(Ordering::Relaxed), 4);
+}
