@@ -226,9 +226,11 @@ def test_an_execute_that_never_returns_fails_its_requests_and_unload_abandons_th
     # gRPC; the second may reach the instance still stuck in the first one's Execute.
     t = time.monotonic()
     with pytest.raises(InferenceServerException) as e:
-        s.client(network_timeout=20).infer("hang_c", inputs(httpclient, 1, -1.0))
+        s.client(network_timeout=20).infer("hang_c", inputs(httpclient, 1, -1.0), request_id="stuck-1")
     assert time.monotonic() - t < 10, "the client waited far past the response timeout"
     assert e.value.status() == "503", e.value
+    # What the backend logged inside Execute (on its own thread) names the request it was running.
+    s.wait_for_log(r"request\{model=hang_c version=1 id=stuck-1\}: .*test_backend: execute never returns for")
     assert "TRITONBACKEND_ModelInstanceExecute" in e.value.message() and "2000 ms" in e.value.message(), e.value
     t = time.monotonic()
     with pytest.raises(InferenceServerException) as e:

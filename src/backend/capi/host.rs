@@ -264,7 +264,7 @@ impl Backend for CApiBackend {
         });
         let served_by = instance.model.library.path.display().to_string();
         let model_handle = Arc::downgrade(&instance.model);
-        let (to_executor, requests) = crossbeam_channel::bounded::<Vec<Arc<RequestObj>>>(1);
+        let (to_executor, requests) = crossbeam_channel::bounded::<Handed>(1);
         let s = shared.clone();
         std::thread::Builder::new()
             .name(format!("exec-{}", spec.name))
@@ -286,6 +286,9 @@ impl Backend for CApiBackend {
         }))
     }
 }
+
+/// A request list handed to an instance's execute thread, with the span the scheduler runs it in.
+type Handed = (Vec<Arc<RequestObj>>, tracing::Span);
 
 /// What an instance's execute thread does, as the instance thread sees it.
 #[derive(Default)]
@@ -359,9 +362,11 @@ impl Shared {
 /// thread of its own so that a backend whose Execute (or finalizer) never returns holds only this
 /// thread: the instance thread stops waiting after the response timeout, and unload leaves this one
 /// behind (see [`CInstance::abandon`]) instead of waiting for ever.
-fn run_executor(mut instance: Instance, requests: &crossbeam_channel::Receiver<Vec<Arc<RequestObj>>>, shared: &Shared) {
-    while let Ok(list) = requests.recv() {
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.execute(list)))
+fn run_executor(mut instance: Instance, requests: &crossbeam_channel::Receiver<Handed>, shared: &Shared) {
+    while let Ok((list, span)) = requests.recv() {
+        // In the requests' span, so what the backend logs meanwhile (TRITONSERVER_LogMessage) names them.
+        let result = span
+            .in_scope(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| instance.execute(list))))
             .unwrap_or_else(|_| Err(Error::internal("handing requests to the backend panicked; this is a bug")));
         {
             let mut s = shared.exec.lock();
@@ -400,7 +405,7 @@ fn give_up_at(own: Instant, retired: Option<Instant>, timeout: Duration) -> Inst
 struct CInstance {
     shared: Arc<Shared>,
     /// To the execute thread; taken when the instance is dropped, which lets the thread finalize.
-    to_executor: Option<crossbeam_channel::Sender<Vec<Arc<RequestObj>>>>,
+    to_executor: Option<crossbeam_channel::Sender<Handed>>,
     timeout: Duration,
     /// Requests the backend never finished with; their memory stays the backend's.
     abandoned: usize,
@@ -544,7 +549,7 @@ impl CInstance {
             s.returned = None;
             s.inside_since = Some(started);
         }
-        if tx.send(requests).is_err() {
+        if tx.send((requests, tracing::Span::current())).is_err() {
             self.shared.exec.lock().inside_since = None;
             return Err(gone());
         }
