@@ -7,11 +7,12 @@ costs nothing: build the old binary, copy it aside, build the new one.
   python3 benches/ab_compare.py OLD_BINARY NEW_BINARY     (after sourcing scripts/env.sh)
 
 BENCH_CONCURRENCY (default 1,8), BENCH_INTERVAL_MS and BENCH_STABILITY_PERCENT as for
-side_by_side.py. Machines here are shared and noisy: read the ratios of one run, and run it twice
+side_by_side.py. BENCH_LOG_INFO=1 serves with info logging on (tritonserver's default) instead of off. Machines here are shared and noisy: read the ratios of one run, and run it twice
 before believing a difference under 10%.
 """
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -19,11 +20,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from side_by_side import CONCURRENCY, REPO, Server, free_port, perf  # noqa: E402
 
+LOG_INFO = "true" if os.environ.get("BENCH_LOG_INFO") == "1" else "false"
+
 
 def start(name: str, binary: str) -> Server:
     http, grpc = free_port(), free_port()
     s = Server(name, [binary, "--model-repository", str(REPO / "model-repos/examples"), "--http-port", str(http),
-                      "--grpc-port", str(grpc), "--metrics-port", "0", "--log-info=false"], http, grpc)
+                      "--grpc-port", str(grpc), "--metrics-port", "0", f"--log-info={LOG_INFO}"], http, grpc)
     socket.create_connection(("127.0.0.1", grpc), timeout=2).close()
     return s
 
