@@ -100,54 +100,9 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
     let mut batch: Option<i64> = None;
     let mut inputs = Vec::with_capacity(req.inputs.len());
     for mut t in req.inputs {
-        let spec =
-            io.inputs.iter().find(|s| s.name == t.name).ok_or_else(|| {
-                Error::invalid(format!("unexpected inference input '{}' for model '{model}'", t.name))
-            })?;
-        if inputs.iter().any(|i: &Tensor| i.name == t.name) {
-            return Err(Error::invalid(format!("input '{}' appears more than once in the request", t.name)));
-        }
-        if t.datatype != spec.datatype {
-            return Err(Error::invalid(format!(
-                "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
-                t.name, t.datatype, spec.datatype
-            )));
-        }
-        if t.shape.iter().any(|&d| d < 0) {
-            return Err(Error::invalid(format!(
-                "input '{}' has a negative dimension in shape {}",
-                t.name,
-                fmt_shape(&t.shape)
-            )));
-        }
-        let expected_full: Vec<i64> =
-            if batching { std::iter::once(-1).chain(spec.dims.iter().copied()).collect() } else { spec.dims.clone() };
-        if !shape_matches(&expected_full, &t.shape) {
-            return Err(Error::invalid(format!(
-                "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}",
-                t.name,
-                fmt_shape(&expected_full),
-                fmt_shape(&t.shape)
-            )));
-        }
+        let spec = check_input(io, model, &t, &inputs)?;
         if batching {
-            let b = t.shape[0];
-            if b < 1 || b > io.max_batch_size {
-                return Err(Error::invalid(format!(
-                    "inference request batch-size must be <= {} for '{model}', got {b} for input '{}'",
-                    io.max_batch_size, t.name
-                )));
-            }
-            match batch {
-                None => batch = Some(b),
-                Some(prev) if prev != b => {
-                    return Err(Error::invalid(format!(
-                        "input '{}' has batch size {b} but other inputs have batch size {prev}",
-                        t.name
-                    )))
-                }
-                Some(_) => {}
-            }
+            check_batch(io, model, &t, &mut batch)?;
         }
         let count = element_count(&t.shape)
             .ok_or_else(|| Error::invalid(format!("input '{}': shape {} is too large", t.name, fmt_shape(&t.shape))))?;
@@ -159,36 +114,8 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
         }
         inputs.push(t);
     }
-    for s in io.inputs.iter().filter(|s| !s.optional) {
-        if !inputs.iter().any(|t| t.name == s.name) {
-            return Err(Error::invalid(format!(
-                "expected {} inputs but got {} inputs for model '{model}': missing required input '{}'",
-                io.inputs.iter().filter(|s| !s.optional).count(),
-                inputs.len(),
-                s.name
-            )));
-        }
-    }
-    let outputs: Vec<RequestedOutput> = if req.outputs.is_empty() {
-        io.outputs.iter().map(|o| RequestedOutput { name: o.name.clone(), ..Default::default() }).collect()
-    } else {
-        let mut seen = std::collections::HashSet::new();
-        for o in &req.outputs {
-            let spec = io.output(&o.name).ok_or_else(|| {
-                Error::invalid(format!("unexpected inference output '{}' for model '{model}'", o.name))
-            })?;
-            if !seen.insert(o.name.as_str()) {
-                return Err(Error::invalid(format!("output '{}' is requested more than once", o.name)));
-            }
-            if o.class_count > 0 && spec.datatype == DataType::Bytes {
-                return Err(Error::invalid(format!(
-                    "classification is not supported for output '{}' of datatype BYTES",
-                    o.name
-                )));
-            }
-        }
-        req.outputs
-    };
+    check_required_inputs(io, model, &inputs)?;
+    let outputs = requested_outputs(io, model, req.outputs)?;
     let meta = RequestMeta {
         id: req.id,
         parameters: req.parameters.into_iter().filter(|(k, _)| !RESERVED_PARAMETERS.contains(&k.as_str())).collect(),
@@ -207,6 +134,109 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
         outputs,
         control,
     })
+}
+
+/// Checks input `t` against the model's inputs and the inputs accepted before it (`inputs`): the model
+/// has it, the request names it once, and its datatype and shape (with the batch dimension for a
+/// batching model) match. Returns its configuration.
+fn check_input<'a>(io: &'a ModelIo, model: &str, t: &Tensor, inputs: &[Tensor]) -> Result<&'a TensorSpec> {
+    let spec = io
+        .inputs
+        .iter()
+        .find(|s| s.name == t.name)
+        .ok_or_else(|| Error::invalid(format!("unexpected inference input '{}' for model '{model}'", t.name)))?;
+    if inputs.iter().any(|i: &Tensor| i.name == t.name) {
+        return Err(Error::invalid(format!("input '{}' appears more than once in the request", t.name)));
+    }
+    if t.datatype != spec.datatype {
+        return Err(Error::invalid(format!(
+            "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
+            t.name, t.datatype, spec.datatype
+        )));
+    }
+    if t.shape.iter().any(|&d| d < 0) {
+        return Err(Error::invalid(format!(
+            "input '{}' has a negative dimension in shape {}",
+            t.name,
+            fmt_shape(&t.shape)
+        )));
+    }
+    let expected_full: Vec<i64> = if io.max_batch_size > 0 {
+        std::iter::once(-1).chain(spec.dims.iter().copied()).collect()
+    } else {
+        spec.dims.clone()
+    };
+    if !shape_matches(&expected_full, &t.shape) {
+        return Err(Error::invalid(format!(
+            "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}",
+            t.name,
+            fmt_shape(&expected_full),
+            fmt_shape(&t.shape)
+        )));
+    }
+    Ok(spec)
+}
+
+/// Checks the batch dimension of input `t` of a batching model: within `max_batch_size`, and the same
+/// as the other inputs' (`batch`, set from the first input).
+fn check_batch(io: &ModelIo, model: &str, t: &Tensor, batch: &mut Option<i64>) -> Result<()> {
+    let b = t.shape[0];
+    if b < 1 || b > io.max_batch_size {
+        return Err(Error::invalid(format!(
+            "inference request batch-size must be <= {} for '{model}', got {b} for input '{}'",
+            io.max_batch_size, t.name
+        )));
+    }
+    match *batch {
+        None => *batch = Some(b),
+        Some(prev) if prev != b => {
+            return Err(Error::invalid(format!(
+                "input '{}' has batch size {b} but other inputs have batch size {prev}",
+                t.name
+            )))
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+/// Checks that the request (`inputs`) has every input the model does not mark optional.
+fn check_required_inputs(io: &ModelIo, model: &str, inputs: &[Tensor]) -> Result<()> {
+    for s in io.inputs.iter().filter(|s| !s.optional) {
+        if !inputs.iter().any(|t| t.name == s.name) {
+            return Err(Error::invalid(format!(
+                "expected {} inputs but got {} inputs for model '{model}': missing required input '{}'",
+                io.inputs.iter().filter(|s| !s.optional).count(),
+                inputs.len(),
+                s.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The outputs to return: those `requested`, each checked (the model has it, it is asked for once, and
+/// classification is not asked of a BYTES output), or every output of the model when none is named.
+fn requested_outputs(io: &ModelIo, model: &str, requested: Vec<RequestedOutput>) -> Result<Vec<RequestedOutput>> {
+    if requested.is_empty() {
+        return Ok(io.outputs.iter().map(|o| RequestedOutput { name: o.name.clone(), ..Default::default() }).collect());
+    }
+    let mut seen = std::collections::HashSet::new();
+    for o in &requested {
+        let spec = io
+            .output(&o.name)
+            .ok_or_else(|| Error::invalid(format!("unexpected inference output '{}' for model '{model}'", o.name)))?;
+        if !seen.insert(o.name.as_str()) {
+            return Err(Error::invalid(format!("output '{}' is requested more than once", o.name)));
+        }
+        if o.class_count > 0 && spec.datatype == DataType::Bytes {
+            return Err(Error::invalid(format!(
+                "classification is not supported for output '{}' of datatype BYTES",
+                o.name
+            )));
+        }
+    }
+    Ok(requested)
 }
 
 /// Request parameters the server acts on itself; backends do not see them (as in Triton).

@@ -11,7 +11,7 @@ use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::model_instance_group::Kind;
 use crate::proto::inference::model_sequence_batching::StrategyChoice;
 use crate::proto::inference::model_warmup::input::InputDataType;
-use crate::proto::inference::ModelConfig;
+use crate::proto::inference::{ModelConfig, ModelSequenceBatching};
 
 /// Largest configuration accepted, as a load request's `config` text or a `config.pbtxt` file.
 /// Triton's configurations are kilobytes; parsing costs about 20 times the text in memory.
@@ -36,14 +36,40 @@ pub const DEFAULT_MAX_TENSOR_BYTES: usize = 64 << 20;
 /// Checks every value of `cfg` that sizes an allocation. `max_tensor_bytes` bounds each tensor built
 /// from the configuration: a warmup sample or a state may be no larger than a request the server accepts.
 pub fn check(cfg: &ModelConfig, max_tensor_bytes: usize) -> Result<()> {
-    let over = |field: String, what: String, limit: String| {
-        Error::invalid(format!("model '{}': field '{field}': {what} is over the limit of {limit}", cfg.name))
-    };
     if cfg.max_batch_size > MAX_BATCH_SIZE {
-        return Err(over("max_batch_size".into(), format!("{}", cfg.max_batch_size), MAX_BATCH_SIZE.to_string()));
+        return Err(over(cfg, "max_batch_size".into(), format!("{}", cfg.max_batch_size), MAX_BATCH_SIZE.to_string()));
     }
-    let tensor_limit = format!("{max_tensor_bytes} bytes (the largest request the server accepts; see --http-max-input-size and --grpc-max-message-size)");
-    // Instances: count per group, times its GPUs for KIND_GPU.
+    let instances = check_instances(cfg)?;
+    check_dims(cfg)?;
+    check_warmup(cfg, max_tensor_bytes)?;
+    match &cfg.scheduling_choice {
+        Some(SchedulingChoice::DynamicBatching(d)) if d.priority_levels > MAX_PRIORITY_LEVELS => Err(over(
+            cfg,
+            "dynamic_batching.priority_levels".into(),
+            d.priority_levels.to_string(),
+            MAX_PRIORITY_LEVELS.to_string(),
+        )),
+        Some(SchedulingChoice::SequenceBatching(s)) => {
+            check_sequence_slots(cfg, s, instances)?;
+            check_states(cfg, s, max_tensor_bytes)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The error for a value of `cfg`'s `field` (`what`) over its `limit`.
+fn over(cfg: &ModelConfig, field: String, what: String, limit: String) -> Error {
+    Error::invalid(format!("model '{}': field '{field}': {what} is over the limit of {limit}", cfg.name))
+}
+
+/// The limit named for a tensor built from the configuration that is over `max_tensor_bytes`.
+fn tensor_limit(max_tensor_bytes: usize) -> String {
+    format!("{max_tensor_bytes} bytes (the largest request the server accepts; see --http-max-input-size and --grpc-max-message-size)")
+}
+
+/// Counts the instances `cfg` asks for (each group's count, times its GPUs for KIND_GPU; at least 1),
+/// refusing more than [`MAX_INSTANCES`] in all.
+fn check_instances(cfg: &ModelConfig) -> Result<u64> {
     let mut instances: u64 = 0;
     for (i, g) in cfg.instance_group.iter().enumerate() {
         let devices = if g.kind == Kind::Gpu as i32 { g.gpus.len().max(1) as u64 } else { 1 };
@@ -51,15 +77,19 @@ pub fn check(cfg: &ModelConfig, max_tensor_bytes: usize) -> Result<()> {
         instances = instances.saturating_add(n);
         if instances > MAX_INSTANCES {
             return Err(over(
+                cfg,
                 format!("instance_group[{i}].count"),
                 format!("{instances} instances in all"),
                 format!("{MAX_INSTANCES} instances per model"),
             ));
         }
     }
-    let instances = instances.max(1);
-    // Dimensions: their product (with the batch) must be representable, so no size computed from them
-    // can overflow.
+    Ok(instances.max(1))
+}
+
+/// Checks that the dimensions (and reshapes) of every input and output, times the batch, have an element
+/// count that fits an `i64`, so no size computed from them can overflow.
+fn check_dims(cfg: &ModelConfig) -> Result<()> {
     let batch = i64::from(cfg.max_batch_size.max(1));
     let tensors = cfg
         .input
@@ -83,10 +113,16 @@ pub fn check(cfg: &ModelConfig, max_tensor_bytes: usize) -> Result<()> {
             }
         }
     }
-    // Warmup samples are built in full before the model is READY.
+    Ok(())
+}
+
+/// Checks each warmup sample's batch size and, for zero and random data, its size: samples are built in
+/// full before the model is READY.
+fn check_warmup(cfg: &ModelConfig, max_tensor_bytes: usize) -> Result<()> {
     for (i, w) in cfg.model_warmup.iter().enumerate() {
         if w.batch_size > MAX_BATCH_SIZE as u32 {
             return Err(over(
+                cfg,
                 format!("model_warmup[{i}].batch_size"),
                 w.batch_size.to_string(),
                 MAX_BATCH_SIZE.to_string(),
@@ -109,62 +145,65 @@ pub fn check(cfg: &ModelConfig, max_tensor_bytes: usize) -> Result<()> {
                     Some(b) => format!("a sample of {b} bytes ({:?} x batch {batch})", input.dims),
                     None => format!("a sample of {:?} x batch {batch}", input.dims),
                 };
-                return Err(over(field, what, tensor_limit.clone()));
+                return Err(over(cfg, field, what, tensor_limit(max_tensor_bytes)));
             }
         }
     }
-    match &cfg.scheduling_choice {
-        Some(SchedulingChoice::DynamicBatching(d)) if d.priority_levels > MAX_PRIORITY_LEVELS => Err(over(
-            "dynamic_batching.priority_levels".into(),
-            d.priority_levels.to_string(),
-            MAX_PRIORITY_LEVELS.to_string(),
-        )),
-        Some(SchedulingChoice::SequenceBatching(s)) => {
-            let per_instance = match &s.strategy_choice {
-                Some(StrategyChoice::Oldest(o)) if o.max_candidate_sequences > 0 => {
-                    u64::try_from(o.max_candidate_sequences).unwrap_or(u64::MAX)
-                }
-                _ => u64::try_from(cfg.max_batch_size.max(1)).unwrap_or(1),
-            };
-            let slots = per_instance.saturating_mul(instances);
-            if slots > MAX_SEQUENCE_SLOTS {
-                let field = match &s.strategy_choice {
-                    Some(StrategyChoice::Oldest(o)) if o.max_candidate_sequences > 0 => {
-                        "sequence_batching.oldest.max_candidate_sequences"
-                    }
-                    _ => "max_batch_size",
-                };
+    Ok(())
+}
+
+/// Checks the sequence slots a sequence batcher holds (slots per instance times `instances`) against
+/// [`MAX_SEQUENCE_SLOTS`], naming the field that sets the slots per instance.
+fn check_sequence_slots(cfg: &ModelConfig, s: &ModelSequenceBatching, instances: u64) -> Result<()> {
+    let oldest = match &s.strategy_choice {
+        Some(StrategyChoice::Oldest(o)) if o.max_candidate_sequences > 0 => Some(o.max_candidate_sequences),
+        _ => None,
+    };
+    let per_instance = match oldest {
+        Some(candidates) => u64::try_from(candidates).unwrap_or(u64::MAX),
+        None => u64::try_from(cfg.max_batch_size.max(1)).unwrap_or(1),
+    };
+    let slots = per_instance.saturating_mul(instances);
+    if slots > MAX_SEQUENCE_SLOTS {
+        let field =
+            if oldest.is_some() { "sequence_batching.oldest.max_candidate_sequences" } else { "max_batch_size" };
+        return Err(over(
+            cfg,
+            field.into(),
+            format!("{slots} sequence slots ({per_instance} per instance x {instances} instances)"),
+            format!("{MAX_SEQUENCE_SLOTS} slots"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the size of each sequence state (times the batch) and of each of its initial states.
+fn check_states(cfg: &ModelConfig, s: &ModelSequenceBatching, max_tensor_bytes: usize) -> Result<()> {
+    let batch = i64::from(cfg.max_batch_size.max(1));
+    for (i, st) in s.state.iter().enumerate() {
+        let Some(dt) = DataType::from_config(st.data_type) else { continue };
+        let sized = |dims: &[i64]| tensor_bytes(&dims.iter().map(|&d| d.max(1)).collect::<Vec<_>>(), dt);
+        let state = sized(&st.dims).map(|b| b.saturating_mul(batch as u64));
+        if state.is_none_or(|b| b > max_tensor_bytes as u64) {
+            return Err(over(
+                cfg,
+                format!("sequence_batching.state[{i}].dims"),
+                format!("a state of {:?} (x batch {batch})", st.dims),
+                tensor_limit(max_tensor_bytes),
+            ));
+        }
+        for (j, init) in st.initial_state.iter().enumerate() {
+            if sized(&init.dims).is_none_or(|b| b > max_tensor_bytes as u64) {
                 return Err(over(
-                    field.into(),
-                    format!("{slots} sequence slots ({per_instance} per instance x {instances} instances)"),
-                    format!("{MAX_SEQUENCE_SLOTS} slots"),
+                    cfg,
+                    format!("sequence_batching.state[{i}].initial_state[{j}].dims"),
+                    format!("an initial state of {:?}", init.dims),
+                    tensor_limit(max_tensor_bytes),
                 ));
             }
-            for (i, st) in s.state.iter().enumerate() {
-                let Some(dt) = DataType::from_config(st.data_type) else { continue };
-                let sized = |dims: &[i64]| tensor_bytes(&dims.iter().map(|&d| d.max(1)).collect::<Vec<_>>(), dt);
-                let state = sized(&st.dims).map(|b| b.saturating_mul(batch as u64));
-                if state.is_none_or(|b| b > max_tensor_bytes as u64) {
-                    return Err(over(
-                        format!("sequence_batching.state[{i}].dims"),
-                        format!("a state of {:?} (x batch {batch})", st.dims),
-                        tensor_limit.clone(),
-                    ));
-                }
-                for (j, init) in st.initial_state.iter().enumerate() {
-                    if sized(&init.dims).is_none_or(|b| b > max_tensor_bytes as u64) {
-                        return Err(over(
-                            format!("sequence_batching.state[{i}].initial_state[{j}].dims"),
-                            format!("an initial state of {:?}", init.dims),
-                            tensor_limit.clone(),
-                        ));
-                    }
-                }
-            }
-            Ok(())
         }
-        _ => Ok(()),
     }
+    Ok(())
 }
 
 /// The number of elements of `dims` times `batch`, counting a variable dimension (-1) as 1; `None`

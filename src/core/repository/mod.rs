@@ -415,7 +415,7 @@ fn normalize(cfg: &mut ModelConfig) {
 
 /// Checks a completed configuration for the mistakes Triton rejects at load time.
 pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
-    let ctx = |field: &str, msg: String| Error::invalid(format!("model '{}': field '{field}': {msg}", cfg.name));
+    let ctx = |field: &str, msg: String| field_error(cfg, field, msg);
     let ensemble = cfg.platform == "ensemble";
     if ensemble {
         validate_ensemble(cfg)?;
@@ -443,6 +443,22 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
             "the model has no outputs; declare them in config.pbtxt or enable auto-complete".into(),
         ));
     }
+    validate_tensors(cfg)?;
+    // Control inputs, implicit state and initial state files are checked here too, so `tritonrs validate`
+    // reports them.
+    crate::core::scheduler::sequence::policy::SequencePolicy::from_model(cfg, dir)?;
+    validate_label_files(cfg, dir)
+}
+
+/// The error for a mistake in `cfg`'s `field`.
+fn field_error(cfg: &ModelConfig, field: &str, msg: String) -> Error {
+    Error::invalid(format!("model '{}': field '{field}': {msg}", cfg.name))
+}
+
+/// Checks every input and output: a name, declared once, a valid data type, valid dims (present unless
+/// reshaped or batching), and a reshape with the dims' element count.
+fn validate_tensors(cfg: &ModelConfig) -> Result<()> {
+    let ctx = |field: &str, msg: String| field_error(cfg, field, msg);
     let mut seen = BTreeSet::new();
     let tensors = cfg
         .input
@@ -484,15 +500,18 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
             }
         }
     }
-    // Control inputs, implicit state and initial state files are checked here too, so `tritonrs validate`
-    // reports them.
-    crate::core::scheduler::sequence::policy::SequencePolicy::from_model(cfg, dir)?;
+    Ok(())
+}
+
+/// Checks that every output's label file is a file inside the model directory `dir`.
+fn validate_label_files(cfg: &ModelConfig, dir: &Path) -> Result<()> {
     for o in &cfg.output {
         if !o.label_filename.is_empty() {
             let path = paths::confined(dir, &o.label_filename, "output.label_filename")
                 .map_err(|e| e.context(format!("model '{}'", cfg.name)))?;
             if !path.is_file() {
-                return Err(ctx(
+                return Err(field_error(
+                    cfg,
                     "output.label_filename",
                     format!("label file '{}' not found in '{}'", paths::printable(&o.label_filename), dir.display()),
                 ));

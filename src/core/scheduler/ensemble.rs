@@ -188,6 +188,9 @@ fn step_parameters(c: &RequestControl) -> Parameters {
     p
 }
 
+/// Ensemble tensor → its data, and the batch size of the request that made it (0: no batching).
+type Tensors = HashMap<String, (Tensor, i64)>;
+
 impl Shared {
     /// Runs one request to completion. On a step failure no further step starts; the steps already
     /// running finish (so their models' statistics stay whole) and the request fails with the first
@@ -195,18 +198,7 @@ impl Shared {
     async fn execute(&self, job: &Job) -> Result<ExecResult> {
         let name = self.graph.name();
         let mut run = Run::new(&self.graph, &job.exec.outputs)?;
-        // Ensemble tensor → its data, and the batch size of the request that made it (0: no batching).
-        let mut tensors: HashMap<String, (Tensor, i64)> = HashMap::new();
-        let input_batch = if self.batching { i64::from(job.batch_size) } else { 0 };
-        for t in &job.exec.inputs {
-            if run.provide(&t.name) {
-                tensors.insert(t.name.clone(), (t.clone(), input_batch));
-            }
-        }
-        // Optional ensemble inputs the request left out: absent, and the steps go without them.
-        for input in self.graph.inputs() {
-            run.provide(input);
-        }
+        let mut tensors = self.provide_inputs(job, &mut run);
         let parameters = step_parameters(&job.control);
         // A step waits for nothing the ensemble's own callers do not, plus the ensemble itself.
         let callers: crate::model_api::types::CallChain =
@@ -217,41 +209,7 @@ impl Shared {
         loop {
             if failure.is_none() {
                 for index in run.ready_steps() {
-                    let step = &self.graph.steps()[index];
-                    let model = &self.models[index];
-                    let mut inputs = Vec::with_capacity(step.inputs.len());
-                    for (input, tensor) in &step.inputs {
-                        if let Some((t, batch)) = tensors.get(tensor) {
-                            // A clone shares the buffer: no tensor data is copied between steps.
-                            let mut t = t.clone();
-                            t.name = input.clone();
-                            if let Some(dims) = model.input_dims.get(input) {
-                                t.shape = adapt_shape(dims, model.batching, *batch, &t.shape);
-                            }
-                            inputs.push(t);
-                        }
-                    }
-                    for gone in run.consume_inputs(index) {
-                        tensors.remove(&gone);
-                    }
-                    let batch = if model.batching {
-                        inputs.first().and_then(|t| t.shape.first()).copied().unwrap_or(1)
-                    } else {
-                        0
-                    };
-                    let req = InferRequest {
-                        model_name: step.model.clone(),
-                        model_version: step.version,
-                        id: String::new(),
-                        inputs,
-                        outputs: step
-                            .outputs
-                            .iter()
-                            .map(|(o, _)| RequestedOutput { name: o.clone(), ..Default::default() })
-                            .collect(),
-                        parameters: parameters.clone(),
-                        callers: callers.clone(),
-                    };
+                    let (req, batch) = self.step_request(index, &mut run, &mut tensors, &parameters, &callers);
                     let fut = self.runner.run(req);
                     inflight.push(async move { (index, batch, fut.await) });
                 }
@@ -265,18 +223,7 @@ impl Shared {
                     timings.compute_input_ns += r.timings.compute_input_ns;
                     timings.compute_infer_ns += r.timings.compute_infer_ns;
                     timings.compute_output_ns += r.timings.compute_output_ns;
-                    let mut produced: HashMap<String, Tensor> =
-                        r.outputs.into_iter().map(|t| (t.name.clone(), t)).collect();
-                    for (output, tensor) in &self.graph.steps()[index].outputs {
-                        // An output the model did not return counts as absent (an optional input downstream).
-                        let data = produced.remove(output);
-                        if run.provide(tensor) {
-                            if let Some(mut t) = data {
-                                t.name = tensor.clone();
-                                tensors.insert(tensor.clone(), (t, batch));
-                            }
-                        }
-                    }
+                    self.store_outputs(index, batch, r.outputs, &mut run, &mut tensors);
                 }
                 Err(e) => {
                     if failure.is_none() {
@@ -294,6 +241,90 @@ impl Shared {
                  steps can be made"
             )));
         }
+        let outputs = self.take_outputs(job, tensors)?;
+        Ok(ExecResult { outputs, timings, parameters: Default::default() })
+    }
+
+    /// Provides the request's inputs to `run`, keeping those a step reads, and marks the optional
+    /// ensemble inputs the request left out as absent, so the steps go without them.
+    fn provide_inputs(&self, job: &Job, run: &mut Run<'_>) -> Tensors {
+        let mut tensors: Tensors = HashMap::new();
+        let input_batch = if self.batching { i64::from(job.batch_size) } else { 0 };
+        for t in &job.exec.inputs {
+            if run.provide(&t.name) {
+                tensors.insert(t.name.clone(), (t.clone(), input_batch));
+            }
+        }
+        for input in self.graph.inputs() {
+            run.provide(input);
+        }
+        tensors
+    }
+
+    /// The request to the composing model of ready step `index`, its inputs taken from `tensors` (and
+    /// shaped for that model), and the batch size it runs with (0 when that model does not batch).
+    /// Drops the tensors no other step or output reads any more.
+    fn step_request(
+        &self,
+        index: usize,
+        run: &mut Run<'_>,
+        tensors: &mut Tensors,
+        parameters: &Parameters,
+        callers: &crate::model_api::types::CallChain,
+    ) -> (InferRequest, i64) {
+        let step = &self.graph.steps()[index];
+        let model = &self.models[index];
+        let mut inputs = Vec::with_capacity(step.inputs.len());
+        for (input, tensor) in &step.inputs {
+            if let Some((t, batch)) = tensors.get(tensor) {
+                // A clone shares the buffer: no tensor data is copied between steps.
+                let mut t = t.clone();
+                t.name = input.clone();
+                if let Some(dims) = model.input_dims.get(input) {
+                    t.shape = adapt_shape(dims, model.batching, *batch, &t.shape);
+                }
+                inputs.push(t);
+            }
+        }
+        for gone in run.consume_inputs(index) {
+            tensors.remove(&gone);
+        }
+        let batch = if model.batching { inputs.first().and_then(|t| t.shape.first()).copied().unwrap_or(1) } else { 0 };
+        let req = InferRequest {
+            model_name: step.model.clone(),
+            model_version: step.version,
+            id: String::new(),
+            inputs,
+            outputs: step
+                .outputs
+                .iter()
+                .map(|(o, _)| RequestedOutput { name: o.clone(), ..Default::default() })
+                .collect(),
+            parameters: parameters.clone(),
+            callers: callers.clone(),
+        };
+        (req, batch)
+    }
+
+    /// Provides the outputs of finished step `index` (run with `batch`) to `run` under their ensemble
+    /// names, keeping those something reads.
+    fn store_outputs(&self, index: usize, batch: i64, outputs: Vec<Tensor>, run: &mut Run<'_>, tensors: &mut Tensors) {
+        let mut produced: HashMap<String, Tensor> = outputs.into_iter().map(|t| (t.name.clone(), t)).collect();
+        for (output, tensor) in &self.graph.steps()[index].outputs {
+            // An output the model did not return counts as absent (an optional input downstream).
+            let data = produced.remove(output);
+            if run.provide(tensor) {
+                if let Some(mut t) = data {
+                    t.name = tensor.clone();
+                    tensors.insert(tensor.clone(), (t, batch));
+                }
+            }
+        }
+    }
+
+    /// The outputs the request asked for, in its order, each shaped as the ensemble's configuration says.
+    fn take_outputs(&self, job: &Job, mut tensors: Tensors) -> Result<Vec<Tensor>> {
+        let name = self.graph.name();
         let mut outputs = Vec::with_capacity(job.exec.outputs.len());
         for o in &job.exec.outputs {
             let (mut t, batch) = tensors.remove(o).ok_or_else(|| {
@@ -304,7 +335,7 @@ impl Shared {
             }
             outputs.push(t);
         }
-        Ok(ExecResult { outputs, timings, parameters: Default::default() })
+        Ok(outputs)
     }
 }
 

@@ -210,39 +210,38 @@ fn run_batch(
     rows: Vec<Row<Job>>,
 ) {
     let start = Instant::now();
-    let policy = &shared.policy;
-    let batching = policy.batching();
+    let Some(ordered) = row_execs(&shared.policy, states, &rows) else {
+        // Only padding rows: a bug in the table, but nothing to answer either.
+        tracing::error!("model '{}': a sequence batch without requests was formed; this is a bug", shared.model);
+        return;
+    };
+    let refs: Vec<&ExecRequest> = ordered.iter().collect();
+    let requests = rows.iter().filter(|r| r.is_request()).count() as u32;
+    match execute_rows(shared, instance, &refs, requests, rows.len() as u32) {
+        Ok(parts) => answer_rows(shared, states, rows, parts, start),
+        Err(e) => fail_rows(states, rows, &e),
+    }
+}
+
+/// The execution request of every row, in row order: each request with its control inputs, its
+/// sequence's state (initial state at START) and the state outputs, and each padding row a copy of the
+/// first request (the template) with READY false and zero state. `None` when no row is a request.
+fn row_execs(policy: &SequencePolicy, states: &[Option<Vec<Tensor>>], rows: &[Row<Job>]) -> Option<Vec<ExecRequest>> {
     let mut execs: Vec<ExecRequest> = Vec::with_capacity(rows.len());
     // The request that padding rows copy their inputs and state shapes from.
     let mut template: Option<ExecRequest> = None;
-    for row in &rows {
-        let Row::Request { job, slot, id, start, end } = row else { continue };
-        let mut exec = job.exec.clone();
-        exec.inputs.extend(policy.row_controls(RowSignals { ready: true, start: *start, end: *end, corrid: Some(id) }));
-        let stored = if *start { None } else { states.get(*slot).and_then(|s| s.as_ref()) };
-        match stored {
-            Some(tensors) => exec.inputs.extend(tensors.iter().cloned()),
-            None => exec.inputs.extend(policy.states.iter().map(|s| s.initial_tensor(batching))),
-        }
-        for s in &policy.states {
-            if !exec.outputs.contains(&s.output_name) {
-                exec.outputs.push(s.output_name.clone());
-            }
-        }
+    for row in rows {
+        let Some(exec) = request_exec(policy, states, row) else { continue };
         if template.is_none() {
             template = Some(exec.clone());
         }
         execs.push(exec);
     }
-    let Some(template) = template else {
-        // Only padding rows: a bug in the table, but nothing to answer either.
-        tracing::error!("model '{}': a sequence batch without requests was formed; this is a bug", shared.model);
-        return;
-    };
+    let template = template?;
     // Rebuild in row order, padding rows as copies of the template with READY false and zero state.
     let mut real = execs.into_iter();
     let mut ordered: Vec<ExecRequest> = Vec::with_capacity(rows.len());
-    for row in &rows {
+    for row in rows {
         match row {
             Row::Request { .. } => {
                 if let Some(e) = real.next() {
@@ -252,10 +251,42 @@ fn run_batch(
             Row::Empty { .. } => ordered.push(padding(policy, &template)),
         }
     }
-    let refs: Vec<&ExecRequest> = ordered.iter().collect();
-    let requests = rows.iter().filter(|r| r.is_request()).count() as u32;
-    let result = if refs.iter().all(|r| batch::compatible(refs[0], r, &shared.ragged)) {
-        batch::merge(&refs, &shared.ragged)
+    Some(ordered)
+}
+
+/// The execution request of a request row: the client's request plus its control inputs, its sequence's
+/// stored state (the initial state at START or when none is stored) and the state outputs. `None` for a
+/// padding row.
+fn request_exec(policy: &SequencePolicy, states: &[Option<Vec<Tensor>>], row: &Row<Job>) -> Option<ExecRequest> {
+    let Row::Request { job, slot, id, start, end } = row else { return None };
+    let batching = policy.batching();
+    let mut exec = job.exec.clone();
+    exec.inputs.extend(policy.row_controls(RowSignals { ready: true, start: *start, end: *end, corrid: Some(id) }));
+    let stored = if *start { None } else { states.get(*slot).and_then(|s| s.as_ref()) };
+    match stored {
+        Some(tensors) => exec.inputs.extend(tensors.iter().cloned()),
+        None => exec.inputs.extend(policy.states.iter().map(|s| s.initial_tensor(batching))),
+    }
+    for s in &policy.states {
+        if !exec.outputs.contains(&s.output_name) {
+            exec.outputs.push(s.output_name.clone());
+        }
+    }
+    Some(exec)
+}
+
+/// Merges the rows' requests (`refs`, `requests` of the `rows` real), runs them on `instance`, records the
+/// execution and splits the result into one part per row. Sequences whose implicit states differ in
+/// shape cannot share a batch.
+fn execute_rows(
+    shared: &Shared,
+    instance: &mut dyn ModelInstance,
+    refs: &[&ExecRequest],
+    requests: u32,
+    rows: u32,
+) -> Result<Vec<ExecResult>> {
+    if refs.iter().all(|r| batch::compatible(refs[0], r, &shared.ragged)) {
+        batch::merge(refs, &shared.ragged)
     } else {
         Err(Error::invalid(format!(
             "model '{}': the implicit states of the sequences in one batch have different shapes",
@@ -267,37 +298,47 @@ fn run_batch(
         let t = r.timings;
         shared.stats.record_padded_execution(
             requests,
-            rows.len() as u32,
+            rows,
             t.compute_input_ns,
             t.compute_infer_ns,
             t.compute_output_ns,
         );
-        batch::split(r, &refs, &vec![1; refs.len()])
-    });
-    match result {
-        Ok(parts) => {
-            for (row, part) in rows.into_iter().zip(parts) {
-                let Row::Request { job, slot, end, .. } = row else { continue };
-                let (client, state) = split_state(policy, &job.exec.outputs, part);
-                if let Some(s) = states.get_mut(slot) {
-                    // An ended sequence's state is dropped; its slot's next owner starts afresh.
-                    *s = if end || state.is_empty() { None } else { Some(state) };
-                }
-                let mut result = Ok(client);
-                finish_request(&shared.stats, job.enqueued, start, &mut result);
-                let _ = job.reply.send(result);
-            }
+        batch::split(r, refs, &vec![1; refs.len()])
+    })
+}
+
+/// Answers every request row with its part of the result (started at `start`), keeping its sequence's
+/// new state in its slot (dropped when the sequence ended).
+fn answer_rows(
+    shared: &Shared,
+    states: &mut [Option<Vec<Tensor>>],
+    rows: Vec<Row<Job>>,
+    parts: Vec<ExecResult>,
+    start: Instant,
+) {
+    let policy = &shared.policy;
+    for (row, part) in rows.into_iter().zip(parts) {
+        let Row::Request { job, slot, end, .. } = row else { continue };
+        let (client, state) = split_state(policy, &job.exec.outputs, part);
+        if let Some(s) = states.get_mut(slot) {
+            // An ended sequence's state is dropped; its slot's next owner starts afresh.
+            *s = if end || state.is_empty() { None } else { Some(state) };
         }
-        Err(e) => {
-            for row in rows {
-                if let Row::Request { job, slot, start, .. } = row {
-                    // A sequence that failed to start must not continue from its slot's previous owner.
-                    if let (true, Some(s)) = (start, states.get_mut(slot)) {
-                        *s = None;
-                    }
-                    let _ = job.reply.send(Err(e.clone()));
-                }
+        let mut result = Ok(client);
+        finish_request(&shared.stats, job.enqueued, start, &mut result);
+        let _ = job.reply.send(result);
+    }
+}
+
+/// Answers every request row with the batch's error `e`.
+fn fail_rows(states: &mut [Option<Vec<Tensor>>], rows: Vec<Row<Job>>, e: &Error) {
+    for row in rows {
+        if let Row::Request { job, slot, start, .. } = row {
+            // A sequence that failed to start must not continue from its slot's previous owner.
+            if let (true, Some(s)) = (start, states.get_mut(slot)) {
+                *s = None;
             }
+            let _ = job.reply.send(Err(e.clone()));
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::model_api::types::DataType;
-use crate::proto::inference::{model_config::SchedulingChoice, ModelConfig};
+use crate::proto::inference::{model_config::SchedulingChoice, model_ensembling, ModelConfig};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// One step of an ensemble: a composing model and how its tensors map to ensemble tensors.
@@ -59,113 +59,57 @@ impl EnsembleGraph {
     /// these when it loads the ensemble).
     pub fn from_config(cfg: &ModelConfig) -> Result<EnsembleGraph> {
         let name = cfg.name.as_str();
-        let err = |msg: String| Error::invalid(format!("ensemble '{name}': {msg}"));
         let Some(SchedulingChoice::EnsembleScheduling(sched)) = &cfg.scheduling_choice else {
-            return Err(err("the configuration has no 'ensemble_scheduling'".into()));
+            return Err(invalid(name, "the configuration has no 'ensemble_scheduling'".into()));
         };
         if sched.step.is_empty() {
-            return Err(err("'ensemble_scheduling' has no 'step'".into()));
+            return Err(invalid(name, "'ensemble_scheduling' has no 'step'".into()));
         }
         let inputs: Vec<String> = cfg.input.iter().map(|i| i.name.clone()).collect();
         let outputs: Vec<String> = cfg.output.iter().map(|o| o.name.clone()).collect();
         let mut steps = Vec::with_capacity(sched.step.len());
         let mut producer: HashMap<String, usize> = HashMap::new();
         for (i, s) in sched.step.iter().enumerate() {
-            if s.model_name.is_empty() {
-                return Err(err(format!("step {i} has no 'model_name'")));
-            }
-            let mut step = Step {
-                model: s.model_name.clone(),
-                version: match s.model_version {
-                    -1 => None,
-                    v if v >= 0 => Some(v),
-                    v => {
-                        return Err(err(format!(
-                            "step {i} (model '{}') has model_version {v}; use -1 for the latest version or a \
-                             version number",
-                            s.model_name
-                        )))
-                    }
-                },
-                inputs: s.input_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                outputs: s.output_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            };
-            step.inputs.sort();
-            step.outputs.sort();
-            if step.inputs.is_empty() {
-                return Err(err(format!("{} has an empty 'input_map'", describe(i, &step))));
-            }
-            if step.outputs.is_empty() {
-                return Err(err(format!("{} has an empty 'output_map'", describe(i, &step))));
-            }
-            for (output, tensor) in &step.outputs {
-                if inputs.contains(tensor) {
-                    return Err(err(format!(
-                        "{} writes its output '{output}' to '{tensor}', which is an ensemble input",
-                        describe(i, &step)
-                    )));
-                }
-                match producer.get(tensor) {
-                    Some(&other) if other == i => {
-                        return Err(err(format!(
-                            "{} maps more than one of its outputs to ensemble tensor '{tensor}'",
-                            describe(i, &step)
-                        )))
-                    }
-                    Some(&other) => {
-                        return Err(err(format!(
-                            "ensemble tensor '{tensor}' is written by both {} and {}; a tensor may appear in \
-                             output maps only once",
-                            describe(other, &steps[other]),
-                            describe(i, &step)
-                        )))
-                    }
-                    None => {}
-                }
-                producer.insert(tensor.clone(), i);
-            }
+            let step = read_step(name, i, s)?;
+            record_outputs(name, i, &step, &steps, &inputs, &mut producer)?;
             steps.push(step);
         }
-        let mut consumers: HashMap<String, Vec<usize>> = HashMap::new();
-        for (i, step) in steps.iter().enumerate() {
-            for tensor in read_tensors(step) {
-                consumers.entry(tensor.to_string()).or_default().push(i);
-            }
-            for (input, tensor) in &step.inputs {
-                if !inputs.contains(tensor) && !producer.contains_key(tensor) {
-                    return Err(err(format!(
-                        "{} reads ensemble tensor '{tensor}' into its input '{input}', but no ensemble input or \
-                         step output provides '{tensor}'",
-                        describe(i, step)
-                    )));
-                }
-            }
-        }
+        let consumers = find_consumers(name, &steps, &inputs, &producer)?;
         let mut graph =
             EnsembleGraph { name: name.to_string(), steps, inputs, outputs, producer, consumers, order: vec![] };
         graph.order = graph.topological_order()?;
-        for output in &graph.outputs {
-            if !graph.producer.contains_key(output) {
-                return Err(err(format!("ensemble output '{output}' is not written by any step")));
+        graph.check_all_used()?;
+        Ok(graph)
+    }
+
+    /// Checks that every ensemble output is written, every ensemble input is read, and every step output
+    /// is read by a step or is an ensemble output.
+    fn check_all_used(&self) -> Result<()> {
+        for output in &self.outputs {
+            if !self.producer.contains_key(output) {
+                return Err(invalid(&self.name, format!("ensemble output '{output}' is not written by any step")));
             }
         }
-        for input in &graph.inputs {
-            if !graph.consumers.contains_key(input) {
-                return Err(err(format!("ensemble input '{input}' is not read by any step")));
+        for input in &self.inputs {
+            if !self.consumers.contains_key(input) {
+                return Err(invalid(&self.name, format!("ensemble input '{input}' is not read by any step")));
             }
         }
-        for (i, step) in graph.steps.iter().enumerate() {
+        for (i, step) in self.steps.iter().enumerate() {
             for (output, tensor) in &step.outputs {
-                if !graph.consumers.contains_key(tensor) && !graph.outputs.contains(tensor) {
-                    return Err(err(format!(
-                        "ensemble tensor '{tensor}' (output '{output}' of {}) is neither read by a step nor an \
-                         ensemble output",
-                        describe(i, step)
-                    )));
+                if !self.consumers.contains_key(tensor) && !self.outputs.contains(tensor) {
+                    return Err(invalid(
+                        &self.name,
+                        format!(
+                            "ensemble tensor '{tensor}' (output '{output}' of {}) is neither read by a step nor an \
+                             ensemble output",
+                            describe(i, step)
+                        ),
+                    ));
                 }
             }
         }
-        Ok(graph)
+        Ok(())
     }
 
     /// Kahn's algorithm over the steps; a step that never becomes ready sits on a cycle (or after one),
@@ -262,7 +206,6 @@ impl EnsembleGraph {
     /// and compatible shapes wherever it appears (a batching and a non-batching model may share a
     /// tensor when the shapes agree once the batch dimension is counted, as in Triton).
     pub fn check_composing(&self, cfg: &ModelConfig, composing: &[&ModelConfig]) -> Result<()> {
-        let err = |msg: String| Error::invalid(format!("ensemble '{}': {msg}", self.name));
         if composing.len() != self.steps.len() {
             return Err(Error::internal(format!(
                 "ensemble '{}': {} composing configurations for {} steps; this is a bug",
@@ -288,57 +231,79 @@ impl EnsembleGraph {
             ));
         }
         for (i, (step, model)) in self.steps.iter().zip(composing).enumerate() {
-            let who = describe(i, step);
-            if model.max_batch_size != 0 && model.max_batch_size < cfg.max_batch_size {
+            self.add_step_places(cfg, i, step, model, &mut uses)?;
+        }
+        self.check_places(uses)
+    }
+
+    /// Checks step `i` against its model's configuration (the batch size it allows, every mapped input
+    /// and output exists, every required input is mapped) and adds the places of its tensors to `uses`.
+    fn add_step_places<'a>(
+        &self,
+        cfg: &ModelConfig,
+        i: usize,
+        step: &'a Step,
+        model: &ModelConfig,
+        uses: &mut HashMap<&'a str, Vec<Place>>,
+    ) -> Result<()> {
+        let err = |msg: String| invalid(&self.name, msg);
+        let who = describe(i, step);
+        if model.max_batch_size != 0 && model.max_batch_size < cfg.max_batch_size {
+            return Err(err(format!(
+                "the ensemble allows a batch size of up to {}, but {who} allows at most {}",
+                cfg.max_batch_size, model.max_batch_size
+            )));
+        }
+        let step_batching = model.max_batch_size > 0;
+        for (input, tensor) in &step.inputs {
+            let Some(spec) = model.input.iter().find(|x| &x.name == input) else {
+                let names: Vec<&str> = model.input.iter().map(|x| x.name.as_str()).collect();
                 return Err(err(format!(
-                    "the ensemble allows a batch size of up to {}, but {who} allows at most {}",
-                    cfg.max_batch_size, model.max_batch_size
+                    "{who}: input_map maps ensemble tensor '{tensor}' to input '{input}', but model '{}' has \
+                     no such input (its inputs: {})",
+                    step.model,
+                    names.join(", ")
+                )));
+            };
+            uses.entry(tensor).or_default().push(Place::new(
+                format!("input '{input}' of {who}"),
+                spec.data_type,
+                spec.dims.clone(),
+                step_batching,
+            ));
+        }
+        for spec in model.input.iter().filter(|x| !x.optional) {
+            if !step.inputs.iter().any(|(input, _)| input == &spec.name) {
+                return Err(err(format!(
+                    "{who}: the model's input '{}' is not mapped to any ensemble tensor",
+                    spec.name
                 )));
             }
-            let step_batching = model.max_batch_size > 0;
-            for (input, tensor) in &step.inputs {
-                let Some(spec) = model.input.iter().find(|x| &x.name == input) else {
-                    let names: Vec<&str> = model.input.iter().map(|x| x.name.as_str()).collect();
-                    return Err(err(format!(
-                        "{who}: input_map maps ensemble tensor '{tensor}' to input '{input}', but model '{}' has \
-                         no such input (its inputs: {})",
-                        step.model,
-                        names.join(", ")
-                    )));
-                };
-                uses.entry(tensor).or_default().push(Place::new(
-                    format!("input '{input}' of {who}"),
-                    spec.data_type,
-                    spec.dims.clone(),
-                    step_batching,
-                ));
-            }
-            for spec in model.input.iter().filter(|x| !x.optional) {
-                if !step.inputs.iter().any(|(input, _)| input == &spec.name) {
-                    return Err(err(format!(
-                        "{who}: the model's input '{}' is not mapped to any ensemble tensor",
-                        spec.name
-                    )));
-                }
-            }
-            for (output, tensor) in &step.outputs {
-                let Some(spec) = model.output.iter().find(|x| &x.name == output) else {
-                    let names: Vec<&str> = model.output.iter().map(|x| x.name.as_str()).collect();
-                    return Err(err(format!(
-                        "{who}: output_map maps output '{output}' to ensemble tensor '{tensor}', but model '{}' \
-                         has no such output (its outputs: {})",
-                        step.model,
-                        names.join(", ")
-                    )));
-                };
-                uses.entry(tensor).or_default().push(Place::new(
-                    format!("output '{output}' of {who}"),
-                    spec.data_type,
-                    spec.dims.clone(),
-                    step_batching,
-                ));
-            }
         }
+        for (output, tensor) in &step.outputs {
+            let Some(spec) = model.output.iter().find(|x| &x.name == output) else {
+                let names: Vec<&str> = model.output.iter().map(|x| x.name.as_str()).collect();
+                return Err(err(format!(
+                    "{who}: output_map maps output '{output}' to ensemble tensor '{tensor}', but model '{}' \
+                     has no such output (its outputs: {})",
+                    step.model,
+                    names.join(", ")
+                )));
+            };
+            uses.entry(tensor).or_default().push(Place::new(
+                format!("output '{output}' of {who}"),
+                spec.data_type,
+                spec.dims.clone(),
+                step_batching,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks that every ensemble tensor has one data type and compatible shapes in all its places,
+    /// each compared with its first place, tensors in name order.
+    fn check_places(&self, uses: HashMap<&str, Vec<Place>>) -> Result<()> {
+        let err = |msg: String| invalid(&self.name, msg);
         let type_name = |t: i32| DataType::from_config(t).map(DataType::as_str).unwrap_or("INVALID");
         let full = |dims: &[i64], batching: bool| -> Vec<i64> {
             if batching {
@@ -376,6 +341,118 @@ impl EnsembleGraph {
         }
         Ok(())
     }
+}
+
+/// The error for a configuration of ensemble `name` that Triton refuses.
+fn invalid(name: &str, msg: String) -> Error {
+    Error::invalid(format!("ensemble '{name}': {msg}"))
+}
+
+/// Reads step `i` of ensemble `name`: it names a model and a valid version and maps at least one input
+/// and one output (the maps sorted by the composing model's tensor names).
+fn read_step(name: &str, i: usize, s: &model_ensembling::Step) -> Result<Step> {
+    if s.model_name.is_empty() {
+        return Err(invalid(name, format!("step {i} has no 'model_name'")));
+    }
+    let mut step = Step {
+        model: s.model_name.clone(),
+        version: match s.model_version {
+            -1 => None,
+            v if v >= 0 => Some(v),
+            v => {
+                return Err(invalid(
+                    name,
+                    format!(
+                        "step {i} (model '{}') has model_version {v}; use -1 for the latest version or a version \
+                         number",
+                        s.model_name
+                    ),
+                ))
+            }
+        },
+        inputs: s.input_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        outputs: s.output_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    };
+    step.inputs.sort();
+    step.outputs.sort();
+    if step.inputs.is_empty() {
+        return Err(invalid(name, format!("{} has an empty 'input_map'", describe(i, &step))));
+    }
+    if step.outputs.is_empty() {
+        return Err(invalid(name, format!("{} has an empty 'output_map'", describe(i, &step))));
+    }
+    Ok(step)
+}
+
+/// Records step `i` (`step`; `steps` are the ones before it) as the writer of its output tensors in
+/// `producer`, refusing a write to an ensemble input and a tensor written twice.
+fn record_outputs(
+    name: &str,
+    i: usize,
+    step: &Step,
+    steps: &[Step],
+    inputs: &[String],
+    producer: &mut HashMap<String, usize>,
+) -> Result<()> {
+    for (output, tensor) in &step.outputs {
+        if inputs.contains(tensor) {
+            return Err(invalid(
+                name,
+                format!("{} writes its output '{output}' to '{tensor}', which is an ensemble input", describe(i, step)),
+            ));
+        }
+        match producer.get(tensor) {
+            Some(&other) if other == i => {
+                return Err(invalid(
+                    name,
+                    format!("{} maps more than one of its outputs to ensemble tensor '{tensor}'", describe(i, step)),
+                ))
+            }
+            Some(&other) => {
+                return Err(invalid(
+                    name,
+                    format!(
+                        "ensemble tensor '{tensor}' is written by both {} and {}; a tensor may appear in output \
+                         maps only once",
+                        describe(other, &steps[other]),
+                        describe(i, step)
+                    ),
+                ))
+            }
+            None => {}
+        }
+        producer.insert(tensor.clone(), i);
+    }
+    Ok(())
+}
+
+/// The steps that read each ensemble tensor, refusing a read of a tensor that no ensemble input or
+/// step output provides.
+fn find_consumers(
+    name: &str,
+    steps: &[Step],
+    inputs: &[String],
+    producer: &HashMap<String, usize>,
+) -> Result<HashMap<String, Vec<usize>>> {
+    let mut consumers: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, step) in steps.iter().enumerate() {
+        for tensor in read_tensors(step) {
+            consumers.entry(tensor.to_string()).or_default().push(i);
+        }
+        for (input, tensor) in &step.inputs {
+            if !inputs.contains(tensor) && !producer.contains_key(tensor) {
+                return Err(invalid(
+                    name,
+                    format!(
+                        "{} reads ensemble tensor '{tensor}' into its input '{input}', but no ensemble input or \
+                         step output provides '{tensor}'",
+                        describe(i, step)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(consumers)
 }
 
 /// One place an ensemble tensor appears: an ensemble input or output, or a step's input or output.
