@@ -2,6 +2,7 @@
 //! is): checked against the model's image input, run through [`Server::infer`], and decoded into
 //! detections with boxes normalised to 0..1 of the input. Nothing here knows a transport.
 
+use super::find;
 use super::postprocess::{self, Candidate};
 use super::spec::{ImageSpec, OutputKind, NMS_OUTPUTS};
 use crate::core::Server;
@@ -99,30 +100,24 @@ pub async fn detect_frame(
         ..Default::default()
     };
     let response = server.infer(request).await?;
-    let find = |name: &str| {
-        response
-            .outputs
-            .iter()
-            .find(|t| t.name == name)
-            .ok_or_else(|| Error::internal(format!("the model's response has no output '{name}'")))
-    };
-    let (w, h) = (spec.width as f32, spec.height as f32);
-    let in_pixels = |c: Vec<Candidate>| -> Vec<NormBox> {
-        c.into_iter()
-            .map(|b| NormBox {
-                class: b.class,
-                score: b.score,
-                y_min: b.y1.min(b.y2) / h,
-                x_min: b.x1.min(b.x2) / w,
-                y_max: b.y1.max(b.y2) / h,
-                x_max: b.x1.max(b.x2) / w,
-            })
-            .collect()
-    };
+    let boxes = detector_boxes(server, model, spec, &response.outputs, max).await?;
+    Ok(best(boxes, max))
+}
+
+/// The boxes in a detector's outputs, read as the spec's `image.output` says; a model that is not a
+/// detector is an invalid-argument error.
+async fn detector_boxes(
+    server: &Server,
+    model: &str,
+    spec: &ImageSpec,
+    outputs: &[Tensor],
+    max: usize,
+) -> Result<Vec<NormBox>> {
     let threshold = spec.score_threshold;
-    let mut boxes = match &spec.output {
+    let read = |name: &str| find(outputs, name).and_then(postprocess::to_f32);
+    Ok(match &spec.output {
         OutputKind::Yolo { output, objectness } => {
-            let tensor = find(output)?.clone();
+            let tensor = find(outputs, output)?.clone();
             let classes = server.model_labels(model, None, output).map(|l| l.len());
             let (iou, objectness) = (spec.iou_threshold, *objectness);
             let kept = tokio::task::spawn_blocking(move || -> Result<Vec<Candidate>> {
@@ -132,15 +127,16 @@ pub async fn detect_frame(
             })
             .await
             .map_err(|e| Error::internal(format!("the detection post-processing task failed: {e}")))??;
-            in_pixels(kept)
+            fractions(spec, kept)
         }
         OutputKind::EfficientNms => {
             let [num, b, s, c] = NMS_OUTPUTS;
-            let read = |name: &str| find(name).and_then(postprocess::to_f32);
-            in_pixels(postprocess::efficient_nms_candidates(&read(num)?, &read(b)?, &read(s)?, &read(c)?, threshold)?)
+            fractions(
+                spec,
+                postprocess::efficient_nms_candidates(&read(num)?, &read(b)?, &read(s)?, &read(c)?, threshold)?,
+            )
         }
         OutputKind::Ssd { boxes, classes, scores, count } => {
-            let read = |name: &str| find(name).and_then(postprocess::to_f32);
             postprocess::ssd_boxes(&read(boxes)?, &read(classes)?, &read(scores)?, &read(count)?, threshold)?
                 .into_iter()
                 .map(|(class, score, [y_min, x_min, y_max, x_max])| NormBox {
@@ -158,7 +154,27 @@ pub async fn detect_frame(
                 "model '{model}' is not a detector: its image.output must be yolo, efficient_nms or ssd"
             )))
         }
-    };
+    })
+}
+
+/// Boxes in the input's pixels as fractions of its width and height.
+fn fractions(spec: &ImageSpec, boxes: Vec<Candidate>) -> Vec<NormBox> {
+    let (w, h) = (spec.width as f32, spec.height as f32);
+    boxes
+        .into_iter()
+        .map(|b| NormBox {
+            class: b.class,
+            score: b.score,
+            y_min: b.y1.min(b.y2) / h,
+            x_min: b.x1.min(b.x2) / w,
+            y_max: b.y1.max(b.y2) / h,
+            x_max: b.x1.max(b.x2) / w,
+        })
+        .collect()
+}
+
+/// The `max` best-scoring boxes with a finite score, best first, clamped to the input.
+fn best(mut boxes: Vec<NormBox>, max: usize) -> Vec<NormBox> {
     boxes.retain(|b| b.score.is_finite());
     boxes.sort_by(|a, b| b.score.total_cmp(&a.score));
     boxes.truncate(max);
@@ -167,5 +183,5 @@ pub async fn detect_frame(
             *v = v.clamp(0.0, 1.0);
         }
     }
-    Ok(boxes)
+    boxes
 }

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use spec::{ImageSpec, OutputKind, NMS_OUTPUTS};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Per-request post-processing choices.
@@ -159,7 +160,6 @@ pub async fn infer_image(
     let version_str = version.map(|v| v.to_string()).unwrap_or_default();
     let config = server.model_config(model, &version_str)?;
     let spec = ImageSpec::from_config(&config)?;
-    let labels = |output: &str| server.model_labels(model, version, output);
 
     let prep_spec = spec.clone();
     let prepared = tokio::task::spawn_blocking(move || prepare(&image, &prep_spec))
@@ -181,92 +181,8 @@ pub async fn infer_image(
 
     let t = Instant::now();
     let (w, h, transform) = (prepared.width, prepared.height, prepared.transform);
-    let top_k = opts.top_k;
-    let analysis = match &spec.output {
-        OutputKind::Raw => Analysis::Raw(postprocess::raw_json(&response.outputs)?),
-        OutputKind::Classification { output } => {
-            let labels = labels(output);
-            let t = find(&response.outputs, output)?;
-            let min = opts.min_confidence;
-            let values = postprocess::to_f32(t)?;
-            // The first batch item: the classes are the last dimension.
-            let classes = t.shape.last().and_then(|&c| usize::try_from(c).ok()).unwrap_or(values.len());
-            let first = &values[..classes.min(values.len())];
-            Analysis::Classes(postprocess::classify(
-                first,
-                labels.as_deref().map(Vec::as_slice),
-                top_k.unwrap_or(5),
-                min,
-            ))
-        }
-        OutputKind::Yolo { output, objectness } => {
-            let labels = labels(output);
-            let tensor = find(&response.outputs, output)?.clone();
-            let threshold = opts.min_confidence.unwrap_or(spec.score_threshold);
-            let (iou, objectness) = (spec.iou_threshold, *objectness);
-            // NMS over thousands of boxes is CPU work too.
-            let detections = tokio::task::spawn_blocking(move || -> Result<Vec<Detection>> {
-                let values = postprocess::to_f32(&tensor)?;
-                let classes = labels.as_ref().map(|l| l.len());
-                let boxes = postprocess::yolo_candidates(&values, &tensor.shape, objectness, classes, threshold)?;
-                let kept = postprocess::nms(boxes, iou, postprocess::max_detections(top_k));
-                Ok(postprocess::to_detections(&kept, &transform, w, h, labels.as_deref().map(Vec::as_slice)))
-            })
-            .await
-            .map_err(|e| Error::internal(format!("the detection post-processing task failed: {e}")))??;
-            Analysis::Detections(detections)
-        }
-        OutputKind::Ssd { boxes, classes, scores, count } => {
-            let labels = labels(classes);
-            let read = |name: &str| find(&response.outputs, name).and_then(postprocess::to_f32);
-            let threshold = opts.min_confidence.unwrap_or(spec.score_threshold);
-            let found =
-                postprocess::ssd_boxes(&read(boxes)?, &read(classes)?, &read(scores)?, &read(count)?, threshold)?;
-            // Normalised to the input: back to its pixels, then through the letterbox to the picture's.
-            let (iw, ih) = (spec.width as f32, spec.height as f32);
-            let mut kept: Vec<postprocess::Candidate> = found
-                .into_iter()
-                .map(|(class, score, [y1, x1, y2, x2])| postprocess::Candidate {
-                    x1: x1 * iw,
-                    y1: y1 * ih,
-                    x2: x2 * iw,
-                    y2: y2 * ih,
-                    score,
-                    class,
-                })
-                .collect();
-            kept.truncate(postprocess::max_detections(top_k));
-            Analysis::Detections(postprocess::to_detections(
-                &kept,
-                &transform,
-                w,
-                h,
-                labels.as_deref().map(Vec::as_slice),
-            ))
-        }
-        OutputKind::EfficientNms => {
-            let [num, boxes, scores, classes] = NMS_OUTPUTS;
-            let labels = labels(classes);
-            let read = |name: &str| find(&response.outputs, name).and_then(postprocess::to_f32);
-            let threshold = opts.min_confidence.unwrap_or(spec.score_threshold);
-            let candidates = postprocess::efficient_nms_candidates(
-                &read(num)?,
-                &read(boxes)?,
-                &read(scores)?,
-                &read(classes)?,
-                threshold,
-            )?;
-            let mut kept = candidates;
-            kept.truncate(postprocess::max_detections(top_k));
-            Analysis::Detections(postprocess::to_detections(
-                &kept,
-                &transform,
-                w,
-                h,
-                labels.as_deref().map(Vec::as_slice),
-            ))
-        }
-    };
+    let post = Post { server, model, version, spec: &spec, opts, width: w, height: h, transform };
+    let analysis = post.analyse(&response.outputs).await?;
     let postprocess = ms(t);
     Ok(ImageResult {
         model_version: response.model_version,
@@ -284,6 +200,131 @@ pub async fn infer_image(
     })
 }
 
+/// What turning a model's outputs into an [`Analysis`] needs besides the outputs: where the labels
+/// are, the spec, the request's choices, and the picture the results are mapped back to.
+struct Post<'a> {
+    server: &'a Server,
+    model: &'a str,
+    version: Option<i64>,
+    spec: &'a ImageSpec,
+    opts: &'a PostOptions,
+    /// The picture's size (after EXIF orientation).
+    width: u32,
+    height: u32,
+    /// From the input's pixels back to the picture's.
+    transform: preprocess::Transform,
+}
+
+impl Post<'_> {
+    /// The outputs read as the spec's `image.output` says.
+    async fn analyse(&self, outputs: &[Tensor]) -> Result<Analysis> {
+        Ok(match &self.spec.output {
+            OutputKind::Raw => Analysis::Raw(postprocess::raw_json(outputs)?),
+            OutputKind::Classification { output } => self.classes(outputs, output)?,
+            OutputKind::Yolo { output, objectness } => self.yolo(outputs, output, *objectness).await?,
+            OutputKind::Ssd { boxes, classes, scores, count } => self.ssd(outputs, [boxes, classes, scores, count])?,
+            OutputKind::EfficientNms => self.efficient_nms(outputs)?,
+        })
+    }
+
+    /// The labels of one of the model's outputs, when it has them.
+    fn labels(&self, output: &str) -> Option<Arc<Vec<String>>> {
+        self.server.model_labels(self.model, self.version, output)
+    }
+
+    /// The lowest score kept: the request's, else the model's `detection.score_threshold`.
+    fn threshold(&self) -> f32 {
+        self.opts.min_confidence.unwrap_or(self.spec.score_threshold)
+    }
+
+    /// The best boxes (as many as the request allows), mapped to the picture's pixels.
+    fn detections(&self, mut kept: Vec<postprocess::Candidate>, labels: Option<Arc<Vec<String>>>) -> Analysis {
+        kept.truncate(postprocess::max_detections(self.opts.top_k));
+        Analysis::Detections(postprocess::to_detections(
+            &kept,
+            &self.transform,
+            self.width,
+            self.height,
+            labels.as_deref().map(Vec::as_slice),
+        ))
+    }
+
+    /// The top classes of a classification output.
+    fn classes(&self, outputs: &[Tensor], output: &str) -> Result<Analysis> {
+        let labels = self.labels(output);
+        let t = find(outputs, output)?;
+        let min = self.opts.min_confidence;
+        let values = postprocess::to_f32(t)?;
+        // The first batch item: the classes are the last dimension.
+        let classes = t.shape.last().and_then(|&c| usize::try_from(c).ok()).unwrap_or(values.len());
+        let first = &values[..classes.min(values.len())];
+        Ok(Analysis::Classes(postprocess::classify(
+            first,
+            labels.as_deref().map(Vec::as_slice),
+            self.opts.top_k.unwrap_or(5),
+            min,
+        )))
+    }
+
+    /// The detections of a YOLO output, after non-maximum suppression.
+    async fn yolo(&self, outputs: &[Tensor], output: &str, objectness: bool) -> Result<Analysis> {
+        let labels = self.labels(output);
+        let tensor = find(outputs, output)?.clone();
+        let threshold = self.threshold();
+        let iou = self.spec.iou_threshold;
+        let (top_k, transform, w, h) = (self.opts.top_k, self.transform, self.width, self.height);
+        // NMS over thousands of boxes is CPU work too.
+        let detections = tokio::task::spawn_blocking(move || -> Result<Vec<Detection>> {
+            let values = postprocess::to_f32(&tensor)?;
+            let classes = labels.as_ref().map(|l| l.len());
+            let boxes = postprocess::yolo_candidates(&values, &tensor.shape, objectness, classes, threshold)?;
+            let kept = postprocess::nms(boxes, iou, postprocess::max_detections(top_k));
+            Ok(postprocess::to_detections(&kept, &transform, w, h, labels.as_deref().map(Vec::as_slice)))
+        })
+        .await
+        .map_err(|e| Error::internal(format!("the detection post-processing task failed: {e}")))??;
+        Ok(Analysis::Detections(detections))
+    }
+
+    /// The detections of TensorFlow's SSD outputs (boxes, classes, scores, count).
+    fn ssd(&self, outputs: &[Tensor], [boxes, classes, scores, count]: [&String; 4]) -> Result<Analysis> {
+        let labels = self.labels(classes);
+        let read = |name: &str| find(outputs, name).and_then(postprocess::to_f32);
+        let found =
+            postprocess::ssd_boxes(&read(boxes)?, &read(classes)?, &read(scores)?, &read(count)?, self.threshold())?;
+        // Normalised to the input: back to its pixels, then through the letterbox to the picture's.
+        let (iw, ih) = (self.spec.width as f32, self.spec.height as f32);
+        let kept: Vec<postprocess::Candidate> = found
+            .into_iter()
+            .map(|(class, score, [y1, x1, y2, x2])| postprocess::Candidate {
+                x1: x1 * iw,
+                y1: y1 * ih,
+                x2: x2 * iw,
+                y2: y2 * ih,
+                score,
+                class,
+            })
+            .collect();
+        Ok(self.detections(kept, labels))
+    }
+
+    /// The detections of TensorRT's EfficientNMS_TRT outputs.
+    fn efficient_nms(&self, outputs: &[Tensor]) -> Result<Analysis> {
+        let [num, boxes, scores, classes] = NMS_OUTPUTS;
+        let labels = self.labels(classes);
+        let read = |name: &str| find(outputs, name).and_then(postprocess::to_f32);
+        let candidates = postprocess::efficient_nms_candidates(
+            &read(num)?,
+            &read(boxes)?,
+            &read(scores)?,
+            &read(classes)?,
+            self.threshold(),
+        )?;
+        Ok(self.detections(candidates, labels))
+    }
+}
+
+/// The response's output named `name`; a missing one is an internal error.
 fn find<'a>(outputs: &'a [Tensor], name: &str) -> Result<&'a Tensor> {
     outputs
         .iter()
@@ -291,6 +332,7 @@ fn find<'a>(outputs: &'a [Tensor], name: &str) -> Result<&'a Tensor> {
         .ok_or_else(|| Error::internal(format!("the model's response has no output '{name}'")))
 }
 
+/// The milliseconds since `since`.
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }

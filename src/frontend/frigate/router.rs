@@ -318,32 +318,7 @@ where
 {
     let (rd, mut wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(IO_BUFFER, rd);
-    let ready = match tokio::time::timeout(HANDSHAKE, handshake(&mut rd, &mut wr)).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(WireError::Io(e))) => {
-            tracing::debug!("Frigate ZMQ detector: {addr} left during the handshake: {e}");
-            return;
-        }
-        Ok(Err(e)) => {
-            tracing::warn!("Frigate ZMQ detector: closed the connection from {addr}: {e}");
-            return;
-        }
-        Err(_) => {
-            tracing::warn!(
-                "Frigate ZMQ detector: closed the connection from {addr}: no handshake in {} s",
-                HANDSHAKE.as_secs()
-            );
-            return;
-        }
-    };
-    let socket_type = ready.socket_type.to_ascii_uppercase();
-    if !zmtp::ROUTER_PEERS.contains(&socket_type.as_str()) {
-        tracing::warn!(
-            "Frigate ZMQ detector: closed the connection from {addr}: a {} socket cannot talk to a ROUTER (REQ or DEALER can)",
-            ready.socket_type.escape_debug()
-        );
-        return;
-    }
+    let Some(ready) = greet(&mut rd, &mut wr, addr).await else { return };
     let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = mpsc::channel(SEND_QUEUE);
     let Some((identity, peers)) = shared.register(ready.identity.clone(), conn, tx.clone()) else {
@@ -356,12 +331,65 @@ where
     shared.events.peers(peers);
     let writer_failed = Arc::new(Notify::new());
     let writer = tokio::spawn(write_loop(BufWriter::with_capacity(IO_BUFFER, wr), rx, writer_failed.clone()));
+    read_loop(shared, &mut rd, addr, &identity, &inbox, &tx, &writer_failed).await;
+    drop(tx);
+    writer.abort();
+    shared.events.peers(shared.unregister(&identity, conn));
+}
+
+/// Greets a new connection within [`HANDSHAKE`] and checks that its socket type can talk to a
+/// ROUTER; `None` (logged) when it cannot.
+async fn greet<R, W>(rd: &mut R, wr: &mut W, addr: &str) -> Option<zmtp::Ready>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let ready = match tokio::time::timeout(HANDSHAKE, handshake(rd, wr)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(WireError::Io(e))) => {
+            tracing::debug!("Frigate ZMQ detector: {addr} left during the handshake: {e}");
+            return None;
+        }
+        Ok(Err(e)) => {
+            tracing::warn!("Frigate ZMQ detector: closed the connection from {addr}: {e}");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!(
+                "Frigate ZMQ detector: closed the connection from {addr}: no handshake in {} s",
+                HANDSHAKE.as_secs()
+            );
+            return None;
+        }
+    };
+    let socket_type = ready.socket_type.to_ascii_uppercase();
+    if !zmtp::ROUTER_PEERS.contains(&socket_type.as_str()) {
+        tracing::warn!(
+            "Frigate ZMQ detector: closed the connection from {addr}: a {} socket cannot talk to a ROUTER (REQ or DEALER can)",
+            ready.socket_type.escape_debug()
+        );
+        return None;
+    }
+    Some(ready)
+}
+
+/// Hands a registered peer's messages to the socket's owner, at most [`IN_FLIGHT`] at once, and
+/// answers its pings, until it leaves, breaks the protocol, the owner goes or writing to it fails.
+async fn read_loop<R: AsyncRead + Unpin>(
+    shared: &Shared,
+    rd: &mut R,
+    addr: &str,
+    identity: &Bytes,
+    inbox: &mpsc::Sender<Incoming>,
+    tx: &mpsc::Sender<Outgoing>,
+    writer_failed: &Notify,
+) {
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut limit = |fresh: bool| (shared.size_limit)(fresh);
     loop {
         let step = async {
             let permit = in_flight.clone().acquire_owned().await.ok();
-            (permit, zmtp::read_inbound(&mut rd, &mut limit).await)
+            (permit, zmtp::read_inbound(rd, &mut limit).await)
         };
         let (permit, read) = tokio::select! {
             r = step => r,
@@ -390,9 +418,6 @@ where
             }
         }
     }
-    drop(tx);
-    writer.abort();
-    shared.events.peers(shared.unregister(&identity, conn));
 }
 
 /// Writes queued replies, flushing when the queue is empty; tells the reader when writing fails.

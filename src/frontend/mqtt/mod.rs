@@ -95,11 +95,7 @@ impl Settings {
     pub fn from_args(a: &MqttArgs) -> Result<Option<Settings>> {
         let Some(broker) = a.mqtt_broker.as_deref().filter(|b| !b.is_empty()) else { return Ok(None) };
         let (tls, host, port) = parse_broker(broker)?;
-        let protocol = match a.mqtt_protocol.as_str() {
-            "5" | "5.0" => Protocol::V5,
-            "3.1.1" | "3" | "4" => Protocol::V311,
-            p => return Err(Error::invalid(format!("--mqtt-protocol '{p}': use 5 or 3.1.1"))),
-        };
+        let protocol = protocol_of(&a.mqtt_protocol)?;
         let device = match &a.mqtt_device_id {
             Some(d) => d.clone(),
             None => sysinfo::System::host_name().unwrap_or_else(|| "tritonrs".into()),
@@ -110,36 +106,8 @@ impl Settings {
             1 | 2 => 1,
             q => return Err(Error::invalid(format!("--mqtt-qos {q}: use 0, 1 or 2"))),
         };
-        let password = match (&a.mqtt_password, &a.mqtt_password_file) {
-            (_, Some(f)) => Some(
-                std::fs::read_to_string(f)
-                    .map_err(|e| Error::invalid(format!("--mqtt-password-file '{}': {e}", f.display())))?
-                    .trim_end_matches(['\r', '\n'])
-                    .to_string(),
-            ),
-            (Some(p), None) => Some(p.clone()),
-            (None, None) => None,
-        };
-        let credentials = match (&a.mqtt_username, password) {
-            (Some(u), p) => Some((u.clone(), p.unwrap_or_default())),
-            (None, Some(_)) => return Err(Error::invalid("--mqtt-password needs --mqtt-username")),
-            (None, None) => None,
-        };
-        let client = match (&a.mqtt_client_cert, &a.mqtt_client_key) {
-            (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
-            (None, None) => None,
-            _ => return Err(Error::invalid("--mqtt-client-cert and --mqtt-client-key go together")),
-        };
-        let tls_config = if tls {
-            Some(crate::frontend::tls::client_config(a.mqtt_ca_file.as_deref(), client)?)
-        } else {
-            if a.mqtt_ca_file.is_some() || client.is_some() {
-                return Err(Error::invalid(format!(
-                    "--mqtt-ca-file and client certificates need an mqtts:// broker, not '{broker}'"
-                )));
-            }
-            None
-        };
+        let credentials = credentials(a)?;
+        let tls_config = tls_config(a, tls, broker)?;
         if a.mqtt_max_inflight == 0 {
             return Err(Error::invalid("--mqtt-max-inflight must be at least 1"));
         }
@@ -177,6 +145,55 @@ impl Settings {
             max_payload,
             journal,
         }))
+    }
+}
+
+/// The MQTT version `--mqtt-protocol` names.
+fn protocol_of(p: &str) -> Result<Protocol> {
+    match p {
+        "5" | "5.0" => Ok(Protocol::V5),
+        "3.1.1" | "3" | "4" => Ok(Protocol::V311),
+        p => Err(Error::invalid(format!("--mqtt-protocol '{p}': use 5 or 3.1.1"))),
+    }
+}
+
+/// The user name and password to log in with, if any (the password from `--mqtt-password-file`
+/// before `--mqtt-password`).
+fn credentials(a: &MqttArgs) -> Result<Option<(String, String)>> {
+    let password = match (&a.mqtt_password, &a.mqtt_password_file) {
+        (_, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .map_err(|e| Error::invalid(format!("--mqtt-password-file '{}': {e}", f.display())))?
+                .trim_end_matches(['\r', '\n'])
+                .to_string(),
+        ),
+        (Some(p), None) => Some(p.clone()),
+        (None, None) => None,
+    };
+    match (&a.mqtt_username, password) {
+        (Some(u), p) => Ok(Some((u.clone(), p.unwrap_or_default()))),
+        (None, Some(_)) => Err(Error::invalid("--mqtt-password needs --mqtt-username")),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The TLS client configuration for an mqtts:// broker; CA and client certificates without TLS are
+/// an error.
+fn tls_config(a: &MqttArgs, tls: bool, broker: &str) -> Result<Option<Arc<rustls::ClientConfig>>> {
+    let client = match (&a.mqtt_client_cert, &a.mqtt_client_key) {
+        (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+        (None, None) => None,
+        _ => return Err(Error::invalid("--mqtt-client-cert and --mqtt-client-key go together")),
+    };
+    if tls {
+        Ok(Some(crate::frontend::tls::client_config(a.mqtt_ca_file.as_deref(), client)?))
+    } else {
+        if a.mqtt_ca_file.is_some() || client.is_some() {
+            return Err(Error::invalid(format!(
+                "--mqtt-ca-file and client certificates need an mqtts:// broker, not '{broker}'"
+            )));
+        }
+        Ok(None)
     }
 }
 
@@ -544,6 +561,7 @@ impl Actor {
         self.on_request(m, req, deliveries);
     }
 
+    /// A request arrived: answered again if it is a duplicate, refused at once, or started as a job.
     fn on_request(&mut self, m: Message, req: RequestTopic, deliveries: Vec<DeliveryId>) {
         let received = Instant::now();
         let reply = Reply {
@@ -553,49 +571,10 @@ impl Actor {
         // The size is checked before anything reads the payload: one over the limit is refused unread.
         let too_large = m.payload.len() > self.s.max_payload;
         let id = request::request_id(&m.user, &m.payload, too_large);
-        let key = match (&m.correlation, &id) {
-            (Some(c), _) => format!("c:{}:{}", reply.topic, hex(c)),
-            (None, Some(id)) => format!("r:{}:{}:{id}", req.model, req.source.as_deref().unwrap_or("")),
-            (None, None) => format!("d:{}:{:016x}", m.topic, digest(&m.payload)),
+        let key = dedup_key(&m, &req, &reply, id.as_deref());
+        let Some((reply, deliveries)) = self.answer_duplicate(&key, &m, &req, id.as_deref(), reply, deliveries) else {
+            return;
         };
-        // A message without correlation data or id counts as a duplicate only when the broker says
-        // it re-sends it (DUP): the same frame twice from a camera is two requests.
-        if !key.starts_with("d:") || m.dup {
-            match self.dedup.lookup(&key) {
-                Some(Seen::Answered(msg)) => {
-                    self.metrics.count(Outcome::Duplicate);
-                    let msg = Outgoing { topic: reply.topic, correlation: reply.correlation, ..(*msg).clone() };
-                    self.send(msg, deliveries);
-                    return;
-                }
-                Some(Seen::Interrupted) => {
-                    self.metrics.count(Outcome::Duplicate);
-                    let common = request::Common {
-                        model: &req.model,
-                        device: &self.s.topics.device,
-                        source: req.source.as_deref(),
-                        id: id.as_deref().unwrap_or(""),
-                    };
-                    let fields = common.error(
-                        "interrupted",
-                        "the server stopped while this request was running; it is not run again, so that it never runs \
-                         twice (send it with a new id or correlation data to run it)",
-                    );
-                    let msg = result_message(self.s.qos, &reply, request::Answer::fields(fields));
-                    self.dedup.answered(key, Arc::new(msg.clone()));
-                    self.send(msg, deliveries);
-                    return;
-                }
-                Some(Seen::Running(job)) => {
-                    if let Some(j) = self.jobs.get_mut(&job) {
-                        self.metrics.count(Outcome::Duplicate);
-                        j.duplicates.push((reply, deliveries));
-                        return;
-                    }
-                }
-                None => {}
-            }
-        }
         let id = id.unwrap_or_else(new_id);
         let job = self.next_job;
         self.next_job += 1;
@@ -605,8 +584,77 @@ impl Actor {
             source: req.source.clone(),
             id,
         };
-        // Refusals answered at once.
-        let refusal = if self.stopping {
+        if let Some((outcome, code, message)) = self.refusal(&m, too_large) {
+            let fields = common.borrow().error(code, &message);
+            let msg = result_message(self.s.qos, &reply, request::Answer::fields(fields));
+            // A payload over the limit is refused the same way again; a full queue or an expiry passes.
+            if outcome == Outcome::Error {
+                self.dedup.answered(key, Arc::new(msg.clone()));
+            }
+            self.finish_result(outcome, received, msg, deliveries);
+            return;
+        }
+        self.start_job(job, Job { key, deliveries, duplicates: Vec::new() }, common, m, reply, received);
+    }
+
+    /// Answers a duplicate of a request already seen under `key`: its stored result, an
+    /// "interrupted" error, or the result of the job still running, when that comes. `None` when it
+    /// was answered (or will be); else the reply and deliveries back, to run the request.
+    fn answer_duplicate(
+        &mut self,
+        key: &str,
+        m: &Message,
+        req: &RequestTopic,
+        id: Option<&str>,
+        reply: Reply,
+        deliveries: Vec<DeliveryId>,
+    ) -> Option<(Reply, Vec<DeliveryId>)> {
+        // A message without correlation data or id counts as a duplicate only when the broker says
+        // it re-sends it (DUP): the same frame twice from a camera is two requests.
+        if key.starts_with("d:") && !m.dup {
+            return Some((reply, deliveries));
+        }
+        match self.dedup.lookup(key) {
+            Some(Seen::Answered(msg)) => {
+                self.metrics.count(Outcome::Duplicate);
+                let msg = Outgoing { topic: reply.topic, correlation: reply.correlation, ..(*msg).clone() };
+                self.send(msg, deliveries);
+                None
+            }
+            Some(Seen::Interrupted) => {
+                self.metrics.count(Outcome::Duplicate);
+                let common = request::Common {
+                    model: &req.model,
+                    device: &self.s.topics.device,
+                    source: req.source.as_deref(),
+                    id: id.unwrap_or(""),
+                };
+                let fields = common.error(
+                    "interrupted",
+                    "the server stopped while this request was running; it is not run again, so that it never runs \
+                     twice (send it with a new id or correlation data to run it)",
+                );
+                let msg = result_message(self.s.qos, &reply, request::Answer::fields(fields));
+                self.dedup.answered(key.to_string(), Arc::new(msg.clone()));
+                self.send(msg, deliveries);
+                None
+            }
+            Some(Seen::Running(job)) => match self.jobs.get_mut(&job) {
+                Some(j) => {
+                    self.metrics.count(Outcome::Duplicate);
+                    j.duplicates.push((reply, deliveries));
+                    None
+                }
+                None => Some((reply, deliveries)),
+            },
+            None => Some((reply, deliveries)),
+        }
+    }
+
+    /// Why a request is refused without running, if it is: the outcome counted, the error code and
+    /// the message.
+    fn refusal(&self, m: &Message, too_large: bool) -> Option<(Outcome, &'static str, String)> {
+        if self.stopping {
             Some((Outcome::Rejected, "rejected", "the server is shutting down".to_string()))
         } else if too_large {
             Some((
@@ -627,19 +675,14 @@ impl Actor {
             Some((Outcome::Expired, "expired", "the request expired before it arrived".to_string()))
         } else {
             None
-        };
-        if let Some((outcome, code, message)) = refusal {
-            let fields = common.borrow().error(code, &message);
-            let msg = result_message(self.s.qos, &reply, request::Answer::fields(fields));
-            // A payload over the limit is refused the same way again; a full queue or an expiry passes.
-            if outcome == Outcome::Error {
-                self.dedup.answered(key, Arc::new(msg.clone()));
-            }
-            self.finish_result(outcome, received, msg, deliveries);
-            return;
         }
-        self.dedup.running(key.clone(), job);
-        self.jobs.insert(job, Job { key, deliveries, duplicates: Vec::new() });
+    }
+
+    /// Runs a request on its own task, remembered as running (for duplicates) until its result comes
+    /// back to [`Actor::on_done`]; it has until its expiry or `--mqtt-request-timeout-ms`.
+    fn start_job(&mut self, job: JobId, entry: Job, common: OwnedCommon, m: Message, reply: Reply, received: Instant) {
+        self.dedup.running(entry.key.clone(), job);
+        self.jobs.insert(job, entry);
         let deadline = [m.expiry.map(|s| Duration::from_secs(u64::from(s))), self.s.request_timeout]
             .into_iter()
             .flatten()
@@ -778,6 +821,16 @@ async fn tick(i: &mut Option<tokio::time::Interval>) {
             i.tick().await;
         }
         None => std::future::pending().await,
+    }
+}
+
+/// The key a request is known by for duplicate detection: its correlation data, else its id, else
+/// a digest of its topic and payload.
+fn dedup_key(m: &Message, req: &RequestTopic, reply: &Reply, id: Option<&str>) -> String {
+    match (&m.correlation, id) {
+        (Some(c), _) => format!("c:{}:{}", reply.topic, hex(c)),
+        (None, Some(id)) => format!("r:{}:{}:{id}", req.model, req.source.as_deref().unwrap_or("")),
+        (None, None) => format!("d:{}:{:016x}", m.topic, digest(&m.payload)),
     }
 }
 
