@@ -228,75 +228,17 @@ impl Backend for OnnxBackend {
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let env = self.environment()?;
         let file = model_path(ctx)?;
-        let ort_err = |what: &str, e: ort::Error| Error::internal(format!("{what} for model '{}': {e}", ctx.name));
-        let mut builder = Session::builder(env).map_err(|e| ort_err("cannot create an ONNX Runtime session", e))?;
+        let mut builder =
+            Session::builder(env).map_err(|e| ort_err(ctx, "cannot create an ONNX Runtime session", e))?;
         for lib in ctx.config.model_operations.iter().flat_map(|o| &o.op_library_filename) {
             builder = register_op_library(builder, ctx, lib)?;
         }
-        if !self.allow_spinning {
-            builder = builder
-                .with_intra_op_spinning(false)
-                .map_err(|e| ort_err("cannot turn off intra-op thread-pool spinning", e.into()))?;
-            builder = builder
-                .with_inter_op_spinning(false)
-                .map_err(|e| ort_err("cannot turn off inter-op thread-pool spinning", e.into()))?;
-        }
-        if let Some(n) = param_threads(ctx, "intra_op_thread_count")?.filter(|&n| n > 0) {
-            builder =
-                builder.with_intra_threads(n).map_err(|e| ort_err("cannot set intra_op_thread_count", e.into()))?;
-        }
-        if let Some(n) = param_threads(ctx, "inter_op_thread_count")?.filter(|&n| n > 0) {
-            builder =
-                builder.with_inter_threads(n).map_err(|e| ort_err("cannot set inter_op_thread_count", e.into()))?;
-        }
+        builder = self.thread_options(ctx, builder)?;
         let plan = accelerators::plan(&ctx.config, &cache_dir(ctx))?;
-        let mut providers = Vec::new();
-        match spec.kind {
-            InstanceKind::Gpu { device_id } => {
-                use ort::ep::ExecutionProvider as _;
-                if !ort::ep::CUDA::is_available().unwrap_or(false) {
-                    return Err(Error::unavailable(format!(
-                        "instance '{}' is KIND_GPU but the loaded ONNX Runtime library has no CUDA execution provider \
-                         (use a GPU build of libonnxruntime, or KIND_CPU)",
-                        spec.name
-                    )));
-                }
-                for accel in &plan.gpu {
-                    let accelerators::Accel::TensorRt(opts) = accel else { continue };
-                    if !ort::ep::TensorRT::is_available().unwrap_or(false) {
-                        return Err(no_provider(spec, accel));
-                    }
-                    if let Some((_, dir)) = opts.iter().find(|(k, _)| k == "trt_engine_cache_path") {
-                        // A cache folder that cannot be made is the model's problem, not a crash later.
-                        std::fs::create_dir_all(dir).map_err(|e| {
-                            Error::unavailable(format!("cannot create the TensorRT engine cache '{dir}': {e}"))
-                        })?;
-                    }
-                    let mut trt = ort::ep::TensorRT::default().with_device_id(device_id);
-                    for (k, v) in opts {
-                        use ort::ep::ArbitrarilyConfigurableExecutionProvider as _;
-                        trt = trt.with_arbitrary_config(k, v);
-                    }
-                    providers.push(trt.build().error_on_failure());
-                }
-                providers.push(ort::ep::CUDA::default().with_device_id(device_id).build().error_on_failure());
-            }
-            InstanceKind::Cpu => {
-                use ort::ep::ExecutionProvider as _;
-                for accel in &plan.cpu {
-                    let accelerators::Accel::OpenVino(opts) = accel else { continue };
-                    if !ort::ep::OpenVINO::is_available().unwrap_or(false) {
-                        return Err(no_provider(spec, accel));
-                    }
-                    let mut ov = ort::ep::OpenVINO::default();
-                    for (k, v) in opts {
-                        use ort::ep::ArbitrarilyConfigurableExecutionProvider as _;
-                        ov = ov.with_arbitrary_config(k, v);
-                    }
-                    providers.push(ov.build().error_on_failure());
-                }
-            }
-        }
+        let providers = match spec.kind {
+            InstanceKind::Gpu { device_id } => gpu_providers(spec, &plan, device_id)?,
+            InstanceKind::Cpu => cpu_providers(spec, &plan)?,
+        };
         if !providers.is_empty() {
             // `error_on_failure`: a provider that cannot start fails the load; never a silent CPU fallback.
             builder = builder.with_execution_providers(providers).map_err(|e| {
@@ -309,6 +251,95 @@ impl Backend for OnnxBackend {
         check_io(ctx, &session)?;
         Ok(Box::new(OnnxInstance { session, staging: Vec::new() }))
     }
+}
+
+impl OnnxBackend {
+    /// The session's thread pools: spinning off unless allowed, and the model's thread counts.
+    fn thread_options(
+        &self,
+        ctx: &ModelContext,
+        mut builder: ort::session::builder::SessionBuilder,
+    ) -> Result<ort::session::builder::SessionBuilder> {
+        if !self.allow_spinning {
+            builder = builder
+                .with_intra_op_spinning(false)
+                .map_err(|e| ort_err(ctx, "cannot turn off intra-op thread-pool spinning", e.into()))?;
+            builder = builder
+                .with_inter_op_spinning(false)
+                .map_err(|e| ort_err(ctx, "cannot turn off inter-op thread-pool spinning", e.into()))?;
+        }
+        if let Some(n) = param_threads(ctx, "intra_op_thread_count")?.filter(|&n| n > 0) {
+            builder = builder
+                .with_intra_threads(n)
+                .map_err(|e| ort_err(ctx, "cannot set intra_op_thread_count", e.into()))?;
+        }
+        if let Some(n) = param_threads(ctx, "inter_op_thread_count")?.filter(|&n| n > 0) {
+            builder = builder
+                .with_inter_threads(n)
+                .map_err(|e| ort_err(ctx, "cannot set inter_op_thread_count", e.into()))?;
+        }
+        Ok(builder)
+    }
+}
+
+/// An ONNX Runtime failure while building a model's session, as an internal error naming the model.
+fn ort_err(ctx: &ModelContext, what: &str, e: ort::Error) -> Error {
+    Error::internal(format!("{what} for model '{}': {e}", ctx.name))
+}
+
+/// The execution providers of a KIND_GPU instance: the model's TensorRT accelerators, then CUDA.
+fn gpu_providers(
+    spec: &InstanceSpec,
+    plan: &accelerators::Plan,
+    device_id: i32,
+) -> Result<Vec<ort::ep::ExecutionProviderDispatch>> {
+    let mut providers = Vec::new();
+    use ort::ep::ExecutionProvider as _;
+    if !ort::ep::CUDA::is_available().unwrap_or(false) {
+        return Err(Error::unavailable(format!(
+            "instance '{}' is KIND_GPU but the loaded ONNX Runtime library has no CUDA execution provider \
+             (use a GPU build of libonnxruntime, or KIND_CPU)",
+            spec.name
+        )));
+    }
+    for accel in &plan.gpu {
+        let accelerators::Accel::TensorRt(opts) = accel else { continue };
+        if !ort::ep::TensorRT::is_available().unwrap_or(false) {
+            return Err(no_provider(spec, accel));
+        }
+        if let Some((_, dir)) = opts.iter().find(|(k, _)| k == "trt_engine_cache_path") {
+            // A cache folder that cannot be made is the model's problem, not a crash later.
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::unavailable(format!("cannot create the TensorRT engine cache '{dir}': {e}")))?;
+        }
+        let mut trt = ort::ep::TensorRT::default().with_device_id(device_id);
+        for (k, v) in opts {
+            use ort::ep::ArbitrarilyConfigurableExecutionProvider as _;
+            trt = trt.with_arbitrary_config(k, v);
+        }
+        providers.push(trt.build().error_on_failure());
+    }
+    providers.push(ort::ep::CUDA::default().with_device_id(device_id).build().error_on_failure());
+    Ok(providers)
+}
+
+/// The execution providers of a KIND_CPU instance: the model's OpenVINO accelerators.
+fn cpu_providers(spec: &InstanceSpec, plan: &accelerators::Plan) -> Result<Vec<ort::ep::ExecutionProviderDispatch>> {
+    let mut providers = Vec::new();
+    use ort::ep::ExecutionProvider as _;
+    for accel in &plan.cpu {
+        let accelerators::Accel::OpenVino(opts) = accel else { continue };
+        if !ort::ep::OpenVINO::is_available().unwrap_or(false) {
+            return Err(no_provider(spec, accel));
+        }
+        let mut ov = ort::ep::OpenVINO::default();
+        for (k, v) in opts {
+            use ort::ep::ArbitrarilyConfigurableExecutionProvider as _;
+            ov = ov.with_arbitrary_config(k, v);
+        }
+        providers.push(ov.build().error_on_failure());
+    }
+    Ok(providers)
 }
 
 /// A model asks for an execution provider the loaded ONNX Runtime library was built without.

@@ -149,82 +149,92 @@ pub fn build_store(u: &CloudUrl, file: &CredentialFile, skipped: &Skipped) -> Re
     // reqwest's TLS takes the process's rustls provider: ring, as everywhere else in tritonrs. An error
     // only says one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let failed = |e: object_store::Error| Error::invalid(format!("cannot set up the client for '{}': {e}", u.url));
     match u.cloud {
-        Cloud::S3 => {
-            let mut b = AmazonS3Builder::from_env()
-                .with_client_options(client_options())
-                .with_http_connector(FilteringConnector { skipped: skipped.clone() })
-                .with_retry(retry())
-                .with_bucket_name(&u.bucket);
-            let entry = pick(&file.s3, &u.url).cloned().unwrap_or_default();
-            // Without a key in the environment or the credential file, the named (or default) profile.
-            if env("AWS_ACCESS_KEY_ID").is_none() || !entry.profile.is_empty() {
-                let name = Some(entry.profile.clone()).filter(|p| !p.is_empty()).or_else(|| env("AWS_PROFILE"));
-                let p = profile_from_files(name.as_deref().unwrap_or("default"));
-                if let (Some(k), Some(s)) = (p.key_id, p.secret_key) {
-                    b = b.with_access_key_id(k).with_secret_access_key(s);
-                    if let Some(t) = p.session_token {
-                        b = b.with_token(t);
-                    }
-                }
-                if env("AWS_DEFAULT_REGION").is_none() && env("AWS_REGION").is_none() {
-                    if let Some(r) = p.region {
-                        b = b.with_region(r);
-                    }
-                }
+        Cloud::S3 => s3_store(u, file, skipped),
+        Cloud::Gcs => gcs_store(u, file, skipped),
+        Cloud::Azure => azure_store(u, file, skipped),
+    }
+}
+
+/// The error of a client that cannot be set up.
+fn setup_failed(u: &CloudUrl, e: object_store::Error) -> Error {
+    Error::invalid(format!("cannot set up the client for '{}': {e}", u.url))
+}
+
+/// The S3 client: keys from the environment, the credential file's entry, or an AWS profile.
+fn s3_store(u: &CloudUrl, file: &CredentialFile, skipped: &Skipped) -> Result<Arc<dyn ObjectStore>> {
+    let mut b = AmazonS3Builder::from_env()
+        .with_client_options(client_options())
+        .with_http_connector(FilteringConnector { skipped: skipped.clone() })
+        .with_retry(retry())
+        .with_bucket_name(&u.bucket);
+    let entry = pick(&file.s3, &u.url).cloned().unwrap_or_default();
+    // Without a key in the environment or the credential file, the named (or default) profile.
+    if env("AWS_ACCESS_KEY_ID").is_none() || !entry.profile.is_empty() {
+        let name = Some(entry.profile.clone()).filter(|p| !p.is_empty()).or_else(|| env("AWS_PROFILE"));
+        let p = profile_from_files(name.as_deref().unwrap_or("default"));
+        if let (Some(k), Some(s)) = (p.key_id, p.secret_key) {
+            b = b.with_access_key_id(k).with_secret_access_key(s);
+            if let Some(t) = p.session_token {
+                b = b.with_token(t);
             }
-            if !entry.key_id.is_empty() {
-                b = b.with_access_key_id(entry.key_id);
-            }
-            if !entry.secret_key.is_empty() {
-                b = b.with_secret_access_key(entry.secret_key);
-            }
-            if !entry.session_token.is_empty() {
-                b = b.with_token(entry.session_token);
-            }
-            if !entry.region.is_empty() {
-                b = b.with_region(entry.region);
-            }
-            if let Some(ep) = &u.endpoint {
-                // S3-compatible servers (MinIO, Garage, Ceph) are addressed by path, as tritonserver does.
-                b = b
-                    .with_endpoint(ep)
-                    .with_allow_http(ep.starts_with("http://"))
-                    .with_virtual_hosted_style_request(false);
-            }
-            Ok(Arc::new(b.build().map_err(failed)?))
         }
-        Cloud::Gcs => {
-            let mut b = GoogleCloudStorageBuilder::from_env()
-                .with_client_options(client_options())
-                .with_http_connector(FilteringConnector { skipped: skipped.clone() })
-                .with_retry(retry())
-                .with_bucket_name(&u.bucket);
-            if let Some(path) = pick(&file.gs, &u.url).filter(|p| !p.is_empty()) {
-                b = b.with_application_credentials(path);
+        if env("AWS_DEFAULT_REGION").is_none() && env("AWS_REGION").is_none() {
+            if let Some(r) = p.region {
+                b = b.with_region(r);
             }
-            Ok(Arc::new(b.build().map_err(failed)?))
-        }
-        Cloud::Azure => {
-            let account = u.account.clone().unwrap_or_default();
-            let mut b = MicrosoftAzureBuilder::from_env()
-                .with_client_options(client_options())
-                .with_http_connector(FilteringConnector { skipped: skipped.clone() })
-                .with_retry(retry())
-                .with_account(&account)
-                .with_container_name(&u.bucket);
-            if let Some(k) = env("AZURE_STORAGE_KEY") {
-                b = b.with_access_key(k);
-            }
-            if let Some(c) = pick(&file.azure, &u.url) {
-                if !c.account_key.is_empty() && (c.account_str.is_empty() || c.account_str == account) {
-                    b = b.with_access_key(&c.account_key);
-                }
-            }
-            Ok(Arc::new(b.build().map_err(failed)?))
         }
     }
+    if !entry.key_id.is_empty() {
+        b = b.with_access_key_id(entry.key_id);
+    }
+    if !entry.secret_key.is_empty() {
+        b = b.with_secret_access_key(entry.secret_key);
+    }
+    if !entry.session_token.is_empty() {
+        b = b.with_token(entry.session_token);
+    }
+    if !entry.region.is_empty() {
+        b = b.with_region(entry.region);
+    }
+    if let Some(ep) = &u.endpoint {
+        // S3-compatible servers (MinIO, Garage, Ceph) are addressed by path, as tritonserver does.
+        b = b.with_endpoint(ep).with_allow_http(ep.starts_with("http://")).with_virtual_hosted_style_request(false);
+    }
+    Ok(Arc::new(b.build().map_err(|e| setup_failed(u, e))?))
+}
+
+/// The Google Cloud Storage client: application credentials from the environment or the credential file.
+fn gcs_store(u: &CloudUrl, file: &CredentialFile, skipped: &Skipped) -> Result<Arc<dyn ObjectStore>> {
+    let mut b = GoogleCloudStorageBuilder::from_env()
+        .with_client_options(client_options())
+        .with_http_connector(FilteringConnector { skipped: skipped.clone() })
+        .with_retry(retry())
+        .with_bucket_name(&u.bucket);
+    if let Some(path) = pick(&file.gs, &u.url).filter(|p| !p.is_empty()) {
+        b = b.with_application_credentials(path);
+    }
+    Ok(Arc::new(b.build().map_err(|e| setup_failed(u, e))?))
+}
+
+/// The Azure Blob Storage client: the account key from the environment or the credential file.
+fn azure_store(u: &CloudUrl, file: &CredentialFile, skipped: &Skipped) -> Result<Arc<dyn ObjectStore>> {
+    let account = u.account.clone().unwrap_or_default();
+    let mut b = MicrosoftAzureBuilder::from_env()
+        .with_client_options(client_options())
+        .with_http_connector(FilteringConnector { skipped: skipped.clone() })
+        .with_retry(retry())
+        .with_account(&account)
+        .with_container_name(&u.bucket);
+    if let Some(k) = env("AZURE_STORAGE_KEY") {
+        b = b.with_access_key(k);
+    }
+    if let Some(c) = pick(&file.azure, &u.url) {
+        if !c.account_key.is_empty() && (c.account_str.is_empty() || c.account_str == account) {
+            b = b.with_access_key(&c.account_key);
+        }
+    }
+    Ok(Arc::new(b.build().map_err(|e| setup_failed(u, e))?))
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use crate::model_config::pbtxt::config_to_pbtxt;
 use crate::proto::inference::ModelConfig;
 use measure::Stop;
 use results::{Candidate, Constraints, Point, TuneReport, VariantResult};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -266,121 +267,161 @@ impl Run<'_> {
     /// Searches one model's variants.
     async fn model(&mut self, model: &str, base: &ModelConfig, requests: Arc<Vec<InferRequest>>) -> Result<()> {
         let here = space::current(base);
-        let mut tried: Vec<Candidate> = vec![here.clone()];
-        let mut next_name = 0;
-        let name = |n: &mut usize| {
-            let s = format!("{model}_config_{n}");
-            *n += 1;
-            s
-        };
+        let mut search = ModelSearch { model, base, requests, tried: vec![here.clone()], next_name: 0 };
         // Brute and custom searches sweep every variant; the quick search measures each variant at one
         // concurrency while it climbs and sweeps only its best three at the end, as Model Analyzer's
         // quick search does. Given --concurrency, every variant gets exactly those.
-        let full = || match self.args.concurrency.is_empty() {
+        let quick = matches!(self.args.search, SearchMode::Quick);
+        let first = if quick { climb_sweep(&here, self.args) } else { self.full_sweep() };
+        let default =
+            self.variant(model, base, &here, format!("{model}_config_default"), &search.requests, first).await;
+        let limits = self.space_limits();
+        match &self.args.search {
+            SearchMode::Brute | SearchMode::Custom(_) => self.every_variant(&mut search, limits).await?,
+            SearchMode::Quick => self.quick_search(&mut search, limits, default).await,
+        }
+        Ok(())
+    }
+
+    /// The sweep of a variant measured fully: doubling from 1, or exactly the --concurrency values.
+    fn full_sweep(&self) -> Sweep {
+        match self.args.concurrency.is_empty() {
             true => Sweep::Doubling,
             false => Sweep::Fixed(self.args.concurrency.clone()),
-        };
-        let quick = matches!(self.args.search, SearchMode::Quick);
-        let climb = |c: &Candidate, args: &TuneArgs| match args.concurrency.is_empty() {
-            true => Sweep::Fixed(vec![quick_concurrency(c, args.max_concurrency)]),
-            false => Sweep::Fixed(args.concurrency.clone()),
-        };
-        let first = if quick { climb(&here, self.args) } else { full() };
-        let default = self.variant(model, base, &here, format!("{model}_config_default"), &requests, first).await;
-        let limits = space::Limits {
+        }
+    }
+
+    /// What the automatic search space may reach on this machine under the flags.
+    fn space_limits(&self) -> space::Limits {
+        space::Limits {
             max_instance_count: self.args.max_instance_count,
             max_batch_size: self.args.max_batch_size,
             gpu: self.ctx.gpu,
             cores: std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1),
-        };
-        match &self.args.search {
-            SearchMode::Brute | SearchMode::Custom(_) => {
-                let space = match &self.args.search {
-                    SearchMode::Custom(path) => {
-                        space::CustomSpace::read(path).and_then(|s| s.space_for(model, base)).map_err(Error::invalid)?
-                    }
-                    _ => space::automatic(base, limits),
-                };
-                for c in space::combinations(&space) {
-                    if tried.contains(&c) {
-                        continue;
-                    }
-                    tried.push(c.clone());
-                    let n = name(&mut next_name);
-                    let sweep = full();
-                    if self.variant(model, base, &c, n, &requests, sweep).await.is_none() {
-                        break;
-                    }
-                }
+        }
+    }
+
+    /// Brute and custom searches: every untried combination of the space, each swept fully.
+    async fn every_variant(&mut self, search: &mut ModelSearch<'_>, limits: space::Limits) -> Result<()> {
+        let (model, base) = (search.model, search.base);
+        let space = match &self.args.search {
+            SearchMode::Custom(path) => {
+                space::CustomSpace::read(path).and_then(|s| s.space_for(model, base)).map_err(Error::invalid)?
             }
-            SearchMode::Quick => {
-                let space = space::automatic(base, limits);
-                let start = space::start(base, &space);
-                let mut current = default;
-                if !tried.contains(&start) {
-                    tried.push(start.clone());
-                    let n = name(&mut next_name);
-                    let v = self.variant(model, base, &start, n, &requests, climb(&start, self.args)).await;
-                    if let Some(v) = v {
-                        if current.is_none_or(|c| self.score(v) > self.score(c)) {
-                            current = Some(v);
-                        }
-                    }
-                }
-                // Hill climb: measure every untried neighbour of the best so far; move to the best of
-                // them if it beats it, else stop.
-                while let Some(at) = current {
-                    if self.stopped.is_some() {
-                        break;
-                    }
-                    let from = self.report.variants[at].candidate.clone();
-                    let mut best_step: Option<usize> = None;
-                    for c in space::neighbours(&from, &space) {
-                        if tried.contains(&c) {
-                            continue;
-                        }
-                        tried.push(c.clone());
-                        let n = name(&mut next_name);
-                        let sweep = climb(&c, self.args);
-                        let Some(v) = self.variant(model, base, &c, n, &requests, sweep).await else { break };
-                        if best_step.is_none_or(|b| self.score(v) > self.score(b)) {
-                            best_step = Some(v);
-                        }
-                    }
-                    match best_step {
-                        Some(b) if self.score(b) > self.score(at) => current = Some(b),
-                        _ => break,
-                    }
-                }
-                // The best three (the current configuration among them if it is) get the full sweep:
-                // from 1, or upward from their climbing concurrency when only throughput counts.
-                if self.args.concurrency.is_empty() {
-                    let mut ranked: Vec<usize> = (0..self.report.variants.len())
-                        .filter(|&i| self.report.variants[i].model == model && self.report.variants[i].error.is_none())
-                        .collect();
-                    ranked.sort_by(|&a, &b| self.score(b).total_cmp(&self.score(a)));
-                    for i in ranked.into_iter().take(3) {
-                        if self.stopped.is_some() {
-                            break;
-                        }
-                        let mut result = self.report.variants[i].clone();
-                        let sweep = match upward_sweep_suffices(self.args) {
-                            true => Sweep::Upward(quick_concurrency(&result.candidate, self.args.max_concurrency)),
-                            false => Sweep::Doubling,
-                        };
-                        if sweep_has_nothing_new(&result.points, &sweep, self.args.max_concurrency) {
-                            continue;
-                        }
-                        let config = space::apply(base, &result.candidate);
-                        if self.load(&mut result, &config).await {
-                            self.sweep(&mut result, &requests, sweep).await;
-                        }
-                        self.report.variants[i] = result;
-                    }
-                }
+            _ => space::automatic(base, limits),
+        };
+        for c in space::combinations(&space) {
+            let Some(n) = search.try_next(&c) else { continue };
+            let sweep = self.full_sweep();
+            if self.variant(model, base, &c, n, &search.requests, sweep).await.is_none() {
+                break;
             }
         }
         Ok(())
+    }
+
+    /// The quick search: from the space's start, climb to the best neighbour while one beats the best
+    /// so far, then sweep the best three fully.
+    async fn quick_search(&mut self, search: &mut ModelSearch<'_>, limits: space::Limits, default: Option<usize>) {
+        let (model, base) = (search.model, search.base);
+        let space = space::automatic(base, limits);
+        let start = space::start(base, &space);
+        let mut current = default;
+        if let Some(n) = search.try_next(&start) {
+            let v = self.variant(model, base, &start, n, &search.requests, climb_sweep(&start, self.args)).await;
+            if let Some(v) = v {
+                if current.is_none_or(|c| self.score(v) > self.score(c)) {
+                    current = Some(v);
+                }
+            }
+        }
+        // Hill climb: measure every untried neighbour of the best so far; move to the best of
+        // them if it beats it, else stop.
+        while let Some(at) = current {
+            if self.stopped.is_some() {
+                break;
+            }
+            match self.best_neighbour(search, &space, at).await {
+                Some(b) if self.score(b) > self.score(at) => current = Some(b),
+                _ => break,
+            }
+        }
+        if self.args.concurrency.is_empty() {
+            self.sweep_best_three(search).await;
+        }
+    }
+
+    /// Measures every untried neighbour of variant `at` at its climbing concurrency; the best of them.
+    async fn best_neighbour(&mut self, search: &mut ModelSearch<'_>, space: &space::Space, at: usize) -> Option<usize> {
+        let (model, base) = (search.model, search.base);
+        let from = self.report.variants[at].candidate.clone();
+        let mut best_step: Option<usize> = None;
+        for c in space::neighbours(&from, space) {
+            let Some(n) = search.try_next(&c) else { continue };
+            let sweep = climb_sweep(&c, self.args);
+            let Some(v) = self.variant(model, base, &c, n, &search.requests, sweep).await else { break };
+            if best_step.is_none_or(|b| self.score(v) > self.score(b)) {
+                best_step = Some(v);
+            }
+        }
+        best_step
+    }
+
+    /// The best three (the current configuration among them if it is) get the full sweep:
+    /// from 1, or upward from their climbing concurrency when only throughput counts.
+    async fn sweep_best_three(&mut self, search: &ModelSearch<'_>) {
+        let mut ranked: Vec<usize> = (0..self.report.variants.len())
+            .filter(|&i| self.report.variants[i].model == search.model && self.report.variants[i].error.is_none())
+            .collect();
+        ranked.sort_by(|&a, &b| self.score(b).total_cmp(&self.score(a)));
+        for i in ranked.into_iter().take(3) {
+            if self.stopped.is_some() {
+                break;
+            }
+            let mut result = self.report.variants[i].clone();
+            let sweep = match upward_sweep_suffices(self.args) {
+                true => Sweep::Upward(quick_concurrency(&result.candidate, self.args.max_concurrency)),
+                false => Sweep::Doubling,
+            };
+            if sweep_has_nothing_new(&result.points, &sweep, self.args.max_concurrency) {
+                continue;
+            }
+            let config = space::apply(search.base, &result.candidate);
+            if self.load(&mut result, &config).await {
+                self.sweep(&mut result, &search.requests, sweep).await;
+            }
+            self.report.variants[i] = result;
+        }
+    }
+}
+
+/// One model's search: the model, its requests, the candidates tried so far and the next variant number.
+struct ModelSearch<'m> {
+    model: &'m str,
+    base: &'m ModelConfig,
+    requests: Arc<Vec<InferRequest>>,
+    tried: Vec<Candidate>,
+    next_name: usize,
+}
+
+impl ModelSearch<'_> {
+    /// The name of the next variant when `c` was not tried yet (it counts as tried from now on).
+    fn try_next(&mut self, c: &Candidate) -> Option<String> {
+        if self.tried.contains(c) {
+            return None;
+        }
+        self.tried.push(c.clone());
+        let name = format!("{}_config_{}", self.model, self.next_name);
+        self.next_name += 1;
+        Some(name)
+    }
+}
+
+/// The sweep of a variant while the quick search climbs: one concurrency, or the --concurrency values.
+fn climb_sweep(c: &Candidate, args: &TuneArgs) -> Sweep {
+    match args.concurrency.is_empty() {
+        true => Sweep::Fixed(vec![quick_concurrency(c, args.max_concurrency)]),
+        false => Sweep::Fixed(args.concurrency.clone()),
     }
 }
 
@@ -388,6 +429,20 @@ impl Run<'_> {
 pub async fn run(args: &TuneArgs, ctx: &Context) -> Result<(TuneReport, Outcome)> {
     let started = Instant::now();
     let deadline = args.budget.map(|b| started + b);
+    check_budget(args)?;
+    let shapes = inputs::parse_shapes(&args.shapes)?;
+    let mut run = Run::new(args, ctx, deadline);
+    for model in &args.models {
+        tune_model(&mut run, model, &shapes).await?;
+        if run.stopped.is_some() {
+            break;
+        }
+    }
+    finish(run)
+}
+
+/// Refuses a --budget too small for one measurement.
+fn check_budget(args: &TuneArgs) -> Result<()> {
     if let Some(b) = args.budget {
         if b < point_cost(args) {
             return Err(Error::invalid(format!(
@@ -398,75 +453,96 @@ pub async fn run(args: &TuneArgs, ctx: &Context) -> Result<(TuneReport, Outcome)
             )));
         }
     }
-    let shapes = inputs::parse_shapes(&args.shapes)?;
-    // This machine's power is the server's only when the server runs here.
-    let power = if ctx.target.same_machine() { probe::PowerProbe::start(Duration::from_millis(100)) } else { None };
-    let power_source = power.as_ref().map(|p| p.source);
-    let mut run = Run {
-        args,
-        ctx,
-        settings: measure::Settings {
-            interval: Duration::from_millis(args.measurement_interval_ms.max(1)),
-            stability_percent: args.stability_percentage,
-            max_trials: args.max_trials,
-            warmup_requests: args.warmup_requests,
-        },
-        deadline,
-        probes: measure::Probes { power, gpu_memory: probe::GpuMemoryProbe::start() },
-        report: TuneReport {
-            objective: args.objective,
-            constraints: Constraints::from_args(args),
-            measured_by: ctx.target.describe(),
-            power_source,
-            ..Default::default()
-        },
-        stopped: None,
-        points: 0,
-        loaded_as_is: false,
-    };
-    for model in &args.models {
-        // The model as it is: loaded once without an override, to learn its completed configuration.
-        (ctx.progress)(&format!("{model}: loading its current configuration"));
-        let loaded = match &ctx.target {
-            Target::InProcess(server) => server.load_model(model, Default::default()).await,
-            Target::Via { .. } => Ok(()),
-        };
-        if let Err(e) = loaded {
-            return Err(Error::new(e.kind, format!("cannot tune model '{model}': {}", e.message)));
-        }
-        run.loaded_as_is = ctx.target.is_local();
-        let base = ctx
-            .target
-            .config(model)
-            .await
-            .map_err(|e| Error::new(e.kind, format!("model '{model}': {}", e.message)))?;
-        if let Some(why) = space::untunable(&base) {
-            return Err(Error::invalid(format!("cannot tune model '{model}': {why}")));
-        }
-        let model_dir = ctx.model_dirs.iter().find(|(n, _)| n == model).map(|(_, d)| d.clone());
-        let requests = match (&args.input_data, &model_dir) {
-            (Some(path), _) => inputs::from_json(&base, model, path, &shapes)?,
-            (None, Some(dir)) if !base.model_warmup.is_empty() => {
-                let w = inputs::from_warmup(&base, model, dir)?;
-                if w.is_empty() {
-                    inputs::random(&base, model, &shapes)?
-                } else {
-                    w
-                }
-            }
-            _ => inputs::random(&base, model, &shapes)?,
-        };
-        run.model(model, &base, Arc::new(requests)).await?;
-        // The server under --via goes back to its own configuration.
-        if let Target::Via { .. } = &ctx.target {
-            if let Err(e) = ctx.target.load(model, &base).await {
-                tracing::warn!("Could not restore model '{model}' to its configuration on the server: {}", e.message);
-            }
-        }
-        if run.stopped.is_some() {
-            break;
+    Ok(())
+}
+
+impl<'a> Run<'a> {
+    /// A run with nothing measured yet; the probes start here.
+    fn new(args: &'a TuneArgs, ctx: &'a Context, deadline: Option<Instant>) -> Run<'a> {
+        // This machine's power is the server's only when the server runs here.
+        let power = if ctx.target.same_machine() { probe::PowerProbe::start(Duration::from_millis(100)) } else { None };
+        let power_source = power.as_ref().map(|p| p.source);
+        Run {
+            args,
+            ctx,
+            settings: measure::Settings {
+                interval: Duration::from_millis(args.measurement_interval_ms.max(1)),
+                stability_percent: args.stability_percentage,
+                max_trials: args.max_trials,
+                warmup_requests: args.warmup_requests,
+            },
+            deadline,
+            probes: measure::Probes { power, gpu_memory: probe::GpuMemoryProbe::start() },
+            report: TuneReport {
+                objective: args.objective,
+                constraints: Constraints::from_args(args),
+                measured_by: ctx.target.describe(),
+                power_source,
+                ..Default::default()
+            },
+            stopped: None,
+            points: 0,
+            loaded_as_is: false,
         }
     }
+}
+
+/// Tunes one model: loads it as it is, builds its requests, searches its variants, and under --via
+/// gives the server its own configuration back.
+async fn tune_model(run: &mut Run<'_>, model: &str, shapes: &HashMap<String, Vec<i64>>) -> Result<()> {
+    let (args, ctx) = (run.args, run.ctx);
+    // The model as it is: loaded once without an override, to learn its completed configuration.
+    (ctx.progress)(&format!("{model}: loading its current configuration"));
+    let loaded = match &ctx.target {
+        Target::InProcess(server) => server.load_model(model, Default::default()).await,
+        Target::Via { .. } => Ok(()),
+    };
+    if let Err(e) = loaded {
+        return Err(Error::new(e.kind, format!("cannot tune model '{model}': {}", e.message)));
+    }
+    run.loaded_as_is = ctx.target.is_local();
+    let base =
+        ctx.target.config(model).await.map_err(|e| Error::new(e.kind, format!("model '{model}': {}", e.message)))?;
+    if let Some(why) = space::untunable(&base) {
+        return Err(Error::invalid(format!("cannot tune model '{model}': {why}")));
+    }
+    let requests = requests_for(args, ctx, model, &base, shapes)?;
+    run.model(model, &base, Arc::new(requests)).await?;
+    // The server under --via goes back to its own configuration.
+    if let Target::Via { .. } = &ctx.target {
+        if let Err(e) = ctx.target.load(model, &base).await {
+            tracing::warn!("Could not restore model '{model}' to its configuration on the server: {}", e.message);
+        }
+    }
+    Ok(())
+}
+
+/// The requests a model is measured with: --input-data, else its warmup samples, else random data.
+fn requests_for(
+    args: &TuneArgs,
+    ctx: &Context,
+    model: &str,
+    base: &ModelConfig,
+    shapes: &HashMap<String, Vec<i64>>,
+) -> Result<Vec<InferRequest>> {
+    let model_dir = ctx.model_dirs.iter().find(|(n, _)| n == model).map(|(_, d)| d.clone());
+    Ok(match (&args.input_data, &model_dir) {
+        (Some(path), _) => inputs::from_json(base, model, path, shapes)?,
+        (None, Some(dir)) if !base.model_warmup.is_empty() => {
+            let w = inputs::from_warmup(base, model, dir)?;
+            if w.is_empty() {
+                inputs::random(base, model, shapes)?
+            } else {
+                w
+            }
+        }
+        _ => inputs::random(base, model, shapes)?,
+    })
+}
+
+/// The report of a finished (or stopped) run and how it ended.
+fn finish(run: Run<'_>) -> Result<(TuneReport, Outcome)> {
+    let args = run.args;
     if run.points == 0 && run.stopped.as_deref() == Some("the time budget ran out") {
         return Err(Error::invalid(format!(
             "--budget {} ran out before one measurement finished",

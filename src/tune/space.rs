@@ -390,29 +390,8 @@ impl CustomSpace {
         let here = current(cfg);
         let (delay, preferred) = here.dynamic_batching.clone().unwrap_or((0, Vec::new()));
         let nonzero = |v: Vec<u32>| v.into_iter().map(|n| (n > 0).then_some(n)).collect::<Vec<_>>();
-        let kinds = match own.and_then(|o| o.kind.as_ref()).or(self.kind.as_ref()) {
-            Some(k) => k
-                .iter()
-                .map(|s| match s.to_ascii_lowercase().as_str() {
-                    "cpu" => Ok(false),
-                    "gpu" => Ok(true),
-                    other => Err(format!("kind '{other}' is not cpu or gpu")),
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-            None => vec![here.gpu],
-        };
-        let accelerators = match own.and_then(|o| o.accelerator.as_ref()).or(self.accelerator.as_ref()) {
-            Some(a) => a
-                .iter()
-                .map(|s| match s.as_str() {
-                    "default" => Ok(Accelerator::Default),
-                    "cuda" => Ok(Accelerator::Cuda),
-                    "tensorrt-fp16" => Ok(Accelerator::TensorRtFp16),
-                    other => Err(format!("accelerator '{other}' is not default, cuda or tensorrt-fp16")),
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-            None => vec![here.accelerator],
-        };
+        let kinds = self.kinds(own, here.gpu)?;
+        let accelerators = self.accelerators(own, here.accelerator)?;
         let max_batch_sizes = pick(|s| s.max_batch_size.as_ref()).unwrap_or_else(|| vec![here.max_batch_size]);
         if cfg.max_batch_size == 0 && max_batch_sizes.iter().any(|&b| b > 0) {
             return Err(format!(
@@ -447,38 +426,73 @@ impl CustomSpace {
                 .or_else(|| self.profile.clone())
                 .unwrap_or_else(|| vec![here.profiles.clone()]),
         };
-        for (what, empty) in [
-            ("instance_count", space.instance_counts.is_empty()),
-            ("kind", space.kinds.is_empty()),
-            ("max_batch_size", space.max_batch_sizes.is_empty()),
-            ("dynamic_batching", space.dynamic_batching.is_empty()),
-            ("max_queue_delay_us", space.queue_delays_us.is_empty()),
-            ("preferred_batch_size", space.preferred_batch_sizes.is_empty()),
-            ("intra_op_thread_count", space.intra_op_threads.is_empty()),
-            ("inter_op_thread_count", space.inter_op_threads.is_empty()),
-            ("accelerator", space.accelerators.is_empty()),
-            ("profile", space.profiles.is_empty()),
-        ] {
-            if empty {
-                return Err(format!("'{what}' lists no values"));
-            }
-        }
-        if !is_plan(cfg) && space.profiles.iter().any(|p| !p.is_empty()) {
-            return Err(format!("model '{model}' is not a TensorRT plan, so 'profile' cannot be searched"));
-        }
-        if let Some(bad) = space.profiles.iter().flatten().find(|p| p.parse::<u32>().is_err()) {
-            return Err(format!("profile '{bad}' is not a profile index (\"0\", \"1\", ...)"));
-        }
-        if space.instance_counts.contains(&0) {
-            return Err("instance_count values must be at least 1".into());
-        }
-        if (cfg.max_batch_size == 0 || is_sequence(cfg)) && space.dynamic_batching.contains(&true) {
-            return Err(format!(
-                "model '{model}' cannot use dynamic batching (it does not batch, or is a sequence model)"
-            ));
-        }
+        check_custom(&space, model, cfg)?;
         Ok(space)
     }
+
+    /// The kinds (false: CPU, true: GPU) the model's table or the top level lists, else the current one.
+    fn kinds(&self, own: Option<&CustomSpace>, here: bool) -> Result<Vec<bool>, String> {
+        Ok(match own.and_then(|o| o.kind.as_ref()).or(self.kind.as_ref()) {
+            Some(k) => k
+                .iter()
+                .map(|s| match s.to_ascii_lowercase().as_str() {
+                    "cpu" => Ok(false),
+                    "gpu" => Ok(true),
+                    other => Err(format!("kind '{other}' is not cpu or gpu")),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            None => vec![here],
+        })
+    }
+
+    /// The accelerators the model's table or the top level lists, else the current one.
+    fn accelerators(&self, own: Option<&CustomSpace>, here: Accelerator) -> Result<Vec<Accelerator>, String> {
+        Ok(match own.and_then(|o| o.accelerator.as_ref()).or(self.accelerator.as_ref()) {
+            Some(a) => a
+                .iter()
+                .map(|s| match s.as_str() {
+                    "default" => Ok(Accelerator::Default),
+                    "cuda" => Ok(Accelerator::Cuda),
+                    "tensorrt-fp16" => Ok(Accelerator::TensorRtFp16),
+                    other => Err(format!("accelerator '{other}' is not default, cuda or tensorrt-fp16")),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            None => vec![here],
+        })
+    }
+}
+
+/// Refuses a custom space with a parameter that lists no values, or values the model cannot take.
+fn check_custom(space: &Space, model: &str, cfg: &ModelConfig) -> Result<(), String> {
+    for (what, empty) in [
+        ("instance_count", space.instance_counts.is_empty()),
+        ("kind", space.kinds.is_empty()),
+        ("max_batch_size", space.max_batch_sizes.is_empty()),
+        ("dynamic_batching", space.dynamic_batching.is_empty()),
+        ("max_queue_delay_us", space.queue_delays_us.is_empty()),
+        ("preferred_batch_size", space.preferred_batch_sizes.is_empty()),
+        ("intra_op_thread_count", space.intra_op_threads.is_empty()),
+        ("inter_op_thread_count", space.inter_op_threads.is_empty()),
+        ("accelerator", space.accelerators.is_empty()),
+        ("profile", space.profiles.is_empty()),
+    ] {
+        if empty {
+            return Err(format!("'{what}' lists no values"));
+        }
+    }
+    if !is_plan(cfg) && space.profiles.iter().any(|p| !p.is_empty()) {
+        return Err(format!("model '{model}' is not a TensorRT plan, so 'profile' cannot be searched"));
+    }
+    if let Some(bad) = space.profiles.iter().flatten().find(|p| p.parse::<u32>().is_err()) {
+        return Err(format!("profile '{bad}' is not a profile index (\"0\", \"1\", ...)"));
+    }
+    if space.instance_counts.contains(&0) {
+        return Err("instance_count values must be at least 1".into());
+    }
+    if (cfg.max_batch_size == 0 || is_sequence(cfg)) && space.dynamic_batching.contains(&true) {
+        return Err(format!("model '{model}' cannot use dynamic batching (it does not batch, or is a sequence model)"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -275,29 +275,7 @@ impl Nvinfer {
 
     /// [`Nvinfer::load`]; the error is the reason.
     fn open(opts: &LoadOptions, pools: Option<Pools>) -> std::result::Result<Nvinfer, String> {
-        let candidates: Vec<PathBuf> = match &opts.library {
-            Some(p) => vec![p.clone()],
-            None => vec!["libnvinfer.so.10".into(), "libnvinfer.so.8".into()],
-        };
-        let mut why = Vec::new();
-        let mut found = None;
-        for c in &candidates {
-            // SAFETY: loading libnvinfer runs its initializers, which only set up its own state.
-            match unsafe { libloading::Library::new(c) } {
-                Ok(lib) => {
-                    found = Some(lib);
-                    break;
-                }
-                Err(e) => why.push(dl_error(&e)),
-            }
-        }
-        let Some(nvinfer) = found else {
-            return Err(format!(
-                "TensorRT is not installed: no libnvinfer could be loaded ({}); install TensorRT (JetPack ships it) \
-                 or point --backend-config=tensorrt,library=PATH at libnvinfer.so",
-                why.join("; ")
-            ));
-        };
+        let nvinfer = open_libnvinfer(opts)?;
         // SAFETY: `getInferLibVersion` is exported with C linkage as `int32_t getInferLibVersion(void)`.
         let get_version: unsafe extern "C" fn() -> i32 = *unsafe { nvinfer.get(b"getInferLibVersion\0") }
             .map_err(|e| format!("libnvinfer has no getInferLibVersion: {e}"))?;
@@ -308,73 +286,11 @@ impl Nvinfer {
         let raw_version = unsafe { get_version() };
         let version = split_version(raw_version);
         let (major, minor, patch) = version;
-        let shim = match major {
-            10 => linked_shim().ok_or_else(|| {
-                format!(
-                    "TensorRT {major}.{minor}.{patch} is installed, but this tritonrs was built without its TensorRT 10 shim \
-                     (no TensorRT 10 headers at build time)"
-                )
-            })?,
-            8 if minor >= 2 => {
-                let path = opts.shim.clone().or_else(find_trt8_shim).ok_or_else(|| {
-                    format!(
-                        "TensorRT {major}.{minor}.{patch} needs libtritonrs_trt8.so, which is not installed: build it on the \
-                         device with jetson/build-trt8-shim.sh (or name it with --backend-config=tensorrt,shim=PATH)"
-                    )
-                })?;
-                let (lib, shim) = load_shim(&path)?;
-                keep_loaded(lib);
-                shim
-            }
-            _ => {
-                return Err(format!(
-                    "TensorRT {major}.{minor}.{patch} is not supported: this server serves TensorRT 8.2 to 8.6 and 10.x"
-                ))
-            }
-        };
-        // SAFETY: functions of the shim without arguments.
-        let (abi, headers) = unsafe { ((shim.abi_version)(), (shim.header_version)()) };
-        if abi != ABI_VERSION {
-            return Err(format!("the TensorRT shim speaks ABI version {abi}, this server {ABI_VERSION}; rebuild it"));
-        }
-        let header_major = split_version(headers).0;
-        if header_major != major {
-            return Err(format!(
-                "the TensorRT shim was built for TensorRT {header_major}, but TensorRT {major}.{minor}.{patch} is installed"
-            ));
-        }
+        let shim = shim_for(opts, version)?;
+        let headers = check_shim(&shim, version)?;
         // SAFETY: installs our callback in the shim's static logger; returns that logger.
         let logger = unsafe { (shim.logger)(log_message) };
-        // TensorRT's own plugins, where installed, then the user's (their static initializers register
-        // their creators with TensorRT's plugin registry, so they load with RTLD_GLOBAL).
-        for name in [format!("libnvinfer_plugin.so.{major}")] {
-            // SAFETY: libnvinfer_plugin's initializers only register plugin creators.
-            if let Ok(lib) = unsafe { libloading::Library::new(&name) } {
-                // SAFETY: `bool initLibNvInferPlugins(void* logger, char const* libNamespace)`, C linkage.
-                if let Ok(init) = unsafe {
-                    lib.get::<unsafe extern "C" fn(*mut c_void, *const c_char) -> bool>(b"initLibNvInferPlugins\0")
-                } {
-                    // SAFETY: the logger lives for the process; "" is the default namespace.
-                    if !unsafe { init(logger, c"".as_ptr()) } {
-                        tracing::warn!(
-                            "TensorRT: initLibNvInferPlugins failed; engines using its plugins will not load"
-                        );
-                    }
-                }
-                keep_loaded(lib);
-            }
-        }
-        for p in &opts.plugins {
-            #[cfg(unix)]
-            {
-                use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
-                // SAFETY: a plugin library's initializers register its creators with TensorRT.
-                let lib = unsafe { Library::open(Some(p), RTLD_NOW | RTLD_GLOBAL) }
-                    .map_err(|e| format!("cannot load TensorRT plugin '{}': {}", p.display(), dl_error(&e)))?;
-                keep_loaded(lib.into());
-                tracing::info!("TensorRT plugin library '{}' loaded.", p.display());
-            }
-        }
+        load_plugins(opts, logger, major)?;
         clear_errors();
         // SAFETY: `create` is libnvinfer's entry point; the version is the library's own.
         let runtime = unsafe { (shim.runtime_create)(create, raw_version) };
@@ -385,6 +301,112 @@ impl Nvinfer {
         tracing::info!("TensorRT {major}.{minor}.{patch} loaded (shim built against {}).", headers);
         Ok(Nvinfer { shim, runtime, version, pools })
     }
+}
+
+/// libnvinfer: the one --backend-config names, else TensorRT 10's, else TensorRT 8's.
+fn open_libnvinfer(opts: &LoadOptions) -> std::result::Result<libloading::Library, String> {
+    let candidates: Vec<PathBuf> = match &opts.library {
+        Some(p) => vec![p.clone()],
+        None => vec!["libnvinfer.so.10".into(), "libnvinfer.so.8".into()],
+    };
+    let mut why = Vec::new();
+    let mut found = None;
+    for c in &candidates {
+        // SAFETY: loading libnvinfer runs its initializers, which only set up its own state.
+        match unsafe { libloading::Library::new(c) } {
+            Ok(lib) => {
+                found = Some(lib);
+                break;
+            }
+            Err(e) => why.push(dl_error(&e)),
+        }
+    }
+    found.ok_or_else(|| {
+        format!(
+            "TensorRT is not installed: no libnvinfer could be loaded ({}); install TensorRT (JetPack ships it) \
+             or point --backend-config=tensorrt,library=PATH at libnvinfer.so",
+            why.join("; ")
+        )
+    })
+}
+
+/// The shim that drives this TensorRT version: the linked one for 10, libtritonrs_trt8.so for 8.2 to 8.6.
+fn shim_for(opts: &LoadOptions, version: (i32, i32, i32)) -> std::result::Result<Shim, String> {
+    let (major, minor, patch) = version;
+    Ok(match major {
+        10 => linked_shim().ok_or_else(|| {
+            format!(
+                "TensorRT {major}.{minor}.{patch} is installed, but this tritonrs was built without its TensorRT 10 shim \
+                 (no TensorRT 10 headers at build time)"
+            )
+        })?,
+        8 if minor >= 2 => {
+            let path = opts.shim.clone().or_else(find_trt8_shim).ok_or_else(|| {
+                format!(
+                    "TensorRT {major}.{minor}.{patch} needs libtritonrs_trt8.so, which is not installed: build it on the \
+                     device with jetson/build-trt8-shim.sh (or name it with --backend-config=tensorrt,shim=PATH)"
+                )
+            })?;
+            let (lib, shim) = load_shim(&path)?;
+            keep_loaded(lib);
+            shim
+        }
+        _ => {
+            return Err(format!(
+                "TensorRT {major}.{minor}.{patch} is not supported: this server serves TensorRT 8.2 to 8.6 and 10.x"
+            ))
+        }
+    })
+}
+
+/// Refuses a shim of another ABI or built for another TensorRT major version; its header version.
+fn check_shim(shim: &Shim, version: (i32, i32, i32)) -> std::result::Result<i32, String> {
+    let (major, minor, patch) = version;
+    // SAFETY: functions of the shim without arguments.
+    let (abi, headers) = unsafe { ((shim.abi_version)(), (shim.header_version)()) };
+    if abi != ABI_VERSION {
+        return Err(format!("the TensorRT shim speaks ABI version {abi}, this server {ABI_VERSION}; rebuild it"));
+    }
+    let header_major = split_version(headers).0;
+    if header_major != major {
+        return Err(format!(
+            "the TensorRT shim was built for TensorRT {header_major}, but TensorRT {major}.{minor}.{patch} is installed"
+        ));
+    }
+    Ok(headers)
+}
+
+/// Loads TensorRT's own plugins, where installed, and the user's (--backend-config plugins).
+fn load_plugins(opts: &LoadOptions, logger: *mut c_void, major: i32) -> std::result::Result<(), String> {
+    // TensorRT's own plugins, where installed, then the user's (their static initializers register
+    // their creators with TensorRT's plugin registry, so they load with RTLD_GLOBAL).
+    for name in [format!("libnvinfer_plugin.so.{major}")] {
+        // SAFETY: libnvinfer_plugin's initializers only register plugin creators.
+        if let Ok(lib) = unsafe { libloading::Library::new(&name) } {
+            // SAFETY: `bool initLibNvInferPlugins(void* logger, char const* libNamespace)`, C linkage.
+            if let Ok(init) = unsafe {
+                lib.get::<unsafe extern "C" fn(*mut c_void, *const c_char) -> bool>(b"initLibNvInferPlugins\0")
+            } {
+                // SAFETY: the logger lives for the process; "" is the default namespace.
+                if !unsafe { init(logger, c"".as_ptr()) } {
+                    tracing::warn!("TensorRT: initLibNvInferPlugins failed; engines using its plugins will not load");
+                }
+            }
+            keep_loaded(lib);
+        }
+    }
+    for p in &opts.plugins {
+        #[cfg(unix)]
+        {
+            use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+            // SAFETY: a plugin library's initializers register its creators with TensorRT.
+            let lib = unsafe { Library::open(Some(p), RTLD_NOW | RTLD_GLOBAL) }
+                .map_err(|e| format!("cannot load TensorRT plugin '{}': {}", p.display(), dl_error(&e)))?;
+            keep_loaded(lib.into());
+            tracing::info!("TensorRT plugin library '{}' loaded.", p.display());
+        }
+    }
+    Ok(())
 }
 
 /// libtritonrs_trt8.so next to the binary, in /usr/lib/tritonrs, or where the loader finds it.

@@ -241,6 +241,21 @@ pub fn run<S: Stream + ?Sized>(
 ) -> Result<Vec<RunOutput>> {
     let mut flight = InFlight::new(stream);
     flight.select(current, profile)?;
+    bind_inputs(&mut flight, memory, inputs)?;
+    let slots = bind_outputs(&mut flight, memory, desc)?;
+    flight.queue(|s| s.enqueue())?;
+    read_outputs(&mut flight, memory, &slots, outputs)
+}
+
+/// An output's memory: (io, shape, block handle, mapped).
+type OutputSlot = (usize, Vec<i64>, usize, bool);
+
+/// Sets each input's shape and gives it memory holding its data (copied in when on the device).
+fn bind_inputs<S: Stream + ?Sized>(
+    flight: &mut InFlight<'_, S>,
+    memory: &Memory<'_>,
+    inputs: &[RunInput<'_>],
+) -> Result<()> {
     for input in inputs {
         flight.stream.set_input_shape(input.io, input.shape)?;
         let bytes = input.data.to_host()?;
@@ -262,6 +277,15 @@ pub fn run<S: Stream + ?Sized>(
         };
         flight.stream.set_address(input.io, ptr)?;
     }
+    Ok(())
+}
+
+/// Gives every output memory of its shape's size.
+fn bind_outputs<S: Stream + ?Sized>(
+    flight: &mut InFlight<'_, S>,
+    memory: &Memory<'_>,
+    desc: &EngineDesc,
+) -> Result<Vec<OutputSlot>> {
     // Every output needs an address, requested or not: (io, shape, block handle, mapped).
     let mut slots = Vec::new();
     for (io, t) in desc.io.iter().enumerate().filter(|(_, t)| !t.input) {
@@ -285,7 +309,16 @@ pub fn run<S: Stream + ?Sized>(
         flight.stream.set_address(io, ptr)?;
         slots.push((io, shape, handle, mapped));
     }
-    flight.queue(|s| s.enqueue())?;
+    Ok(slots)
+}
+
+/// Brings `outputs` back (device ones copied into host memory) once the run is done, in that order.
+fn read_outputs<S: Stream + ?Sized>(
+    flight: &mut InFlight<'_, S>,
+    memory: &Memory<'_>,
+    slots: &[OutputSlot],
+    outputs: &[usize],
+) -> Result<Vec<RunOutput>> {
     // Device outputs come back into host memory, queued on the same stream.
     enum Ready {
         Block(usize),
