@@ -82,9 +82,20 @@ class Mosquitto:
 
 
 class Requester:
-    """A paho-mqtt client that publishes requests and collects what arrives on its subscriptions."""
+    """A paho-mqtt client that publishes requests and collects what arrives on its subscriptions.
+    Every requester is closed after its test (`close_all`, an autouse fixture in test_mqtt.py): a
+    left-over one keeps reconnecting to its broker's port, which a later test may give to another
+    server, and its thread then dies reading that server's bytes as MQTT."""
+
+    opened: list[Requester] = []
+
+    @classmethod
+    def close_all(cls):
+        while cls.opened:
+            cls.opened.pop().close()
 
     def __init__(self, port: int, protocol: int = 5, client_id: str | None = None, persistent: bool = False):
+        Requester.opened.append(self)
         self.protocol = mqtt.MQTTv5 if protocol == 5 else mqtt.MQTTv311
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id or f"req-{uuid.uuid4().hex[:8]}",
                                   protocol=self.protocol)
@@ -174,8 +185,8 @@ class Requester:
                 return m
 
     def close(self):
-        self.client.loop_stop()
         self.client.disconnect()
+        self.client.loop_stop()
 
 
 def body(m) -> dict:

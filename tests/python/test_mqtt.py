@@ -17,6 +17,12 @@ from helpers import EXAMPLES, copy_models
 from mqtt_helpers import Mosquitto, Requester, body, correlation, user_props
 
 
+@pytest.fixture(autouse=True)
+def close_requesters():
+    yield
+    Requester.close_all()
+
+
 @pytest.fixture
 def broker(tmp_path):
     b = Mosquitto(tmp_path / "broker").start()
