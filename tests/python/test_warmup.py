@@ -32,6 +32,8 @@ def unavailable(s) -> dict:
 def test_warmup_runs_before_ready_and_is_not_counted(start_server, repo):
     block = warmup_block("zeros", 4, "zero_data: true", count=3) + warmup_block("random", 1, "random_data: true")
     s = start_server("--model-repository", with_warmup(repo, block, instances=2))
+    # Ready over HTTP may come before the log reader has the lines: wait for the later one.
+    s.wait_for_log(f"Model '{MODEL}' version 1 is READY")
     log = s.log
     warm = log.index("ran 2 warmup sample(s) on each instance")
     assert warm < log.index(f"Model '{MODEL}' version 1 is READY"), log
