@@ -355,8 +355,8 @@ impl DynamicBatcher {
             let (shared, rx) = (shared.clone(), work_rx.clone());
             workers.instance(&inst_name, instance, move |instance, beat| {
                 serve(&rx, beat, |batch| {
-                    let jobs: Vec<&Job> = batch.iter().map(|q| &q.job).collect();
-                    super::execution_span(&shared.model, &jobs).in_scope(|| run_batch(&shared, instance, batch));
+                    let jobs = batch.iter().map(|q| &q.job);
+                    super::execution_span(&shared.model, jobs).in_scope(|| run_batch(&shared, instance, batch));
                     shared.instance_free();
                 })
             })?;

@@ -84,15 +84,16 @@ pub fn request_span(model: &str, version: i64, id: &str) -> tracing::Span {
 
 /// The span an execution of `jobs` runs in: a single request's own span, or for several a `batch` span
 /// that names the model, the batch size (the requests' inferences) and the requests' ids (joined only
-/// when the span is enabled).
-pub(crate) fn execution_span(model: &str, jobs: &[&Job]) -> tracing::Span {
-    if let [one] = jobs {
+/// when the span is enabled). Takes an iterator so a batch costs no allocation while spans are off.
+pub(crate) fn execution_span<'a>(model: &str, jobs: impl Iterator<Item = &'a Job> + Clone) -> tracing::Span {
+    let mut first_two = jobs.clone();
+    if let (Some(one), None) = (first_two.next(), first_two.next()) {
         return one.span.clone();
     }
-    let size: u32 = jobs.iter().map(|j| j.batch_size).sum();
+    let size: u32 = jobs.clone().map(|j| j.batch_size).sum();
     let span = tracing::info_span!("batch", model = %model, size, ids = tracing::field::Empty);
     if !span.is_disabled() {
-        let ids: Vec<&str> = jobs.iter().map(|j| j.exec.meta.id.as_str()).collect();
+        let ids: Vec<&str> = jobs.map(|j| j.exec.meta.id.as_str()).collect();
         span.record("ids", tracing::field::display(ids.join(",")));
     }
     span

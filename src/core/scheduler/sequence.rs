@@ -95,11 +95,9 @@ impl SequenceBatcher {
                 // the slot's first request.
                 let mut states: Vec<Option<Vec<Tensor>>> = vec![None; shared.policy.slots_per_instance.max(1)];
                 serve(&rx, beat, |rows| {
-                    let jobs: Vec<&Job> = rows
-                        .iter()
-                        .filter_map(|r| if let Row::Request { job, .. } = r { Some(job) } else { None })
-                        .collect();
-                    super::execution_span(&shared.model, &jobs)
+                    let jobs =
+                        rows.iter().filter_map(|r| if let Row::Request { job, .. } = r { Some(job) } else { None });
+                    super::execution_span(&shared.model, jobs)
                         .in_scope(|| run_batch(&shared, instance, &mut states, rows));
                     shared.instance_free(index);
                 })
