@@ -234,8 +234,7 @@ impl Backend for CApiBackend {
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let name = ctx.config.backend.clone();
         let decoupled = ctx.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
-        self.check_instance(ctx, spec)?;
-        // Triton's core refuses a GPU instance without the GPU before the backend sees it (so does ours).
+        // The core has run `check_instance` and, for a GPU instance, checked its GPU (as Triton's core does).
         let (kind, device) = match spec.kind {
             InstanceKind::Cpu => (INSTANCEGROUPKIND_CPU, 0),
             InstanceKind::Gpu { device_id } => (INSTANCEGROUPKIND_GPU, device_id),
