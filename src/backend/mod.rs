@@ -1,9 +1,10 @@
-//! The backends of this build: ONNX Runtime, Python and TensorRT, each written against the interface
+//! The backends of this build: ONNX Runtime, OpenVINO, Python and TensorRT, each written against the interface
 //! in `model_api`, and the registry that holds them by name. Nothing here imports `core`.
 
 pub mod agents;
 pub mod capi;
 pub mod onnx;
+pub mod openvino;
 pub mod python;
 pub mod tensorrt;
 
@@ -28,7 +29,7 @@ type MakeBackend = fn(&BackendConfig, Option<Arc<dyn ServerApi>>, Option<Pools>)
 type MakeCompleter = fn(&BackendConfig) -> Result<Option<Arc<dyn Completer>>>;
 
 /// The backends built into tritonrs, each named once.
-fn builtins() -> [Builtin; 3] {
+fn builtins() -> [Builtin; 4] {
     [
         Builtin {
             name: "tensorrt",
@@ -44,6 +45,12 @@ fn builtins() -> [Builtin; 3] {
             name: "onnxruntime",
             make: |config, _, _| Arc::new(onnx::OnnxBackend::new(config)),
             completer: |_| Ok(None),
+        },
+        Builtin {
+            name: openvino::NAME,
+            make: |_, _, _| Arc::new(openvino::OpenVinoBackend),
+            // Inputs, outputs and max_batch_size from the model, which only OpenVINO can read.
+            completer: |config| Ok(Some(Arc::new(openvino::Completer::new(config)))),
         },
         Builtin {
             name: "python",

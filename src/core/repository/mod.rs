@@ -324,12 +324,14 @@ fn resolve_backend(dir: &Path, cfg: &mut ModelConfig) -> Result<()> {
                 "python".into()
             } else if named(".pt") || has("model.pt") {
                 "pytorch".into()
+            } else if named(".xml") || has("model.xml") {
+                "openvino".into()
             } else if named(".savedmodel") || has("model.savedmodel") || named(".graphdef") || has("model.graphdef") {
                 "tensorflow".into()
             } else {
                 return Err(Error::invalid(format!(
                     "unable to determine the backend for model '{}': the configuration names no backend or \
-                     platform and no version folder holds model.onnx, model.plan or model.py",
+                     platform and no version folder holds model.onnx, model.plan, model.py or model.xml",
                     cfg.name
                 )));
             }

@@ -1,0 +1,159 @@
+"""The built-in openvino backend: OpenVINO IR models (model-repos/openvino, written by
+model-repos/gen_openvino.py with OpenVINO's Python API) served through PyPI's `openvino` runtime, which the
+server finds through the `python3` on the PATH. Every output is compared with OpenVINO's own Python
+runtime on the same files and inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from helpers import REPO_ROOT, copy_models
+
+OV_MODELS = REPO_ROOT / "model-repos" / "openvino"
+
+
+def reference(model: str, *inputs: np.ndarray) -> list[np.ndarray]:
+    """The outputs of OpenVINO's Python runtime for the model's files, on its CPU device."""
+    compiled = ov.Core().compile_model(str(OV_MODELS / model / "1" / "model.xml"), "CPU")
+    result = compiled(list(inputs))
+    return [result[o] for o in compiled.outputs]
+
+
+def infer(s, protocol: str, model: str, inputs: dict[str, np.ndarray], outputs: list[str]) -> list[np.ndarray]:
+    mod, c = (httpclient, s.client()) if protocol == "http" else (grpcclient, s.grpc_client())
+    wire = {np.float32: "FP32", np.int32: "INT32"}
+    ins = []
+    for name, a in inputs.items():
+        i = mod.InferInput(name, list(a.shape), wire[a.dtype.type])
+        i.set_data_from_numpy(a)
+        ins.append(i)
+    r = c.infer(model, ins, outputs=[mod.InferRequestedOutput(o) for o in outputs])
+    return [r.as_numpy(o) for o in outputs]
+
+
+def reason(s, name: str) -> str:
+    row = s.wait_until(lambda: next((r for r in s.index() if r["name"] == name and r.get("state") == "UNAVAILABLE"),
+                                    None), what=f"{name} UNAVAILABLE")
+    return row["reason"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_ir_outputs_match_openvino_at_batch_1_and_larger(start_server, repo, protocol):
+    copy_models(repo, "ov_affine", src=OV_MODELS)
+    s = start_server("--model-repository", repo)
+    # The log says which library serves the model.
+    s.wait_for_log(r"OpenVINO 20\d\d\.\d+\S* is loaded from '\S*libopenvino_c\.so")
+    rng = np.random.default_rng(7)
+    nonzero = 0
+    for batch in (1, 5, 8):
+        x = rng.standard_normal((batch, 4)).astype(np.float32)
+        y, total = infer(s, protocol, "ov_affine", {"x": x}, ["y", "sum"])
+        want_y, want_sum = reference("ov_affine", x)
+        assert y.shape == (batch, 3) and total.shape == (batch, 1)
+        np.testing.assert_allclose(y, want_y, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(total, want_sum, rtol=1e-6, atol=1e-6)
+        nonzero += int(np.count_nonzero(y))
+    # The weights were read: not every output is relu's zero.
+    assert nonzero > 0
+
+
+def test_configuration_is_completed_from_the_model(start_server, repo):
+    copy_models(repo, "ov_int", src=OV_MODELS)
+    s = start_server("--model-repository", repo)
+    cfg = s.get("/v2/models/ov_int/config").json()
+    assert cfg["max_batch_size"] == 4, cfg
+    assert [(i["name"], i["data_type"], i["dims"]) for i in cfg["input"]] == [("a", "TYPE_INT32", [2])], cfg
+    assert [(o["name"], o["data_type"], o["dims"]) for o in cfg["output"]] == [("z", "TYPE_INT32", [2])], cfg
+    a = np.array([[1, -2], [7, 40], [0, 3]], dtype=np.int32)
+    for protocol in ("http", "grpc"):
+        (z,) = infer(s, protocol, "ov_int", {"a": a}, ["z"])
+        np.testing.assert_array_equal(z, reference("ov_int", a)[0])
+
+
+def python_without_openvino(tmp_path: Path) -> str:
+    """A PATH whose `python3` has no `openvino` package (the system's, or a venv without it)."""
+    bindir = tmp_path / "nov-bin"
+    bindir.mkdir()
+    sys_py = shutil.which("python3", path="/usr/bin:/bin")
+    assert sys_py, "a system python3 is needed"
+    (bindir / "python3").symlink_to(sys_py)
+    return f"{bindir}:/usr/bin:/bin"
+
+
+@pytest.mark.parametrize("how", ["library-named-nowhere", "no-package"])
+def test_without_openvino_its_models_are_unavailable_and_the_others_serve(start_server, repo, tmp_path, how):
+    copy_models(repo, "ov_affine", src=OV_MODELS)
+    copy_models(repo, "simple")
+    if how == "library-named-nowhere":
+        env = {"TRITONRS_OPENVINO_LIB": str(tmp_path / "nowhere" / "libopenvino_c.so")}
+    else:
+        env = {"PATH": python_without_openvino(tmp_path)}
+        import subprocess
+        probe = subprocess.run([Path(env["PATH"].split(":")[0]) / "python3", "-c", "import openvino"],
+                               capture_output=True)
+        assert probe.returncode != 0, "the system python3 has openvino; this case needs one without it"
+    s = start_server("--model-repository", repo, wait="live", env=env)
+    s.wait_until(s.settled, what="every model settled")
+    why = reason(s, "ov_affine")
+    assert "libopenvino_c.so" in why and "pip install openvino" in why, why
+    if how == "library-named-nowhere":
+        assert "nowhere" in why and "not found" in why, why
+    assert s.index_row("simple")["state"] == "READY"
+    c = s.client()
+    i0 = httpclient.InferInput("INPUT0", [1, 16], "INT32")
+    i0.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+    i1 = httpclient.InferInput("INPUT1", [1, 16], "INT32")
+    i1.set_data_from_numpy(np.ones((1, 16), np.int32))
+    assert c.infer("simple", [i0, i1]).as_numpy("OUTPUT0").tolist() == [list(range(1, 17))]
+
+
+def test_broken_models_are_unavailable_with_the_reason(start_server, repo):
+    for name in ("truncated", "no_bin", "garbage"):
+        shutil.copytree(OV_MODELS / "ov_affine", repo / name)
+        cfg = repo / name / "config.pbtxt"
+        cfg.write_text(cfg.read_text().replace('"ov_affine"', f'"{name}"'))
+    xml = repo / "truncated" / "1" / "model.xml"
+    text = xml.read_text()
+    xml.write_text(text[: len(text) // 2])
+    (repo / "no_bin" / "1" / "model.bin").unlink()
+    (repo / "garbage" / "1" / "model.bin").write_bytes(b"\x01" * 3)
+    copy_models(repo, "ov_int", src=OV_MODELS)
+    s = start_server("--model-repository", repo, wait="live")
+    s.wait_until(s.settled, what="every model settled")
+    why = reason(s, "truncated")
+    assert "OpenVINO cannot read" in why and "model.xml" in why, why
+    why = reason(s, "no_bin")
+    assert "model.bin" in why and "missing" in why, why
+    # Weights shorter than the IR says.
+    why = reason(s, "garbage")
+    assert "OpenVINO cannot read" in why, why
+    assert s.index_row("ov_int")["state"] == "READY"
+
+
+def test_wrong_datatype_or_shape_is_a_400(start_server, repo):
+    copy_models(repo, "ov_affine", src=OV_MODELS)
+    s = start_server("--model-repository", repo)
+    bad = [{"x": np.zeros((1, 4), np.int32)}, {"x": np.zeros((1, 5), np.float32)}, {"x": np.zeros((9, 4), np.float32)},
+           {"x": np.zeros((4,), np.float32)}]
+    for inputs in bad:
+        for protocol in ("http", "grpc"):
+            with pytest.raises(InferenceServerException) as e:
+                infer(s, protocol, "ov_affine", inputs, ["y"])
+            assert e.value.status() in ("400", "StatusCode.INVALID_ARGUMENT"), (e.value.status(), e.value.message())
+    r = s.post("/v2/models/ov_affine/infer", json.dumps(
+        {"inputs": [{"name": "x", "shape": [1, 5], "datatype": "FP32", "data": [0, 0, 0, 0, 0]}]}))
+    assert r.status == 400 and "x" in r.json()["error"], r.json()
+    # The instance is not stuck: a good request still works.
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(infer(s, "http", "ov_affine", {"x": x}, ["y"])[0], reference("ov_affine", x)[0],
+                               rtol=1e-6)
