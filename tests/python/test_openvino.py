@@ -157,3 +157,50 @@ def test_wrong_datatype_or_shape_is_a_400(start_server, repo):
     x = np.ones((2, 4), np.float32)
     np.testing.assert_allclose(infer(s, "http", "ov_affine", {"x": x}, ["y"])[0], reference("ov_affine", x)[0],
                                rtol=1e-6)
+
+
+def with_parameters(repo: Path, name: str, params: dict[str, str]) -> None:
+    shutil.copytree(OV_MODELS / "ov_affine", repo / name)
+    cfg = repo / name / "config.pbtxt"
+    extra = "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items())
+    cfg.write_text(cfg.read_text().replace('"ov_affine"', f'"{name}"') + extra)
+
+
+def test_parameters_reach_openvino_and_unknown_ones_are_named(start_server, repo):
+    with_parameters(repo, "tuned", {"PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": "1",
+                                    "NUM_STREEMS": "2", "ENABLE_BATCH_PADDING": "YES"})
+    with_parameters(repo, "bad_hint", {"PERFORMANCE_HINT": "FASTEST"})
+    with_parameters(repo, "bad_threads", {"INFERENCE_NUM_THREADS": "-3"})
+    s = start_server("--model-repository", repo, wait="live")
+    s.wait_until(s.settled, what="every model settled")
+    # OpenVINO's compiled model reports the values it was given.
+    s.wait_for_log(r"Instance '\S+' of model 'tuned' runs on OpenVINO's CPU device with PERFORMANCE_HINT=THROUGHPUT, "
+                   r"NUM_STREAMS=1, INFERENCE_NUM_THREADS=1\.")
+    s.wait_for_log(r"model 'tuned': parameter 'NUM_STREEMS' is not one the openvino backend reads \(did you mean "
+                   r"'NUM_STREAMS'\?\); it is ignored")
+    s.wait_for_log(r"model 'tuned': parameter 'ENABLE_BATCH_PADDING' of Triton's openvino backend is not supported by "
+                   r"tritonrs yet and is ignored")
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 3
+    np.testing.assert_allclose(infer(s, "http", "tuned", {"x": x}, ["y"])[0], reference("ov_affine", x)[0], rtol=1e-6)
+    why = reason(s, "bad_hint")
+    assert "PERFORMANCE_HINT" in why and "FASTEST" in why and "LATENCY" in why, why
+    why = reason(s, "bad_threads")
+    assert "INFERENCE_NUM_THREADS" in why and "-3" in why, why
+
+
+def test_an_onnx_file_named_by_default_model_filename_is_read_by_openvino(start_server, repo):
+    (repo / "ov_onnx" / "1").mkdir(parents=True)
+    onnx_file = REPO_ROOT / "model-repos" / "examples" / "simple" / "1" / "model.onnx"
+    shutil.copy(onnx_file, repo / "ov_onnx" / "1" / "model.onnx")
+    (repo / "ov_onnx" / "config.pbtxt").write_text('backend: "openvino"\ndefault_model_filename: "model.onnx"\n')
+    s = start_server("--model-repository", repo)
+    cfg = s.get("/v2/models/ov_onnx/config").json()
+    assert sorted(i["name"] for i in cfg["input"]) == ["INPUT0", "INPUT1"], cfg
+    a = np.arange(32, dtype=np.int32).reshape(2, 16)
+    b = np.full((2, 16), 5, np.int32)
+    compiled = ov.Core().compile_model(str(onnx_file), "CPU")
+    want = compiled({"INPUT0": a, "INPUT1": b})
+    for protocol in ("http", "grpc"):
+        got = infer(s, protocol, "ov_onnx", {"INPUT0": a, "INPUT1": b}, ["OUTPUT0", "OUTPUT1"])
+        for name, g in zip(["OUTPUT0", "OUTPUT1"], got):
+            np.testing.assert_array_equal(g, want[compiled.output(name)])

@@ -19,7 +19,9 @@ use crate::model_config::autocomplete::{IoInfo, ModelIoInfo};
 use crate::model_config::ConfigFailure;
 use crate::proto::inference::ModelConfig;
 use bytes::Bytes;
-use openvino::{CompiledModel, Core, DeviceType, ElementType, InferRequest, Model, Node, Shape};
+use openvino::{
+    CompiledModel, Core, DeviceType, ElementType, InferRequest, Model, Node, PropertyKey, RwPropertyKey, Shape,
+};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -77,6 +79,81 @@ fn model_files(version_dir: &Path, cfg: &ModelConfig) -> Result<(PathBuf, Option
 fn path_str(p: &Path) -> Result<&str> {
     p.to_str()
         .ok_or_else(|| Error::unavailable(format!("the path '{}' is not UTF-8, which OpenVINO needs", p.display())))
+}
+
+/// The parameters of Triton's openvino backend (its README) that this backend applies, each to the
+/// OpenVINO property of the same name on the CPU device.
+const APPLIED: &[&str] =
+    &["PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS", "HINT_BF16"];
+
+/// Parameters of Triton's openvino backend that this backend does not apply yet (issue 34).
+const NOT_YET: &[&str] =
+    &["CPU_EXTENSION_PATH", "SKIP_OV_DYNAMIC_BATCHSIZE", "ENABLE_BATCH_PADDING", "RESHAPE_IO_LAYERS"];
+
+/// Most threads a model may ask OpenVINO for (`INFERENCE_NUM_THREADS`, `COMPILATION_NUM_THREADS`).
+const MAX_THREADS: u32 = 1024;
+
+/// The OpenVINO properties the model's `parameters` ask for, checked: a bad value fails the load
+/// naming the parameter and what it accepts. Unknown parameters, and the ones not applied yet, are
+/// named in a warning for `instance`.
+fn properties(ctx: &ModelContext, instance: &str) -> Result<Vec<(RwPropertyKey, String)>> {
+    let mut keys: Vec<&String> = ctx.config.parameters.keys().collect();
+    keys.sort();
+    let mut props = Vec::new();
+    for key in keys {
+        let value = ctx.config.parameters[key].string_value.trim();
+        let bad = |accepted: &str| {
+            Error::invalid(format!("model '{}': parameter '{key}' is '{value}', but it accepts {accepted}", ctx.name))
+        };
+        let upper = value.to_ascii_uppercase();
+        match key.as_str() {
+            "PERFORMANCE_HINT" => match upper.as_str() {
+                "LATENCY" | "THROUGHPUT" | "CUMULATIVE_THROUGHPUT" => {
+                    props.push((RwPropertyKey::HintPerformanceMode, upper))
+                }
+                _ => return Err(bad("LATENCY, THROUGHPUT or CUMULATIVE_THROUGHPUT")),
+            },
+            "NUM_STREAMS" => match upper.as_str() {
+                "AUTO" | "NUMA" => props.push((RwPropertyKey::NumStreams, upper)),
+                _ => match value.parse::<u32>() {
+                    Ok(n) if (1..=MAX_THREADS).contains(&n) => props.push((RwPropertyKey::NumStreams, n.to_string())),
+                    _ => return Err(bad(&format!("AUTO, NUMA or a number of streams from 1 to {MAX_THREADS}"))),
+                },
+            },
+            "INFERENCE_NUM_THREADS" | "COMPILATION_NUM_THREADS" => match value.parse::<u32>() {
+                Ok(n) if n <= MAX_THREADS => {
+                    let k = match key.as_str() {
+                        "INFERENCE_NUM_THREADS" => RwPropertyKey::InferenceNumThreads,
+                        _ => RwPropertyKey::Other("COMPILATION_NUM_THREADS".into()),
+                    };
+                    props.push((k, n.to_string()))
+                }
+                _ => return Err(bad(&format!("a number of threads from 0 (OpenVINO's choice) to {MAX_THREADS}"))),
+            },
+            "HINT_BF16" => match upper.as_str() {
+                "YES" => props.push((RwPropertyKey::HintInferencePrecision, "bf16".into())),
+                "NO" => {}
+                _ => return Err(bad("YES or NO")),
+            },
+            k if NOT_YET.contains(&k) => tracing::warn!(
+                "Instance '{instance}' of model '{}': parameter '{k}' of Triton's openvino backend is not \
+                 supported by tritonrs yet and is ignored.",
+                ctx.name
+            ),
+            k => {
+                let hint = crate::model_config::pbtxt::closest(k, APPLIED.iter().chain(NOT_YET).copied())
+                    .map(|c| format!(" (did you mean '{c}'?)"))
+                    .unwrap_or_default();
+                tracing::warn!(
+                    "Instance '{instance}' of model '{}': parameter '{k}' is not one the openvino backend reads{hint}; \
+                     it is ignored. The backend reads: {}.",
+                    ctx.name,
+                    APPLIED.join(", ")
+                );
+            }
+        }
+    }
+    Ok(props)
 }
 
 /// A core and the model read from the version's files (not compiled).
@@ -181,14 +258,37 @@ impl Backend for OpenVinoBackend {
         model_files(&ctx.version_dir, &ctx.config).map(drop)
     }
 
-    fn create_instance(&self, ctx: &ModelContext, _spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
+    fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let loaded = library::load().map_err(Error::unavailable)?;
         let (mut core, model) = read_model(&ctx.version_dir, &ctx.config)?;
         let (inputs, outputs) = ports(&model)?;
         crate::model_config::autocomplete::check_io(&ctx.config, &io_info(&inputs, &outputs), "OpenVINO model")?;
+        for (key, value) in properties(ctx, &spec.name)? {
+            core.set_property(&DeviceType::CPU, &key, &value).map_err(|e| {
+                Error::invalid(ov_err(
+                    format_args!("model '{}': OpenVINO's CPU device refuses {}={value}", ctx.name, key.as_ref()),
+                    e,
+                ))
+            })?;
+        }
         let mut compiled = core
             .compile_model(&model, DeviceType::CPU)
             .map_err(|e| Error::unavailable(ov_err("OpenVINO cannot compile the model for its CPU device", e)))?;
+        // What OpenVINO made of the hints, as it reports them (each worth knowing on a 2-4-core board).
+        let read = |k: RwPropertyKey| {
+            let name = k.as_ref().to_string();
+            let v = compiled.get_property(&PropertyKey::Rw(k)).map(|v| v.into_owned()).unwrap_or_else(|_| "?".into());
+            format!("{name}={v}")
+        };
+        let settings =
+            [RwPropertyKey::HintPerformanceMode, RwPropertyKey::NumStreams, RwPropertyKey::InferenceNumThreads]
+                .map(read)
+                .join(", ");
+        tracing::info!(
+            "Instance '{}' of model '{}' runs on OpenVINO's CPU device with {settings}.",
+            spec.name,
+            ctx.name
+        );
         let request = compiled
             .create_infer_request()
             .map_err(|e| Error::unavailable(ov_err("OpenVINO cannot create an infer request", e)))?;
