@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +100,6 @@ def test_without_openvino_its_models_are_unavailable_and_the_others_serve(start_
         env = {"TRITONRS_OPENVINO_LIB": str(tmp_path / "nowhere" / "libopenvino_c.so")}
     else:
         env = {"PATH": python_without_openvino(tmp_path)}
-        import subprocess
         probe = subprocess.run([Path(env["PATH"].split(":")[0]) / "python3", "-c", "import openvino"],
                                capture_output=True)
         assert probe.returncode != 0, "the system python3 has openvino; this case needs one without it"
@@ -204,3 +205,37 @@ def test_an_onnx_file_named_by_default_model_filename_is_read_by_openvino(start_
         got = infer(s, protocol, "ov_onnx", {"INPUT0": a, "INPUT1": b}, ["OUTPUT0", "OUTPUT1"])
         for name, g in zip(["OUTPUT0", "OUTPUT1"], got):
             np.testing.assert_array_equal(g, want[compiled.output(name)])
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(start_server, repo, protocol):
+    copy_models(repo, "ov_affine", src=OV_MODELS)
+    cfg = repo / "ov_affine" / "config.pbtxt"
+    # A long queue delay, so that concurrent requests meet in the batcher even on a busy 2-core machine.
+    cfg.write_text(cfg.read_text().replace("max_queue_delay_microseconds: 2000", "max_queue_delay_microseconds: 100000"))
+    s = start_server("--model-repository", repo)
+    rng = np.random.default_rng(3)
+    xs = [[rng.standard_normal((1 + (k % 3), 4)).astype(np.float32) for k in range(4)] for _ in range(8)]
+    errors: list = []
+
+    def worker(w: int) -> None:
+        try:
+            for x in xs[w]:
+                y, total = infer(s, protocol, "ov_affine", {"x": x}, ["y", "sum"])
+                want_y, want_sum = reference("ov_affine", x)
+                if not (np.allclose(y, want_y, rtol=1e-6, atol=1e-6) and np.allclose(total, want_sum, rtol=1e-6,
+                                                                                        atol=1e-6)):
+                    errors.append((w, x, y, want_y))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    st = s.client().get_inference_statistics("ov_affine")["model_stats"][0]
+    rows = sum(x.shape[0] for w in xs for x in w)
+    assert int(st["inference_count"]) == rows, st
+    assert int(st["execution_count"]) < 32, st
