@@ -8,6 +8,8 @@ written with OpenVINO's own Python API (`ov.save_model`, from PyPI's `openvino`)
   `sum` = the sum of x over its last axis, FP32 [-1, 1]; W and b are fixed numbers (a few dozen bytes of
   weights in model.bin), so a test can check that the weights were read.
 - `ov_int`: z = a * 3 + 1, a INT32 [-1, 2] -> z INT32 [-1, 2] (a second datatype).
+- `ov_static`: y = x * 2 + 1 with a fixed batch of 1, x FP32 [1, 4] -> y FP32 [1, 4], as models exported
+  with batch 1 are; its configuration's max_batch_size makes the backend give it a dynamic batch.
 
 The tests compare the server's outputs with OpenVINO's Python runtime on the same files, so the
 numbers here need not be recomputed anywhere else. The IR's `rt_info` names the OpenVINO version that
@@ -49,6 +51,13 @@ def ov_int() -> ov.Model:
     return ov.Model([z], [a], "ov_int")
 
 
+def ov_static() -> ov.Model:
+    x = ops.parameter([1, 4], np.float32, name="x")
+    named(x, "x")
+    y = named(ops.add(ops.multiply(x, ops.constant(np.float32(2))), ops.constant(np.float32(1))), "y")
+    return ov.Model([y], [x], "ov_static")
+
+
 CONFIGS = {
     "ov_affine": """name: "ov_affine"
 backend: "openvino"
@@ -64,11 +73,18 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
     # Inputs, outputs and max_batch_size come from the model (auto-complete).
     "ov_int": """backend: "openvino"
 """,
+    # The model's batch is 1; max_batch_size asks for batches up to 4.
+    "ov_static": """name: "ov_static"
+backend: "openvino"
+max_batch_size: 4
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+""",
 }
 
 
 def main() -> None:
-    for name, make in (("ov_affine", ov_affine), ("ov_int", ov_int)):
+    for name, make in (("ov_affine", ov_affine), ("ov_int", ov_int), ("ov_static", ov_static)):
         d = os.path.join(OUT, name)
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(os.path.join(d, "1"))

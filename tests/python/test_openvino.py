@@ -6,7 +6,6 @@ runtime on the same files and inputs."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import threading
@@ -239,3 +238,23 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(start_server
     rows = sum(x.shape[0] for w in xs for x in w)
     assert int(st["inference_count"]) == rows, st
     assert int(st["execution_count"]) < 32, st
+
+
+def test_a_model_with_a_fixed_batch_of_1_gets_a_dynamic_batch(start_server, repo):
+    copy_models(repo, "ov_static", src=OV_MODELS)
+    shutil.copytree(OV_MODELS / "ov_static", repo / "skipped")
+    cfg = repo / "skipped" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('"ov_static"', '"skipped"')
+                   + 'parameters { key: "SKIP_OV_DYNAMIC_BATCHSIZE" value: { string_value: "YES" } }\n')
+    s = start_server("--model-repository", repo, wait="live")
+    s.wait_until(s.settled, what="every model settled")
+    compiled = ov.Core().compile_model(str(OV_MODELS / "ov_static" / "1" / "model.xml"), "CPU")
+    for batch in (1, 3, 4):
+        x = np.arange(batch * 4, dtype=np.float32).reshape(batch, 4) - 2.5
+        # OpenVINO's runtime on the model as written takes one row at a time.
+        want = np.concatenate([compiled([x[i:i + 1]])[compiled.output(0)] for i in range(batch)])
+        for protocol in ("http", "grpc"):
+            np.testing.assert_allclose(infer(s, protocol, "ov_static", {"x": x}, ["y"])[0], want, rtol=1e-6)
+    # Told to keep the model's batch of 1, the configuration's batch dimension does not fit the model.
+    why = reason(s, "skipped")
+    assert "'x'" in why and "[1,4]" in why, why

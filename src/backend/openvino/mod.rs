@@ -130,6 +130,9 @@ fn properties(ctx: &ModelContext, instance: &str) -> Result<Vec<(RwPropertyKey, 
                 }
                 _ => return Err(bad(&format!("a number of threads from 0 (OpenVINO's choice) to {MAX_THREADS}"))),
             },
+            "SKIP_OV_DYNAMIC_BATCHSIZE" => {
+                skip_dynamic_batch(&ctx.config)?;
+            }
             "HINT_BF16" => match upper.as_str() {
                 "YES" => props.push((RwPropertyKey::HintInferencePrecision, "bf16".into())),
                 "NO" => {}
@@ -154,6 +157,63 @@ fn properties(ctx: &ModelContext, instance: &str) -> Result<Vec<(RwPropertyKey, 
         }
     }
     Ok(props)
+}
+
+/// `SKIP_OV_DYNAMIC_BATCHSIZE: YES`: the model's first dimension is left as the model has it.
+fn skip_dynamic_batch(cfg: &ModelConfig) -> Result<bool> {
+    let Some(p) = cfg.parameters.get("SKIP_OV_DYNAMIC_BATCHSIZE") else { return Ok(false) };
+    match p.string_value.trim().to_ascii_uppercase().as_str() {
+        "YES" => Ok(true),
+        "NO" | "" => Ok(false),
+        other => Err(Error::invalid(format!(
+            "model '{}': parameter 'SKIP_OV_DYNAMIC_BATCHSIZE' is '{other}', but it accepts YES or NO",
+            cfg.name
+        ))),
+    }
+}
+
+/// For a batching configuration (`max_batch_size > 0`), gives every input whose first dimension is
+/// fixed (a model exported with batch 1) a dynamic first dimension from 1 to `max_batch_size`, as
+/// Triton's openvino backend does, unless `SKIP_OV_DYNAMIC_BATCHSIZE` says not to. OpenVINO then
+/// propagates the batch through the graph; a model whose graph cannot take it fails here with
+/// OpenVINO's reason.
+fn dynamic_batch(model: &mut Model, cfg: &ModelConfig) -> Result<()> {
+    if cfg.max_batch_size <= 0 || skip_dynamic_batch(cfg)? {
+        return Ok(());
+    }
+    let (inputs, _) = ports(model)?;
+    let batch = openvino::Dimension::new(1, i64::from(cfg.max_batch_size));
+    let mut shapes = Vec::new();
+    for p in &inputs {
+        let Some(dims) = &p.dims else { continue };
+        if dims.first().is_none_or(|&d| d < 0) {
+            continue;
+        }
+        let rest =
+            dims[1..]
+                .iter()
+                .map(|&d| if d < 0 { openvino::Dimension::new(-1, -1) } else { openvino::Dimension::new(d, d) });
+        let all: Vec<openvino::Dimension> = std::iter::once(batch).chain(rest).collect();
+        let rank = i64::try_from(all.len()).unwrap_or(i64::MAX);
+        let shape = openvino::PartialShape::new(rank, &all).map_err(|e| {
+            Error::unavailable(ov_err(format_args!("cannot make a batch shape for input '{}'", p.name), e))
+        })?;
+        shapes.push((p.name.clone(), shape));
+    }
+    if shapes.is_empty() {
+        return Ok(());
+    }
+    let refs: Vec<(&str, &openvino::PartialShape)> = shapes.iter().map(|(n, s)| (n.as_str(), s)).collect();
+    model.reshape(&refs).map_err(|e| {
+        Error::unavailable(ov_err(
+            format_args!(
+                "model '{}': OpenVINO cannot give the inputs a dynamic batch dimension up to max_batch_size {} \
+                 (set parameter SKIP_OV_DYNAMIC_BATCHSIZE to YES to keep the model's own)",
+                cfg.name, cfg.max_batch_size
+            ),
+            e,
+        ))
+    })
 }
 
 /// A core and the model read from the version's files (not compiled).
@@ -260,7 +320,8 @@ impl Backend for OpenVinoBackend {
 
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let loaded = library::load().map_err(Error::unavailable)?;
-        let (mut core, model) = read_model(&ctx.version_dir, &ctx.config)?;
+        let (mut core, mut model) = read_model(&ctx.version_dir, &ctx.config)?;
+        dynamic_batch(&mut model, &ctx.config)?;
         let (inputs, outputs) = ports(&model)?;
         crate::model_config::autocomplete::check_io(&ctx.config, &io_info(&inputs, &outputs), "OpenVINO model")?;
         for (key, value) in properties(ctx, &spec.name)? {
@@ -424,7 +485,10 @@ impl crate::model_config::Completer for Completer {
         mut cfg: ModelConfig,
     ) -> std::result::Result<ModelConfig, ConfigFailure> {
         let Some(v) = crate::model_config::list_versions(dir).into_iter().next_back() else { return Ok(cfg) };
-        let io = read_model(&dir.join(v.to_string()), &cfg).and_then(|(_core, model)| ports(&model));
+        let io = read_model(&dir.join(v.to_string()), &cfg).and_then(|(_core, mut model)| {
+            dynamic_batch(&mut model, &cfg)?;
+            ports(&model)
+        });
         match io {
             Ok((inputs, outputs)) => {
                 // complete_onnx fills an empty platform with ONNX's; Triton leaves it as the backend's name.
