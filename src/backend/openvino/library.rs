@@ -6,10 +6,10 @@
 //! Python package of the `python3` on the PATH, whose `libs/` folder holds the libraries with a
 //! version suffix (`libopenvino_c.so.2641`), so `pip install openvino` alone is enough.
 //!
-//! A candidate is opened here first and checked (every function the `openvino` crate may call is
-//! present, and the version is 2025.1 or newer, whose element-type numbering the crate's bindings
-//! use) before the crate is pointed at it: the crate panics on a missing function and keeps the
-//! first library it loads for the whole process.
+//! A candidate is opened here first and checked (every function `ffi` calls is present, and the
+//! version is 2025.1 or newer, whose element-type numbering openvino-sys's bindings use) before
+//! openvino-sys is pointed at it: openvino-sys panics on a missing function and keeps the first
+//! library it loads for the whole process.
 #![allow(unsafe_code)]
 
 use openvino_sys::{ov_status_e, ov_version_t};
@@ -36,41 +36,37 @@ const USUAL_DIRS: &[&str] = &[
     "/usr/lib64",
 ];
 
-/// Every function of the C API that the `openvino` crate calls (from its sources, 0.11.1). A
-/// library lacking one is not used: the crate would panic when calling it.
+/// Every function of the C API that this backend calls (`ffi`, `check`). A library lacking one is
+/// not used: openvino-sys panics when a missing function is called.
 const REQUIRED: &[&str] = &[
     "ov_get_openvino_version",
     "ov_version_free",
     "ov_get_last_err_msg",
+    "ov_free",
     "ov_core_create",
     "ov_core_free",
     "ov_core_read_model",
     "ov_core_compile_model",
     "ov_core_set_property",
-    "ov_core_get_property",
-    "ov_core_get_available_devices",
     "ov_model_free",
     "ov_model_inputs_size",
     "ov_model_outputs_size",
     "ov_model_const_input_by_index",
     "ov_model_const_output_by_index",
-    "ov_model_is_dynamic",
-    "ov_model_reshape_input_by_name",
+    "ov_model_reshape",
+    "ov_output_const_port_free",
+    "ov_port_get_any_name",
+    "ov_port_get_element_type",
+    "ov_port_get_partial_shape",
+    "ov_partial_shape_create",
+    "ov_partial_shape_free",
     "ov_compiled_model_free",
+    "ov_compiled_model_get_property",
     "ov_compiled_model_create_infer_request",
     "ov_infer_request_free",
     "ov_infer_request_set_tensor",
     "ov_infer_request_get_tensor",
     "ov_infer_request_infer",
-    "ov_port_get_any_name",
-    "ov_port_get_element_type",
-    "ov_port_get_partial_shape",
-    "ov_output_const_port_free",
-    "ov_partial_shape_free",
-    "ov_partial_shape_create",
-    "ov_partial_shape_create_dynamic",
-    "ov_rank_is_dynamic",
-    "ov_dimension_is_dynamic",
     "ov_shape_create",
     "ov_shape_free",
     "ov_tensor_create",
@@ -78,7 +74,6 @@ const REQUIRED: &[&str] = &[
     "ov_tensor_data",
     "ov_tensor_get_shape",
     "ov_tensor_get_element_type",
-    "ov_tensor_get_size",
     "ov_tensor_get_byte_size",
 ];
 
@@ -263,8 +258,7 @@ fn check(path: &Path) -> Result<String, String> {
     }
 }
 
-/// `2026.4.1-22982-abc` -> (2026, 4): split as the `openvino` crate splits it, which must parse it
-/// too (it panics where this returns `None`).
+/// `2026.4.1-22982-abc` -> (2026, 4).
 fn year_minor(version: &str) -> Option<(usize, usize)> {
     let mut parts = version.split(['.', '-']);
     let year = parts.next()?.parse().ok()?;
@@ -277,7 +271,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn versions_are_parsed_as_the_crate_parses_them() {
+    fn versions_are_read_as_year_and_release() {
         assert_eq!(year_minor("2026.4.1-22982-7a5c2b3e9f1-releases/2026/4"), Some((2026, 4)));
         assert_eq!(year_minor("2025.1.0"), Some((2025, 1)));
         assert_eq!(year_minor("custom_master"), None);

@@ -7,6 +7,7 @@
 //! into OpenVINO tensors, runs the request synchronously on the instance's thread and copies the
 //! outputs out (OpenVINO reuses an infer request's output memory in the next run).
 
+mod ffi;
 mod library;
 
 use crate::error::{Error, Result};
@@ -19,9 +20,7 @@ use crate::model_config::autocomplete::{IoInfo, ModelIoInfo};
 use crate::model_config::ConfigFailure;
 use crate::proto::inference::ModelConfig;
 use bytes::Bytes;
-use openvino::{
-    CompiledModel, Core, DeviceType, ElementType, InferRequest, Model, Node, PropertyKey, RwPropertyKey, Shape,
-};
+use ffi::{Core, Dim, Model, PortInfo};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -44,14 +43,6 @@ fn default_max_batch_size(config: &BackendConfig) -> i32 {
             tracing::warn!("default-max-batch-size for the openvino backend is not a non-negative integer; 4 is used.");
             4
         }
-    }
-}
-
-/// OpenVINO's error, with its last error message when it left one.
-fn ov_err(what: impl std::fmt::Display, e: openvino::InferenceError) -> String {
-    match e.message.filter(|m| !m.trim().is_empty()) {
-        Some(m) => format!("{what}: {:?}: {}", e.kind, m.trim()),
-        None => format!("{what}: {:?}", e.kind),
     }
 }
 
@@ -96,7 +87,7 @@ const MAX_THREADS: u32 = 1024;
 /// The OpenVINO properties the model's `parameters` ask for, checked: a bad value fails the load
 /// naming the parameter and what it accepts. Unknown parameters, and the ones not applied yet, are
 /// named in a warning for `instance`.
-fn properties(ctx: &ModelContext, instance: &str) -> Result<Vec<(RwPropertyKey, String)>> {
+fn properties(ctx: &ModelContext, instance: &str) -> Result<Vec<(&'static str, String)>> {
     let mut keys: Vec<&String> = ctx.config.parameters.keys().collect();
     keys.sort();
     let mut props = Vec::new();
@@ -108,23 +99,22 @@ fn properties(ctx: &ModelContext, instance: &str) -> Result<Vec<(RwPropertyKey, 
         let upper = value.to_ascii_uppercase();
         match key.as_str() {
             "PERFORMANCE_HINT" => match upper.as_str() {
-                "LATENCY" | "THROUGHPUT" | "CUMULATIVE_THROUGHPUT" => {
-                    props.push((RwPropertyKey::HintPerformanceMode, upper))
-                }
+                "LATENCY" | "THROUGHPUT" | "CUMULATIVE_THROUGHPUT" => props.push(("PERFORMANCE_HINT", upper)),
                 _ => return Err(bad("LATENCY, THROUGHPUT or CUMULATIVE_THROUGHPUT")),
             },
             "NUM_STREAMS" => match upper.as_str() {
-                "AUTO" | "NUMA" => props.push((RwPropertyKey::NumStreams, upper)),
+                "AUTO" | "NUMA" => props.push(("NUM_STREAMS", upper)),
                 _ => match value.parse::<u32>() {
-                    Ok(n) if (1..=MAX_THREADS).contains(&n) => props.push((RwPropertyKey::NumStreams, n.to_string())),
+                    Ok(n) if (1..=MAX_THREADS).contains(&n) => props.push(("NUM_STREAMS", n.to_string())),
                     _ => return Err(bad(&format!("AUTO, NUMA or a number of streams from 1 to {MAX_THREADS}"))),
                 },
             },
             "INFERENCE_NUM_THREADS" | "COMPILATION_NUM_THREADS" => match value.parse::<u32>() {
                 Ok(n) if n <= MAX_THREADS => {
-                    let k = match key.as_str() {
-                        "INFERENCE_NUM_THREADS" => RwPropertyKey::InferenceNumThreads,
-                        _ => RwPropertyKey::Other("COMPILATION_NUM_THREADS".into()),
+                    let k = if key == "INFERENCE_NUM_THREADS" {
+                        "INFERENCE_NUM_THREADS"
+                    } else {
+                        "COMPILATION_NUM_THREADS"
                     };
                     props.push((k, n.to_string()))
                 }
@@ -134,7 +124,7 @@ fn properties(ctx: &ModelContext, instance: &str) -> Result<Vec<(RwPropertyKey, 
                 skip_dynamic_batch(&ctx.config)?;
             }
             "HINT_BF16" => match upper.as_str() {
-                "YES" => props.push((RwPropertyKey::HintInferencePrecision, "bf16".into())),
+                "YES" => props.push(("INFERENCE_PRECISION_HINT", "bf16".into())),
                 "NO" => {}
                 _ => return Err(bad("YES or NO")),
             },
@@ -181,37 +171,25 @@ fn dynamic_batch(model: &mut Model, cfg: &ModelConfig) -> Result<()> {
     if cfg.max_batch_size <= 0 || skip_dynamic_batch(cfg)? {
         return Ok(());
     }
-    let (inputs, _) = ports(model)?;
-    let batch = openvino::Dimension::new(1, i64::from(cfg.max_batch_size));
-    let mut shapes = Vec::new();
-    for p in &inputs {
-        let Some(dims) = &p.dims else { continue };
-        if dims.first().is_none_or(|&d| d < 0) {
-            continue;
-        }
-        let rest =
-            dims[1..]
-                .iter()
-                .map(|&d| if d < 0 { openvino::Dimension::new(-1, -1) } else { openvino::Dimension::new(d, d) });
-        let all: Vec<openvino::Dimension> = std::iter::once(batch).chain(rest).collect();
-        let rank = i64::try_from(all.len()).unwrap_or(i64::MAX);
-        let shape = openvino::PartialShape::new(rank, &all).map_err(|e| {
-            Error::unavailable(ov_err(format_args!("cannot make a batch shape for input '{}'", p.name), e))
-        })?;
-        shapes.push((p.name.clone(), shape));
-    }
+    let batch = Dim { min: 1, max: i64::from(cfg.max_batch_size) };
+    let shapes: Vec<(String, Vec<Dim>)> = model
+        .inputs()
+        .map_err(Error::unavailable)?
+        .into_iter()
+        .filter_map(|p| {
+            let dims = p.dims?;
+            let first = *dims.first()?;
+            first.is_fixed().then(|| (p.name, std::iter::once(batch).chain(dims[1..].iter().copied()).collect()))
+        })
+        .collect();
     if shapes.is_empty() {
         return Ok(());
     }
-    let refs: Vec<(&str, &openvino::PartialShape)> = shapes.iter().map(|(n, s)| (n.as_str(), s)).collect();
-    model.reshape(&refs).map_err(|e| {
-        Error::unavailable(ov_err(
-            format_args!(
-                "model '{}': OpenVINO cannot give the inputs a dynamic batch dimension up to max_batch_size {} \
-                 (set parameter SKIP_OV_DYNAMIC_BATCHSIZE to YES to keep the model's own)",
-                cfg.name, cfg.max_batch_size
-            ),
-            e,
+    model.reshape(&shapes).map_err(|e| {
+        Error::unavailable(format!(
+            "model '{}': OpenVINO cannot give the inputs a dynamic batch dimension up to max_batch_size {} (set \
+             parameter SKIP_OV_DYNAMIC_BATCHSIZE to YES to keep the model's own): {e}",
+            cfg.name, cfg.max_batch_size
         ))
     })
 }
@@ -220,84 +198,55 @@ fn dynamic_batch(model: &mut Model, cfg: &ModelConfig) -> Result<()> {
 fn read_model(version_dir: &Path, cfg: &ModelConfig) -> Result<(Core, Model)> {
     library::load().map_err(Error::unavailable)?;
     let (file, bin) = model_files(version_dir, cfg)?;
-    let mut core = Core::new().map_err(|e| Error::unavailable(format!("cannot create an OpenVINO core: {e}")))?;
+    let core = Core::new().map_err(Error::unavailable)?;
     let weights = match &bin {
         Some(b) => path_str(b)?,
         None => "",
     };
-    let model = core
-        .read_model_from_file(path_str(&file)?, weights)
-        .map_err(|e| Error::unavailable(ov_err(format_args!("OpenVINO cannot read '{}'", file.display()), e)))?;
+    let model = core.read_model(path_str(&file)?, weights).map_err(Error::unavailable)?;
     Ok((core, model))
 }
 
-fn to_element_type(dt: DataType) -> Option<ElementType> {
+fn to_element_type(dt: DataType) -> Option<ffi::Elem> {
     Some(match dt {
-        DataType::Bool => ElementType::Boolean,
-        DataType::Uint8 => ElementType::U8,
-        DataType::Uint16 => ElementType::U16,
-        DataType::Uint32 => ElementType::U32,
-        DataType::Uint64 => ElementType::U64,
-        DataType::Int8 => ElementType::I8,
-        DataType::Int16 => ElementType::I16,
-        DataType::Int32 => ElementType::I32,
-        DataType::Int64 => ElementType::I64,
-        DataType::Fp16 => ElementType::F16,
-        DataType::Bf16 => ElementType::Bf16,
-        DataType::Fp32 => ElementType::F32,
-        DataType::Fp64 => ElementType::F64,
+        DataType::Bool => ffi::BOOLEAN,
+        DataType::Uint8 => ffi::U8,
+        DataType::Uint16 => ffi::U16,
+        DataType::Uint32 => ffi::U32,
+        DataType::Uint64 => ffi::U64,
+        DataType::Int8 => ffi::I8,
+        DataType::Int16 => ffi::I16,
+        DataType::Int32 => ffi::I32,
+        DataType::Int64 => ffi::I64,
+        DataType::Fp16 => ffi::F16,
+        DataType::Bf16 => ffi::BF16,
+        DataType::Fp32 => ffi::F32,
+        DataType::Fp64 => ffi::F64,
         // OpenVINO's string tensors hold C++ strings, which this backend does not build yet.
         DataType::Bytes => return None,
     })
 }
 
-fn from_element_type(t: ElementType) -> Option<DataType> {
+fn from_element_type(t: ffi::Elem) -> Option<DataType> {
     DataType::ALL.into_iter().find(|&d| to_element_type(d) == Some(t))
 }
 
-/// One model input or output as OpenVINO declares it.
-#[derive(Debug, Clone)]
-struct Port {
-    name: String,
-    elem: ElementType,
-    /// `-1` for a dynamic dimension; `None` for a dynamic rank.
-    dims: Option<Vec<i64>>,
-}
-
-fn describe(node: &Node, kind: &str, i: usize) -> Result<Port> {
-    let err = |what: &str, e| Error::unavailable(ov_err(format_args!("cannot read the {what} of model {kind} {i}"), e));
-    let name = node.get_name().map_err(|e| err("name", e))?;
-    let elem = node.get_element_type().map_err(|e| err("element type", e))?;
-    let shape = node.get_partial_shape().map_err(|e| err("shape", e))?;
-    let dims = (!shape.get_rank().is_dynamic())
-        .then(|| shape.get_dimensions().iter().map(|d| if d.is_dynamic() { -1 } else { d.get_min() }).collect());
-    Ok(Port { name, elem, dims })
+/// A port's dimensions as the configuration writes them: `-1` for a dynamic one.
+fn config_dims(dims: &[Dim]) -> Vec<i64> {
+    dims.iter().map(|d| if d.is_fixed() { d.min } else { -1 }).collect()
 }
 
 /// The model's inputs and outputs.
-fn ports(model: &Model) -> Result<(Vec<Port>, Vec<Port>)> {
-    let n_in = model.get_inputs_len().map_err(|e| Error::unavailable(ov_err("cannot count the model's inputs", e)))?;
-    let n_out =
-        model.get_outputs_len().map_err(|e| Error::unavailable(ov_err("cannot count the model's outputs", e)))?;
-    let mut inputs = Vec::with_capacity(n_in);
-    for i in 0..n_in {
-        let node = model.get_input_by_index(i).map_err(|e| Error::unavailable(ov_err("cannot read an input", e)))?;
-        inputs.push(describe(&node, "input", i)?);
-    }
-    let mut outputs = Vec::with_capacity(n_out);
-    for i in 0..n_out {
-        let node = model.get_output_by_index(i).map_err(|e| Error::unavailable(ov_err("cannot read an output", e)))?;
-        outputs.push(describe(&node, "output", i)?);
-    }
-    Ok((inputs, outputs))
+fn ports(model: &Model) -> Result<(Vec<PortInfo>, Vec<PortInfo>)> {
+    Ok((model.inputs().map_err(Error::unavailable)?, model.outputs().map_err(Error::unavailable)?))
 }
 
 /// The ports as auto-complete and the load-time check read them (a dynamic rank as no dims).
-fn io_info(inputs: &[Port], outputs: &[Port]) -> ModelIoInfo {
-    let info = |p: &Port| IoInfo {
+fn io_info(inputs: &[PortInfo], outputs: &[PortInfo]) -> ModelIoInfo {
+    let info = |p: &PortInfo| IoInfo {
         name: p.name.clone(),
         data_type: from_element_type(p.elem).map_or(0, DataType::to_config),
-        dims: p.dims.clone().unwrap_or_default(),
+        dims: p.dims.as_deref().map(config_dims).unwrap_or_default(),
     };
     ModelIoInfo { inputs: inputs.iter().map(info).collect(), outputs: outputs.iter().map(info).collect() }
 }
@@ -325,34 +274,21 @@ impl Backend for OpenVinoBackend {
         let (inputs, outputs) = ports(&model)?;
         crate::model_config::autocomplete::check_io(&ctx.config, &io_info(&inputs, &outputs), "OpenVINO model")?;
         for (key, value) in properties(ctx, &spec.name)? {
-            core.set_property(&DeviceType::CPU, &key, &value).map_err(|e| {
-                Error::invalid(ov_err(
-                    format_args!("model '{}': OpenVINO's CPU device refuses {}={value}", ctx.name, key.as_ref()),
-                    e,
-                ))
-            })?;
+            core.set_property("CPU", key, &value).map_err(|e| Error::invalid(format!("model '{}': {e}", ctx.name)))?;
         }
-        let mut compiled = core
-            .compile_model(&model, DeviceType::CPU)
-            .map_err(|e| Error::unavailable(ov_err("OpenVINO cannot compile the model for its CPU device", e)))?;
+        let mut compiled = core.compile(&model, "CPU").map_err(Error::unavailable)?;
+        // The model as read is not needed once compiled: its graph and weights go now.
+        drop(model);
         // What OpenVINO made of the hints, as it reports them (each worth knowing on a 2-4-core board).
-        let read = |k: RwPropertyKey| {
-            let name = k.as_ref().to_string();
-            let v = compiled.get_property(&PropertyKey::Rw(k)).map(|v| v.into_owned()).unwrap_or_else(|_| "?".into());
-            format!("{name}={v}")
-        };
-        let settings =
-            [RwPropertyKey::HintPerformanceMode, RwPropertyKey::NumStreams, RwPropertyKey::InferenceNumThreads]
-                .map(read)
-                .join(", ");
+        let settings = ["PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS"]
+            .map(|k| format!("{k}={}", compiled.property(k).unwrap_or_else(|_| "?".into())))
+            .join(", ");
         tracing::info!(
             "Instance '{}' of model '{}' runs on OpenVINO's CPU device with {settings}.",
             spec.name,
             ctx.name
         );
-        let request = compiled
-            .create_infer_request()
-            .map_err(|e| Error::unavailable(ov_err("OpenVINO cannot create an infer request", e)))?;
+        let request = compiled.infer_request().map_err(Error::unavailable)?;
         Ok(Box::new(OpenVinoInstance {
             inputs: inputs.into_iter().map(|p| (p.name.clone(), p)).collect(),
             request,
@@ -365,18 +301,18 @@ impl Backend for OpenVinoBackend {
 
 struct OpenVinoInstance {
     /// The model's inputs by name, to check requests against before OpenVINO sees them.
-    inputs: HashMap<String, Port>,
+    inputs: HashMap<String, PortInfo>,
     // Field order is drop order: the request before the compiled model before the core.
-    request: InferRequest,
-    _compiled: CompiledModel,
+    request: ffi::InferRequest,
+    _compiled: ffi::CompiledModel,
     _core: Core,
     served_by: String,
 }
 
 impl OpenVinoInstance {
-    /// An OpenVINO tensor holding a copy of request input `t`, after checking its datatype and shape
-    /// against the model (a mismatch is the client's error).
-    fn input_tensor(&self, t: &Tensor) -> Result<openvino::Tensor> {
+    /// Checks request input `t` against the model (a mismatch is the client's error) and gives
+    /// OpenVINO a copy of it.
+    fn set_input(&mut self, t: &Tensor) -> Result<()> {
         let port = self.inputs.get(&t.name).ok_or_else(|| {
             let mut names: Vec<&str> = self.inputs.keys().map(String::as_str).collect();
             names.sort_unstable();
@@ -387,73 +323,47 @@ impl OpenVinoInstance {
                 "input '{}' is {} but the model expects {}",
                 t.name,
                 t.datatype,
-                from_element_type(port.elem).map_or_else(|| format!("{:?}", port.elem), |d| d.to_string())
+                from_element_type(port.elem).map_or_else(|| format!("element type {}", port.elem), |d| d.to_string())
             ))
         })?;
         if let Some(dims) = &port.dims {
-            let fits = dims.len() == t.shape.len() && dims.iter().zip(&t.shape).all(|(&m, &r)| m < 0 || m == r);
+            let fits = dims.len() == t.shape.len()
+                && dims.iter().zip(&t.shape).all(|(d, &r)| r >= d.min && (d.max < 0 || r <= d.max));
             if !fits {
                 return Err(Error::invalid(format!(
                     "input '{}' has shape {:?} but the model expects {:?} (-1: any size)",
-                    t.name, t.shape, dims
+                    t.name,
+                    t.shape,
+                    config_dims(dims)
                 )));
             }
         }
         let bytes = t.data.as_host().ok_or_else(|| {
             Error::unsupported(format!("input '{}' is in device memory, which this backend cannot read", t.name))
         })?;
-        let shape = Shape::new(&t.shape).map_err(|e| Error::invalid(ov_err(format_args!("input '{}'", t.name), e)))?;
-        let mut tensor = openvino::Tensor::new(elem, &shape)
-            .map_err(|e| Error::internal(ov_err(format_args!("cannot create OpenVINO tensor '{}'", t.name), e)))?;
-        let dst = tensor
-            .get_raw_data_mut()
-            .map_err(|e| Error::internal(ov_err(format_args!("cannot fill OpenVINO tensor '{}'", t.name), e)))?;
-        if dst.len() != bytes.len() {
-            return Err(Error::invalid(format!(
-                "input '{}' holds {} bytes but its shape {:?} of {} needs {}",
-                t.name,
-                bytes.len(),
-                t.shape,
-                t.datatype,
-                dst.len()
-            )));
-        }
-        dst.copy_from_slice(bytes);
-        Ok(tensor)
+        self.request.set_input(&t.name, elem, &t.shape, bytes).map_err(Error::invalid)
     }
 }
 
 impl ModelInstance for OpenVinoInstance {
     fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult> {
         let t0 = Instant::now();
-        // The tensors stay alive until the run is over: the request only refers to them.
-        let mut held = Vec::with_capacity(req.inputs.len());
         for t in &req.inputs {
-            let tensor = self.input_tensor(t)?;
-            self.request
-                .set_tensor(&t.name, &tensor)
-                .map_err(|e| Error::invalid(ov_err(format_args!("OpenVINO refuses input '{}'", t.name), e)))?;
-            held.push(tensor);
+            self.set_input(t)?;
         }
         let t1 = Instant::now();
-        self.request.infer().map_err(|e| Error::internal(ov_err("OpenVINO inference failed", e)))?;
+        self.request.infer().map_err(Error::internal)?;
         let t2 = Instant::now();
         let mut outputs: Vec<Tensor> = Vec::with_capacity(req.outputs.len());
         for name in &req.outputs {
-            let out = self
-                .request
-                .get_tensor(name)
-                .map_err(|e| Error::internal(ov_err(format_args!("the model produced no output '{name}'"), e)))?;
-            let read = |e| Error::internal(ov_err(format_args!("cannot read output '{name}'"), e));
-            let elem = out.get_element_type().map_err(read)?;
+            let (elem, dims, data) = self.request.output(name).map_err(Error::internal)?;
             let dt = from_element_type(elem).ok_or_else(|| {
-                Error::internal(format!("output '{name}' has element type {elem:?}, which Triton cannot represent"))
+                Error::internal(format!(
+                    "output '{name}' has OpenVINO element type {elem}, which Triton cannot represent"
+                ))
             })?;
-            let dims = out.get_shape().map_err(read)?.get_dimensions().to_vec();
-            let data = Bytes::copy_from_slice(out.get_raw_data().map_err(read)?);
-            outputs.push(Tensor::new(name.as_str(), dt, dims, data));
+            outputs.push(Tensor::new(name.as_str(), dt, dims, Bytes::from(data)));
         }
-        drop(held);
         let t3 = Instant::now();
         Ok(ExecResult { outputs, timings: ExecTimings::between(t0, t1, t2, t3), parameters: Default::default() })
     }
