@@ -118,7 +118,7 @@ def test_without_openvino_its_models_are_unavailable_and_the_others_serve(start_
 
 
 def test_broken_models_are_unavailable_with_the_reason(start_server, repo):
-    for name in ("truncated", "no_bin", "garbage"):
+    for name in ("truncated", "no_bin", "garbage", "unknown_op"):
         shutil.copytree(OV_MODELS / "ov_affine", repo / name)
         cfg = repo / name / "config.pbtxt"
         cfg.write_text(cfg.read_text().replace('"ov_affine"', f'"{name}"'))
@@ -127,6 +127,9 @@ def test_broken_models_are_unavailable_with_the_reason(start_server, repo):
     xml.write_text(text[: len(text) // 2])
     (repo / "no_bin" / "1" / "model.bin").unlink()
     (repo / "garbage" / "1" / "model.bin").write_bytes(b"\x01" * 3)
+    # An operation no opset has.
+    xml = repo / "unknown_op" / "1" / "model.xml"
+    xml.write_text(xml.read_text().replace('type="MatMul"', 'type="FrobnicateMatMul"'))
     copy_models(repo, "ov_int", src=OV_MODELS)
     s = start_server("--model-repository", repo, wait="live")
     s.wait_until(s.settled, what="every model settled")
@@ -137,6 +140,8 @@ def test_broken_models_are_unavailable_with_the_reason(start_server, repo):
     # Weights shorter than the IR says.
     why = reason(s, "garbage")
     assert "OpenVINO cannot read" in why, why
+    why = reason(s, "unknown_op")
+    assert "OpenVINO cannot read" in why and "FrobnicateMatMul" in why, why
     assert s.index_row("ov_int")["state"] == "READY"
 
 
