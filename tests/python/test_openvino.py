@@ -6,6 +6,8 @@ runtime on the same files and inputs."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import threading
@@ -304,3 +306,18 @@ def test_loading_and_unloading_does_not_keep_the_model(start_server, repo):
     grown = rss_mib(s.proc.pid) - before
     # 12 leaked models would be 192 MiB; allocator noise is far below 64.
     assert grown < 64, f"RSS grew by {grown:.0f} MiB over 12 load/unload cycles"
+
+
+def test_several_instances_share_the_cores(start_server, repo):
+    copy_models(repo, "ov_affine", src=OV_MODELS)
+    cfg = repo / "ov_affine" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("count: 1", "count: 2"))
+    s = start_server("--model-repository", repo)
+    found = [int(m) for m in re.findall(
+        r"Instance '\S+' of model 'ov_affine' runs on OpenVINO's CPU device with .*INFERENCE_NUM_THREADS=(\d+)\.", s.log)]
+    assert len(found) == 2, s.log
+    # Each of the two instances gets at most half of the cores this process may use.
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    assert all(1 <= n <= share for n in found), (found, share)
+    x = np.ones((3, 4), np.float32)
+    np.testing.assert_allclose(infer(s, "grpc", "ov_affine", {"x": x}, ["y"])[0], reference("ov_affine", x)[0], rtol=1e-6)

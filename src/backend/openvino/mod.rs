@@ -149,6 +149,28 @@ fn properties(ctx: &ModelContext, instance: &str) -> Result<Vec<(&'static str, S
     Ok(props)
 }
 
+/// With several CPU instances (`count: N`) and no `INFERENCE_NUM_THREADS`, each instance's share of
+/// the cores this process may use: every instance runs its own requests at the same time, and N
+/// instances each taking every core (OpenVINO's default) oversubscribe a 2-4-core board. `None`: one
+/// instance, or the model chose its threads.
+fn shared_threads(cfg: &ModelConfig, props: &[(&str, String)]) -> Option<usize> {
+    use crate::proto::inference::model_instance_group::Kind;
+    if props.iter().any(|(k, _)| *k == "INFERENCE_NUM_THREADS") {
+        return None;
+    }
+    let instances: usize = cfg
+        .instance_group
+        .iter()
+        .filter(|g| g.kind != Kind::Gpu as i32)
+        .map(|g| usize::try_from(g.count.max(1)).unwrap_or(1))
+        .sum();
+    if instances <= 1 {
+        return None;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Some((cores / instances).max(1))
+}
+
 /// `SKIP_OV_DYNAMIC_BATCHSIZE: YES`: the model's first dimension is left as the model has it.
 fn skip_dynamic_batch(cfg: &ModelConfig) -> Result<bool> {
     let Some(p) = cfg.parameters.get("SKIP_OV_DYNAMIC_BATCHSIZE") else { return Ok(false) };
@@ -273,7 +295,11 @@ impl Backend for OpenVinoBackend {
         dynamic_batch(&mut model, &ctx.config)?;
         let (inputs, outputs) = ports(&model)?;
         crate::model_config::autocomplete::check_io(&ctx.config, &io_info(&inputs, &outputs), "OpenVINO model")?;
-        for (key, value) in properties(ctx, &spec.name)? {
+        let mut props = properties(ctx, &spec.name)?;
+        if let Some(threads) = shared_threads(&ctx.config, &props) {
+            props.push(("INFERENCE_NUM_THREADS", threads.to_string()));
+        }
+        for (key, value) in props {
             core.set_property("CPU", key, &value).map_err(|e| Error::invalid(format!("model '{}': {e}", ctx.name)))?;
         }
         let mut compiled = core.compile(&model, "CPU").map_err(Error::unavailable)?;
