@@ -321,3 +321,23 @@ def test_several_instances_share_the_cores(start_server, repo):
     assert all(1 <= n <= share for n in found), (found, share)
     x = np.ones((3, 4), np.float32)
     np.testing.assert_allclose(infer(s, "grpc", "ov_affine", {"x": x}, ["y"])[0], reference("ov_affine", x)[0], rtol=1e-6)
+
+
+def test_a_request_without_an_optional_input_is_refused_not_fed_the_previous_one(start_server, repo):
+    (repo / "ov_onnx" / "1").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "model-repos" / "examples" / "simple" / "1" / "model.onnx", repo / "ov_onnx" / "1")
+    (repo / "ov_onnx" / "config.pbtxt").write_text(
+        'backend: "openvino"\ndefault_model_filename: "model.onnx"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },\n'
+        '        { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] optional: true } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]\n')
+    s = start_server("--model-repository", repo)
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    secret = np.full((1, 16), 1000, np.int32)
+    (out,) = infer(s, "http", "ov_onnx", {"INPUT0": a, "INPUT1": secret}, ["OUTPUT0"])
+    np.testing.assert_array_equal(out, a + secret)
+    for protocol in ("http", "grpc"):
+        with pytest.raises(InferenceServerException) as e:
+            infer(s, protocol, "ov_onnx", {"INPUT0": a}, ["OUTPUT0"])
+        assert e.value.status() in ("400", "StatusCode.INVALID_ARGUMENT"), (e.value.status(), e.value.message())
+        assert "INPUT1" in e.value.message(), e.value.message()

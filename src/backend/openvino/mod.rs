@@ -374,6 +374,13 @@ impl OpenVinoInstance {
 impl ModelInstance for OpenVinoInstance {
     fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult> {
         let t0 = Instant::now();
+        // An infer request keeps the tensors of its last run: an input left out (an `optional` one in
+        // the configuration) would be read from the previous request, another client's data.
+        if let Some(missing) = self.inputs.keys().find(|name| !req.inputs.iter().any(|t| &t.name == *name)) {
+            return Err(Error::invalid(format!(
+                "input '{missing}' is missing: the openvino backend needs every input of the model in each request"
+            )));
+        }
         for t in &req.inputs {
             self.set_input(t)?;
         }
