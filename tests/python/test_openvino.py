@@ -341,3 +341,15 @@ def test_a_request_without_an_optional_input_is_refused_not_fed_the_previous_one
             infer(s, protocol, "ov_onnx", {"INPUT0": a}, ["OUTPUT0"])
         assert e.value.status() in ("400", "StatusCode.INVALID_ARGUMENT"), (e.value.status(), e.value.message())
         assert "INPUT1" in e.value.message(), e.value.message()
+
+
+def test_kind_gpu_is_refused_with_a_reason(start_server, repo):
+    shutil.copytree(OV_MODELS / "ov_affine", repo / "on_gpu")
+    cfg = repo / "on_gpu" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('"ov_affine"', '"on_gpu"').replace("KIND_CPU", "KIND_GPU"))
+    copy_models(repo, "ov_int", src=OV_MODELS)
+    s = start_server("--model-repository", repo, wait="live")
+    s.wait_until(s.settled, what="every model settled")
+    why = reason(s, "on_gpu")
+    assert "KIND_GPU" in why and "KIND_CPU" in why, why
+    assert s.index_row("ov_int")["state"] == "READY"
