@@ -48,7 +48,7 @@ fn builtins() -> [Builtin; 4] {
         },
         Builtin {
             name: openvino::NAME,
-            make: |_, _, _| Arc::new(openvino::OpenVinoBackend),
+            make: |_, _, _| Arc::new(openvino::OpenVinoBackend::default()),
             // Inputs, outputs and max_batch_size from the model, which only OpenVINO can read.
             completer: |config| Ok(Some(Arc::new(openvino::Completer::new(config)))),
         },
