@@ -341,6 +341,13 @@ fn resolve_backend(dir: &Path, cfg: &mut ModelConfig) -> Result<()> {
     Ok(())
 }
 
+/// Backends whose instances never run on an NVIDIA GPU, so that KIND_AUTO is KIND_CPU for them even on
+/// a machine with one (a Jetson): the built-in openvino backend, which also serves TensorFlow models,
+/// runs on OpenVINO's devices (its TARGET_DEVICE parameter), never on CUDA.
+fn runs_on_cpu_only(backend: &str) -> bool {
+    matches!(backend, "openvino" | "tensorflow")
+}
+
 /// Fills in the defaults Triton always applies, with or without auto-complete.
 fn normalize(cfg: &mut ModelConfig) {
     if cfg.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()).is_none() {
@@ -380,7 +387,7 @@ fn normalize(cfg: &mut ModelConfig) {
         // As Triton: KIND_AUTO runs on the GPUs where usable ones exist (a CUDA driver, and compute
         // capability at or above --min-supported-compute-capability), on the CPU otherwise.
         if g.kind == Kind::Auto as i32 {
-            let gpus = crate::platform::cuda::usable_gpus();
+            let gpus = if runs_on_cpu_only(&cfg.backend) { Vec::new() } else { crate::platform::cuda::usable_gpus() };
             if gpus.is_empty() {
                 g.kind = Kind::Cpu as i32;
             } else {

@@ -223,3 +223,10 @@ fn validate_checks_an_ensemble_against_the_repository() {
     configs.insert("m".to_string(), Ok(renamed));
     assert!(check_ensemble_in_repository(&ens, &configs).unwrap_err().message.contains("no such output"));
 }
+
+#[test]
+fn kind_auto_never_means_an_nvidia_gpu_for_openvino_models() {
+    // The normalizer asks for usable GPUs only for backends that can run on them.
+    assert!(runs_on_cpu_only("openvino") && runs_on_cpu_only("tensorflow"));
+    assert!(!runs_on_cpu_only("onnxruntime") && !runs_on_cpu_only("tensorrt") && !runs_on_cpu_only("python"));
+}
