@@ -87,7 +87,7 @@ def saved_model(g: graph_pb2.GraphDef) -> bytes:
         info.name, info.dtype = tensor, types_pb2.DT_FLOAT
         info.tensor_shape.dim.add(size=-1)
         info.tensor_shape.dim.add(size=width)
-    body = mg.SerializeToString()
+    body = mg.SerializeToString(deterministic=True)
     # SavedModel { int64 saved_model_schema_version = 1; repeated MetaGraphDef meta_graphs = 2; }
     return b"\x08\x01" + b"\x12" + varint(len(body)) + body
 
@@ -213,7 +213,7 @@ def write(name: str, file: str, data: bytes) -> None:
 def main() -> None:
     shutil.rmtree(OUT, ignore_errors=True)
     g = graphdef()
-    write("tf_graphdef", "model.graphdef", g.SerializeToString())
+    write("tf_graphdef", "model.graphdef", g.SerializeToString(deterministic=True))
     write("tf_savedmodel", "model.savedmodel/saved_model.pb", saved_model(g))
     write("ov_tflite", "model.tflite", tflite_model())
     write("ov_onnx", "model.onnx", onnx_model().SerializeToString())
