@@ -8,6 +8,7 @@
 //! outputs out (OpenVINO reuses an infer request's output memory in the next run).
 
 mod ffi;
+pub mod formats;
 mod library;
 
 use crate::error::{Error, Result};
@@ -50,9 +51,7 @@ fn default_max_batch_size(config: &BackendConfig) -> i32 {
 /// file, both of which must exist.
 fn model_files(version_dir: &Path, cfg: &ModelConfig) -> Result<(PathBuf, Option<PathBuf>)> {
     let file = crate::model_config::model_file(version_dir, cfg)?;
-    if !file.is_file() {
-        return Err(Error::unavailable(format!("model file '{}' not found", file.display())));
-    }
+    formats::check_model_path(&file)?;
     if file.extension().is_some_and(|e| e == "xml") {
         let bin = file.with_extension("bin");
         if !bin.is_file() {
@@ -263,14 +262,25 @@ fn ports(model: &Model) -> Result<(Vec<PortInfo>, Vec<PortInfo>)> {
     Ok((model.inputs().map_err(Error::unavailable)?, model.outputs().map_err(Error::unavailable)?))
 }
 
-/// The ports as auto-complete and the load-time check read them (a dynamic rank as no dims).
-fn io_info(inputs: &[PortInfo], outputs: &[PortInfo]) -> ModelIoInfo {
-    let info = |p: &PortInfo| IoInfo {
-        name: p.name.clone(),
+/// The ports as auto-complete and the load-time check read them (a dynamic rank as no dims), each
+/// under the name `cfg` gives it (see `formats::config_name`).
+fn io_info(inputs: &[PortInfo], outputs: &[PortInfo], cfg: &ModelConfig) -> ModelIoInfo {
+    let tf = formats::is_tensorflow(cfg);
+    let info = |listed: &[&str], p: &PortInfo| IoInfo {
+        name: formats::config_name(&p.name, listed, tf),
         data_type: from_element_type(p.elem).map_or(0, DataType::to_config),
         dims: p.dims.as_deref().map(config_dims).unwrap_or_default(),
     };
-    ModelIoInfo { inputs: inputs.iter().map(info).collect(), outputs: outputs.iter().map(info).collect() }
+    let (ins, outs) = config_names(cfg);
+    ModelIoInfo {
+        inputs: inputs.iter().map(|p| info(&ins, p)).collect(),
+        outputs: outputs.iter().map(|p| info(&outs, p)).collect(),
+    }
+}
+
+/// The input and output names the configuration lists.
+fn config_names(cfg: &ModelConfig) -> (Vec<&str>, Vec<&str>) {
+    (cfg.input.iter().map(|i| i.name.as_str()).collect(), cfg.output.iter().map(|o| o.name.as_str()).collect())
 }
 
 impl Backend for OpenVinoBackend {
@@ -294,7 +304,8 @@ impl Backend for OpenVinoBackend {
         let (mut core, mut model) = read_model(&ctx.version_dir, &ctx.config)?;
         dynamic_batch(&mut model, &ctx.config)?;
         let (inputs, outputs) = ports(&model)?;
-        crate::model_config::autocomplete::check_io(&ctx.config, &io_info(&inputs, &outputs), "OpenVINO model")?;
+        let io = io_info(&inputs, &outputs, &ctx.config);
+        crate::model_config::autocomplete::check_io(&ctx.config, &io, "OpenVINO model")?;
         let mut props = properties(ctx, &spec.name)?;
         if let Some(threads) = shared_threads(&ctx.config, &props) {
             props.push(("INFERENCE_NUM_THREADS", threads.to_string()));
@@ -316,18 +327,22 @@ impl Backend for OpenVinoBackend {
         );
         let request = compiled.infer_request().map_err(Error::unavailable)?;
         Ok(Box::new(OpenVinoInstance {
-            inputs: inputs.into_iter().map(|p| (p.name.clone(), p)).collect(),
+            // By the names requests use (the configuration's), which may differ from OpenVINO's by `:0`.
+            inputs: io.inputs.iter().map(|i| i.name.clone()).zip(inputs).collect(),
+            outputs: io.outputs.iter().map(|o| o.name.clone()).zip(outputs.into_iter().map(|p| p.name)).collect(),
             request,
             _compiled: compiled,
             _core: core,
-            served_by: format!("OpenVINO {} ({})", loaded.version, loaded.path.display()),
+            served_by: format!("the openvino backend (OpenVINO {}, {})", loaded.version, loaded.path.display()),
         }))
     }
 }
 
 struct OpenVinoInstance {
-    /// The model's inputs by name, to check requests against before OpenVINO sees them.
+    /// The model's inputs by the name requests use, to check requests against before OpenVINO sees them.
     inputs: HashMap<String, PortInfo>,
+    /// OpenVINO's names of the outputs, by the name requests use.
+    outputs: HashMap<String, String>,
     // Field order is drop order: the request before the compiled model before the core.
     request: ffi::InferRequest,
     _compiled: ffi::CompiledModel,
@@ -367,7 +382,7 @@ impl OpenVinoInstance {
         let bytes = t.data.as_host().ok_or_else(|| {
             Error::unsupported(format!("input '{}' is in device memory, which this backend cannot read", t.name))
         })?;
-        self.request.set_input(&t.name, elem, &t.shape, bytes).map_err(Error::invalid)
+        self.request.set_input(&port.name, elem, &t.shape, bytes).map_err(Error::invalid)
     }
 }
 
@@ -389,7 +404,8 @@ impl ModelInstance for OpenVinoInstance {
         let t2 = Instant::now();
         let mut outputs: Vec<Tensor> = Vec::with_capacity(req.outputs.len());
         for name in &req.outputs {
-            let (elem, dims, data) = self.request.output(name).map_err(Error::internal)?;
+            let port = self.outputs.get(name).unwrap_or(name);
+            let (elem, dims, data) = self.request.output(port).map_err(Error::internal)?;
             let dt = from_element_type(elem).ok_or_else(|| {
                 Error::internal(format!(
                     "output '{name}' has OpenVINO element type {elem}, which Triton cannot represent"
@@ -438,7 +454,7 @@ impl crate::model_config::Completer for Completer {
                 if cfg.platform.is_empty() {
                     cfg.platform = NAME.into();
                 }
-                let io = io_info(&inputs, &outputs);
+                let io = io_info(&inputs, &outputs, &cfg);
                 crate::model_config::autocomplete::complete_onnx(&mut cfg, &io, self.default_max_batch_size);
                 Ok(cfg)
             }

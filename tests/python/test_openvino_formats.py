@@ -1,0 +1,161 @@
+"""The model formats besides OpenVINO IR that the built-in openvino backend reads through OpenVINO's
+frontends, laid out as Triton lays them out (model-repos/openvino_formats, written by
+model-repos/gen_openvino_formats.py without TensorFlow): TensorFlow GraphDef (`platform:
+"tensorflow_graphdef"`) and SavedModel (`platform: "tensorflow_savedmodel"`), served by the openvino backend
+unless `--backend-config=tensorflow,use-shared-library=true` asks for NVIDIA's library, and TFLite and
+ONNX named by `default_model_filename` under `backend: "openvino"`. Every output is compared with OpenVINO's
+own Python runtime on the same files and inputs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from helpers import REPO_ROOT, copy_models
+from test_openvino import infer, reason
+
+FORMATS = REPO_ROOT / "model-repos" / "openvino_formats"
+
+# Each model and the file (or folder) OpenVINO reads.
+FILES = {
+    "tf_graphdef": "model.graphdef",
+    "tf_savedmodel": "model.savedmodel",
+    "ov_tflite": "model.tflite",
+    "ov_onnx": "model.onnx",
+}
+
+
+def reference(model: str, x: np.ndarray) -> np.ndarray:
+    """Output `y` of OpenVINO's Python runtime for the model's file, on its CPU device."""
+    compiled = ov.Core().compile_model(str(FORMATS / model / "1" / FILES[model]), "CPU")
+    return compiled([x])[compiled.outputs[0]]
+
+
+def renamed(repo: Path, src: str, name: str, config: str | None) -> Path:
+    """A copy of model `src` as `name`, with `config` as its config.pbtxt (`None`: no config.pbtxt)."""
+    shutil.copytree(FORMATS / src, repo / name)
+    (repo / name / "config.pbtxt").unlink()
+    if config is not None:
+        (repo / name / "config.pbtxt").write_text(config)
+    return repo / name
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_each_format_matches_openvino_at_batch_1_and_larger(start_server, repo, protocol):
+    copy_models(repo, *FILES, src=FORMATS)
+    s = start_server("--model-repository", repo)
+    rng = np.random.default_rng(11)
+    for model in FILES:
+        for batch in (1, 3, 8):
+            x = rng.standard_normal((batch, 4)).astype(np.float32)
+            (y,) = infer(s, protocol, model, {"x": x}, ["y"])
+            assert y.shape == (batch, 3), (model, y.shape)
+            np.testing.assert_allclose(y, reference(model, x), rtol=1e-6, atol=1e-6, err_msg=model)
+
+
+def test_tensorflow_models_are_served_by_the_openvino_backend(start_server, repo):
+    copy_models(repo, "tf_graphdef", "tf_savedmodel", src=FORMATS)
+    s = start_server("--model-repository", repo)
+    for model in ("tf_graphdef", "tf_savedmodel"):
+        # The load log and the index say which backend serves the model.
+        s.wait_for_log(rf"Model '{model}' version 1 is READY .*served by the openvino backend")
+        row = s.index_row(model)
+        assert row["state"] == "READY" and "openvino backend" in row["reason"], row
+        # The configuration stays Triton's: the platform and the tensorflow backend.
+        cfg = s.get(f"/v2/models/{model}/config").json()
+        assert (cfg["platform"], cfg["backend"]) == (model.replace("tf_", "tensorflow_"), "tensorflow"), cfg
+        assert cfg["default_model_filename"] == FILES[model], cfg
+
+
+@pytest.mark.parametrize("names", [("x", "y"), ("x:0", "y:0")])
+def test_tensorflow_tensor_names_with_or_without_the_output_index(start_server, repo, names):
+    # OpenVINO names the GraphDef's ports `x:0` and `y:0`, the SavedModel's `x` and `y` (the signature's
+    # keys); a configuration may use either form, as Triton's TensorFlow backend does.
+    x_name, y_name = names
+    io = (f'input [ {{ name: "{x_name}" data_type: TYPE_FP32 dims: [ 4 ] }} ]\n'
+          f'output [ {{ name: "{y_name}" data_type: TYPE_FP32 dims: [ 3 ] }} ]\n')
+    for src, platform in (("tf_graphdef", "tensorflow_graphdef"), ("tf_savedmodel", "tensorflow_savedmodel")):
+        renamed(repo, src, f"{src}_named", f'platform: "{platform}"\nmax_batch_size: 4\n{io}')
+    s = start_server("--model-repository", repo)
+    x = np.array([[1, 2, 3, 4], [-1, 0, 1, 0]], np.float32)
+    for src in ("tf_graphdef", "tf_savedmodel"):
+        for protocol in ("http", "grpc"):
+            (y,) = infer(s, protocol, f"{src}_named", {x_name: x}, [y_name])
+            np.testing.assert_allclose(y, reference(src, x), rtol=1e-6, atol=1e-6)
+        # The other form is not the configuration's name: refused as Triton refuses it.
+        other = x_name[:-2] if x_name.endswith(":0") else x_name + ":0"
+        with pytest.raises(InferenceServerException) as e:
+            infer(s, "http", f"{src}_named", {other: x}, [y_name])
+        assert "unexpected inference input" in e.value.message(), e.value.message()
+
+
+def test_a_graphdef_configuration_is_completed_from_the_model(start_server, repo):
+    # Inputs and outputs left out (Triton's TensorFlow backend cannot complete a GraphDef; OpenVINO reads
+    # them), and a model folder with no config.pbtxt at all, found by its `model.graphdef`.
+    renamed(repo, "tf_graphdef", "gd_platform", 'platform: "tensorflow_graphdef"\n')
+    renamed(repo, "tf_graphdef", "gd_bare", None)
+    renamed(repo, "tf_savedmodel", "sm_bare", None)
+    s = start_server("--model-repository", repo)
+    x = np.array([[0.5, -2, 3, 1]], np.float32)
+    for model, src in (("gd_platform", "tf_graphdef"), ("gd_bare", "tf_graphdef"), ("sm_bare", "tf_savedmodel")):
+        cfg = s.get(f"/v2/models/{model}/config").json()
+        assert cfg["platform"] == src.replace("tf_", "tensorflow_") and cfg["backend"] == "tensorflow", cfg
+        # The plain names, as Triton's TensorFlow backend names tensors, and a dynamic batch.
+        assert [(i["name"], i["data_type"], i["dims"]) for i in cfg["input"]] == [("x", "TYPE_FP32", [4])], cfg
+        assert [(o["name"], o["data_type"], o["dims"]) for o in cfg["output"]] == [("y", "TYPE_FP32", [3])], cfg
+        assert cfg["max_batch_size"] == 4, cfg
+        (y,) = infer(s, "grpc", model, {"x": x}, ["y"])
+        np.testing.assert_allclose(y, reference(src, x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("folder", ["model.saved_model", "model.savedmodel", "model.pb"])
+def test_openvino_backend_reads_tensorflow_files_named_by_default_model_filename(start_server, repo, folder):
+    # Triton's openvino README names a SavedModel folder `model.saved_model`; a GraphDef may be `model.pb`.
+    src = "tf_graphdef" if folder == "model.pb" else "tf_savedmodel"
+    d = renamed(repo, src, "ov_tf", f'backend: "openvino"\ndefault_model_filename: "{folder}"\nmax_batch_size: 4\n')
+    (d / "1" / FILES[src]).rename(d / "1" / folder)
+    s = start_server("--model-repository", repo)
+    x = np.array([[1, 1, 1, 1], [2, -3, 0.5, 0]], np.float32)
+    for protocol in ("http", "grpc"):
+        (y,) = infer(s, protocol, "ov_tf", {"x": x}, ["y"])
+        np.testing.assert_allclose(y, reference(src, x), rtol=1e-6, atol=1e-6)
+
+
+def test_use_shared_library_asks_for_nvidias_tensorflow_backend(start_server, repo, tmp_path):
+    copy_models(repo, "tf_graphdef", "ov_tflite", src=FORMATS)
+    backends = tmp_path / "backends"
+    backends.mkdir()
+    s = start_server("--model-repository", repo, "--backend-directory", backends,
+                     "--backend-config=tensorflow,use-shared-library=true", wait="live")
+    s.wait_until(s.settled, what="every model settled")
+    why = reason(s, "tf_graphdef")
+    assert "libtriton_tensorflow.so" in why, why
+    assert s.index_row("ov_tflite")["state"] == "READY"
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_allclose(infer(s, "http", "ov_tflite", {"x": x}, ["y"])[0], reference("ov_tflite", x),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_a_corrupt_graphdef_or_tflite_file_is_unavailable_with_openvinos_reason(start_server, repo):
+    for src in ("tf_graphdef", "ov_tflite"):
+        d = renamed(repo, src, f"{src}_bad", (FORMATS / src / "config.pbtxt").read_text()
+                    .replace(f'"{src}"', f'"{src}_bad"'))
+        f = d / "1" / FILES[src]
+        data = f.read_bytes()
+        # Cut inside a node or tensor (a GraphDef cut between two nodes is a smaller, valid graph).
+        f.write_bytes(data[: len(data) * 3 // 4])
+    copy_models(repo, "tf_savedmodel", src=FORMATS)
+    s = start_server("--model-repository", repo, wait="live")
+    s.wait_until(s.settled, what="every model settled")
+    for src in ("tf_graphdef", "ov_tflite"):
+        why = reason(s, f"{src}_bad")
+        assert "OpenVINO cannot read" in why and FILES[src] in why, why
+    assert s.index_row("tf_savedmodel")["state"] == "READY"
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(infer(s, "grpc", "tf_savedmodel", {"x": x}, ["y"])[0], reference("tf_savedmodel", x),
+                               rtol=1e-6, atol=1e-6)
