@@ -159,3 +159,18 @@ def test_a_corrupt_graphdef_or_tflite_file_is_unavailable_with_openvinos_reason(
     x = np.ones((2, 4), np.float32)
     np.testing.assert_allclose(infer(s, "grpc", "tf_savedmodel", {"x": x}, ["y"])[0], reference("tf_savedmodel", x),
                                rtol=1e-6, atol=1e-6)
+
+
+def test_tensorflow_parameters_openvino_cannot_apply_are_named_in_a_warning(start_server, repo):
+    # OpenVINO reads a SavedModel's graph and signature itself: the default tag and signature are what it
+    # reads, any other is named in a warning, and the model still serves.
+    params = {"TF_GRAPH_TAG": "serve", "TF_SIGNATURE_DEF": "predict_v2"}
+    extra = "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items())
+    renamed(repo, "tf_savedmodel", "sm_params", (FORMATS / "tf_savedmodel" / "config.pbtxt").read_text()
+            .replace('"tf_savedmodel"', '"sm_params"') + extra)
+    s = start_server("--model-repository", repo)
+    s.wait_for_log(r"WARN .*model 'sm_params'.*TF_SIGNATURE_DEF.*predict_v2.*ignored")
+    assert "TF_GRAPH_TAG" not in s.log, s.log
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_allclose(infer(s, "http", "sm_params", {"x": x}, ["y"])[0], reference("tf_savedmodel", x),
+                               rtol=1e-6, atol=1e-6)

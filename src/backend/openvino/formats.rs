@@ -75,6 +75,26 @@ pub fn check_model_path(file: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The parameters of Triton's TensorFlow backend that choose what to read from a SavedModel, with
+/// the value OpenVINO's TensorFlow frontend reads without being told.
+pub const TENSORFLOW_PARAMETERS: &[(&str, &str)] =
+    &[("TF_GRAPH_TAG", "serve"), ("TF_SIGNATURE_DEF", "serving_default")];
+
+/// A TensorFlow backend parameter (one of [`TENSORFLOW_PARAMETERS`]): OpenVINO picks the SavedModel's
+/// graph and signature itself (the `serve` tag, the `serving_default` or only signature) and cannot
+/// be told another, so any other value is named in a warning and ignored.
+pub fn tensorflow_parameter(model: &str, instance: &str, key: &str, value: &str) {
+    let Some((_, default)) = TENSORFLOW_PARAMETERS.iter().find(|(k, _)| *k == key) else { return };
+    if value.is_empty() || value == *default {
+        return;
+    }
+    tracing::warn!(
+        "Instance '{instance}' of model '{model}': parameter '{key}' is '{value}', but OpenVINO's TensorFlow \
+         frontend reads the SavedModel's '{default}' (or its only one) and cannot be told another; the parameter \
+         is ignored."
+    );
+}
+
 /// Whether `asked` names the tensor OpenVINO calls `port`: the same name, or the same with or without
 /// TensorFlow's output index `:0`.
 pub fn names_port(asked: &str, port: &str) -> bool {

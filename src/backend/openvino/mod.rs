@@ -122,6 +122,7 @@ fn properties(ctx: &ModelContext, instance: &str) -> Result<Vec<(&'static str, S
             "SKIP_OV_DYNAMIC_BATCHSIZE" => {
                 skip_dynamic_batch(&ctx.config)?;
             }
+            "TF_GRAPH_TAG" | "TF_SIGNATURE_DEF" => formats::tensorflow_parameter(&ctx.name, instance, key, value),
             "HINT_BF16" => match upper.as_str() {
                 "YES" => props.push(("INFERENCE_PRECISION_HINT", "bf16".into())),
                 "NO" => {}
