@@ -141,7 +141,7 @@ def test_use_shared_library_asks_for_nvidias_tensorflow_backend(start_server, re
                                rtol=1e-6, atol=1e-6)
 
 
-def test_a_corrupt_graphdef_or_tflite_file_is_unavailable_with_openvinos_reason(start_server, repo):
+def test_a_corrupt_graphdef_or_tflite_file_or_an_unknown_operation_is_unavailable_with_openvinos_reason(start_server, repo):
     for src in ("tf_graphdef", "ov_tflite"):
         d = renamed(repo, src, f"{src}_bad", (FORMATS / src / "config.pbtxt").read_text()
                     .replace(f'"{src}"', f'"{src}_bad"'))
@@ -149,12 +149,19 @@ def test_a_corrupt_graphdef_or_tflite_file_is_unavailable_with_openvinos_reason(
         data = f.read_bytes()
         # Cut inside a node or tensor (a GraphDef cut between two nodes is a smaller, valid graph).
         f.write_bytes(data[: len(data) * 3 // 4])
+    # An operation OpenVINO's TensorFlow frontend has no conversion for.
+    d = renamed(repo, "tf_graphdef", "tf_unknown_op", (FORMATS / "tf_graphdef" / "config.pbtxt").read_text()
+                .replace('"tf_graphdef"', '"tf_unknown_op"'))
+    f = d / "1" / "model.graphdef"
+    f.write_bytes(f.read_bytes().replace(b"Relu", b"Frob"))
     copy_models(repo, "tf_savedmodel", src=FORMATS)
     s = start_server("--model-repository", repo, wait="live")
     s.wait_until(s.settled, what="every model settled")
     for src in ("tf_graphdef", "ov_tflite"):
         why = reason(s, f"{src}_bad")
         assert "OpenVINO cannot read" in why and FILES[src] in why, why
+    why = reason(s, "tf_unknown_op")
+    assert "OpenVINO cannot read" in why and "Frob" in why, why
     assert s.index_row("tf_savedmodel")["state"] == "READY"
     x = np.ones((2, 4), np.float32)
     np.testing.assert_allclose(infer(s, "grpc", "tf_savedmodel", {"x": x}, ["y"])[0], reference("tf_savedmodel", x),
