@@ -9,6 +9,7 @@ own Python runtime on the same files and inputs."""
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,35 @@ def test_each_format_matches_openvino_at_batch_1_and_larger(start_server, repo, 
             (y,) = infer(s, protocol, model, {"x": x}, ["y"])
             assert y.shape == (batch, 3), (model, y.shape)
             np.testing.assert_allclose(y, reference(model, x), rtol=1e-6, atol=1e-6, err_msg=model)
+
+
+def test_concurrent_requests_to_a_graphdef_are_batched_and_each_gets_its_own_rows(start_server, repo):
+    # A long queue delay, so that concurrent requests meet in the batcher even on a busy 2-core machine.
+    renamed(repo, "tf_graphdef", "gd_batched", (FORMATS / "tf_graphdef" / "config.pbtxt").read_text()
+            .replace('"tf_graphdef"', '"gd_batched"') + "dynamic_batching { max_queue_delay_microseconds: 100000 }\n")
+    s = start_server("--model-repository", repo)
+    rng = np.random.default_rng(5)
+    xs = [[rng.standard_normal((1 + (k % 2), 4)).astype(np.float32) for k in range(4)] for _ in range(8)]
+    errors: list = []
+
+    def worker(w: int) -> None:
+        try:
+            for x in xs[w]:
+                (y,) = infer(s, "grpc", "gd_batched", {"x": x}, ["y"])
+                if not np.allclose(y, reference("tf_graphdef", x), rtol=1e-6, atol=1e-6):
+                    errors.append((w, x, y))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    st = s.client().get_inference_statistics("gd_batched")["model_stats"][0]
+    assert int(st["inference_count"]) == sum(x.shape[0] for w in xs for x in w), st
+    assert int(st["execution_count"]) < 32, st
 
 
 def test_tensorflow_models_are_served_by_the_openvino_backend(start_server, repo):
