@@ -124,17 +124,21 @@ def test_tensorflow_tensor_names_with_or_without_the_output_index(start_server, 
         assert "unexpected inference input" in e.value.message(), e.value.message()
 
 
-def test_a_graphdef_configuration_is_completed_from_the_model(start_server, repo):
+def test_a_graphdef_savedmodel_or_tflite_configuration_is_completed_from_the_model(start_server, repo):
     # Inputs and outputs left out (Triton's TensorFlow backend cannot complete a GraphDef; OpenVINO reads
     # them), and a model folder with no config.pbtxt at all, found by its `model.graphdef`.
     renamed(repo, "tf_graphdef", "gd_platform", 'platform: "tensorflow_graphdef"\n')
     renamed(repo, "tf_graphdef", "gd_bare", None)
     renamed(repo, "tf_savedmodel", "sm_bare", None)
+    # A TFLite model under the openvino backend, completed the same way.
+    renamed(repo, "ov_tflite", "tfl_auto", 'backend: "openvino"\ndefault_model_filename: "model.tflite"\n')
     s = start_server("--model-repository", repo)
     x = np.array([[0.5, -2, 3, 1]], np.float32)
-    for model, src in (("gd_platform", "tf_graphdef"), ("gd_bare", "tf_graphdef"), ("sm_bare", "tf_savedmodel")):
+    for model, src in (("gd_platform", "tf_graphdef"), ("gd_bare", "tf_graphdef"), ("sm_bare", "tf_savedmodel"),
+                       ("tfl_auto", "ov_tflite")):
         cfg = s.get(f"/v2/models/{model}/config").json()
-        assert cfg["platform"] == src.replace("tf_", "tensorflow_") and cfg["backend"] == "tensorflow", cfg
+        if src.startswith("tf_"):
+            assert cfg["platform"] == src.replace("tf_", "tensorflow_") and cfg["backend"] == "tensorflow", cfg
         # The plain names, as Triton's TensorFlow backend names tensors, and a dynamic batch.
         assert [(i["name"], i["data_type"], i["dims"]) for i in cfg["input"]] == [("x", "TYPE_FP32", [4])], cfg
         assert [(o["name"], o["data_type"], o["dims"]) for o in cfg["output"]] == [("y", "TYPE_FP32", [3])], cfg
