@@ -44,7 +44,7 @@ fn overlaps(bytes: &[u8], regions: &[&[u8]]) -> bool {
 impl OpenVinoInstance {
     /// Checks request input `t` against the model (a mismatch is the client's error); with batch
     /// padding, a smaller batch is reported in `padded` as the rows the model's fixed batch needs.
-    fn check_input(&self, t: &Tensor) -> Result<(ffi::Elem, Option<i64>)> {
+    fn check_input(&self, t: &Tensor) -> Result<(&str, ffi::Elem, Option<i64>)> {
         let port = self.model.inputs.get(&t.name).ok_or_else(|| {
             let mut names: Vec<&str> = self.model.inputs.keys().map(String::as_str).collect();
             names.sort_unstable();
@@ -58,7 +58,7 @@ impl OpenVinoInstance {
                 from_element_type(port.elem).map_or_else(|| format!("element type {}", port.elem), |d| d.to_string())
             ))
         })?;
-        let Some(dims) = &port.dims else { return Ok((elem, None)) };
+        let Some(dims) = &port.dims else { return Ok((&port.name, elem, None)) };
         let pad_to = self.model.padded_batch.filter(|&b| t.shape.first().is_some_and(|&r| r < b));
         let fits = dims.len() == t.shape.len()
             && dims
@@ -83,14 +83,15 @@ impl OpenVinoInstance {
                 config_dims(dims)
             )));
         }
-        Ok((elem, pad_to))
+        Ok((&port.name, elem, pad_to))
     }
 
     /// The response tensor for output `name`, in place unless the request still writes its memory
     /// or it lies in an input's (OpenVINO may hand an input back as an output); `rows` keeps only
     /// the first rows of a padded batch.
     fn output(&mut self, name: &str, inputs: &[&[u8]], rows: Option<(i64, i64)>) -> Result<Tensor> {
-        let out = self.request.take_output(name).map_err(Error::internal)?;
+        let port = self.model.outputs.get(name).map_or(name, String::as_str);
+        let out = self.request.take_output(port).map_err(Error::internal)?;
         let dt = from_element_type(out.elem).ok_or_else(|| {
             Error::internal(format!(
                 "output '{name}' has OpenVINO element type {}, which Triton cannot represent",
@@ -140,7 +141,7 @@ impl ModelInstance for OpenVinoInstance {
         let mut checked = Vec::with_capacity(req.inputs.len());
         let mut rows = None;
         for t in &req.inputs {
-            let (elem, pad_to) = self.check_input(t)?;
+            let (port, elem, pad_to) = self.check_input(t)?;
             let bytes = t.data.as_host().ok_or_else(|| {
                 Error::unsupported(format!("input '{}' is in device memory, which this backend cannot read", t.name))
             })?;
@@ -148,14 +149,14 @@ impl ModelInstance for OpenVinoInstance {
             if let Some(to) = pad_to {
                 rows = Some((t.shape.first().copied().unwrap_or(0), to));
             }
-            checked.push((t, elem, bytes, pad));
+            checked.push((t, port.to_string(), elem, bytes, pad));
         }
         let align = |t: &Tensor| t.datatype.byte_size().unwrap_or(1);
         let inputs: Vec<Input<'_>> = checked
             .iter()
-            .map(|(t, elem, bytes, pad)| match pad {
-                Some((data, dims)) => Input { name: &t.name, elem: *elem, dims, bytes: data, align: align(t) },
-                None => Input { name: &t.name, elem: *elem, dims: &t.shape, bytes, align: align(t) },
+            .map(|(t, port, elem, bytes, pad)| match pad {
+                Some((data, dims)) => Input { name: port, elem: *elem, dims, bytes: data, align: align(t) },
+                None => Input { name: port, elem: *elem, dims: &t.shape, bytes, align: align(t) },
             })
             .collect();
         let t1 = Instant::now();

@@ -9,6 +9,7 @@
 //! instance a stream of its own unless the model chooses (see `settings`).
 
 mod ffi;
+pub mod formats;
 mod instance;
 mod library;
 mod settings;
@@ -49,8 +50,10 @@ struct Compiled {
     // Field order is drop order: the compiled model before the core that made it.
     compiled: ffi::CompiledModel,
     _core: Core,
-    /// The model's inputs by name, to check requests against before OpenVINO sees them.
+    /// The model's inputs by the name requests use, to check requests against before OpenVINO sees them.
     inputs: HashMap<String, PortInfo>,
+    /// OpenVINO's names of the outputs, by the name requests use.
+    outputs: HashMap<String, String>,
     /// With `ENABLE_BATCH_PADDING`, the fixed batch smaller ones are padded to.
     padded_batch: Option<i64>,
     served_by: String,
@@ -75,9 +78,7 @@ fn default_max_batch_size(config: &BackendConfig) -> i32 {
 /// file, both of which must exist.
 fn model_files(version_dir: &Path, cfg: &ModelConfig) -> Result<(PathBuf, Option<PathBuf>)> {
     let file = crate::model_config::model_file(version_dir, cfg)?;
-    if !file.is_file() {
-        return Err(Error::unavailable(format!("model file '{}' not found", file.display())));
-    }
+    formats::check_model_path(&file)?;
     if file.extension().is_some_and(|e| e == "xml") {
         let bin = file.with_extension("bin");
         if !bin.is_file() {
@@ -149,14 +150,25 @@ fn ports(model: &Model) -> Result<(Vec<PortInfo>, Vec<PortInfo>)> {
     Ok((model.inputs().map_err(Error::unavailable)?, model.outputs().map_err(Error::unavailable)?))
 }
 
-/// The ports as auto-complete and the load-time check read them (a dynamic rank as no dims).
-fn io_info(inputs: &[PortInfo], outputs: &[PortInfo]) -> ModelIoInfo {
-    let info = |p: &PortInfo| IoInfo {
-        name: p.name.clone(),
+/// The ports as auto-complete and the load-time check read them (a dynamic rank as no dims), each
+/// under the name `cfg` gives it (see `formats::config_name`).
+fn io_info(inputs: &[PortInfo], outputs: &[PortInfo], cfg: &ModelConfig) -> ModelIoInfo {
+    let tf = formats::is_tensorflow(cfg);
+    let info = |listed: &[&str], p: &PortInfo| IoInfo {
+        name: formats::config_name(&p.name, listed, tf),
         data_type: from_element_type(p.elem).map_or(0, DataType::to_config),
         dims: p.dims.as_deref().map(config_dims).unwrap_or_default(),
     };
-    ModelIoInfo { inputs: inputs.iter().map(info).collect(), outputs: outputs.iter().map(info).collect() }
+    let (ins, outs) = config_names(cfg);
+    ModelIoInfo {
+        inputs: inputs.iter().map(|p| info(&ins, p)).collect(),
+        outputs: outputs.iter().map(|p| info(&outs, p)).collect(),
+    }
+}
+
+/// The input and output names the configuration lists.
+fn config_names(cfg: &ModelConfig) -> (Vec<&str>, Vec<&str>) {
+    (cfg.input.iter().map(|i| i.name.as_str()).collect(), cfg.output.iter().map(|o| o.name.as_str()).collect())
 }
 
 impl Backend for OpenVinoBackend {
@@ -209,7 +221,7 @@ fn compile(ctx: &ModelContext) -> Result<Compiled> {
     settings::check_device(&settings.device, &core.available_devices().map_err(Error::unavailable)?)?;
     shapes::prepare(&mut model, &ctx.config, &settings)?;
     let (inputs, outputs) = ports(&model)?;
-    let mut io = io_info(&inputs, &outputs);
+    let mut io = io_info(&inputs, &outputs, &ctx.config);
     if settings.skip_dynamic_batch && ctx.config.max_batch_size > 0 {
         // The model keeps its fixed batch (SKIP_OV_DYNAMIC_BATCHSIZE): the configuration's batch
         // dimension stands for it, and a request's batch is checked against it when it runs.
@@ -246,10 +258,12 @@ fn compile(ctx: &ModelContext) -> Result<Compiled> {
     }
     Ok(Compiled {
         padded_batch: shapes::padded_batch(&inputs, &ctx.config, &settings),
-        inputs: inputs.into_iter().map(|p| (p.name.clone(), p)).collect(),
+        // By the names requests use (the configuration's), which may differ from OpenVINO's by `:0`.
+        inputs: io.inputs.iter().map(|i| i.name.clone()).zip(inputs).collect(),
+        outputs: io.outputs.iter().map(|o| o.name.clone()).zip(outputs.into_iter().map(|p| p.name)).collect(),
         compiled,
         _core: core,
-        served_by: format!("OpenVINO {} ({})", loaded.version, loaded.path.display()),
+        served_by: format!("the openvino backend (OpenVINO {}, {})", loaded.version, loaded.path.display()),
     })
 }
 
@@ -291,7 +305,7 @@ impl crate::model_config::Completer for Completer {
                 if cfg.platform.is_empty() {
                     cfg.platform = NAME.into();
                 }
-                let io = io_info(&inputs, &outputs);
+                let io = io_info(&inputs, &outputs, &cfg);
                 crate::model_config::autocomplete::complete_onnx(&mut cfg, &io, self.default_max_batch_size);
                 Ok(cfg)
             }

@@ -77,6 +77,9 @@ impl Settings {
                 }
                 "TARGET_DEVICE" | DEVICE_ALIAS => s.device = device_name(&ctx.name, key, value)?,
                 "CPU_EXTENSION_PATH" => s.extension = Some(extension_path(ctx, value)?),
+                k if super::formats::TENSORFLOW_PARAMETERS.iter().any(|(p, _)| *p == k) => {
+                    super::formats::tensorflow_parameter(&ctx.name, k, value)
+                }
                 k if OPTIONS.contains(&k) => {}
                 k => warn_unknown(&ctx.name, k),
             }
