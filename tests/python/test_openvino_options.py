@@ -120,3 +120,74 @@ def test_reshape_io_layers_gives_the_inputs_the_configuration_dims(start_server,
         x = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
         (y,) = infer(s, "grpc", "reshaped", {"x": x}, ["y"])
         np.testing.assert_allclose(y, x * 2 + 1, rtol=1e-6)
+
+
+def test_warmup_runs_on_openvino_instances_before_ready(start_server, repo):
+    model_copy(repo, "ov_affine", "warmed",
+               'model_warmup { name: "w" batch_size: 2 count: 3 inputs { key: "x" value: '
+               '{ data_type: TYPE_FP32 dims: [ 4 ] random_data: true } } }\n',
+               replace=("count: 1", "count: 2"))
+    s = start_server("--model-repository", repo)
+    s.wait_for_log(r"Model 'warmed' version 1 ran 1 warmup sample\(s\) on each instance\.")
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_allclose(infer(s, "http", "warmed", {"x": x}, ["y"])[0], reference("ov_affine", x)[0], rtol=1e-6)
+
+
+def test_response_cache_answers_repeats_without_running_openvino(start_server, repo):
+    model_copy(repo, "ov_affine", "cached", "response_cache { enable: true }\n")
+    s = start_server("--model-repository", repo, "--cache-config", "local,size=1048576")
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    want = reference("ov_affine", x)
+    for protocol in ("http", "grpc", "http"):
+        y, total = infer(s, protocol, "cached", {"x": x}, ["y", "sum"])
+        np.testing.assert_allclose(y, want[0], rtol=1e-6)
+        np.testing.assert_allclose(total, want[1], rtol=1e-6)
+    st = s.client().get_inference_statistics("cached")["model_stats"][0]
+    assert st["execution_count"] == 1 and st["inference_stats"]["cache_hit"]["count"] == 2, st
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_sequence_batching_with_control_inputs_and_implicit_state(start_server, repo, protocol):
+    """The example sequence_accumulate ONNX model, read by OpenVINO's ONNX frontend: START/END/READY/
+    CORRID control inputs and an implicit ACC state, kept per sequence by the sequence batcher."""
+    from helpers import REPO_ROOT
+    src = REPO_ROOT / "model-repos" / "examples" / "sequence_accumulate"
+    shutil.copytree(src, repo / "ov_acc")
+    cfg = repo / "ov_acc" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('name: "sequence_accumulate"', 'name: "ov_acc"')
+                   .replace('backend: "onnxruntime"', 'backend: "openvino"\ndefault_model_filename: "model.onnx"'))
+    s = start_server("--model-repository", repo)
+    c = s.client() if protocol == "http" else s.grpc_client()
+    mod = __import__("tritonclient.http" if protocol == "http" else "tritonclient.grpc", fromlist=["x"])
+
+    def acc(value: int, **seq):
+        i = mod.InferInput("INPUT", [1, 1], "INT32")
+        i.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        r = c.infer("ov_acc", [i], **seq)
+        return int(r.as_numpy("OUTPUT")[0][0]), r.as_numpy("SIGNALS")[0].tolist(), int(r.as_numpy("CORRID_OUT")[0][0])
+
+    # Two sequences interleaved: each keeps its own running sum.
+    assert acc(5, sequence_id=11, sequence_start=True) == (5, [1, 0, 1], 11)
+    assert acc(100, sequence_id=12, sequence_start=True) == (100, [1, 0, 1], 12)
+    assert acc(6, sequence_id=11) == (11, [0, 0, 1], 11)
+    assert acc(1, sequence_id=12, sequence_end=True) == (101, [0, 1, 1], 12)
+    assert acc(7, sequence_id=11, sequence_end=True) == (18, [0, 1, 1], 11)
+
+
+def test_an_ensemble_of_openvino_models(start_server, repo):
+    copy_models(repo, "ov_int", src=OV_MODELS)
+    (repo / "twice" / "1").mkdir(parents=True)
+    (repo / "twice" / "config.pbtxt").write_text(
+        'name: "twice"\nplatform: "ensemble"\nmax_batch_size: 4\n'
+        'input [ { name: "A" data_type: TYPE_INT32 dims: [ 2 ] } ]\n'
+        'output [ { name: "Z" data_type: TYPE_INT32 dims: [ 2 ] } ]\n'
+        'ensemble_scheduling { step [\n'
+        '  { model_name: "ov_int" model_version: -1 input_map { key: "a" value: "A" } output_map { key: "z" value: "mid" } },\n'
+        '  { model_name: "ov_int" model_version: -1 input_map { key: "a" value: "mid" } output_map { key: "z" value: "Z" } }\n'
+        '] }\n')
+    s = start_server("--model-repository", repo)
+    a = np.array([[1, -2], [7, 40]], dtype=np.int32)
+    once = reference("ov_int", a)[0]
+    want = reference("ov_int", once)[0]
+    for protocol in ("http", "grpc"):
+        np.testing.assert_array_equal(infer(s, protocol, "twice", {"A": a}, ["Z"])[0], want)
