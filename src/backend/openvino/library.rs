@@ -2,11 +2,12 @@
 //!
 //! The places, in order: `--backend-config=openvino,library=PATH` (or `backend-config` in the
 //! configuration file), then `TRITONRS_OPENVINO_LIB` (each a file or a folder; the first one set is
-//! the only place tried, as `onnxruntime,library=` and `ORT_DYLIB_PATH` are), `INTEL_OPENVINO_DIR` / `OPENVINO_INSTALL_DIR` (an OpenVINO
-//! archive or `setupvars.sh`), `LD_LIBRARY_PATH` and the usual install folders, then the `openvino`
-//! Python package of the `python3` on the PATH, whose `libs/` folder holds the libraries with a
-//! version suffix (`libopenvino_c.so.2641`), so `pip install openvino` alone is enough. That
-//! `python3` gets [`PYTHON_TIMEOUT`] to answer, so a hanging one cannot stall model loading.
+//! the only place tried, as `onnxruntime,library=` and `ORT_DYLIB_PATH` are), `INTEL_OPENVINO_DIR` /
+//! `OPENVINO_INSTALL_DIR` (an OpenVINO archive or `setupvars.sh`), `LD_LIBRARY_PATH` and the usual
+//! install folders, then the `openvino` Python package of the `python3` on the PATH, whose `libs/`
+//! folder holds the libraries with a version suffix (`libopenvino_c.so.2641`), so `pip install
+//! openvino` alone is enough. That `python3` gets [`PYTHON_TIMEOUT`] to answer, so a hanging one
+//! cannot stall model loading.
 //!
 //! A candidate is opened here first and checked (every function `ffi` calls is present, and the
 //! version is 2025.1 or newer, whose element-type numbering openvino-sys's bindings use) before
