@@ -3,9 +3,12 @@
 #   sudo jetson/setup.sh [tritonrs_<version>_arm64.deb]
 # 1. installs the .deb when one is given;
 # 2. says which JetPack / L4T this is and the power mode (nvpmodel), warning when it is not MAXN;
-# 3. finds ONNX Runtime (>= 1.17: system, /opt, or a pip-installed onnxruntime), CUDA and TensorRT
-#    libraries, and writes ONNX Runtime's path into the configuration file as
-#    backend-config = ["onnxruntime,library=..."] unless one is set already; CUDA and TensorRT are
+# 3. finds ONNX Runtime (>= 1.17: system, /opt, or a pip-installed onnxruntime), OpenVINO's C library
+#    (>= 2025.1: INTEL_OPENVINO_DIR / OPENVINO_INSTALL_DIR, /opt/intel/openvino*, the system's lib
+#    folders, or a pip-installed openvino), CUDA and TensorRT libraries, and writes the paths of the
+#    first two into the configuration file as
+#    backend-config = ["onnxruntime,library=...", "openvino,library=..."] unless one is set already
+#    (tritonrs then needs no python3 with openvino to find OpenVINO); CUDA and TensorRT are
 #    recorded as comments (tritonrs finds them by their sonames); with TensorRT 8 (JetPack 4.6 / 5)
 #    it says whether the TensorRT 8 shim is installed and how to build it;
 # 4. checks that the service's sandbox lets CUDA in: runs the unit's privileged nvidia-modprobe step,
@@ -317,6 +320,25 @@ fi
 
 # --- libraries
 newest() { { ls -1 "$@" 2>/dev/null || true; } | sort -V | tail -n1; }
+# OpenVINO's version from a library's name: libopenvino_c.so.2641 -> 2026.4, libopenvino_c.so.2025.4.0
+# -> 2025.4; nothing for the plain name.
+ov_version() {
+    local v=${1##*libopenvino_c.so}
+    v=${v#.}
+    case "$v" in
+        [0-9][0-9][0-9][0-9]) printf '20%s.%s\n' "${v:0:2}" "${v:2:1}" ;;
+        [0-9][0-9][0-9][0-9].*) printf '%s\n' "$v" | cut -d. -f1,2 ;;
+    esac
+}
+# The newest of the OpenVINO libraries matching the patterns, by that version; the plain name (usually a
+# link to a versioned file) only where there is no versioned one.
+newest_ov() {
+    local f v
+    { ls -1 "$@" 2>/dev/null || true; } | while IFS= read -r f; do
+        v=$(ov_version "$f")
+        printf '%s\t%s\n' "${v:-0}" "$f"
+    done | sort -t "$(printf '\t')" -V -k1,1 -k2,2 | tail -n1 | cut -f2-
+}
 ort=""
 for pattern in "$ROOT/opt/tritonrs/lib/libonnxruntime.so*" "$ROOT/usr/local/lib/libonnxruntime.so*" \
                "$ROOT/usr/lib/aarch64-linux-gnu/libonnxruntime.so*" "$ROOT/usr/lib/x86_64-linux-gnu/libonnxruntime.so*" \
@@ -326,9 +348,30 @@ for pattern in "$ROOT/opt/tritonrs/lib/libonnxruntime.so*" "$ROOT/usr/local/lib/
     found=$(newest $pattern)
     if [ -n "$found" ]; then ort=$found; break; fi
 done
+# OpenVINO's C library: an archive named by the variables setupvars.sh sets, Intel's archives in
+# /opt/intel (newest first), the system's lib folders, then a pip-installed openvino, whose libs/
+# folder has only versioned names (libopenvino_c.so.2641 is 2026.4.1).
+ov=""
+ov_patterns=()
+for dir in "${INTEL_OPENVINO_DIR:-}" "${OPENVINO_INSTALL_DIR:-}"; do
+    [ -n "$dir" ] && ov_patterns+=("$ROOT$dir/runtime/lib/*/libopenvino_c.so*" "$ROOT$dir/lib/libopenvino_c.so*")
+done
+ov_patterns+=("$ROOT/opt/intel/openvino*/runtime/lib/*/libopenvino_c.so*" \
+              "$ROOT/usr/local/lib/libopenvino_c.so*" "$ROOT/usr/lib/aarch64-linux-gnu/libopenvino_c.so*" \
+              "$ROOT/usr/lib/x86_64-linux-gnu/libopenvino_c.so*" "$ROOT/usr/lib/libopenvino_c.so*" \
+              "$ROOT/usr/local/lib/python3*/dist-packages/openvino/libs/libopenvino_c.so*" \
+              "$ROOT/usr/lib/python3/dist-packages/openvino/libs/libopenvino_c.so*" \
+              "$ROOT/usr/local/lib/python3*/site-packages/openvino/libs/libopenvino_c.so*" \
+              "$ROOT/usr/lib/python3*/site-packages/openvino/libs/libopenvino_c.so*")
+for pattern in "${ov_patterns[@]}"; do
+    # shellcheck disable=SC2086
+    found=$(newest_ov $pattern)
+    if [ -n "$found" ]; then ov=$found; break; fi
+done
 cuda=$(newest "$ROOT"/usr/local/cuda/lib64/libcudart.so.*)
 trt=$(newest "$ROOT"/usr/lib/aarch64-linux-gnu/libnvinfer.so.* "$ROOT"/usr/lib/x86_64-linux-gnu/libnvinfer.so.*)
 say "ONNX Runtime: ${ort:-not found (see jetson/README.md: Which ONNX Runtime)}"
+say "OpenVINO: ${ov:-not found (openvino and tensorflow models need it: pip3 install openvino, or an OpenVINO archive)}"
 say "CUDA runtime: ${cuda:-not found}"
 say "TensorRT: ${trt:-not found}"
 case "${trt##*libnvinfer.so.}" in
@@ -347,6 +390,13 @@ if [ -n "$ort" ]; then
     fi
 fi
 
+if [ -n "$ov" ]; then
+    version=$(ov_version "$ov")
+    if [ -n "$version" ] && [ "$(printf '%s\n2025.1\n' "$version" | sort -V | head -n1)" != "2025.1" ]; then
+        say "warning: OpenVINO $version is older than 2025.1, which tritonrs needs; OpenVINO models will be UNAVAILABLE"
+    fi
+fi
+
 # --- cuInit under the service's sandbox
 check_sandbox || true
 
@@ -355,12 +405,16 @@ if [ ! -f "$CONFIG" ]; then
     say "no $CONFIG (is the package installed?)"
     exit 1
 fi
-if [ -n "$ort" ]; then
+entries=() written=()
+if [ -n "$ort" ]; then entries+=("\"onnxruntime,library=${ort#"$ROOT"}\""); written+=("ONNX Runtime"); fi
+if [ -n "$ov" ]; then entries+=("\"openvino,library=${ov#"$ROOT"}\""); written+=("OpenVINO"); fi
+if ((${#entries[@]})); then
     if grep -q '^backend-config *=' "$CONFIG"; then
         say "$CONFIG already sets backend-config; left as it is"
     else
-        printf '\n# Written by jetson/setup.sh.\nbackend-config = ["onnxruntime,library=%s"]\n' "${ort#"$ROOT"}" >>"$CONFIG"
-        say "wrote the ONNX Runtime library into $CONFIG"
+        list=$(IFS=,; printf '%s' "${entries[*]}" | sed 's/","/", "/g')
+        printf '\n# Written by jetson/setup.sh.\nbackend-config = [%s]\n' "$list" >>"$CONFIG"
+        say "wrote the $(IFS=/; printf '%s' "${written[*]}") library path(s) into $CONFIG"
     fi
 fi
 for lib in "$cuda" "$trt"; do

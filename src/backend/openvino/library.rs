@@ -1,10 +1,13 @@
 //! Finding and loading OpenVINO's C library (`libopenvino_c.so`) at run time, once per process.
 //!
-//! The places, in order: `TRITONRS_OPENVINO_LIB` (a file or a folder; when set, nothing else is
-//! tried, as with `ORT_DYLIB_PATH`), `INTEL_OPENVINO_DIR` / `OPENVINO_INSTALL_DIR` (an OpenVINO
-//! archive or `setupvars.sh`), `LD_LIBRARY_PATH` and the usual install folders, then the `openvino`
-//! Python package of the `python3` on the PATH, whose `libs/` folder holds the libraries with a
-//! version suffix (`libopenvino_c.so.2641`), so `pip install openvino` alone is enough.
+//! The places, in order: `--backend-config=openvino,library=PATH` (or `backend-config` in the
+//! configuration file), then `TRITONRS_OPENVINO_LIB` (each a file or a folder; the first one set is
+//! the only place tried, as `onnxruntime,library=` and `ORT_DYLIB_PATH` are), `INTEL_OPENVINO_DIR` /
+//! `OPENVINO_INSTALL_DIR` (an OpenVINO archive or `setupvars.sh`), `LD_LIBRARY_PATH` and the usual
+//! install folders, then the `openvino` Python package of the `python3` on the PATH, whose `libs/`
+//! folder holds the libraries with a version suffix (`libopenvino_c.so.2641`), so `pip install
+//! openvino` alone is enough. That `python3` gets [`PYTHON_TIMEOUT`] to answer, so a hanging one
+//! cannot stall model loading.
 //!
 //! A candidate is opened here first and checked (every function `ffi` calls is present, and the
 //! version is 2025.1 or newer, whose element-type numbering openvino-sys's bindings use) before
@@ -12,19 +15,22 @@
 //! library it loads for the whole process.
 #![allow(unsafe_code)]
 
+use crate::model_api::BackendConfig;
 use openvino_sys::{ov_status_e, ov_version_t};
 use std::ffi::CStr;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// The C library's file name, without a version suffix.
 const LIB_NAME: &str = "libopenvino_c.so";
 
 /// What to do to get OpenVINO, for the reasons of models that cannot load without it.
 pub const HOW_TO_INSTALL: &str = "install OpenVINO (`pip install openvino` for the python3 on the PATH, or an \
-    OpenVINO archive with INTEL_OPENVINO_DIR set) or set TRITONRS_OPENVINO_LIB to its libopenvino_c.so or the \
-    folder holding it";
+    OpenVINO archive with INTEL_OPENVINO_DIR set) or set --backend-config=openvino,library=PATH or \
+    TRITONRS_OPENVINO_LIB to its libopenvino_c.so or the folder holding it";
 
 /// Folders OpenVINO's packages and archives install into (besides `/opt/intel/openvino*`).
 const USUAL_DIRS: &[&str] = &[
@@ -91,17 +97,53 @@ pub struct Loaded {
 
 static LOADED: OnceLock<Result<Loaded, String>> = OnceLock::new();
 
+/// `--backend-config=openvino,library=PATH`, made absolute: set by [`configure`] when the server is
+/// assembled, before anything loads the library (which happens once per process).
+static CONFIGURED: OnceLock<Option<PathBuf>> = OnceLock::new();
+
+/// The setting's name in messages.
+const CONFIG_FLAG: &str = "--backend-config=openvino,library";
+
+/// Records where `--backend-config=openvino,library=PATH` says the library is. Called with the
+/// server's settings wherever the backend or its completer is made; the first call of the process
+/// decides (the library itself is loaded once per process).
+pub fn configure(config: &BackendConfig) {
+    let path = config.get(super::NAME, "library").filter(|v| !v.trim().is_empty()).map(|v| {
+        let p = PathBuf::from(v.trim());
+        if p.is_absolute() {
+            p
+        } else {
+            std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p)
+        }
+    });
+    if CONFIGURED.set(path.clone()).is_err() && CONFIGURED.get() != Some(&path) {
+        tracing::warn!(
+            "{CONFIG_FLAG} was already set for this process; {} is not used.",
+            path.map_or_else(|| "no setting".to_string(), |p| format!("'{}'", p.display()))
+        );
+    }
+}
+
 /// Loads OpenVINO the first time it is asked for; later calls give the same answer. The `Err` is a
 /// model's reason: what was tried (in short) and how to install OpenVINO.
 pub fn load() -> Result<&'static Loaded, String> {
     LOADED.get_or_init(find_and_load).as_ref().map_err(Clone::clone)
 }
 
+/// The library named by the user, and by what: the backend config first, as for ONNX Runtime.
+fn explicit() -> Option<(PathBuf, &'static str)> {
+    if let Some(p) = CONFIGURED.get().cloned().flatten() {
+        return Some((p, CONFIG_FLAG));
+    }
+    let env = std::env::var_os("TRITONRS_OPENVINO_LIB").filter(|v| !v.is_empty())?;
+    Some((PathBuf::from(env), "TRITONRS_OPENVINO_LIB"))
+}
+
 fn find_and_load() -> Result<Loaded, String> {
-    let explicit = std::env::var_os("TRITONRS_OPENVINO_LIB").filter(|v| !v.is_empty()).map(PathBuf::from);
+    let explicit = explicit();
     let list = match &explicit {
-        Some(p) if p.is_dir() => libs_in(p),
-        Some(p) => vec![p.clone()],
+        Some((p, _)) if p.is_dir() => libs_in(p),
+        Some((p, _)) => vec![p.clone()],
         None => candidates(),
     };
     let mut tried = Vec::new();
@@ -129,8 +171,8 @@ fn find_and_load() -> Result<Loaded, String> {
         tried.join("; ")
     );
     let where_ = match (&explicit, tried.as_slice()) {
-        (Some(p), [one]) if !p.is_dir() => format!("from {one} (TRITONRS_OPENVINO_LIB)"),
-        (Some(p), _) => format!("from TRITONRS_OPENVINO_LIB='{}': {}", p.display(), tried.join("; ")),
+        (Some((p, by)), [one]) if !p.is_dir() => format!("from {one} ({by})"),
+        (Some((p, by)), _) => format!("from {by}='{}': {}", p.display(), tried.join("; ")),
         (None, [one]) => format!("({one})"),
         (None, _) => format!("from any of {} places (the server's log lists them)", tried.len()),
     };
@@ -183,18 +225,64 @@ fn install_lib_dirs(root: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// How long `python3` may take to say where its `openvino` package is (it normally takes well under
+/// a second; the first run after boot may read its files from a slow SD card).
+const PYTHON_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The `libs/` folder of the `openvino` package that `python3` on the PATH imports, if any. The
 /// package is located without importing it (importing loads the whole runtime).
 fn python_package_libs() -> Option<PathBuf> {
     let script = "import importlib.util as u\ns = u.find_spec('openvino')\n\
                   print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')";
-    let out = Command::new("python3").args(["-c", script]).output().ok()?;
-    if !out.status.success() {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", script]);
+    let (status, stdout) = match output_within(cmd, PYTHON_TIMEOUT) {
+        Ok(Some(done)) => done,
+        Ok(None) => {
+            tracing::warn!(
+                "python3 on the PATH did not answer within {} s where its openvino package is; it was stopped, \
+                 and that package is not used.",
+                PYTHON_TIMEOUT.as_secs()
+            );
+            return None;
+        }
+        Err(_) => return None, // no python3: nothing to ask
+    };
+    if !status.success() {
         return None;
     }
-    let dir = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    let dir = String::from_utf8(stdout).ok()?.trim().to_string();
     let libs = PathBuf::from(dir).join("libs");
     libs.is_dir().then_some(libs)
+}
+
+/// Runs `cmd` (stdin empty, stderr dropped) and collects its standard output; `Ok(None)` when it has
+/// not finished within `limit`, in which case it is killed and reaped.
+fn output_within(mut cmd: Command, limit: Duration) -> std::io::Result<Option<(ExitStatus, Vec<u8>)>> {
+    let deadline = Instant::now() + limit;
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+    // Read on a thread of its own, so that neither a full pipe nor a process that keeps the pipe open
+    // after the child exits can block this one past the deadline.
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(mut out) = child.stdout.take() {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = out.read_to_end(&mut buf);
+            let _ = tx.send(buf);
+        });
+    }
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let left = deadline.saturating_duration_since(Instant::now());
+            return Ok(rx.recv_timeout(left).ok().map(|out| (status, out)));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// `libopenvino_c.so` in `dir`, then its versioned files there (`libopenvino_c.so.2641`, as the
@@ -280,6 +368,28 @@ mod tests {
         assert_eq!(year_minor("2025.1.0"), Some((2025, 1)));
         assert_eq!(year_minor("custom_master"), None);
         assert_eq!(year_minor("2024"), None);
+    }
+
+    #[test]
+    fn a_command_past_its_time_is_killed_and_one_in_time_gives_its_output() {
+        let started = Instant::now();
+        let mut sleeper = Command::new("sh");
+        sleeper.args(["-c", "sleep 30"]);
+        assert!(output_within(sleeper, Duration::from_millis(200)).unwrap().is_none());
+        // Killed, not waited for (generous: the point is that it is not 30 s).
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+
+        let mut echo = Command::new("sh");
+        echo.args(["-c", "echo hello; exit 3"]);
+        let (status, out) = output_within(echo, Duration::from_secs(20)).unwrap().expect("in time");
+        assert_eq!((status.code(), out.as_slice()), (Some(3), &b"hello\n"[..]));
+
+        // A missing program: an error (under qemu-user, whose vfork is a fork, a child exiting 127).
+        match output_within(Command::new("/nonexistent/python3"), Duration::from_secs(20)) {
+            Err(_) => {}
+            Ok(Some((status, _))) => assert!(!status.success()),
+            Ok(None) => panic!("a missing program timed out"),
+        }
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::model_config::autocomplete::{IoInfo, ModelIoInfo};
 use crate::model_config::ConfigFailure;
 use crate::proto::inference::ModelConfig;
 use ffi::{Core, Dim, Model, PortInfo};
+pub use library::configure as configure_library;
 use settings::Settings;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
