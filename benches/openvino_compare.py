@@ -8,8 +8,9 @@ folder) is measured
   against `benchmark_app -hint latency`;
 - at concurrency 8 over gRPC, the model configured with PERFORMANCE_HINT THROUGHPUT, once as one
   instance with dynamic batching (max_batch_size 8) and once as `count: <cores>` instances without
-  batching (and, for comparison, one instance with dynamic batching and the LATENCY hint), against
-  `benchmark_app -hint throughput`; the ratio is the best variant's.
+  batching (and, for comparison, the LATENCY hint with batching, and with `count: <cores>` instances of
+  every core's threads each), against `benchmark_app -hint throughput`; the ratio is the best
+  variant's.
 
 benchmark_app runs before and after the served rows of its mode and the two are averaged (the machines
 here are shared: drift between the runs is printed). Prints the served/benchmark_app throughput ratios,
@@ -19,8 +20,8 @@ OpenVINO's infer, and the CPU time per inference of the server and of the client
   source scripts/env.sh && cargo build --release --bins && python3 benches/openvino_compare.py [TRITONRS]
 
 TRITONRS defaults to $TRITONRS_BIN, else target/release/tritonrs. perf_analyzer: $PERF_ANALYZER, else
-$ANCHORS/bin/perf_analyzer, else .anchors/bin/perf_analyzer (scripts/test-tools.sh). The server finds OpenVINO through this Python's `openvino`
-package, the same library benchmark_app uses. Environment: BENCH_OV_SIZE (image side, 64),
+$ANCHORS/bin/perf_analyzer, else .anchors/bin/perf_analyzer (scripts/test-tools.sh). The server finds
+OpenVINO through this Python's `openvino` package, the same library benchmark_app uses. Environment: BENCH_OV_SIZE (image side, 64),
 BENCH_APP_SECONDS (each benchmark_app run, 10), BENCH_INTERVAL_MS (3000), BENCH_STABILITY_PERCENT (40),
 BENCH_OV_CONCURRENCY (the throughput row's, 8).
 """
@@ -51,11 +52,15 @@ TP_CONCURRENCY = int(os.environ.get("BENCH_OV_CONCURRENCY", "8"))
 PERF_ANALYZER = os.environ.get("PERF_ANALYZER") or next(
     (str(p) for p in (PERF, REPO / ".anchors/bin/perf_analyzer") if p.exists()), str(PERF))
 CORES = os.cpu_count() or 1
-# The served throughput variants: (model name, PERFORMANCE_HINT, max_batch_size, count). The last one is
-# for comparison: the LATENCY hint's one stream gives a batch every core, where THROUGHPUT's streams
-# leave a single instance's one infer request on one stream's share of the cores.
-TP_VARIANTS = [("ov_tp_batch", "THROUGHPUT", 8, 1), ("ov_tp_count", "THROUGHPUT", 0, CORES),
-               ("ov_tp_batch_lat", "LATENCY", 8, 1)]
+# The served throughput variants: (model name, PERFORMANCE_HINT, max_batch_size, count, more parameters).
+# The last two are for comparison: the LATENCY hint's one stream gives a batch every core, where
+# THROUGHPUT's streams leave a single instance's one infer request on one stream's share of the cores;
+# and `count` instances each with every core's threads (one stream each) are not all pinned to the first
+# core, as `count` one-thread instances are (each compiles its own model, and OpenVINO pins each one's
+# stream to the first free core it sees, the same one).
+TP_VARIANTS = [("ov_tp_batch", "THROUGHPUT", 8, 1, {}), ("ov_tp_count", "THROUGHPUT", 0, CORES, {}),
+               ("ov_tp_batch_lat", "LATENCY", 8, 1, {}),
+               ("ov_tp_count_threads", "LATENCY", 0, CORES, {"INFERENCE_NUM_THREADS": str(CORES)})]
 SETTINGS = ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT")
 
 
@@ -83,8 +88,11 @@ def write_model(folder: Path) -> Path:
     return folder / "model.xml"
 
 
-def write_config(repo: Path, model: Path, name: str, hint: str, max_batch: int, count: int) -> str:
-    """A model folder `name` serving the IR at `model` with the given hint, batching and instances."""
+def write_config(repo: Path, model: Path, name: str, hint: str, max_batch: int, count: int,
+                 params: dict | None = None) -> str:
+    """A model folder `name` serving the IR at `model` with the given hint, batching, instances and other
+    backend parameters."""
+    more = "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in (params or {}).items())
     d = repo / name / "1"
     d.mkdir(parents=True)
     for f in ("model.xml", "model.bin"):
@@ -97,7 +105,7 @@ def write_config(repo: Path, model: Path, name: str, hint: str, max_batch: int, 
         f'input [ {{ name: "x" data_type: TYPE_FP32 dims: {dims} }} ]\n'
         f'output [ {{ name: "y" data_type: TYPE_FP32 dims: {out} }} ]\n{batching}'
         f'instance_group [ {{ kind: KIND_CPU count: {count} }} ]\n'
-        f'parameters {{ key: "PERFORMANCE_HINT" value: {{ string_value: "{hint}" }} }}\n')
+        f'parameters {{ key: "PERFORMANCE_HINT" value: {{ string_value: "{hint}" }} }}\n{more}')
     return name
 
 
@@ -172,9 +180,10 @@ def perf(server: Server, model: str, concurrency: int) -> dict | None:
             "server_cpu_ms": (cpu1 - cpu0) * 1000 / n, "client_cpu_ms": (usage.ru_utime + usage.ru_stime) * 1000 / n}
 
 
-def served(tmp: Path, model: Path, name: str, hint: str, max_batch: int, count: int, concurrency: int):
+def served(tmp: Path, model: Path, name: str, hint: str, max_batch: int, count: int, concurrency: int,
+           params: dict | None = None):
     repo = tmp / f"repo-{name}"
-    write_config(repo, model, name, hint, max_batch, count)
+    write_config(repo, model, name, hint, max_batch, count, params)
     s = serve(repo)
     try:
         r = perf(s, name, concurrency)
@@ -198,14 +207,14 @@ def report(title: str, app: dict, rows: list) -> None:
           f"  (two runs {app['drift'] * 100:.0f}% apart; {', '.join(f'{k}={v}' for k, v in s.items())})")
     for label, r, settings in rows:
         if r is None:
-            print(f"  {label:30} n/a")
+            print(f"  {label:40} n/a")
             continue
         sv = r["server"]
-        print(f"  {label:30} {r['thr']:8,.1f} inf/s  p50 {r['p50'] / 1000:6.2f} ms  ratio {r['thr'] / app['thr']:.2f}x"
+        print(f"  {label:40} {r['thr']:8,.1f} inf/s  p50 {r['p50'] / 1000:6.2f} ms  ratio {r['thr'] / app['thr']:.2f}x"
               f"  | server/req: total {sv['success'] / 1000:.2f} queue {sv['queue'] / 1000:.2f} input "
               f"{sv['compute_input'] / 1000:.2f} infer {sv['compute_infer'] / 1000:.2f} output "
               f"{sv['compute_output'] / 1000:.2f} ms, batch {r['batch']:.2f} | cpu/req: server "
-              f"{r['server_cpu_ms']:.2f} client {r['client_cpu_ms']:.2f} ms\n  {'':30} {'; '.join(settings)}")
+              f"{r['server_cpu_ms']:.2f} client {r['client_cpu_ms']:.2f} ms\n  {'':40} {'; '.join(settings)}")
 
 
 def main() -> None:
@@ -217,8 +226,10 @@ def main() -> None:
                 *served(tmp, model, "ov_latency", "LATENCY", 0, 1, 1))]
         lat_app.append(benchmark_app(model, "latency"))
         tp_app = [benchmark_app(model, "throughput")]
-        tp = [(f"c{TP_CONCURRENCY} {hint} {'batching ' if batch else ''}count:{count}",
-               *served(tmp, model, name, hint, batch, count, TP_CONCURRENCY)) for name, hint, batch, count in TP_VARIANTS]
+        tp = [(f"c{TP_CONCURRENCY} {hint} {'batching ' if batch else ''}count:{count}"
+               + "".join(f" {k}={v}" for k, v in params.items()),
+               *served(tmp, model, name, hint, batch, count, TP_CONCURRENCY, params))
+              for name, hint, batch, count, params in TP_VARIANTS]
         tp_app.append(benchmark_app(model, "throughput"))
     lat_app, tp_app = mean_app(lat_app), mean_app(tp_app)
     print(f"\nFP32 [1,3,{SIZE},{SIZE}] conv net on OpenVINO's CPU device, {CORES} cores; tritonrs over gRPC "
