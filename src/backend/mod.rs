@@ -1,5 +1,6 @@
-//! The backends of this build: ONNX Runtime, OpenVINO, Python and TensorRT, each written against the interface
-//! in `model_api`, and the registry that holds them by name. Nothing here imports `core`.
+//! The backends of this build: ONNX Runtime, OpenVINO (which also serves TensorFlow models), Python and
+//! TensorRT, each written against the interface in `model_api`, and the registry that holds them by
+//! name. Nothing here imports `core`.
 
 pub mod agents;
 pub mod capi;
@@ -29,7 +30,7 @@ type MakeBackend = fn(&BackendConfig, Option<Arc<dyn ServerApi>>, Option<Pools>)
 type MakeCompleter = fn(&BackendConfig) -> Result<Option<Arc<dyn Completer>>>;
 
 /// The backends built into tritonrs, each named once.
-fn builtins() -> [Builtin; 4] {
+fn builtins() -> [Builtin; 5] {
     [
         Builtin {
             name: "tensorrt",
@@ -48,9 +49,15 @@ fn builtins() -> [Builtin; 4] {
         },
         Builtin {
             name: openvino::NAME,
-            make: |_, _, _| Arc::new(openvino::OpenVinoBackend),
+            make: |_, _, _| Arc::new(openvino::OpenVinoBackend::default()),
             // Inputs, outputs and max_batch_size from the model, which only OpenVINO can read.
             completer: |config| Ok(Some(Arc::new(openvino::Completer::new(config)))),
+        },
+        Builtin {
+            // TensorFlow GraphDef and SavedModel models, read by OpenVINO's TensorFlow frontend.
+            name: openvino::formats::TENSORFLOW,
+            make: |_, _, _| Arc::new(openvino::formats::TensorFlowBackend::default()),
+            completer: |config| Ok(Some(Arc::new(openvino::formats::tensorflow_completer(config)))),
         },
         Builtin {
             name: "python",

@@ -104,6 +104,9 @@ pub struct Core(*mut sys::ov_core_t);
 // SAFETY: an ov_core_t may be used from any thread; this owner is used by one thread at a time (it
 // is not Sync) and only moves between threads.
 unsafe impl Send for Core {}
+// SAFETY: a model's instances share the core that compiled their model, which they only hold (so
+// that it outlives the compiled model); ov::Core's methods are thread-safe in OpenVINO besides.
+unsafe impl Sync for Core {}
 
 impl Drop for Core {
     fn drop(&mut self) {
@@ -127,6 +130,38 @@ impl Core {
         // exactly one key/value pair after the device name.
         let s = unsafe { sys::ov_core_set_property(self.0, d.as_ptr(), k.as_ptr(), v.as_ptr()) };
         status(s, &|| format!("OpenVINO's {device} device refuses {key}={value}"))
+    }
+
+    /// Loads a library of custom operations (`CPU_EXTENSION_PATH`) into this core.
+    pub fn add_extension(&mut self, path: &str) -> Result<(), String> {
+        let p = c_string(path, "path")?;
+        // SAFETY: the core is live and the path NUL-terminated and alive for the call. OpenVINO opens
+        // the library and runs its initializers: the file was named by the model's configuration,
+        // whose author vouches for it, as with Triton's CPU_EXTENSION_PATH.
+        let s = unsafe { sys::ov_core_add_extension(self.0, p.as_ptr()) };
+        status(s, &|| format!("OpenVINO cannot load the extension '{path}'"))
+    }
+
+    /// The devices OpenVINO finds on this machine (`CPU`, `GPU.0`, `NPU`, ...).
+    pub fn available_devices(&self) -> Result<Vec<String>, String> {
+        let mut list = sys::ov_available_devices_t { devices: ptr::null_mut(), size: 0 };
+        // SAFETY: the core is live and `list` a valid out struct, whose strings are ours to free (below).
+        let s = unsafe { sys::ov_core_get_available_devices(self.0, &mut list) };
+        status(s, &|| "OpenVINO cannot list its devices".into())?;
+        let names = if list.devices.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: on success `devices` holds `size` NUL-terminated names (non-null checked above).
+            unsafe { std::slice::from_raw_parts(list.devices, list.size) }
+                .iter()
+                .filter(|p| !p.is_null())
+                // SAFETY: each name is a NUL-terminated string owned by `list` until it is freed below.
+                .map(|&p| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+                .collect()
+        };
+        // SAFETY: `list` came from the successful call above; freed once, after its names were copied.
+        unsafe { sys::ov_available_devices_free(&mut list) };
+        Ok(names)
     }
 
     /// Reads a model from its file (and weights file, for IR; "" lets OpenVINO find it).
@@ -283,6 +318,10 @@ pub struct CompiledModel(*mut sys::ov_compiled_model_t);
 
 // SAFETY: as for Core.
 unsafe impl Send for CompiledModel {}
+// SAFETY: the instances of a model share its compiled model (`count: N`): through `&self` it is only
+// asked for properties and for new infer requests, both safe to call from several threads at once in
+// OpenVINO (ov::CompiledModel's methods are thread-safe; each infer request is used by one thread).
+unsafe impl Sync for CompiledModel {}
 
 impl Drop for CompiledModel {
     fn drop(&mut self) {
@@ -304,7 +343,7 @@ impl CompiledModel {
         Ok(unsafe { take_string(v) })
     }
 
-    pub fn infer_request(&mut self) -> Result<InferRequest, String> {
+    pub fn infer_request(&self) -> Result<InferRequest, String> {
         let mut p = ptr::null_mut();
         // SAFETY: the compiled model is live and `p` a valid out pointer; the request is ours.
         let s = unsafe { sys::ov_compiled_model_create_infer_request(self.0, &mut p) };
@@ -345,52 +384,155 @@ impl Drop for OwnedShape {
     }
 }
 
-impl InferRequest {
-    /// Sets input `name` to a new tensor of `elem` and `dims` holding a copy of `bytes`, which must be
-    /// exactly the tensor's size.
-    pub fn set_input(&mut self, name: &str, elem: Elem, dims: &[i64], bytes: &[u8]) -> Result<(), String> {
-        let n = c_string(name, "input")?;
-        let mut shape = OwnedShape(sys::ov_shape_t { rank: 0, dims: ptr::null_mut() });
-        let rank = i64::try_from(dims.len()).unwrap_or(i64::MAX);
-        // SAFETY: `dims` holds `rank` values and outlives the call, which copies them into the shape.
-        let s = unsafe { sys::ov_shape_create(rank, dims.as_ptr(), &mut shape.0) };
-        status(s, &|| format!("cannot make the shape {dims:?} of input '{name}'"))?;
+/// One input of a run: the request's bytes, with the element type and shape OpenVINO is to see.
+pub struct Input<'a> {
+    pub name: &'a str,
+    pub elem: Elem,
+    pub dims: &'a [i64],
+    pub bytes: &'a [u8],
+    /// The element's size: bytes at an address that is a multiple of it are given to OpenVINO in place.
+    pub align: usize,
+}
+
+/// Why a run failed: an input OpenVINO refuses (the request's fault) or the inference itself.
+pub enum RunError {
+    Input(String),
+    Infer(String),
+}
+
+/// An output of a run, left in the memory OpenVINO wrote it to.
+pub struct Output {
+    /// Our handle of the tensor, which keeps its memory alive.
+    _tensor: OwnedTensor,
+    data: *const u8,
+    len: usize,
+    pub elem: Elem,
+    pub dims: Vec<i64>,
+    /// Whether the request was given a new tensor for this output, so that this one is no longer
+    /// written by the next run; when false the caller must copy the bytes before the next run.
+    pub detached: bool,
+}
+
+// SAFETY: an Output owns its handle of the tensor (ov::Tensor's reference count is atomic, so the
+// handle may be freed on any thread) and only reads memory that no run writes any more (`detached`;
+// an output that is not detached is copied by the caller before the next run).
+unsafe impl Send for Output {}
+
+impl AsRef<[u8]> for Output {
+    fn as_ref(&self) -> &[u8] {
+        if self.len == 0 || self.data.is_null() {
+            return &[];
+        }
+        // SAFETY: `data` is the tensor's buffer of `len` bytes, alive while `self._tensor` is held.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+}
+
+fn new_shape(dims: &[i64], what: &dyn Fn() -> String) -> Result<OwnedShape, String> {
+    let mut shape = OwnedShape(sys::ov_shape_t { rank: 0, dims: ptr::null_mut() });
+    let rank = i64::try_from(dims.len()).unwrap_or(i64::MAX);
+    // SAFETY: `dims` holds `rank` values and outlives the call, which copies them into the shape.
+    let s = unsafe { sys::ov_shape_create(rank, dims.as_ptr(), &mut shape.0) };
+    status(s, &|| format!("cannot make the shape {dims:?} of {}", what()))?;
+    Ok(shape)
+}
+
+/// A tensor of OpenVINO's own memory.
+fn new_tensor(elem: Elem, dims: &[i64], what: &dyn Fn() -> String) -> Result<OwnedTensor, String> {
+    let shape = new_shape(dims, what)?;
+    let mut t = ptr::null_mut();
+    // SAFETY: the shape is valid; `t` a valid out pointer; the tensor is ours (wrapped at once).
+    let s = unsafe { sys::ov_tensor_create(to_c_elem(elem)?, shape.0, &mut t) };
+    status(s, &|| format!("cannot make a tensor for {}", what()))?;
+    Ok(OwnedTensor(t))
+}
+
+fn byte_size(t: &OwnedTensor) -> Result<usize, String> {
+    let mut size = 0usize;
+    // SAFETY: the tensor is live and `size` a valid out pointer.
+    status(unsafe { sys::ov_tensor_get_byte_size(t.0, &mut size) }, &|| "cannot size a tensor".into())?;
+    Ok(size)
+}
+
+fn data_ptr(t: &OwnedTensor, size: usize) -> Result<*mut u8, String> {
+    if size == 0 {
+        return Ok(ptr::null_mut());
+    }
+    let mut data = ptr::null_mut();
+    // SAFETY: the tensor is live and `data` a valid out pointer.
+    status(unsafe { sys::ov_tensor_data(t.0, &mut data) }, &|| "cannot reach a tensor's memory".into())?;
+    if data.is_null() {
+        return Err("OpenVINO gave a tensor no memory".into());
+    }
+    Ok(data.cast())
+}
+
+/// A tensor for `input`: over the caller's bytes when they are aligned for the element type, else a
+/// copy in OpenVINO's memory. The tensor must not be read after `input.bytes` is gone (see `run`).
+fn input_tensor(input: &Input<'_>) -> Result<OwnedTensor, String> {
+    let what = || format!("input '{}'", input.name);
+    let in_place = !input.bytes.is_empty() && (input.bytes.as_ptr() as usize).is_multiple_of(input.align.max(1));
+    let tensor = if in_place {
+        let shape = new_shape(input.dims, &what)?;
         let mut t = ptr::null_mut();
-        // SAFETY: the shape is valid; `t` a valid out pointer; the tensor is ours (wrapped at once).
-        let s = unsafe { sys::ov_tensor_create(to_c_elem(elem)?, shape.0, &mut t) };
-        status(s, &|| format!("cannot make a tensor for input '{name}'"))?;
-        let tensor = OwnedTensor(t);
-        let mut size = 0usize;
-        // SAFETY: the tensor is live and `size` a valid out pointer.
-        status(unsafe { sys::ov_tensor_get_byte_size(tensor.0, &mut size) }, &|| "cannot size a tensor".into())?;
-        if size != bytes.len() {
-            return Err(format!("input '{name}' holds {} bytes but its shape {dims:?} needs {size}", bytes.len()));
+        // SAFETY: the shape is valid and `t` a valid out pointer; the tensor (ours, wrapped at once)
+        // refers to the caller's bytes without owning them: OpenVINO only reads an input tensor, and
+        // `run` uses it only while the bytes are borrowed. Its size is checked against theirs below
+        // before OpenVINO reads anything.
+        let s = unsafe {
+            sys::ov_tensor_create_from_host_ptr(
+                to_c_elem(input.elem)?,
+                shape.0,
+                input.bytes.as_ptr() as *mut std::ffi::c_void,
+                &mut t,
+            )
+        };
+        status(s, &|| format!("cannot make a tensor for {}", what()))?;
+        OwnedTensor(t)
+    } else {
+        new_tensor(input.elem, input.dims, &what)?
+    };
+    let size = byte_size(&tensor)?;
+    if size != input.bytes.len() {
+        return Err(format!(
+            "input '{}' holds {} bytes but its shape {:?} needs {size}",
+            input.name,
+            input.bytes.len(),
+            input.dims
+        ));
+    }
+    if !in_place && size > 0 {
+        let data = data_ptr(&tensor, size)?;
+        // SAFETY: `data` is the new tensor's own buffer of `size` bytes (checked equal to the input's
+        // byte count); the input's bytes are a different allocation.
+        unsafe { ptr::copy_nonoverlapping(input.bytes.as_ptr(), data, size) };
+    }
+    Ok(tensor)
+}
+
+impl InferRequest {
+    /// Runs the model on `inputs`, which must name every input of the model: a tensor left from an
+    /// earlier run refers to memory that run borrowed, and is never read again because each run
+    /// replaces all of them before it infers.
+    pub fn run(&mut self, inputs: &[Input<'_>]) -> Result<(), RunError> {
+        for input in inputs {
+            let tensor = input_tensor(input).map_err(RunError::Input)?;
+            let n = c_string(input.name, "input").map_err(RunError::Input)?;
+            // SAFETY: request and tensor are live, the name outlives the call; the request keeps its
+            // own reference to the tensor, so ours may be freed afterwards.
+            let s = unsafe { sys::ov_infer_request_set_tensor(self.0, n.as_ptr(), tensor.0) };
+            status(s, &|| format!("OpenVINO refuses input '{}'", input.name)).map_err(RunError::Input)?;
         }
-        if size > 0 {
-            let mut data = ptr::null_mut();
-            // SAFETY: the tensor is live and `data` a valid out pointer.
-            status(unsafe { sys::ov_tensor_data(tensor.0, &mut data) }, &|| "cannot reach a tensor's memory".into())?;
-            if data.is_null() {
-                return Err(format!("OpenVINO gave no memory for input '{name}'"));
-            }
-            // SAFETY: `data` is the tensor's own buffer of `size` bytes (checked equal to the request's
-            // byte count); the request's bytes are a different allocation.
-            unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), data.cast::<u8>(), size) };
-        }
-        // SAFETY: request and tensor are live, the name outlives the call; the request keeps its own
-        // reference to the tensor, so ours may be freed afterwards.
-        let s = unsafe { sys::ov_infer_request_set_tensor(self.0, n.as_ptr(), tensor.0) };
-        status(s, &|| format!("OpenVINO refuses input '{name}'"))
+        // SAFETY: the request is live and every input tensor set above refers to memory borrowed for
+        // the whole of this call.
+        let s = unsafe { sys::ov_infer_request_infer(self.0) };
+        status(s, &|| "OpenVINO inference failed".into()).map_err(RunError::Infer)
     }
 
-    pub fn infer(&mut self) -> Result<(), String> {
-        // SAFETY: the request is live and every input was set through `set_input`.
-        status(unsafe { sys::ov_infer_request_infer(self.0) }, &|| "OpenVINO inference failed".into())
-    }
-
-    /// Output `name` of the last inference: its element type, shape and a copy of its bytes (the
-    /// request reuses its output memory in the next run).
-    pub fn output(&self, name: &str) -> Result<(Elem, Vec<i64>, Vec<u8>), String> {
+    /// Output `name` of the last run, in OpenVINO's memory. The request gets a new tensor of the same
+    /// type and shape for that output, which the next run writes into (OpenVINO resizes it when that
+    /// run's shape differs), so this one stays as it is for as long as the response needs it.
+    pub fn take_output(&mut self, name: &str) -> Result<Output, String> {
         let n = c_string(name, "output")?;
         let mut t = ptr::null_mut();
         // SAFETY: the request is live, the name outlives the call, `t` a valid out pointer; the tensor
@@ -414,21 +556,18 @@ impl InferRequest {
             // SAFETY: a static shape's `dims` holds `rank` values (non-null checked above).
             unsafe { std::slice::from_raw_parts(shape.0.dims, rank) }.to_vec()
         };
-        let mut size = 0usize;
-        // SAFETY: the tensor is live and `size` a valid out pointer.
-        status(unsafe { sys::ov_tensor_get_byte_size(tensor.0, &mut size) }, &|| "cannot size a tensor".into())?;
-        let mut bytes = vec![0u8; size];
-        if size > 0 {
-            let mut data = ptr::null_mut();
-            // SAFETY: the tensor is live and `data` a valid out pointer.
-            status(unsafe { sys::ov_tensor_data(tensor.0, &mut data) }, &|| "cannot reach a tensor's memory".into())?;
-            if data.is_null() {
-                return Err(format!("OpenVINO gave no memory for output '{name}'"));
-            }
-            // SAFETY: `data` is the tensor's buffer of `size` bytes, alive while `tensor` is; `bytes` is
-            // our own allocation of the same size.
-            unsafe { ptr::copy_nonoverlapping(data.cast::<u8>(), bytes.as_mut_ptr(), size) };
-        }
-        Ok((elem, dims, bytes))
+        let len = byte_size(&tensor)?;
+        let data = data_ptr(&tensor, len)?.cast_const();
+        // An element type this backend does not pass to OpenVINO cannot be made anew: copied instead.
+        let detached = to_c_elem(elem).is_ok() && self.replace_output(&n, name, elem, &dims).is_ok();
+        Ok(Output { _tensor: tensor, data, len, elem, dims, detached })
+    }
+
+    fn replace_output(&mut self, n: &CStr, name: &str, elem: Elem, dims: &[i64]) -> Result<(), String> {
+        let fresh = new_tensor(elem, dims, &|| format!("output '{name}'"))?;
+        // SAFETY: request and tensor are live, the name outlives the call; the request keeps its own
+        // reference to the new tensor, and drops its reference to the old one.
+        let s = unsafe { sys::ov_infer_request_set_tensor(self.0, n.as_ptr(), fresh.0) };
+        status(s, &|| format!("OpenVINO refuses a new tensor for output '{name}'"))
     }
 }

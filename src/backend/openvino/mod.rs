@@ -1,35 +1,63 @@
-//! The OpenVINO backend (`backend: "openvino"`): OpenVINO IR models (`model.xml` + `model.bin`)
-//! served on OpenVINO's `CPU` device through its C API, with the library loaded at run time
+//! The OpenVINO backend (`backend: "openvino"`): OpenVINO IR models (`model.xml` + `model.bin`),
+//! and the other formats OpenVINO's frontends read, served on an OpenVINO device (`CPU` unless the
+//! model's `TARGET_DEVICE` says otherwise) through its C API, with the library loaded at run time
 //! (see `library`). Without OpenVINO, its models are UNAVAILABLE with a reason saying how to install
 //! it; the server and its other models are not affected.
 //!
-//! Each instance has its own core, compiled model and infer request; an execution copies the inputs
-//! into OpenVINO tensors, runs the request synchronously on the instance's thread and copies the
-//! outputs out (OpenVINO reuses an infer request's output memory in the next run).
+//! A model version is read and compiled once (`Compiled`): its `count: N` instances share the
+//! compiled model, each with its own infer request (see `instance`), and OpenVINO gives each
+//! instance a stream of its own unless the model chooses (see `settings`).
 
 mod ffi;
+pub mod formats;
+mod instance;
 mod library;
+mod settings;
+mod shapes;
 
 use crate::error::{Error, Result};
-use crate::model_api::types::{DataType, Tensor};
-use crate::model_api::{
-    Backend, BackendConfig, ExecRequest, ExecResult, ExecTimings, InstanceKind, InstanceSpec, ModelContext,
-    ModelInstance,
-};
+use crate::model_api::types::DataType;
+use crate::model_api::{Backend, BackendConfig, InstanceKind, InstanceSpec, ModelContext, ModelInstance};
 use crate::model_config::autocomplete::{IoInfo, ModelIoInfo};
 use crate::model_config::ConfigFailure;
 use crate::proto::inference::ModelConfig;
-use bytes::Bytes;
 use ffi::{Core, Dim, Model, PortInfo};
+use settings::Settings;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, Weak};
 
 /// The backend's name in `config.pbtxt`.
 pub const NAME: &str = "openvino";
 
-/// The backend: stateless, as the library is loaded once per process (see `library`).
-pub struct OpenVinoBackend;
+/// The backend. The library is loaded once per process (see `library`); the backend keeps the
+/// compiled model of each loaded model version, which its instances share.
+#[derive(Default)]
+pub struct OpenVinoBackend {
+    compiled: Mutex<Vec<SharedModel>>,
+}
+
+/// A compiled model and the load it belongs to: the configuration that load read (the same `Arc`
+/// for every instance of one load; a reload reads a new one) and the version folder.
+struct SharedModel {
+    config: Weak<ModelConfig>,
+    version_dir: PathBuf,
+    model: Weak<Compiled>,
+}
+
+/// One model version, read and compiled: what its instances share.
+struct Compiled {
+    // Field order is drop order: the compiled model before the core that made it.
+    compiled: ffi::CompiledModel,
+    _core: Core,
+    /// The model's inputs by the name requests use, to check requests against before OpenVINO sees them.
+    inputs: HashMap<String, PortInfo>,
+    /// OpenVINO's names of the outputs, by the name requests use.
+    outputs: HashMap<String, String>,
+    /// With `ENABLE_BATCH_PADDING`, the fixed batch smaller ones are padded to.
+    padded_batch: Option<i64>,
+    served_by: String,
+}
 
 /// Triton's `default-max-batch-size`, per backend or global; 4 when unset or not a number.
 fn default_max_batch_size(config: &BackendConfig) -> i32 {
@@ -50,9 +78,7 @@ fn default_max_batch_size(config: &BackendConfig) -> i32 {
 /// file, both of which must exist.
 fn model_files(version_dir: &Path, cfg: &ModelConfig) -> Result<(PathBuf, Option<PathBuf>)> {
     let file = crate::model_config::model_file(version_dir, cfg)?;
-    if !file.is_file() {
-        return Err(Error::unavailable(format!("model file '{}' not found", file.display())));
-    }
+    formats::check_model_path(&file)?;
     if file.extension().is_some_and(|e| e == "xml") {
         let bin = file.with_extension("bin");
         if !bin.is_file() {
@@ -72,155 +98,16 @@ fn path_str(p: &Path) -> Result<&str> {
         .ok_or_else(|| Error::unavailable(format!("the path '{}' is not UTF-8, which OpenVINO needs", p.display())))
 }
 
-/// The parameters of Triton's openvino backend (its README) that this backend applies, each to the
-/// OpenVINO property of the same name on the CPU device.
-const APPLIED: &[&str] =
-    &["PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS", "HINT_BF16"];
-
-/// Parameters of Triton's openvino backend that this backend does not apply yet (issue 34).
-const NOT_YET: &[&str] =
-    &["CPU_EXTENSION_PATH", "SKIP_OV_DYNAMIC_BATCHSIZE", "ENABLE_BATCH_PADDING", "RESHAPE_IO_LAYERS"];
-
-/// Most threads a model may ask OpenVINO for (`INFERENCE_NUM_THREADS`, `COMPILATION_NUM_THREADS`).
-const MAX_THREADS: u32 = 1024;
-
-/// The OpenVINO properties the model's `parameters` ask for, checked: a bad value fails the load
-/// naming the parameter and what it accepts. Unknown parameters, and the ones not applied yet, are
-/// named in a warning for `instance`.
-fn properties(ctx: &ModelContext, instance: &str) -> Result<Vec<(&'static str, String)>> {
-    let mut keys: Vec<&String> = ctx.config.parameters.keys().collect();
-    keys.sort();
-    let mut props = Vec::new();
-    for key in keys {
-        let value = ctx.config.parameters[key].string_value.trim();
-        let bad = |accepted: &str| {
-            Error::invalid(format!("model '{}': parameter '{key}' is '{value}', but it accepts {accepted}", ctx.name))
-        };
-        let upper = value.to_ascii_uppercase();
-        match key.as_str() {
-            "PERFORMANCE_HINT" => match upper.as_str() {
-                "LATENCY" | "THROUGHPUT" | "CUMULATIVE_THROUGHPUT" => props.push(("PERFORMANCE_HINT", upper)),
-                _ => return Err(bad("LATENCY, THROUGHPUT or CUMULATIVE_THROUGHPUT")),
-            },
-            "NUM_STREAMS" => match upper.as_str() {
-                "AUTO" | "NUMA" => props.push(("NUM_STREAMS", upper)),
-                _ => match value.parse::<u32>() {
-                    Ok(n) if (1..=MAX_THREADS).contains(&n) => props.push(("NUM_STREAMS", n.to_string())),
-                    _ => return Err(bad(&format!("AUTO, NUMA or a number of streams from 1 to {MAX_THREADS}"))),
-                },
-            },
-            "INFERENCE_NUM_THREADS" | "COMPILATION_NUM_THREADS" => match value.parse::<u32>() {
-                Ok(n) if n <= MAX_THREADS => {
-                    let k = if key == "INFERENCE_NUM_THREADS" {
-                        "INFERENCE_NUM_THREADS"
-                    } else {
-                        "COMPILATION_NUM_THREADS"
-                    };
-                    props.push((k, n.to_string()))
-                }
-                _ => return Err(bad(&format!("a number of threads from 0 (OpenVINO's choice) to {MAX_THREADS}"))),
-            },
-            "SKIP_OV_DYNAMIC_BATCHSIZE" => {
-                skip_dynamic_batch(&ctx.config)?;
-            }
-            "HINT_BF16" => match upper.as_str() {
-                "YES" => props.push(("INFERENCE_PRECISION_HINT", "bf16".into())),
-                "NO" => {}
-                _ => return Err(bad("YES or NO")),
-            },
-            k if NOT_YET.contains(&k) => tracing::warn!(
-                "Instance '{instance}' of model '{}': parameter '{k}' of Triton's openvino backend is not \
-                 supported by tritonrs yet and is ignored.",
-                ctx.name
-            ),
-            k => {
-                let hint = crate::model_config::pbtxt::closest(k, APPLIED.iter().chain(NOT_YET).copied())
-                    .map(|c| format!(" (did you mean '{c}'?)"))
-                    .unwrap_or_default();
-                tracing::warn!(
-                    "Instance '{instance}' of model '{}': parameter '{k}' is not one the openvino backend reads{hint}; \
-                     it is ignored. The backend reads: {}.",
-                    ctx.name,
-                    APPLIED.join(", ")
-                );
-            }
-        }
-    }
-    Ok(props)
-}
-
-/// With several CPU instances (`count: N`) and no `INFERENCE_NUM_THREADS`, each instance's share of
-/// the cores this process may use: every instance runs its own requests at the same time, and N
-/// instances each taking every core (OpenVINO's default) oversubscribe a 2-4-core board. `None`: one
-/// instance, or the model chose its threads.
-fn shared_threads(cfg: &ModelConfig, props: &[(&str, String)]) -> Option<usize> {
-    use crate::proto::inference::model_instance_group::Kind;
-    if props.iter().any(|(k, _)| *k == "INFERENCE_NUM_THREADS") {
-        return None;
-    }
-    let instances: usize = cfg
-        .instance_group
-        .iter()
-        .filter(|g| g.kind != Kind::Gpu as i32)
-        .map(|g| usize::try_from(g.count.max(1)).unwrap_or(1))
-        .sum();
-    if instances <= 1 {
-        return None;
-    }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    Some((cores / instances).max(1))
-}
-
-/// `SKIP_OV_DYNAMIC_BATCHSIZE: YES`: the model's first dimension is left as the model has it.
-fn skip_dynamic_batch(cfg: &ModelConfig) -> Result<bool> {
-    let Some(p) = cfg.parameters.get("SKIP_OV_DYNAMIC_BATCHSIZE") else { return Ok(false) };
-    match p.string_value.trim().to_ascii_uppercase().as_str() {
-        "YES" => Ok(true),
-        "NO" | "" => Ok(false),
-        other => Err(Error::invalid(format!(
-            "model '{}': parameter 'SKIP_OV_DYNAMIC_BATCHSIZE' is '{other}', but it accepts YES or NO",
-            cfg.name
-        ))),
-    }
-}
-
-/// For a batching configuration (`max_batch_size > 0`), gives every input whose first dimension is
-/// fixed (a model exported with batch 1) a dynamic first dimension from 1 to `max_batch_size`, as
-/// Triton's openvino backend does, unless `SKIP_OV_DYNAMIC_BATCHSIZE` says not to. OpenVINO then
-/// propagates the batch through the graph; a model whose graph cannot take it fails here with
-/// OpenVINO's reason.
-fn dynamic_batch(model: &mut Model, cfg: &ModelConfig) -> Result<()> {
-    if cfg.max_batch_size <= 0 || skip_dynamic_batch(cfg)? {
-        return Ok(());
-    }
-    let batch = Dim { min: 1, max: i64::from(cfg.max_batch_size) };
-    let shapes: Vec<(String, Vec<Dim>)> = model
-        .inputs()
-        .map_err(Error::unavailable)?
-        .into_iter()
-        .filter_map(|p| {
-            let dims = p.dims?;
-            let first = *dims.first()?;
-            first.is_fixed().then(|| (p.name, std::iter::once(batch).chain(dims[1..].iter().copied()).collect()))
-        })
-        .collect();
-    if shapes.is_empty() {
-        return Ok(());
-    }
-    model.reshape(&shapes).map_err(|e| {
-        Error::unavailable(format!(
-            "model '{}': OpenVINO cannot give the inputs a dynamic batch dimension up to max_batch_size {} (set \
-             parameter SKIP_OV_DYNAMIC_BATCHSIZE to YES to keep the model's own): {e}",
-            cfg.name, cfg.max_batch_size
-        ))
-    })
-}
-
-/// A core and the model read from the version's files (not compiled).
-fn read_model(version_dir: &Path, cfg: &ModelConfig) -> Result<(Core, Model)> {
+/// A core (with the model's custom operations, if any) and the model read from the version's files
+/// (not compiled).
+fn read_model(version_dir: &Path, cfg: &ModelConfig, extension: Option<&Path>) -> Result<(Core, Model)> {
     library::load().map_err(Error::unavailable)?;
     let (file, bin) = model_files(version_dir, cfg)?;
-    let core = Core::new().map_err(Error::unavailable)?;
+    let mut core = Core::new().map_err(Error::unavailable)?;
+    if let Some(ext) = extension {
+        core.add_extension(path_str(ext)?)
+            .map_err(|e| Error::unavailable(format!("parameter CPU_EXTENSION_PATH: {e}")))?;
+    }
     let weights = match &bin {
         Some(b) => path_str(b)?,
         None => "",
@@ -263,14 +150,25 @@ fn ports(model: &Model) -> Result<(Vec<PortInfo>, Vec<PortInfo>)> {
     Ok((model.inputs().map_err(Error::unavailable)?, model.outputs().map_err(Error::unavailable)?))
 }
 
-/// The ports as auto-complete and the load-time check read them (a dynamic rank as no dims).
-fn io_info(inputs: &[PortInfo], outputs: &[PortInfo]) -> ModelIoInfo {
-    let info = |p: &PortInfo| IoInfo {
-        name: p.name.clone(),
+/// The ports as auto-complete and the load-time check read them (a dynamic rank as no dims), each
+/// under the name `cfg` gives it (see `formats::config_name`).
+fn io_info(inputs: &[PortInfo], outputs: &[PortInfo], cfg: &ModelConfig) -> ModelIoInfo {
+    let tf = formats::is_tensorflow(cfg);
+    let info = |listed: &[&str], p: &PortInfo| IoInfo {
+        name: formats::config_name(&p.name, listed, tf),
         data_type: from_element_type(p.elem).map_or(0, DataType::to_config),
         dims: p.dims.as_deref().map(config_dims).unwrap_or_default(),
     };
-    ModelIoInfo { inputs: inputs.iter().map(info).collect(), outputs: outputs.iter().map(info).collect() }
+    let (ins, outs) = config_names(cfg);
+    ModelIoInfo {
+        inputs: inputs.iter().map(|p| info(&ins, p)).collect(),
+        outputs: outputs.iter().map(|p| info(&outs, p)).collect(),
+    }
+}
+
+/// The input and output names the configuration lists.
+fn config_names(cfg: &ModelConfig) -> (Vec<&str>, Vec<&str>) {
+    (cfg.input.iter().map(|i| i.name.as_str()).collect(), cfg.output.iter().map(|o| o.name.as_str()).collect())
 }
 
 impl Backend for OpenVinoBackend {
@@ -282,7 +180,8 @@ impl Backend for OpenVinoBackend {
         library::load().map_err(Error::unavailable)?;
         if let InstanceKind::Gpu { .. } = spec.kind {
             return Err(Error::unavailable(format!(
-                "instance '{}' is KIND_GPU, but the openvino backend runs on OpenVINO's CPU device (use KIND_CPU)",
+                "instance '{}' is KIND_GPU, which names an NVIDIA GPU; the openvino backend's instances are KIND_CPU, \
+                 and parameter TARGET_DEVICE chooses OpenVINO's device (CPU, GPU, NPU, AUTO)",
                 spec.name
             )));
         }
@@ -290,120 +189,82 @@ impl Backend for OpenVinoBackend {
     }
 
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
-        let loaded = library::load().map_err(Error::unavailable)?;
-        let (mut core, mut model) = read_model(&ctx.version_dir, &ctx.config)?;
-        dynamic_batch(&mut model, &ctx.config)?;
-        let (inputs, outputs) = ports(&model)?;
-        crate::model_config::autocomplete::check_io(&ctx.config, &io_info(&inputs, &outputs), "OpenVINO model")?;
-        let mut props = properties(ctx, &spec.name)?;
-        if let Some(threads) = shared_threads(&ctx.config, &props) {
-            props.push(("INFERENCE_NUM_THREADS", threads.to_string()));
+        let model = self.compiled_model(ctx)?;
+        let request = model.compiled.infer_request().map_err(Error::unavailable)?;
+        tracing::info!("Instance '{}' of model '{}' has an infer request on its compiled model.", spec.name, ctx.name);
+        Ok(Box::new(instance::OpenVinoInstance { request, model }))
+    }
+}
+
+impl OpenVinoBackend {
+    /// The compiled model of this load of `ctx`'s version: compiled by its first instance, shared by
+    /// the others.
+    fn compiled_model(&self, ctx: &ModelContext) -> Result<Arc<Compiled>> {
+        let mut list = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        list.retain(|m| m.model.strong_count() > 0);
+        let config = Arc::downgrade(&ctx.config);
+        let same = |m: &&SharedModel| Weak::ptr_eq(&m.config, &config) && m.version_dir == ctx.version_dir;
+        if let Some(model) = list.iter().find(same).and_then(|m| m.model.upgrade()) {
+            return Ok(model);
         }
-        for (key, value) in props {
-            core.set_property("CPU", key, &value).map_err(|e| Error::invalid(format!("model '{}': {e}", ctx.name)))?;
-        }
-        let mut compiled = core.compile(&model, "CPU").map_err(Error::unavailable)?;
-        // The model as read is not needed once compiled: its graph and weights go now.
-        drop(model);
-        // What OpenVINO made of the hints, as it reports them (each worth knowing on a 2-4-core board).
-        let settings = ["PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS"]
-            .map(|k| format!("{k}={}", compiled.property(k).unwrap_or_else(|_| "?".into())))
-            .join(", ");
-        tracing::info!(
-            "Instance '{}' of model '{}' runs on OpenVINO's CPU device with {settings}.",
-            spec.name,
-            ctx.name
+        let model = Arc::new(compile(ctx)?);
+        list.push(SharedModel { config, version_dir: ctx.version_dir.clone(), model: Arc::downgrade(&model) });
+        Ok(model)
+    }
+}
+
+/// Reads, shapes and compiles the model for its device, with the properties its parameters ask for.
+fn compile(ctx: &ModelContext) -> Result<Compiled> {
+    let loaded = library::load().map_err(Error::unavailable)?;
+    let settings = Settings::read(ctx)?;
+    let (mut core, mut model) = read_model(&ctx.version_dir, &ctx.config, settings.extension.as_deref())?;
+    settings::check_device(&settings.device, &core.available_devices().map_err(Error::unavailable)?)?;
+    shapes::prepare(&mut model, &ctx.config, &settings)?;
+    let (inputs, outputs) = ports(&model)?;
+    let mut io = io_info(&inputs, &outputs, &ctx.config);
+    if settings.skip_dynamic_batch && ctx.config.max_batch_size > 0 {
+        // The model keeps its fixed batch (SKIP_OV_DYNAMIC_BATCHSIZE): the configuration's batch
+        // dimension stands for it, and a request's batch is checked against it when it runs.
+        io.inputs.iter_mut().chain(io.outputs.iter_mut()).filter_map(|p| p.dims.first_mut()).for_each(|d| *d = -1);
+    }
+    crate::model_config::autocomplete::check_io(&ctx.config, &io, "OpenVINO model")?;
+    for (key, value) in &settings.properties {
+        core.set_property(&settings.device, key, value)
+            .map_err(|e| Error::invalid(format!("model '{}': {e}", ctx.name)))?;
+    }
+    let compiled = core.compile(&model, &settings.device).map_err(Error::unavailable)?;
+    // The model as read is not needed once compiled: its graph and weights go now.
+    drop(model);
+    // What OpenVINO made of the hints, as it reports them (each worth knowing on a 2-4-core board).
+    let reported = ["PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS"]
+        .map(|k| format!("{k}={}", compiled.property(k).unwrap_or_else(|_| "?".into())))
+        .join(", ");
+    tracing::info!(
+        "Model '{}' version {} is compiled for OpenVINO's {} device with {reported}, for {} instance(s).",
+        ctx.name,
+        ctx.version,
+        settings.device,
+        settings::cpu_instances(&ctx.config)
+    );
+    if let Some(fixed) = shapes::fixed_batch(&inputs)
+        .filter(|&b| settings.skip_dynamic_batch && b < i64::from(ctx.config.max_batch_size))
+    {
+        tracing::warn!(
+            "Model '{}' keeps its fixed batch of {fixed} (SKIP_OV_DYNAMIC_BATCHSIZE) but its max_batch_size is {}: a \
+             request or dynamic batch of more than {fixed} rows fails; set max_batch_size to {fixed}.",
+            ctx.name,
+            ctx.config.max_batch_size
         );
-        let request = compiled.infer_request().map_err(Error::unavailable)?;
-        Ok(Box::new(OpenVinoInstance {
-            inputs: inputs.into_iter().map(|p| (p.name.clone(), p)).collect(),
-            request,
-            _compiled: compiled,
-            _core: core,
-            served_by: format!("OpenVINO {} ({})", loaded.version, loaded.path.display()),
-        }))
     }
-}
-
-struct OpenVinoInstance {
-    /// The model's inputs by name, to check requests against before OpenVINO sees them.
-    inputs: HashMap<String, PortInfo>,
-    // Field order is drop order: the request before the compiled model before the core.
-    request: ffi::InferRequest,
-    _compiled: ffi::CompiledModel,
-    _core: Core,
-    served_by: String,
-}
-
-impl OpenVinoInstance {
-    /// Checks request input `t` against the model (a mismatch is the client's error) and gives
-    /// OpenVINO a copy of it.
-    fn set_input(&mut self, t: &Tensor) -> Result<()> {
-        let port = self.inputs.get(&t.name).ok_or_else(|| {
-            let mut names: Vec<&str> = self.inputs.keys().map(String::as_str).collect();
-            names.sort_unstable();
-            Error::invalid(format!("the model has no input '{}' (it has: {})", t.name, names.join(", ")))
-        })?;
-        let elem = to_element_type(t.datatype).filter(|&e| e == port.elem).ok_or_else(|| {
-            Error::invalid(format!(
-                "input '{}' is {} but the model expects {}",
-                t.name,
-                t.datatype,
-                from_element_type(port.elem).map_or_else(|| format!("element type {}", port.elem), |d| d.to_string())
-            ))
-        })?;
-        if let Some(dims) = &port.dims {
-            let fits = dims.len() == t.shape.len()
-                && dims.iter().zip(&t.shape).all(|(d, &r)| r >= d.min && (d.max < 0 || r <= d.max));
-            if !fits {
-                return Err(Error::invalid(format!(
-                    "input '{}' has shape {:?} but the model expects {:?} (-1: any size)",
-                    t.name,
-                    t.shape,
-                    config_dims(dims)
-                )));
-            }
-        }
-        let bytes = t.data.as_host().ok_or_else(|| {
-            Error::unsupported(format!("input '{}' is in device memory, which this backend cannot read", t.name))
-        })?;
-        self.request.set_input(&t.name, elem, &t.shape, bytes).map_err(Error::invalid)
-    }
-}
-
-impl ModelInstance for OpenVinoInstance {
-    fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult> {
-        let t0 = Instant::now();
-        // An infer request keeps the tensors of its last run: an input left out (an `optional` one in
-        // the configuration) would be read from the previous request, another client's data.
-        if let Some(missing) = self.inputs.keys().find(|name| !req.inputs.iter().any(|t| &t.name == *name)) {
-            return Err(Error::invalid(format!(
-                "input '{missing}' is missing: the openvino backend needs every input of the model in each request"
-            )));
-        }
-        for t in &req.inputs {
-            self.set_input(t)?;
-        }
-        let t1 = Instant::now();
-        self.request.infer().map_err(Error::internal)?;
-        let t2 = Instant::now();
-        let mut outputs: Vec<Tensor> = Vec::with_capacity(req.outputs.len());
-        for name in &req.outputs {
-            let (elem, dims, data) = self.request.output(name).map_err(Error::internal)?;
-            let dt = from_element_type(elem).ok_or_else(|| {
-                Error::internal(format!(
-                    "output '{name}' has OpenVINO element type {elem}, which Triton cannot represent"
-                ))
-            })?;
-            outputs.push(Tensor::new(name.as_str(), dt, dims, Bytes::from(data)));
-        }
-        let t3 = Instant::now();
-        Ok(ExecResult { outputs, timings: ExecTimings::between(t0, t1, t2, t3), parameters: Default::default() })
-    }
-
-    fn served_by(&self) -> Option<String> {
-        Some(self.served_by.clone())
-    }
+    Ok(Compiled {
+        padded_batch: shapes::padded_batch(&inputs, &ctx.config, &settings),
+        // By the names requests use (the configuration's), which may differ from OpenVINO's by `:0`.
+        inputs: io.inputs.iter().map(|i| i.name.clone()).zip(inputs).collect(),
+        outputs: io.outputs.iter().map(|o| o.name.clone()).zip(outputs.into_iter().map(|p| p.name)).collect(),
+        compiled,
+        _core: core,
+        served_by: format!("the openvino backend (OpenVINO {}, {})", loaded.version, loaded.path.display()),
+    })
 }
 
 /// Completes an OpenVINO model's configuration from the model (inputs, outputs, datatypes and
@@ -428,8 +289,14 @@ impl crate::model_config::Completer for Completer {
         mut cfg: ModelConfig,
     ) -> std::result::Result<ModelConfig, ConfigFailure> {
         let Some(v) = crate::model_config::list_versions(dir).into_iter().next_back() else { return Ok(cfg) };
-        let io = read_model(&dir.join(v.to_string()), &cfg).and_then(|(_core, mut model)| {
-            dynamic_batch(&mut model, &cfg)?;
+        let io = read_model(&dir.join(v.to_string()), &cfg, None).and_then(|(_core, mut model)| {
+            // The batch as the model will have it; the configuration's dims are not complete yet.
+            let skip = cfg
+                .parameters
+                .get("SKIP_OV_DYNAMIC_BATCHSIZE")
+                .is_some_and(|p| p.string_value.trim().eq_ignore_ascii_case("yes"));
+            let settings = Settings { skip_dynamic_batch: skip, ..Default::default() };
+            shapes::prepare(&mut model, &cfg, &settings)?;
             ports(&model)
         });
         match io {
@@ -438,7 +305,7 @@ impl crate::model_config::Completer for Completer {
                 if cfg.platform.is_empty() {
                     cfg.platform = NAME.into();
                 }
-                let io = io_info(&inputs, &outputs);
+                let io = io_info(&inputs, &outputs, &cfg);
                 crate::model_config::autocomplete::complete_onnx(&mut cfg, &io, self.default_max_batch_size);
                 Ok(cfg)
             }

@@ -50,19 +50,3 @@ fn default_max_batch_size_is_read_per_backend_then_globally() {
     assert_eq!(default_max_batch_size(&parse(&["default-max-batch-size=8", "openvino,default-max-batch-size=2"])), 2);
     assert_eq!(default_max_batch_size(&parse(&["openvino,default-max-batch-size=x"])), 4);
 }
-
-#[test]
-fn several_instances_share_the_cores_unless_the_model_sets_its_threads() {
-    use crate::proto::inference::ModelInstanceGroup;
-    let mut c = cfg("");
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    assert_eq!(shared_threads(&c, &[]), None, "no group");
-    c.instance_group = vec![ModelInstanceGroup { count: 1, ..Default::default() }];
-    assert_eq!(shared_threads(&c, &[]), None, "one instance");
-    c.instance_group = vec![
-        ModelInstanceGroup { count: 2, ..Default::default() },
-        ModelInstanceGroup { count: 1, ..Default::default() },
-    ];
-    assert_eq!(shared_threads(&c, &[]), Some((cores / 3).max(1)));
-    assert_eq!(shared_threads(&c, &[("INFERENCE_NUM_THREADS", "4".into())]), None);
-}

@@ -193,6 +193,7 @@ pub fn complete_config(
         .into());
     }
     resolve_backend(dir, &mut cfg)?;
+    tensorflow_platform(dir, &mut cfg);
     // Names from the configuration are checked before any of them is used to open a file.
     check_paths(&cfg, dir, from_request)?;
     if opts.autocomplete && cfg.backend == "onnxruntime" {
@@ -341,6 +342,40 @@ fn resolve_backend(dir: &Path, cfg: &mut ModelConfig) -> Result<()> {
     Ok(())
 }
 
+/// Backends whose instances never run on an NVIDIA GPU, so that KIND_AUTO is KIND_CPU for them even on
+/// a machine with one (a Jetson): the built-in openvino backend, which also serves TensorFlow models,
+/// runs on OpenVINO's devices (its TARGET_DEVICE parameter), never on CUDA.
+fn runs_on_cpu_only(backend: &str) -> bool {
+    matches!(backend, "openvino" | "tensorflow")
+}
+
+/// Triton's platform for a TensorFlow model that names none, from its model file: `tensorflow_graphdef`
+/// for a `model.graphdef` file, `tensorflow_savedmodel` for a `model.savedmodel` folder (left empty when
+/// neither is there). The platform picks the default model file name.
+fn tensorflow_platform(dir: &Path, cfg: &mut ModelConfig) {
+    if cfg.backend != "tensorflow" || !cfg.platform.is_empty() {
+        return;
+    }
+    let file = cfg.default_model_filename.as_str();
+    let has = |name: &str, folder: bool| {
+        file == name
+            || (file.is_empty()
+                && list_versions(dir).iter().any(|v| {
+                    let path = dir.join(v.to_string()).join(name);
+                    if folder {
+                        path.is_dir()
+                    } else {
+                        path.is_file()
+                    }
+                }))
+    };
+    if has("model.graphdef", false) {
+        cfg.platform = "tensorflow_graphdef".into();
+    } else if has("model.savedmodel", true) {
+        cfg.platform = "tensorflow_savedmodel".into();
+    }
+}
+
 /// Fills in the defaults Triton always applies, with or without auto-complete.
 fn normalize(cfg: &mut ModelConfig) {
     if cfg.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()).is_none() {
@@ -380,7 +415,7 @@ fn normalize(cfg: &mut ModelConfig) {
         // As Triton: KIND_AUTO runs on the GPUs where usable ones exist (a CUDA driver, and compute
         // capability at or above --min-supported-compute-capability), on the CPU otherwise.
         if g.kind == Kind::Auto as i32 {
-            let gpus = crate::platform::cuda::usable_gpus();
+            let gpus = if runs_on_cpu_only(&cfg.backend) { Vec::new() } else { crate::platform::cuda::usable_gpus() };
             if gpus.is_empty() {
                 g.kind = Kind::Cpu as i32;
             } else {
@@ -397,7 +432,10 @@ fn normalize(cfg: &mut ModelConfig) {
             g.gpus = if gpus.is_empty() { vec![0] } else { gpus };
         }
     }
-    if cfg.default_model_filename.is_empty() && matches!(cfg.backend.as_str(), "onnxruntime" | "python" | "tensorrt") {
+    let tensorflow = cfg.backend == "tensorflow" && cfg.platform.starts_with("tensorflow_");
+    if cfg.default_model_filename.is_empty()
+        && (tensorflow || matches!(cfg.backend.as_str(), "onnxruntime" | "python" | "tensorrt"))
+    {
         cfg.default_model_filename = model_filename(cfg);
     }
     // Triton reports the sequence batcher's defaults in the configuration: one second of idle time, and

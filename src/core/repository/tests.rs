@@ -85,6 +85,37 @@ fn config_errors_name_file_line_and_field() {
 }
 
 #[test]
+fn a_tensorflow_model_gets_triton_platform_and_file_name_from_its_model_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let io =
+        r#"input [{name: "x" data_type: TYPE_FP32 dims: [4]}] output [{name: "y" data_type: TYPE_FP32 dims: [3]}]"#;
+    let opts = RepoOptions { autocomplete: false, ..Default::default() };
+    let read = |name: &str, file: &str, folder: bool, text: &str| {
+        let dir = tmp.path().join(name);
+        let path = dir.join("1").join(file);
+        if folder {
+            fs::create_dir_all(&path).unwrap();
+        } else {
+            write(&path, "");
+        }
+        write(&dir.join("config.pbtxt"), text);
+        read_model_config(&dir, name, &opts, None).unwrap()
+    };
+    let cfg = read("gd", "model.graphdef", false, &format!("backend: \"tensorflow\" {io}"));
+    assert_eq!((cfg.platform.as_str(), cfg.default_model_filename.as_str()), ("tensorflow_graphdef", "model.graphdef"));
+    let cfg = read("sm", "model.savedmodel", true, &format!("backend: \"tensorflow\" {io}"));
+    assert_eq!(
+        (cfg.platform.as_str(), cfg.default_model_filename.as_str()),
+        ("tensorflow_savedmodel", "model.savedmodel")
+    );
+    // A platform alone names the backend, and a model folder without a configuration is found by its file.
+    let cfg = read("p", "model.graphdef", false, &format!("platform: \"tensorflow_graphdef\" {io}"));
+    assert_eq!((cfg.backend.as_str(), cfg.default_model_filename.as_str()), ("tensorflow", "model.graphdef"));
+    let cfg = read("bare", "model.graphdef", false, io);
+    assert_eq!((cfg.backend.as_str(), cfg.platform.as_str()), ("tensorflow", "tensorflow_graphdef"));
+}
+
+#[test]
 fn semantic_errors_are_reported() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("m");
@@ -222,4 +253,11 @@ fn validate_checks_an_ensemble_against_the_repository() {
     renamed.output[0].name = "P".into();
     configs.insert("m".to_string(), Ok(renamed));
     assert!(check_ensemble_in_repository(&ens, &configs).unwrap_err().message.contains("no such output"));
+}
+
+#[test]
+fn kind_auto_never_means_an_nvidia_gpu_for_openvino_models() {
+    // The normalizer asks for usable GPUs only for backends that can run on them.
+    assert!(runs_on_cpu_only("openvino") && runs_on_cpu_only("tensorflow"));
+    assert!(!runs_on_cpu_only("onnxruntime") && !runs_on_cpu_only("tensorrt") && !runs_on_cpu_only("python"));
 }
