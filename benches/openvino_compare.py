@@ -7,13 +7,13 @@ folder) is measured
 - at concurrency 1 over gRPC (perf_analyzer), the model configured with PERFORMANCE_HINT LATENCY,
   against `benchmark_app -hint latency`;
 - at concurrency 8 over gRPC, the model configured with PERFORMANCE_HINT THROUGHPUT, once as one
-  instance with dynamic batching (max_batch_size 8) and once as `count: <cores>` instances without
-  batching (and, for comparison, the LATENCY hint with batching, and with `count: <cores>` instances of
-  every core's threads each), against `benchmark_app -hint throughput`; the ratio is the best
-  variant's.
+  instance with dynamic batching (max_batch_size 8), as `count: <cores>` instances without batching,
+  and as both (and, for comparison, one instance with batching and the LATENCY hint), against
+  `benchmark_app -hint throughput`; the ratio is the best variant's.
 
-benchmark_app runs before and after the served rows of its mode and the two are averaged (the machines
-here are shared: drift between the runs is printed). Prints the served/benchmark_app throughput ratios,
+Each mode runs BENCH_ROUNDS rounds (2): benchmark_app, then the served rows, then benchmark_app again;
+each round's ratios are over the mean of the benchmark_app runs around it (the machines here are shared
+and noisy: the drift between those runs is printed; believe the spread of the rounds, not one). Prints the served/benchmark_app throughput ratios,
 the raw numbers, what OpenVINO made of the hints on each side, the server's time per request outside
 OpenVINO's infer, and the CPU time per inference of the server and of the client.
 
@@ -23,7 +23,7 @@ TRITONRS defaults to $TRITONRS_BIN, else target/release/tritonrs. perf_analyzer:
 $ANCHORS/bin/perf_analyzer, else .anchors/bin/perf_analyzer (scripts/test-tools.sh). The server finds
 OpenVINO through this Python's `openvino` package, the same library benchmark_app uses. Environment: BENCH_OV_SIZE (image side, 64),
 BENCH_APP_SECONDS (each benchmark_app run, 10), BENCH_INTERVAL_MS (3000), BENCH_STABILITY_PERCENT (40),
-BENCH_OV_CONCURRENCY (the throughput row's, 8).
+BENCH_OV_CONCURRENCY (the throughput row's, 8), BENCH_ROUNDS (2).
 """
 from __future__ import annotations
 
@@ -48,19 +48,17 @@ APP_SECONDS = os.environ.get("BENCH_APP_SECONDS", "10")
 INTERVAL_MS = os.environ.get("BENCH_INTERVAL_MS", "3000")
 STABILITY = os.environ.get("BENCH_STABILITY_PERCENT", "40")
 TP_CONCURRENCY = int(os.environ.get("BENCH_OV_CONCURRENCY", "8"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
 # scripts/test-tools.sh installs it into the repository's .anchors; ../shared/anchors/install.sh into $ANCHORS.
 PERF_ANALYZER = os.environ.get("PERF_ANALYZER") or next(
     (str(p) for p in (PERF, REPO / ".anchors/bin/perf_analyzer") if p.exists()), str(PERF))
 CORES = os.cpu_count() or 1
 # The served throughput variants: (model name, PERFORMANCE_HINT, max_batch_size, count, more parameters).
-# The last two are for comparison: the LATENCY hint's one stream gives a batch every core, where
-# THROUGHPUT's streams leave a single instance's one infer request on one stream's share of the cores;
-# and `count` instances each with every core's threads (one stream each) are not all pinned to the first
-# core, as `count` one-thread instances are (each compiles its own model, and OpenVINO pins each one's
-# stream to the first free core it sees, the same one).
+# count:N instances share one compiled model, a stream each; one instance has one infer request, so
+# under THROUGHPUT (a stream per core) it runs on one stream's share of the cores. The LATENCY row
+# (one stream with every core) is for comparison.
 TP_VARIANTS = [("ov_tp_batch", "THROUGHPUT", 8, 1, {}), ("ov_tp_count", "THROUGHPUT", 0, CORES, {}),
-               ("ov_tp_batch_lat", "LATENCY", 8, 1, {}),
-               ("ov_tp_count_threads", "LATENCY", 0, CORES, {"INFERENCE_NUM_THREADS": str(CORES)})]
+               ("ov_tp_batch_count", "THROUGHPUT", 8, CORES, {}), ("ov_tp_batch_lat", "LATENCY", 8, 1, {})]
 SETTINGS = ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "INFERENCE_PRECISION_HINT")
 
 
@@ -191,7 +189,8 @@ def served(tmp: Path, model: Path, name: str, hint: str, max_batch: int, count: 
         s.stop()
         s.log.seek(0)
         text = s.log.read().decode(errors="replace")
-    found = re.findall(r"runs on OpenVINO's CPU device with ([^\n]*?)\.\s*$", text, re.M)
+    # The backend's log line with what OpenVINO made of the hints ("... OpenVINO's CPU device with ...").
+    found = re.findall(r"OpenVINO's CPU device with ([^\n]*?)(?:, for \d+ instance\(s\))?\.\s*$", text, re.M)
     return r, sorted(set(found))
 
 
@@ -202,6 +201,7 @@ def mean_app(runs: list[dict]) -> dict:
 
 
 def report(title: str, app: dict, rows: list) -> None:
+    """One round of a mode: benchmark_app (the mean of the runs before and after it) and the served rows."""
     s = app["settings"]
     print(f"\n{title}\n  benchmark_app: {app['thr']:8,.1f} inf/s  p50 {app['p50']:6.2f} ms  cpu/inf {app['cpu_ms']:5.2f} ms"
           f"  (two runs {app['drift'] * 100:.0f}% apart; {', '.join(f'{k}={v}' for k, v in s.items())})")
@@ -217,30 +217,42 @@ def report(title: str, app: dict, rows: list) -> None:
               f"{r['server_cpu_ms']:.2f} client {r['client_cpu_ms']:.2f} ms\n  {'':40} {'; '.join(settings)}")
 
 
+def rounds(tmp: Path, model: Path, hint: str, variants: list, concurrency: int) -> list:
+    """ROUNDS rounds of the served `variants` at `concurrency`, benchmark_app `-hint` before, between and
+    after them: [(benchmark_app's mean of the runs around the round, [(label, result, settings)])]."""
+    apps, out = [benchmark_app(model, hint)], []
+    for i in range(ROUNDS):
+        rows = [(f"c{concurrency} {h} {'batching ' if batch else ''}count:{count}"
+                 + "".join(f" {k}={v}" for k, v in params.items()),
+                 *served(tmp, model, f"{name}_{i}", h, batch, count, concurrency, params))
+                for name, h, batch, count, params in variants]
+        apps.append(benchmark_app(model, hint))
+        out.append((mean_app(apps[-2:]), rows))
+    return out
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         model = write_model(tmp / "ir")
-        lat_app = [benchmark_app(model, "latency")]
-        lat = [("c1 LATENCY count:1",
-                *served(tmp, model, "ov_latency", "LATENCY", 0, 1, 1))]
-        lat_app.append(benchmark_app(model, "latency"))
-        tp_app = [benchmark_app(model, "throughput")]
-        tp = [(f"c{TP_CONCURRENCY} {hint} {'batching ' if batch else ''}count:{count}"
-               + "".join(f" {k}={v}" for k, v in params.items()),
-               *served(tmp, model, name, hint, batch, count, TP_CONCURRENCY, params))
-              for name, hint, batch, count, params in TP_VARIANTS]
-        tp_app.append(benchmark_app(model, "throughput"))
-    lat_app, tp_app = mean_app(lat_app), mean_app(tp_app)
+        lat = rounds(tmp, model, "latency", [("ov_latency", "LATENCY", 0, 1, {})], 1)
+        tp = rounds(tmp, model, "throughput", TP_VARIANTS, TP_CONCURRENCY)
     print(f"\nFP32 [1,3,{SIZE},{SIZE}] conv net on OpenVINO's CPU device, {CORES} cores; tritonrs over gRPC "
           f"(perf_analyzer) against benchmark_app on the same IR. server/req: the server's mean stage times "
           f"per request; cpu/req: CPU time per request of the server process and of perf_analyzer.")
-    report("Latency (concurrency 1, -hint latency):", lat_app, lat)
-    report(f"Throughput (concurrency {TP_CONCURRENCY}, -hint throughput):", tp_app, tp)
-    best = max(((r["thr"], label) for label, r, _ in tp if r), default=(0.0, "none"))
-    c1 = lat[0][1]["thr"] if lat[0][1] else 0.0
-    print(f"\nserved/benchmark_app: latency {c1 / lat_app['thr']:.2f}x, throughput {best[0] / tp_app['thr']:.2f}x "
-          f"(best variant: {best[1].strip()})")
+    for i, (app, rows) in enumerate(lat):
+        report(f"Latency (concurrency 1, -hint latency), round {i + 1}:", app, rows)
+    for i, (app, rows) in enumerate(tp):
+        report(f"Throughput (concurrency {TP_CONCURRENCY}, -hint throughput), round {i + 1}:", app, rows)
+
+    def ratios(mode: list) -> list[tuple[float, str]]:
+        """Per round, the best served row's throughput over benchmark_app's, and its label."""
+        return [max(((r["thr"] / app["thr"], label) for label, r, _ in rows if r), default=(0.0, "none"))
+                for app, rows in mode]
+
+    best = ratios(tp)
+    print(f"\nserved/benchmark_app by round: latency {', '.join(f'{x:.2f}x' for x, _ in ratios(lat))}; "
+          f"throughput {', '.join(f'{x:.2f}x ({label})' for x, label in best)}")
 
 
 BINARY = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("TRITONRS_BIN", TRITONRS))
