@@ -191,3 +191,19 @@ def test_an_ensemble_of_openvino_models(start_server, repo):
     want = reference("ov_int", once)[0]
     for protocol in ("http", "grpc"):
         np.testing.assert_array_equal(infer(s, protocol, "twice", {"A": a}, ["Z"])[0], want)
+
+
+def test_streams_beyond_the_instances_are_named_in_a_warning(start_server, repo):
+    import re
+    model_copy(repo, "ov_affine", "thru", param("PERFORMANCE_HINT", "THROUGHPUT"))
+    model_copy(repo, "ov_affine", "thru2", param("PERFORMANCE_HINT", "THROUGHPUT"), replace=("count: 1", "count: 8"))
+    s = start_server("--model-repository", repo)
+    for name, instances in (("thru", 1), ("thru2", 8)):
+        m = s.wait_for_log(rf"Model '{name}' version 1 is compiled for OpenVINO's CPU device with .*NUM_STREAMS=(\d+)")
+        streams = int(m.group(1))
+        warned = re.search(rf"Model '{name}' is compiled with {streams} OpenVINO streams but has {instances} instance\(s\)"
+                           rf".*Set instance_group count to {streams}", s.log)
+        assert bool(warned) == (streams > instances), (streams, s.log)
+    # On a machine with two or more cores OpenVINO's THROUGHPUT hint makes more streams than one instance uses.
+    if len(__import__("os").sched_getaffinity(0)) >= 2:
+        assert "Model 'thru' is compiled with" in s.log, s.log

@@ -240,6 +240,7 @@ fn compile(ctx: &ModelContext) -> Result<Compiled> {
     let reported = ["PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS"]
         .map(|k| format!("{k}={}", compiled.property(k).unwrap_or_else(|_| "?".into())))
         .join(", ");
+    warn_idle_streams(ctx, &compiled);
     tracing::info!(
         "Model '{}' version {} is compiled for OpenVINO's {} device with {reported}, for {} instance(s).",
         ctx.name,
@@ -266,6 +267,23 @@ fn compile(ctx: &ModelContext) -> Result<Compiled> {
         _core: core,
         served_by: format!("the openvino backend (OpenVINO {}, {})", loaded.version, loaded.path.display()),
     })
+}
+
+/// Each instance runs one infer request at a time, so streams beyond the instances stay idle: one
+/// instance of a THROUGHPUT-hinted model uses one core's share of the machine (measured with
+/// benches/openvino_compare.py: 0.5x of benchmark_app on 2 cores, against 0.9x with `count: 2`).
+fn warn_idle_streams(ctx: &ModelContext, compiled: &ffi::CompiledModel) {
+    let Ok(Ok(streams)) = compiled.property("NUM_STREAMS").map(|v| v.trim().parse::<usize>()) else { return };
+    let instances = settings::cpu_instances(&ctx.config);
+    if streams > instances {
+        tracing::warn!(
+            "Model '{}' is compiled with {streams} OpenVINO streams but has {instances} instance(s), each running one \
+             request at a time: {} stream(s) stay idle. Set instance_group count to {streams} (or NUM_STREAMS to \
+             {instances}).",
+            ctx.name,
+            streams - instances
+        );
+    }
 }
 
 /// Completes an OpenVINO model's configuration from the model (inputs, outputs, datatypes and
