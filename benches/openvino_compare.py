@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The openvino backend against OpenVINO's own `benchmark_app` on the same IR model, in one run: how
-much of OpenVINO's speed survives serving? A compute-bound conv net (FP32 [1,3,64,64], a few ms per
-inference on one core; weights fixed by a seed, generated with OpenVINO's Python API into a temporary
+much of OpenVINO's speed survives serving? A compute-bound conv net (FP32 [1,3,96,96], about 3.7 ms per
+inference on two cores; weights fixed by a seed, generated with OpenVINO's Python API into a temporary
 folder) is measured
 
 - at concurrency 1 over gRPC (perf_analyzer), the model configured with PERFORMANCE_HINT LATENCY,
@@ -9,7 +9,10 @@ folder) is measured
 - at concurrency 8 over gRPC, the model configured with PERFORMANCE_HINT THROUGHPUT, once as one
   instance with dynamic batching (max_batch_size 8), as `count: <cores>` instances without batching,
   and as both (and, for comparison, one instance with batching and the LATENCY hint), against
-  `benchmark_app -hint throughput`; the ratio is the best variant's.
+  `benchmark_app -hint throughput`; the ratio is the best variant's;
+- at concurrency 1 again with one OpenVINO thread on the first core on both sides and perf_analyzer on
+  the second (with two cores or more), so that the client's share of the cores is taken out and what is
+  left is the server's own cost and the gRPC round trip.
 
 Each mode runs BENCH_ROUNDS rounds (2): benchmark_app, then the served rows, then benchmark_app again;
 each round's ratios are over the mean of the benchmark_app runs around it (the machines here are shared
@@ -21,7 +24,7 @@ OpenVINO's infer, and the CPU time per inference of the server and of the client
 
 TRITONRS defaults to $TRITONRS_BIN, else target/release/tritonrs. perf_analyzer: $PERF_ANALYZER, else
 $ANCHORS/bin/perf_analyzer, else .anchors/bin/perf_analyzer (scripts/test-tools.sh). The server finds
-OpenVINO through this Python's `openvino` package, the same library benchmark_app uses. Environment: BENCH_OV_SIZE (image side, 64),
+OpenVINO through this Python's `openvino` package, the same library benchmark_app uses. Environment: BENCH_OV_SIZE (image side, 96),
 BENCH_APP_SECONDS (each benchmark_app run, 10), BENCH_INTERVAL_MS (3000), BENCH_STABILITY_PERCENT (40),
 BENCH_OV_CONCURRENCY (the throughput row's, 8), BENCH_ROUNDS (2).
 """
@@ -43,7 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from side_by_side import PERF, REPO, TRITONRS, Server, free_port  # noqa: E402
 
-SIZE = int(os.environ.get("BENCH_OV_SIZE", "64"))
+SIZE = int(os.environ.get("BENCH_OV_SIZE", "96"))
 APP_SECONDS = os.environ.get("BENCH_APP_SECONDS", "10")
 INTERVAL_MS = os.environ.get("BENCH_INTERVAL_MS", "3000")
 STABILITY = os.environ.get("BENCH_STABILITY_PERCENT", "40")
@@ -112,10 +115,10 @@ def benchmark_app_cmd() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "openvino.tools.benchmark.main"]
 
 
-def benchmark_app(model: Path, hint: str) -> dict:
+def benchmark_app(model: Path, hint: str, extra: tuple[str, ...] = ()) -> dict:
     """benchmark_app on the CPU device with `-hint`; its throughput, median latency, the settings it
     reports, and its CPU time per inference (compilation and start-up included, a small share)."""
-    cmd = [*benchmark_app_cmd(), "-m", str(model), "-d", "CPU", "-hint", hint, "-t", APP_SECONDS]
+    cmd = [*benchmark_app_cmd(), "-m", str(model), "-d", "CPU", "-hint", hint, "-t", APP_SECONDS, *extra]
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -231,12 +234,40 @@ def rounds(tmp: Path, model: Path, hint: str, variants: list, concurrency: int) 
     return out
 
 
+def pinned(tmp: Path, model: Path) -> list:
+    """Concurrency 1 with the client off the inference's core: benchmark_app and the server each run
+    OpenVINO on one thread on the first core (benchmark_app `-hint none -nstreams 1 -nthreads 1 -nireq 1`,
+    the served model INFERENCE_NUM_THREADS 1), and perf_analyzer runs on the second. What is left between
+    the two is the server's own cost and the gRPC round trip, not the client's share of the cores."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return []
+    out = []
+    try:
+        for i in range(ROUNDS):
+            os.sched_setaffinity(0, {cores[0]})
+            app = benchmark_app(model, "none", ("-nstreams", "1", "-nthreads", "1", "-nireq", "1"))
+            repo = tmp / f"repo-pinned-{i}"
+            name = write_config(repo, model, f"ov_pinned_{i}", "LATENCY", 0, 1, {"INFERENCE_NUM_THREADS": "1"})
+            server = serve(repo)  # started on the first core, which it keeps
+            try:
+                os.sched_setaffinity(0, {cores[1]})
+                r = perf(server, name, 1)
+            finally:
+                server.stop()
+            out.append(({**app, "drift": 0.0}, [("c1 one thread, client on its own core", r, [])]))
+    finally:
+        os.sched_setaffinity(0, set(cores))
+    return out
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         model = write_model(tmp / "ir")
         lat = rounds(tmp, model, "latency", [("ov_latency", "LATENCY", 0, 1, {})], 1)
         tp = rounds(tmp, model, "throughput", TP_VARIANTS, TP_CONCURRENCY)
+        pin = pinned(tmp, model)
     print(f"\nFP32 [1,3,{SIZE},{SIZE}] conv net on OpenVINO's CPU device, {CORES} cores; tritonrs over gRPC "
           f"(perf_analyzer) against benchmark_app on the same IR. server/req: the server's mean stage times "
           f"per request; cpu/req: CPU time per request of the server process and of perf_analyzer.")
@@ -244,6 +275,8 @@ def main() -> None:
         report(f"Latency (concurrency 1, -hint latency), round {i + 1}:", app, rows)
     for i, (app, rows) in enumerate(tp):
         report(f"Throughput (concurrency {TP_CONCURRENCY}, -hint throughput), round {i + 1}:", app, rows)
+    for i, (app, rows) in enumerate(pin):
+        report(f"Latency, one OpenVINO thread on core 0 each, perf_analyzer on core 1, round {i + 1}:", app, rows)
 
     def ratios(mode: list) -> list[tuple[float, str]]:
         """Per round, the best served row's throughput over benchmark_app's, and its label."""
@@ -252,7 +285,8 @@ def main() -> None:
 
     best = ratios(tp)
     print(f"\nserved/benchmark_app by round: latency {', '.join(f'{x:.2f}x' for x, _ in ratios(lat))}; "
-          f"throughput {', '.join(f'{x:.2f}x ({label})' for x, label in best)}")
+          f"throughput {', '.join(f'{x:.2f}x ({label})' for x, label in best)}; "
+          f"latency with the client on its own core {', '.join(f'{x:.2f}x' for x, _ in ratios(pin)) or 'n/a'}")
 
 
 BINARY = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("TRITONRS_BIN", TRITONRS))
