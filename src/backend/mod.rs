@@ -133,3 +133,15 @@ pub fn use_shared_library(config: &BackendConfig, name: &str) -> bool {
         .and_then(|m| m.get("use-shared-library"))
         .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on"))
 }
+
+/// Whether `bytes` shares memory with any of `regions`: a backend that hands its output memory to the
+/// response must copy an output that lies in a request's input (a runtime may return an input as an
+/// output), as that memory is not the response's to keep.
+pub(crate) fn overlaps(bytes: &[u8], regions: &[&[u8]]) -> bool {
+    let (start, end) = (bytes.as_ptr() as usize, bytes.as_ptr() as usize + bytes.len());
+    !bytes.is_empty()
+        && regions.iter().any(|r| {
+            let (rs, re) = (r.as_ptr() as usize, r.as_ptr() as usize + r.len());
+            start < re && rs < end
+        })
+}

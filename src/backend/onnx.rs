@@ -7,6 +7,7 @@
 
 mod accelerators;
 
+use crate::backend::overlaps;
 use crate::error::{Error, Result};
 use crate::model_api::types::{DataType, Tensor};
 use crate::model_api::{
@@ -599,16 +600,6 @@ impl<T: PrimitiveTensorElementType + bytemuck::Pod> AsRef<[u8]> for OrtOutput<T>
         // `output_tensor` extracted the value as `T` before wrapping it, so this does not fail.
         self.value.try_extract_tensor::<T>().map_or(&[], |(_, v)| bytemuck::cast_slice(v))
     }
-}
-
-/// Whether `bytes` shares memory with any of `regions`.
-fn overlaps(bytes: &[u8], regions: &[&[u8]]) -> bool {
-    let (start, end) = (bytes.as_ptr() as usize, bytes.as_ptr() as usize + bytes.len());
-    !bytes.is_empty()
-        && regions.iter().any(|r| {
-            let (rs, re) = (r.as_ptr() as usize, r.as_ptr() as usize + r.len());
-            start < re && rs < end
-        })
 }
 
 /// Turns an ORT output into a response tensor. Numbers stay in ONNX Runtime's memory (the tensor

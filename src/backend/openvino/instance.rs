@@ -5,6 +5,7 @@
 
 use super::ffi::{self, Input, RunError};
 use super::{config_dims, from_element_type, to_element_type, Compiled};
+use crate::backend::overlaps;
 use crate::error::{Error, Result};
 use crate::model_api::types::Tensor;
 use crate::model_api::{ExecRequest, ExecResult, ExecTimings, ModelInstance};
@@ -29,16 +30,6 @@ impl AsRef<[u8]> for OvOutput {
     fn as_ref(&self) -> &[u8] {
         self.output.as_ref()
     }
-}
-
-/// Whether `bytes` shares memory with any of `regions`.
-fn overlaps(bytes: &[u8], regions: &[&[u8]]) -> bool {
-    let (start, end) = (bytes.as_ptr() as usize, bytes.as_ptr() as usize + bytes.len());
-    !bytes.is_empty()
-        && regions.iter().any(|r| {
-            let (rs, re) = (r.as_ptr() as usize, r.as_ptr() as usize + r.len());
-            start < re && rs < end
-        })
 }
 
 impl OpenVinoInstance {
