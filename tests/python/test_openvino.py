@@ -50,6 +50,25 @@ def reason(s, name: str) -> str:
     return row["reason"]
 
 
+def concurrently(n: int, work) -> list:
+    """Runs `work(w)` for w in 0..n on n threads at once; the mismatches they return, and anything they
+    raise, in one list."""
+    errors: list = []
+
+    def run(w: int) -> None:
+        try:
+            errors.extend(work(w))
+        except Exception as e:  # noqa: BLE001 - returned to the caller
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_ir_outputs_match_openvino_at_batch_1_and_larger(start_server, repo, protocol):
     copy_models(repo, "ov_affine", src=OV_MODELS)
@@ -220,24 +239,16 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(start_server
     s = start_server("--model-repository", repo)
     rng = np.random.default_rng(3)
     xs = [[rng.standard_normal((1 + (k % 3), 4)).astype(np.float32) for k in range(4)] for _ in range(8)]
-    errors: list = []
+    def worker(w: int) -> list:
+        wrong = []
+        for x in xs[w]:
+            y, total = infer(s, protocol, "ov_affine", {"x": x}, ["y", "sum"])
+            want_y, want_sum = reference("ov_affine", x)
+            if not (np.allclose(y, want_y, rtol=1e-6, atol=1e-6) and np.allclose(total, want_sum, rtol=1e-6, atol=1e-6)):
+                wrong.append((w, x, y, want_y))
+        return wrong
 
-    def worker(w: int) -> None:
-        try:
-            for x in xs[w]:
-                y, total = infer(s, protocol, "ov_affine", {"x": x}, ["y", "sum"])
-                want_y, want_sum = reference("ov_affine", x)
-                if not (np.allclose(y, want_y, rtol=1e-6, atol=1e-6) and np.allclose(total, want_sum, rtol=1e-6,
-                                                                                        atol=1e-6)):
-                    errors.append((w, x, y, want_y))
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = concurrently(8, worker)
     assert not errors, errors[:3]
     st = s.client().get_inference_statistics("ov_affine")["model_stats"][0]
     rows = sum(x.shape[0] for w in xs for x in w)
@@ -353,14 +364,11 @@ def test_several_instances_share_one_compiled_model_with_a_stream_each(start_ser
     want = [compiled_here(x)[0] for x in xs]
     results: dict[int, np.ndarray] = {}
 
-    def one(i: int) -> None:
+    def one(i: int) -> list:
         results[i] = infer(s, "grpc", "big", {"x": xs[i]}, ["y"])[0]
+        return []
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert not concurrently(8, one)
     for i in range(8):
         # OpenVINO may compute in bf16 where the CPU has it; streams split the sums differently.
         np.testing.assert_allclose(results[i], want[i], rtol=1e-2, atol=0.5)

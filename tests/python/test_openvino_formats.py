@@ -9,7 +9,6 @@ own Python runtime on the same files and inputs."""
 from __future__ import annotations
 
 import shutil
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from helpers import REPO_ROOT, copy_models
-from test_openvino import infer, reason
+from test_openvino import concurrently, infer, reason
 
 FORMATS = REPO_ROOT / "model-repos" / "openvino_formats"
 
@@ -66,22 +65,15 @@ def test_concurrent_requests_to_a_graphdef_are_batched_and_each_gets_its_own_row
     s = start_server("--model-repository", repo)
     rng = np.random.default_rng(5)
     xs = [[rng.standard_normal((1 + (k % 2), 4)).astype(np.float32) for k in range(4)] for _ in range(8)]
-    errors: list = []
+    def worker(w: int) -> list:
+        wrong = []
+        for x in xs[w]:
+            (y,) = infer(s, "grpc", "gd_batched", {"x": x}, ["y"])
+            if not np.allclose(y, reference("tf_graphdef", x), rtol=1e-6, atol=1e-6):
+                wrong.append((w, x, y))
+        return wrong
 
-    def worker(w: int) -> None:
-        try:
-            for x in xs[w]:
-                (y,) = infer(s, "grpc", "gd_batched", {"x": x}, ["y"])
-                if not np.allclose(y, reference("tf_graphdef", x), rtol=1e-6, atol=1e-6):
-                    errors.append((w, x, y))
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = concurrently(8, worker)
     assert not errors, errors[:3]
     st = s.client().get_inference_statistics("gd_batched")["model_stats"][0]
     assert int(st["inference_count"]) == sum(x.shape[0] for w in xs for x in w), st
