@@ -10,6 +10,8 @@ folder) is measured
   instance with dynamic batching (max_batch_size 8), as `count: <cores>` instances without batching,
   and as both (and, for comparison, one instance with batching and the LATENCY hint), against
   `benchmark_app -hint throughput`; the ratio is the best variant's;
+- at concurrency 1 in-process: `tritonrs tune` drives the model through the server's core with no
+  transport and no client process, against `-hint latency` (the server's own cost alone);
 - at concurrency 1 again with one OpenVINO thread on the first core on both sides and perf_analyzer on
   the second (with two cores or more), so that the client's share of the cores is taken out and what is
   left is the server's own cost and the gRPC round trip.
@@ -261,6 +263,42 @@ def pinned(tmp: Path, model: Path) -> list:
     return out
 
 
+def in_process(tmp: Path, model: Path) -> list:
+    """Concurrency 1 through the server's core with no transport and no client process: `tritonrs tune`
+    loads the LATENCY-hinted model as the server does and keeps one request in flight from inside the
+    process, against `benchmark_app -hint latency` (what serving costs once gRPC and the client are
+    taken away)."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    space = tmp / "own-configuration.toml"
+    space.write_text("")  # a custom space with no keys: the model's own values only
+    out = []
+    for i in range(ROUNDS):
+        app = benchmark_app(model, "latency")
+        repo, folder = tmp / f"repo-tune-{i}", tmp / f"tune-{i}"
+        name = write_config(repo, model, f"ov_tune_{i}", "LATENCY", 0, 1)
+        cmd = [str(BINARY), "tune", "--model-repository", str(repo), "--model", name, "--search", f"custom:{space}",
+               "--concurrency", "1", "--measurement-interval-ms", INTERVAL_MS, "--stability-percentage", STABILITY,
+               "--max-trials", "20", "--quiet", "--output-dir", str(folder)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        result = None
+        if r.returncode != 0:
+            print(f"tritonrs tune failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+        else:
+            row = next(csv.DictReader(open(folder / "metrics-model-inference.csv")))
+
+            def us(key: str) -> float:
+                return float(row[key]) * 1000
+
+            result = {"thr": float(row["Throughput (infer/sec)"]), "p50": us("p50 Latency (ms)"), "batch": 1.0,
+                      "server": {"success": us("Avg Latency (ms)"), "queue": us("Server Queue time (ms)"),
+                                 "compute_input": us("Server Compute Input time (ms)"),
+                                 "compute_infer": us("Server Compute Infer time (ms)"),
+                                 "compute_output": us("Server Compute Output time (ms)")},
+                      "server_cpu_ms": float("nan"), "client_cpu_ms": 0.0}
+        out.append(({**app, "drift": 0.0}, [("c1 in-process (tritonrs tune)", result, [])]))
+    return out
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -268,6 +306,7 @@ def main() -> None:
         lat = rounds(tmp, model, "latency", [("ov_latency", "LATENCY", 0, 1, {})], 1)
         tp = rounds(tmp, model, "throughput", TP_VARIANTS, TP_CONCURRENCY)
         pin = pinned(tmp, model)
+        tune = in_process(tmp, model)
     print(f"\nFP32 [1,3,{SIZE},{SIZE}] conv net on OpenVINO's CPU device, {CORES} cores; tritonrs over gRPC "
           f"(perf_analyzer) against benchmark_app on the same IR. server/req: the server's mean stage times "
           f"per request; cpu/req: CPU time per request of the server process and of perf_analyzer.")
@@ -275,6 +314,8 @@ def main() -> None:
         report(f"Latency (concurrency 1, -hint latency), round {i + 1}:", app, rows)
     for i, (app, rows) in enumerate(tp):
         report(f"Throughput (concurrency {TP_CONCURRENCY}, -hint throughput), round {i + 1}:", app, rows)
+    for i, (app, rows) in enumerate(tune):
+        report(f"Latency in-process (no transport, no client), round {i + 1}:", app, rows)
     for i, (app, rows) in enumerate(pin):
         report(f"Latency, one OpenVINO thread on core 0 each, perf_analyzer on core 1, round {i + 1}:", app, rows)
 
@@ -286,7 +327,8 @@ def main() -> None:
     best = ratios(tp)
     print(f"\nserved/benchmark_app by round: latency {', '.join(f'{x:.2f}x' for x, _ in ratios(lat))}; "
           f"throughput {', '.join(f'{x:.2f}x ({label})' for x, label in best)}; "
-          f"latency with the client on its own core {', '.join(f'{x:.2f}x' for x, _ in ratios(pin)) or 'n/a'}")
+          f"latency with the client on its own core {', '.join(f'{x:.2f}x' for x, _ in ratios(pin)) or 'n/a'}; "
+          f"latency in-process {', '.join(f'{x:.2f}x' for x, _ in ratios(tune))}")
 
 
 BINARY = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("TRITONRS_BIN", TRITONRS))
