@@ -49,30 +49,15 @@ fn builtins() -> [Builtin; 5] {
         },
         Builtin {
             name: openvino::NAME,
-            // `--backend-config=openvino,library=PATH` is recorded before anything loads OpenVINO
-            // (once per process): by whichever of these is made first.
-            make: |config, _, _| {
-                openvino::configure_library(config);
-                Arc::new(openvino::OpenVinoBackend::default())
-            },
+            make: |config, _, _| Arc::new(openvino::OpenVinoBackend::new(config)),
             // Inputs, outputs and max_batch_size from the model, which only OpenVINO can read.
-            completer: |config| {
-                openvino::configure_library(config);
-                Ok(Some(Arc::new(openvino::Completer::new(config))))
-            },
+            completer: |config| Ok(Some(Arc::new(openvino::Completer::new(config)))),
         },
         Builtin {
             // TensorFlow GraphDef and SavedModel models, read by OpenVINO's TensorFlow frontend.
             name: openvino::formats::TENSORFLOW,
-            // The same OpenVINO library, from the openvino backend's settings.
-            make: |config, _, _| {
-                openvino::configure_library(config);
-                Arc::new(openvino::formats::TensorFlowBackend::default())
-            },
-            completer: |config| {
-                openvino::configure_library(config);
-                Ok(Some(Arc::new(openvino::formats::tensorflow_completer(config))))
-            },
+            make: |config, _, _| Arc::new(openvino::formats::TensorFlowBackend::new(config)),
+            completer: |config| Ok(Some(Arc::new(openvino::formats::tensorflow_completer(config)))),
         },
         Builtin {
             name: "python",

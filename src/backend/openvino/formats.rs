@@ -9,9 +9,8 @@
 //!
 //! Tensor names: OpenVINO names a GraphDef's ports as TensorFlow names tensors (`x:0`) and a
 //! SavedModel's by its signature's keys (`x`); Triton's TensorFlow backend names them `x`. A
-//! configuration may use either form ([`port_for`]); auto-complete writes the plain one.
+//! configuration may use either form ([`config_name`]); auto-complete writes the plain one.
 
-use super::ffi::PortInfo;
 use super::{Completer, OpenVinoBackend};
 use crate::error::{Error, Result};
 use crate::model_api::{Backend, BackendConfig, InstanceSpec, ModelContext, ModelInstance};
@@ -23,8 +22,14 @@ pub const TENSORFLOW: &str = "tensorflow";
 
 /// TensorFlow models (`backend: "tensorflow"`), read by OpenVINO's TensorFlow frontend: an openvino
 /// backend under another name.
-#[derive(Default)]
 pub struct TensorFlowBackend(OpenVinoBackend);
+
+impl TensorFlowBackend {
+    /// The same OpenVINO library as the openvino backend's, from its settings.
+    pub fn new(config: &BackendConfig) -> Self {
+        TensorFlowBackend(OpenVinoBackend::new(config))
+    }
+}
 
 impl Backend for TensorFlowBackend {
     fn name(&self) -> &'static str {
@@ -103,12 +108,6 @@ pub fn names_port(asked: &str, port: &str) -> bool {
     asked == port || asked.strip_suffix(":0") == Some(port) || port.strip_suffix(":0") == Some(asked)
 }
 
-/// The port a configuration or request name means: the one of that exact name, else the one it names
-/// with or without `:0`.
-pub fn port_for<'a>(ports: &'a [PortInfo], asked: &str) -> Option<&'a PortInfo> {
-    ports.iter().find(|p| p.name == asked).or_else(|| ports.iter().find(|p| names_port(asked, &p.name)))
-}
-
 /// The name port `port` goes by in a configuration whose tensors are `listed`: the listed name that
 /// means it, if any; else, for a TensorFlow model, the name without `:0` (as Triton's TensorFlow
 /// backend names tensors), else OpenVINO's name.
@@ -126,22 +125,14 @@ pub fn config_name(port: &str, listed: &[&str], tensorflow: bool) -> String {
 mod tests {
     use super::*;
 
-    fn port(name: &str) -> PortInfo {
-        PortInfo { name: name.into(), elem: super::super::ffi::F32, dims: None }
-    }
-
     #[test]
     fn a_name_means_its_port_with_or_without_the_output_index() {
-        let ports = [port("x:0"), port("y"), port("z:1")];
-        assert_eq!(port_for(&ports, "x").map(|p| p.name.as_str()), Some("x:0"));
-        assert_eq!(port_for(&ports, "x:0").map(|p| p.name.as_str()), Some("x:0"));
-        assert_eq!(port_for(&ports, "y:0").map(|p| p.name.as_str()), Some("y"));
+        assert!(names_port("x", "x:0") && names_port("x:0", "x:0") && names_port("y:0", "y"));
         // Only the first output of a node goes without its index.
-        assert!(port_for(&ports, "z").is_none());
-        assert!(port_for(&ports, "x:1").is_none());
+        assert!(!names_port("z", "z:1") && !names_port("x:1", "x:0"));
         // An exact name wins over another port it would also mean.
-        let both = [port("a:0"), port("a")];
-        assert_eq!(port_for(&both, "a").map(|p| p.name.as_str()), Some("a"));
+        assert_eq!(config_name("a", &["a:0", "a"], true), "a");
+        assert_eq!(config_name("a:0", &["a:0", "a"], true), "a:0");
     }
 
     #[test]

@@ -22,7 +22,6 @@ use crate::model_config::autocomplete::{IoInfo, ModelIoInfo};
 use crate::model_config::ConfigFailure;
 use crate::proto::inference::ModelConfig;
 use ffi::{Core, Dim, Model, PortInfo};
-pub use library::configure as configure_library;
 use settings::Settings;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -198,6 +197,13 @@ impl Backend for OpenVinoBackend {
 }
 
 impl OpenVinoBackend {
+    /// The backend, with `--backend-config=openvino,library=PATH` recorded before anything loads
+    /// OpenVINO (once per process; the TensorFlow backend and the completers read the same setting).
+    pub fn new(config: &BackendConfig) -> Self {
+        library::configure(config);
+        OpenVinoBackend::default()
+    }
+
     /// The compiled model of this load of `ctx`'s version: compiled by its first instance, shared by
     /// the others.
     fn compiled_model(&self, ctx: &ModelContext) -> Result<Arc<Compiled>> {
@@ -296,6 +302,8 @@ pub struct Completer {
 
 impl Completer {
     pub fn new(config: &BackendConfig) -> Self {
+        // Completion may be the first to load OpenVINO: the library setting must be known by then.
+        library::configure(config);
         Completer { default_max_batch_size: default_max_batch_size(config) }
     }
 }
