@@ -32,51 +32,52 @@ impl AsRef<[u8]> for OvOutput {
     }
 }
 
-impl OpenVinoInstance {
-    /// Checks request input `t` against the model (a mismatch is the client's error); with batch
-    /// padding, a smaller batch is reported in `padded` as the rows the model's fixed batch needs.
-    fn check_input(&self, t: &Tensor) -> Result<(&str, ffi::Elem, Option<i64>)> {
-        let port = self.model.inputs.get(&t.name).ok_or_else(|| {
-            let mut names: Vec<&str> = self.model.inputs.keys().map(String::as_str).collect();
-            names.sort_unstable();
-            Error::invalid(format!("the model has no input '{}' (it has: {})", t.name, names.join(", ")))
-        })?;
-        let elem = to_element_type(t.datatype).filter(|&e| e == port.elem).ok_or_else(|| {
-            Error::invalid(format!(
-                "input '{}' is {} but the model expects {}",
-                t.name,
-                t.datatype,
-                from_element_type(port.elem).map_or_else(|| format!("element type {}", port.elem), |d| d.to_string())
-            ))
-        })?;
-        let Some(dims) = &port.dims else { return Ok((&port.name, elem, None)) };
-        let pad_to = self.model.padded_batch.filter(|&b| t.shape.first().is_some_and(|&r| r < b));
-        let fits = dims.len() == t.shape.len()
-            && dims
-                .iter()
-                .zip(&t.shape)
-                .enumerate()
-                .all(|(i, (d, &r))| (i == 0 && pad_to.is_some()) || (r >= d.min && (d.max < 0 || r <= d.max)));
-        if !fits {
-            let fixed_batch = dims.first().filter(|d| d.is_fixed() && t.shape.first().is_some_and(|&r| r < d.min));
-            let hint = match fixed_batch {
-                Some(d) => format!(
-                    "; the model's batch is fixed at {}: set parameter ENABLE_BATCH_PADDING to YES to pad smaller \
+/// Checks request input `t` against the model (a mismatch is the client's error): OpenVINO's name for
+/// it, its element type, and with batch padding, for a smaller batch, the rows the model's fixed batch
+/// needs.
+fn check_input<'m>(model: &'m Compiled, t: &Tensor) -> Result<(&'m str, ffi::Elem, Option<i64>)> {
+    let port = model.inputs.get(&t.name).ok_or_else(|| {
+        let mut names: Vec<&str> = model.inputs.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        Error::invalid(format!("the model has no input '{}' (it has: {})", t.name, names.join(", ")))
+    })?;
+    let elem = to_element_type(t.datatype).filter(|&e| e == port.elem).ok_or_else(|| {
+        Error::invalid(format!(
+            "input '{}' is {} but the model expects {}",
+            t.name,
+            t.datatype,
+            from_element_type(port.elem).map_or_else(|| format!("element type {}", port.elem), |d| d.to_string())
+        ))
+    })?;
+    let Some(dims) = &port.dims else { return Ok((&port.name, elem, None)) };
+    let pad_to = model.padded_batch.filter(|&b| t.shape.first().is_some_and(|&r| r < b));
+    let fits = dims.len() == t.shape.len()
+        && dims
+            .iter()
+            .zip(&t.shape)
+            .enumerate()
+            .all(|(i, (d, &r))| (i == 0 && pad_to.is_some()) || (r >= d.min && (d.max < 0 || r <= d.max)));
+    if !fits {
+        let fixed_batch = dims.first().filter(|d| d.is_fixed() && t.shape.first().is_some_and(|&r| r < d.min));
+        let hint = match fixed_batch {
+            Some(d) => format!(
+                "; the model's batch is fixed at {}: set parameter ENABLE_BATCH_PADDING to YES to pad smaller \
                      batches",
-                    d.min
-                ),
-                None => String::new(),
-            };
-            return Err(Error::invalid(format!(
-                "input '{}' has shape {:?} but the model expects {:?} (-1: any size){hint}",
-                t.name,
-                t.shape,
-                config_dims(dims)
-            )));
-        }
-        Ok((&port.name, elem, pad_to))
+                d.min
+            ),
+            None => String::new(),
+        };
+        return Err(Error::invalid(format!(
+            "input '{}' has shape {:?} but the model expects {:?} (-1: any size){hint}",
+            t.name,
+            t.shape,
+            config_dims(dims)
+        )));
     }
+    Ok((&port.name, elem, pad_to))
+}
 
+impl OpenVinoInstance {
     /// The response tensor for output `name`, in place unless the request still writes its memory
     /// or it lies in an input's (OpenVINO may hand an input back as an output); `rows` keeps only
     /// the first rows of a padded batch.
@@ -129,10 +130,12 @@ impl ModelInstance for OpenVinoInstance {
                 "input '{missing}' is missing: the openvino backend needs every input of the model in each request"
             )));
         }
+        // The inputs' names are OpenVINO's, borrowed from the model while the instance's request runs.
+        let model = Arc::clone(&self.model);
         let mut checked = Vec::with_capacity(req.inputs.len());
         let mut rows = None;
         for t in &req.inputs {
-            let (port, elem, pad_to) = self.check_input(t)?;
+            let (port, elem, pad_to) = check_input(&model, t)?;
             let bytes = t.data.as_host().ok_or_else(|| {
                 Error::unsupported(format!("input '{}' is in device memory, which this backend cannot read", t.name))
             })?;
@@ -140,7 +143,7 @@ impl ModelInstance for OpenVinoInstance {
             if let Some(to) = pad_to {
                 rows = Some((t.shape.first().copied().unwrap_or(0), to));
             }
-            checked.push((t, port.to_string(), elem, bytes, pad));
+            checked.push((t, port, elem, bytes, pad));
         }
         let align = |t: &Tensor| t.datatype.byte_size().unwrap_or(1);
         let inputs: Vec<Input<'_>> = checked

@@ -70,11 +70,11 @@ impl Settings {
         keys.sort();
         for key in keys {
             let value = cfg.parameters[key].string_value.trim();
+            if let Some(&k) = PROPERTIES.iter().find(|p| **p == key.as_str()) {
+                s.properties.extend(property(&ctx.name, k, value)?);
+                continue;
+            }
             match key.as_str() {
-                k if PROPERTIES.contains(&k) => {
-                    let k = PROPERTIES.iter().copied().find(|p| *p == k).unwrap_or_default();
-                    s.properties.extend(property(&ctx.name, k, value)?)
-                }
                 "TARGET_DEVICE" | DEVICE_ALIAS => s.device = device_name(&ctx.name, key, value)?,
                 "CPU_EXTENSION_PATH" => s.extension = Some(extension_path(ctx, value)?),
                 k if super::formats::TENSORFLOW_PARAMETERS.iter().any(|(p, _)| *p == k) => {
