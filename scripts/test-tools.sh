@@ -8,7 +8,8 @@
 #   - the CUDA runtime library perf_analyzer 2.60 dlopens for any --shared-memory (no GPU needed to load
 #     it), from the nvidia-pytriton 0.7.0 wheel the C API tests already use, into $ANCHORS/triton;
 #   - Model Analyzer 1.58 (PyPI triton-model-analyzer) in its own venv, $REPO/.ma-venv
-#     (tests/python/test_tune_ma.py).
+#     (tests/python/test_tune_ma.py);
+#   - tritonserver 2.51 (CPU, Python backend) from the same wheel, the differential tests' reference.
 # $ANCHORS defaults to $REPO/.anchors; the layout is that of ../shared/anchors/install.sh, so ANCHORS
 # may point at either. Afterwards $ANCHORS/bin/perf_analyzer runs perf_analyzer.
 #
@@ -77,6 +78,42 @@ W
     chmod +x "$A/bin/perf_analyzer"
     "$A/bin/perf_analyzer" --version >/dev/null 2>&1
     log "perf_analyzer ready in $((SECONDS - t0)) s: $A/bin/perf_analyzer"
+fi
+
+# NVIDIA's tritonserver 2.51 itself (CPU build with the Python backend, from the same nvidia-pytriton
+# wheel), the reference of the differential tests: $ANCHORS/bin/tritonserver runs it with the Python
+# backend preconfigured, its stub built for this interpreter and this repository's .venv (numpy 1.x) on PATH.
+TS="$A/triton/pytriton/tritonserver"
+if ! "$A/bin/tritonserver" --help >/dev/null 2>&1; then
+    t0=$SECONDS
+    log "tritonserver 2.51 from the nvidia-pytriton 0.7.0 wheel"
+    ls "$CACHE"/nvidia_pytriton-0.7.0-*.whl >/dev/null 2>&1 ||
+        "$PY" -m pip download -q --no-deps -d "$CACHE" nvidia-pytriton==0.7.0
+    "$PY" - "$CACHE" "$A/triton" <<'PY'
+import glob, sys, zipfile
+wheel = sorted(glob.glob(f"{sys.argv[1]}/nvidia_pytriton-0.7.0-*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(sys.argv[2], [m for m in z.namelist()
+                               if m.startswith(("pytriton/tritonserver/", "nvidia_pytriton.libs/"))])
+PY
+    pyver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+    chmod +x "$TS/bin/tritonserver"
+    if [ -e "$TS/python_backend_stubs/$pyver/triton_python_backend_stub" ]; then
+        cp "$TS/python_backend_stubs/$pyver/triton_python_backend_stub" "$TS/backends/python/"
+        chmod +x "$TS/backends/python/triton_python_backend_stub"
+    else
+        log "no Python backend stub for Python $pyver in the wheel; tritonserver's Python models will not load"
+    fi
+    cat > "$A/bin/tritonserver" <<W
+#!/bin/sh
+# tritonserver 2.51 (scripts/test-tools.sh); Python models run in the stub with the repository's .venv
+export PATH="$REPO/.venv/bin:\$PATH"
+export LD_LIBRARY_PATH="$A/triton/nvidia_pytriton.libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+exec "$TS/bin/tritonserver" --backend-directory="$TS/backends" --cache-directory="$TS/caches" "\$@"
+W
+    chmod +x "$A/bin/tritonserver"
+    "$A/bin/tritonserver" --help >/dev/null 2>&1
+    log "tritonserver ready in $((SECONDS - t0)) s: $A/bin/tritonserver"
 fi
 
 MA="$REPO/.ma-venv"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import _RUNNING, EXAMPLES, TritonServer
+from helpers import _RUNNING, EXAMPLES, TRITONSERVER, Tritonserver, TritonServer
 
 
 # ---- fixtures --------------------------------------------------------------------------------
@@ -63,3 +63,22 @@ def pytest_runtest_makereport(item, call):
         for s in list(_RUNNING):
             tail = "".join(s.log.splitlines(keepends=True)[-200:])
             rep.sections.append((f"tritonrs log ({s.name or 'server'} on port {s.port})", tail))
+
+
+@pytest.fixture
+def start_tritonserver():
+    """Factory: `start_tritonserver(*args, wait="ready", timeout=60, env=None)` starts NVIDIA's
+    tritonserver 2.51 (the reference, from scripts/test-tools.sh) on free loopback ports, stopped at the
+    end of the test; the test skips, saying why, where it is not installed (only x86_64 has it)."""
+    if not TRITONSERVER.exists():
+        pytest.skip(f"tritonserver 2.51 is not installed at {TRITONSERVER} (scripts/test-tools.sh installs it)")
+    servers: list[Tritonserver] = []
+
+    def _start(*args, wait: str | None = "ready", timeout: float = 60.0, env: dict | None = None) -> Tritonserver:
+        s = Tritonserver(list(args), name="tritonserver", env=env)
+        servers.append(s)
+        return s.start(wait=wait, timeout=timeout)
+
+    yield _start
+    for s in servers:
+        s.stop()

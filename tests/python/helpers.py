@@ -368,3 +368,62 @@ def copy_models(dest: Path, *names: str, src: Path = EXAMPLES) -> Path:
     for n in names:
         shutil.copytree(src / n, dest / n)
     return dest
+
+
+# ---- the reference: NVIDIA's tritonserver 2.51 -------------------------------------------------
+# scripts/test-tools.sh unpacks it from the nvidia-pytriton wheel (CPU build, Python backend) into
+# $ANCHORS; the differential tests run the same repository through it and through tritonrs.
+ANCHORS = Path(os.environ.get("ANCHORS", REPO_ROOT / ".anchors"))
+TRITONSERVER = Path(os.environ.get("TRITONSERVER", ANCHORS / "bin" / "tritonserver"))
+
+
+def free_port() -> int:
+    """A loopback port free right now (tritonserver cannot bind port 0 and report it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Tritonserver(TritonServer):
+    """One running tritonserver 2.51: the same client helpers as TritonServer, on ports picked here."""
+
+    def start(self, wait: str | None = "ready", timeout: float = 60.0) -> "Tritonserver":
+        if not TRITONSERVER.exists():
+            raise RuntimeError(f"tritonserver not found at {TRITONSERVER}; run scripts/test-tools.sh")
+        self.port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        cmd = [str(TRITONSERVER), f"--http-port={self.port}", f"--grpc-port={self.grpc_port}",
+               f"--metrics-port={self.metrics_port}", "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
+               *self.args]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE,
+                                     env={**os.environ, **self.env})
+        _RUNNING.append(self)
+        self._port_found.set()
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        path = "/v2/health/ready" if wait == "ready" else "/v2/health/live"
+        while wait is not None:
+            try:
+                if self.get(path, timeout=5).status == 200:
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                self._reader.join(2)
+                raise RuntimeError(f"tritonserver exited with {self.proc.returncode}:\n{self.log}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"tritonserver's {path} did not return 200 within {timeout}s:\n{self.log}")
+            time.sleep(0.1)
+        return self
+
+    def _drain(self):
+        # No port lines to look for: the ports were chosen before the start.
+        assert self.proc and self.proc.stderr
+        for raw in iter(self.proc.stderr.readline, b""):
+            with self._lock:
+                self._lines.append(raw.decode("utf-8", "replace"))
+        self.proc.stderr.close()
+
+    def metrics_text(self) -> str:
+        return urllib.request.urlopen(f"http://{self.host}:{self.metrics_port}/metrics", timeout=10).read().decode()
