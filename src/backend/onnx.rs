@@ -6,6 +6,7 @@
 #![allow(unsafe_code)]
 
 mod accelerators;
+mod options;
 
 use crate::backend::overlaps;
 use crate::error::{Error, Result};
@@ -71,6 +72,18 @@ impl OnnxBackend {
             .get_or_init(|| init_runtime(self.explicit_library.as_deref()))
             .as_ref()
             .map_err(|e| Error::unavailable(e.clone()))
+    }
+}
+
+/// ONNX Runtime's log messages, into the server's log: warnings and errors as such, its info and
+/// verbose messages (which a session only sends when the server logs verbosely, see
+/// `session_options`) as verbose ones.
+fn forward_ort_log(level: ort::logging::LogLevel, _category: &str, _id: &str, location: &str, message: &str) {
+    use ort::logging::LogLevel;
+    match level {
+        LogLevel::Verbose | LogLevel::Info => tracing::debug!("ONNX Runtime ({location}): {message}"),
+        LogLevel::Warning => tracing::warn!("ONNX Runtime ({location}): {message}"),
+        LogLevel::Error | LogLevel::Fatal => tracing::error!("ONNX Runtime ({location}): {message}"),
     }
 }
 
@@ -148,7 +161,9 @@ fn init_runtime(explicit: Option<&Path>) -> std::result::Result<Environment, Str
             Ok(builder) => {
                 return builder
                     .with_name("tritonrs")
+                    .with_logger(Arc::new(forward_ort_log))
                     .build()
+                    .inspect(|env| env.set_log_level(ort::logging::LogLevel::Warning))
                     .map_err(|e| format!("ONNX Runtime at '{}' failed to initialize: {e}", path.display()));
             }
             Err(e) => {
@@ -175,29 +190,6 @@ fn init_runtime(explicit: Option<&Path>) -> std::result::Result<Environment, Str
     ))
 }
 
-/// A model parameter from `config.pbtxt` (`parameters { key: ... value: { string_value: ... } }`).
-fn param<'a>(ctx: &'a ModelContext, key: &str) -> Option<&'a str> {
-    ctx.config.parameters.get(key).map(|p| p.string_value.as_str()).filter(|s| !s.is_empty())
-}
-
-/// Most threads a model may ask ONNX Runtime for in one pool (`intra_op_thread_count`,
-/// `inter_op_thread_count`): each is an OS thread, created when the session is.
-const MAX_ORT_THREADS: usize = 1024;
-
-fn param_threads(ctx: &ModelContext, key: &str) -> Result<Option<usize>> {
-    let Some(v) = param(ctx, key) else { return Ok(None) };
-    let n = v.trim().parse::<usize>().map_err(|_| {
-        Error::invalid(format!("model '{}': parameter '{key}' must be a non-negative integer, got '{v}'", ctx.name))
-    })?;
-    if n > MAX_ORT_THREADS {
-        return Err(Error::invalid(format!(
-            "model '{}': parameter '{key}': {n} is over the limit of {MAX_ORT_THREADS} threads",
-            ctx.name
-        )));
-    }
-    Ok(Some(n))
-}
-
 /// The model file, which must exist.
 fn model_path(ctx: &ModelContext) -> Result<std::path::PathBuf> {
     let file = crate::model_config::model_file(&ctx.version_dir, &ctx.config)?;
@@ -220,8 +212,7 @@ impl Backend for OnnxBackend {
     fn check_instance(&self, ctx: &ModelContext, _spec: &InstanceSpec) -> Result<()> {
         self.environment()?;
         model_path(ctx)?;
-        param_threads(ctx, "intra_op_thread_count")?;
-        param_threads(ctx, "inter_op_thread_count")?;
+        options::read(&ctx.config)?;
         // A model's accelerator settings are checked before any hardware, so a typo is reported as such.
         accelerators::plan(&ctx.config, &cache_dir(ctx)).map(drop)
     }
@@ -229,16 +220,38 @@ impl Backend for OnnxBackend {
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let env = self.environment()?;
         let file = model_path(ctx)?;
+        let settings = options::read(&ctx.config)?;
+        if !settings.unknown.is_empty() {
+            tracing::warn!(
+                "Model '{}' has parameters that the ONNX Runtime backend does not know, which are ignored (as \
+                 tritonserver ignores them): {}.",
+                ctx.name,
+                settings.unknown.join(", ")
+            );
+        }
         let mut builder =
             Session::builder(env).map_err(|e| ort_err(ctx, "cannot create an ONNX Runtime session", e))?;
         for lib in ctx.config.model_operations.iter().flat_map(|o| &o.op_library_filename) {
             builder = register_op_library(builder, ctx, lib)?;
         }
-        builder = self.thread_options(ctx, builder)?;
+        builder = self.thread_options(ctx, &settings, builder)?;
+        builder = session_options(ctx, &settings, builder)?;
         let plan = accelerators::plan(&ctx.config, &cache_dir(ctx))?;
         let providers = match spec.kind {
-            InstanceKind::Gpu { device_id } => gpu_providers(spec, &plan, device_id)?,
-            InstanceKind::Cpu => cpu_providers(spec, &plan)?,
+            InstanceKind::Gpu { device_id } => gpu_providers(spec, &plan, &settings.cuda, device_id)?,
+            InstanceKind::Cpu => {
+                if !settings.cuda.is_empty() {
+                    let names: Vec<&str> = settings.cuda.iter().map(|(k, _)| k.as_str()).collect();
+                    tracing::info!(
+                        "Model '{}': the CUDA settings {} configure the CUDA execution provider of KIND_GPU \
+                         instances; instance '{}' is KIND_CPU and does not use them.",
+                        ctx.name,
+                        names.join(", "),
+                        spec.name
+                    );
+                }
+                cpu_providers(spec, &plan)?
+            }
         };
         if !providers.is_empty() {
             // `error_on_failure`: a provider that cannot start fails the load; never a silent CPU fallback.
@@ -250,17 +263,21 @@ impl Backend for OnnxBackend {
             .commit_from_file(&file)
             .map_err(|e| Error::invalid(format!("cannot load '{}': {e}", file.display())))?;
         check_io(ctx, &session)?;
-        Ok(Box::new(OnnxInstance { session, staging: Vec::new() }))
+        let run_options = run_options(ctx, &settings)?;
+        Ok(Box::new(OnnxInstance { session, run_options, staging: Vec::new() }))
     }
 }
+
+type Builder = ort::session::builder::SessionBuilder;
 
 impl OnnxBackend {
     /// The session's thread pools: spinning off unless allowed, and the model's thread counts.
     fn thread_options(
         &self,
         ctx: &ModelContext,
-        mut builder: ort::session::builder::SessionBuilder,
-    ) -> Result<ort::session::builder::SessionBuilder> {
+        settings: &options::Settings,
+        mut builder: Builder,
+    ) -> Result<Builder> {
         if !self.allow_spinning {
             builder = builder
                 .with_intra_op_spinning(false)
@@ -269,12 +286,12 @@ impl OnnxBackend {
                 .with_inter_op_spinning(false)
                 .map_err(|e| ort_err(ctx, "cannot turn off inter-op thread-pool spinning", e.into()))?;
         }
-        if let Some(n) = param_threads(ctx, "intra_op_thread_count")?.filter(|&n| n > 0) {
+        if let Some(n) = settings.intra_op_threads.filter(|&n| n > 0) {
             builder = builder
                 .with_intra_threads(n)
                 .map_err(|e| ort_err(ctx, "cannot set intra_op_thread_count", e.into()))?;
         }
-        if let Some(n) = param_threads(ctx, "inter_op_thread_count")?.filter(|&n| n > 0) {
+        if let Some(n) = settings.inter_op_threads.filter(|&n| n > 0) {
             builder = builder
                 .with_inter_threads(n)
                 .map_err(|e| ort_err(ctx, "cannot set inter_op_thread_count", e.into()))?;
@@ -283,18 +300,87 @@ impl OnnxBackend {
     }
 }
 
+/// The model's session options: execution mode, graph optimization level, memory arena and pattern,
+/// `session.*` config entries; and ONNX Runtime's own log of them (its "Session Options" line, at
+/// info level) when the server logs verbosely.
+fn session_options(ctx: &ModelContext, s: &options::Settings, mut builder: Builder) -> Result<Builder> {
+    use ort::session::builder::GraphOptimizationLevel as L;
+    let level = if tracing::enabled!(tracing::Level::DEBUG) {
+        ort::logging::LogLevel::Info
+    } else {
+        ort::logging::LogLevel::Warning
+    };
+    builder = builder.with_log_level(level).map_err(|e| ort_err(ctx, "cannot set the log level", e.into()))?;
+    if let Some(parallel) = s.parallel {
+        builder = builder
+            .with_parallel_execution(parallel)
+            .map_err(|e| ort_err(ctx, "cannot set execution_mode", e.into()))?;
+    }
+    let level = match s.graph_level {
+        options::GraphLevel::All => L::All,
+        options::GraphLevel::Basic => L::Level1,
+        options::GraphLevel::Extended => L::Level2,
+        options::GraphLevel::Disabled => L::Disable,
+    };
+    builder = builder
+        .with_optimization_level(level)
+        .map_err(|e| ort_err(ctx, "cannot set optimization.graph.level", e.into()))?;
+    if let Some(on) = s.mem_pattern {
+        builder =
+            builder.with_memory_pattern(on).map_err(|e| ort_err(ctx, "cannot set enable_mem_pattern", e.into()))?;
+    }
+    if let Some(on) = s.mem_arena {
+        builder = set_cpu_arena(ctx, builder, on)?;
+    }
+    for (k, v) in &s.session_entries {
+        builder = builder.with_config_entry(k, v).map_err(|e| ort_err(ctx, &format!("cannot set {k}"), e.into()))?;
+    }
+    Ok(builder)
+}
+
+/// `enable_mem_arena`: ONNX Runtime's `EnableCpuMemArena` / `DisableCpuMemArena` on the session options.
+fn set_cpu_arena(ctx: &ModelContext, mut builder: Builder, on: bool) -> Result<Builder> {
+    let api = ort::api();
+    // SAFETY: `builder` owns live session options (ort created them and keeps them until the session
+    // is committed); both calls only flip a flag in them and return a status that `ort_status` releases.
+    let status = unsafe {
+        if on {
+            (api.EnableCpuMemArena)(builder.ptr_mut())
+        } else {
+            (api.DisableCpuMemArena)(builder.ptr_mut())
+        }
+    };
+    ort_status(status, &format!("cannot set enable_mem_arena for model '{}'", ctx.name))?;
+    Ok(builder)
+}
+
+/// The run options every run of the instance gets (`memory.enable_memory_arena_shrinkage`), if any.
+fn run_options(ctx: &ModelContext, s: &options::Settings) -> Result<Option<ort::session::RunOptions>> {
+    if s.run_entries.is_empty() {
+        return Ok(None);
+    }
+    let mut run = ort::session::RunOptions::new().map_err(|e| ort_err(ctx, "cannot create run options", e))?;
+    for (k, v) in &s.run_entries {
+        run.set(k, v).map_err(|e| ort_err(ctx, &format!("cannot set {k}"), e))?;
+    }
+    Ok(Some(run))
+}
+
 /// An ONNX Runtime failure while building a model's session, as an internal error naming the model.
 fn ort_err(ctx: &ModelContext, what: &str, e: ort::Error) -> Error {
     Error::internal(format!("{what} for model '{}': {e}", ctx.name))
 }
 
-/// The execution providers of a KIND_GPU instance: the model's TensorRT accelerators, then CUDA.
+/// The execution providers of a KIND_GPU instance: the model's TensorRT accelerators, then CUDA with
+/// the options of the model's `cuda` accelerator and its CUDA `parameters`.
 fn gpu_providers(
     spec: &InstanceSpec,
     plan: &accelerators::Plan,
+    cuda_params: &[(String, String)],
     device_id: i32,
 ) -> Result<Vec<ort::ep::ExecutionProviderDispatch>> {
     let mut providers = Vec::new();
+    use ort::ep::ArbitrarilyConfigurableExecutionProvider as _;
     use ort::ep::ExecutionProvider as _;
     if !ort::ep::CUDA::is_available().unwrap_or(false) {
         return Err(Error::unavailable(format!(
@@ -315,12 +401,15 @@ fn gpu_providers(
         }
         let mut trt = ort::ep::TensorRT::default().with_device_id(device_id);
         for (k, v) in opts {
-            use ort::ep::ArbitrarilyConfigurableExecutionProvider as _;
             trt = trt.with_arbitrary_config(k, v);
         }
         providers.push(trt.build().error_on_failure());
     }
-    providers.push(ort::ep::CUDA::default().with_device_id(device_id).build().error_on_failure());
+    let mut cuda = ort::ep::CUDA::default().with_device_id(device_id);
+    for (k, v) in accelerators::cuda_options(plan, cuda_params) {
+        cuda = cuda.with_arbitrary_config(k, v);
+    }
+    providers.push(cuda.build().error_on_failure());
     Ok(providers)
 }
 
@@ -431,6 +520,8 @@ fn from_element_type(t: TensorElementType) -> Option<DataType> {
 
 struct OnnxInstance {
     session: Session,
+    /// Run options of every run (`memory.enable_memory_arena_shrinkage`); `None` runs with ORT's defaults.
+    run_options: Option<ort::session::RunOptions>,
     /// One aligned buffer per input position, reused from request to request for inputs whose bytes
     /// are not aligned for their element type (gRPC's `raw_input_contents` and HTTP's binary data sit
     /// at whatever offset the message put them). Reusing it spares each such request an allocation
@@ -492,8 +583,11 @@ impl ModelInstance for OnnxInstance {
         // Held by the outputs that stay in ONNX Runtime's memory (see OrtOutput).
         let session = self.session.inner();
         let t1 = Instant::now();
-        let mut outputs =
-            self.session.run(inputs).map_err(|e| Error::internal(format!("ONNX Runtime run failed: {e}")))?;
+        let run = match &self.run_options {
+            Some(options) => self.session.run_with_options(inputs, options),
+            None => self.session.run(inputs),
+        };
+        let mut outputs = run.map_err(|e| Error::internal(format!("ONNX Runtime run failed: {e}")))?;
         let t2 = Instant::now();
         // The memory the run's inputs were read from: an output over it is copied out (below).
         let input_memory: Vec<&[u8]> = req

@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 pub enum Accel {
     TensorRt(Vec<(String, String)>),
     OpenVino(Vec<(String, String)>),
+    /// `cuda`: options of the CUDA execution provider that KIND_GPU instances always use.
+    Cuda(Vec<(String, String)>),
 }
 
 impl Accel {
@@ -21,6 +23,7 @@ impl Accel {
         match self {
             Accel::TensorRt(_) => "TensorRT",
             Accel::OpenVino(_) => "OpenVINO",
+            Accel::Cuda(_) => "CUDA",
         }
     }
 }
@@ -51,6 +54,7 @@ const TENSORRT: &[(&str, &str, Kind)] = &[
     ("trt_dla_core", "trt_dla_core", Kind::Int),
     ("trt_engine_cache_enable", "trt_engine_cache_enable", Kind::Bool),
     ("trt_engine_cache_path", "trt_engine_cache_path", Kind::Text),
+    ("trt_engine_cache_prefix", "trt_engine_cache_prefix", Kind::Text),
     ("trt_dump_subgraphs", "trt_dump_subgraphs", Kind::Bool),
     ("trt_force_sequential_engine_build", "trt_force_sequential_engine_build", Kind::Bool),
     ("trt_context_memory_sharing_enable", "trt_context_memory_sharing_enable", Kind::Bool),
@@ -69,6 +73,31 @@ const TENSORRT: &[(&str, &str, Kind)] = &[
     ("trt_profile_max_shapes", "trt_profile_max_shapes", Kind::Text),
     ("trt_profile_opt_shapes", "trt_profile_opt_shapes", Kind::Text),
     ("trt_cuda_graph_enable", "trt_cuda_graph_enable", Kind::Bool),
+    ("trt_dump_ep_context_model", "trt_dump_ep_context_model", Kind::Bool),
+    ("trt_ep_context_file_path", "trt_ep_context_file_path", Kind::Text),
+    ("trt_ep_context_embed_mode", "trt_ep_context_embed_mode", Kind::Int),
+];
+
+/// The CUDA execution provider's options a `cuda` accelerator may set (ONNX Runtime's names; Triton
+/// passes them on as they are, and ONNX Runtime refuses unknown ones only when a GPU session is made,
+/// so they are checked here). `device_id` and the stream are the instance's.
+const CUDA: &[(&str, Kind)] = &[
+    ("gpu_mem_limit", Kind::Int),
+    ("arena_extend_strategy", Kind::Text),
+    ("cudnn_conv_algo_search", Kind::Text),
+    ("do_copy_in_default_stream", Kind::Bool),
+    ("cudnn_conv_use_max_workspace", Kind::Bool),
+    ("cudnn_conv1d_pad_to_nc1d", Kind::Bool),
+    ("enable_cuda_graph", Kind::Bool),
+    ("enable_skip_layer_norm_strict_mode", Kind::Bool),
+    ("use_tf32", Kind::Bool),
+    ("prefer_nhwc", Kind::Bool),
+    ("use_ep_level_unified_stream", Kind::Bool),
+    ("tunable_op_enable", Kind::Bool),
+    ("tunable_op_tuning_enable", Kind::Bool),
+    ("tunable_op_max_tuning_duration_ms", Kind::Int),
+    ("sdpa_kernel", Kind::Int),
+    ("fuse_conv_bias", Kind::Bool),
 ];
 
 /// OpenVINO parameters Triton's backend passes on (`device_type`, `precision`, ...), as ONNX Runtime
@@ -157,6 +186,35 @@ fn tensorrt(model: &str, a: &Accelerator, cache_dir: &Path) -> Result<Accel> {
     Ok(Accel::TensorRt(opts))
 }
 
+fn cuda(model: &str, a: &Accelerator) -> Result<Accel> {
+    let mut opts = Vec::new();
+    let mut keys: Vec<&String> = a.parameters.keys().collect();
+    keys.sort();
+    for key in keys {
+        let Some((_, kind)) = CUDA.iter().find(|(k, _)| k == key) else {
+            let known: Vec<&str> = CUDA.iter().map(|(k, _)| *k).collect();
+            return Err(Error::invalid(format!(
+                "model '{model}': execution accelerator 'cuda' has no parameter '{key}' (known: {})",
+                known.join(", ")
+            )));
+        };
+        opts.push((key.clone(), value(model, "cuda", key, &a.parameters[key], kind)?));
+    }
+    Ok(Accel::Cuda(opts))
+}
+
+/// The CUDA execution provider's options of a KIND_GPU instance: the `cuda` accelerator's, then the
+/// CUDA `parameters` of the model (`gpu_mem_limit`...), which win as in Triton's backend.
+pub fn cuda_options(plan: &Plan, params: &[(String, String)]) -> Vec<(String, String)> {
+    let mut opts: Vec<(String, String)> = Vec::new();
+    let accel = plan.gpu.iter().filter_map(|a| if let Accel::Cuda(o) = a { Some(o) } else { None }).flatten();
+    for (k, v) in accel.chain(params) {
+        opts.retain(|(have, _)| have != k);
+        opts.push((k.clone(), v.clone()));
+    }
+    opts
+}
+
 fn openvino(model: &str, a: &Accelerator) -> Result<Accel> {
     let mut opts = Vec::new();
     let mut keys: Vec<&String> = a.parameters.keys().collect();
@@ -184,10 +242,11 @@ pub fn plan(cfg: &ModelConfig, cache_dir: &Path) -> Result<Plan> {
     for a in &ea.gpu_execution_accelerator {
         plan.gpu.push(match a.name.as_str() {
             "tensorrt" => tensorrt(model, a, cache_dir)?,
+            "cuda" => cuda(model, a)?,
             other => {
                 return Err(Error::invalid(format!(
                     "model '{model}': unknown GPU execution accelerator '{other}' (the ONNX Runtime backend knows \
-                     'tensorrt'; the CUDA execution provider is used for KIND_GPU instances without one)"
+                     'tensorrt' and 'cuda'; the CUDA execution provider is used for every KIND_GPU instance)"
                 )))
             }
         });
