@@ -44,8 +44,39 @@ pub struct OnnxBackend {
     /// run by default, which on a device with 2 to 6 cores takes the CPU from the threads receiving
     /// the next request. Off unless asked for (measured in benches/large_tensor.py).
     allow_spinning: bool,
+    /// `--backend-config=onnxruntime,enable-global-threadpool=1` with its `intra_op_thread_count` and
+    /// `inter_op_thread_count`, as Triton's backend reads them; an `Err` says which setting is bad.
+    global_pool: std::result::Result<Option<GlobalPool>, String>,
     /// The process-wide ORT environment, created on first use; an `Err` records why loading failed.
     env: OnceLock<std::result::Result<Environment, String>>,
+}
+
+/// One pair of thread pools that every session shares (ONNX Runtime's global thread pools).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct GlobalPool {
+    /// Threads within an operator; 0 lets ONNX Runtime choose (the core count).
+    intra: usize,
+    /// Threads across operators (parallel execution mode); 0 lets ONNX Runtime choose.
+    inter: usize,
+}
+
+/// Reads the global thread pool settings of `--backend-config=onnxruntime,...`.
+fn global_pool(config: &BackendConfig) -> std::result::Result<Option<GlobalPool>, String> {
+    let get = |k: &str| config.get("onnxruntime", k);
+    let on = match get("enable-global-threadpool") {
+        None => false,
+        Some(v) => options::parse_bool(v).ok_or_else(|| {
+            format!("--backend-config=onnxruntime,enable-global-threadpool={v} is not 1 or 0 (true or false)")
+        })?,
+    };
+    let count = |k: &str| -> std::result::Result<usize, String> {
+        let Some(v) = get(k) else { return Ok(0) };
+        v.trim().parse::<usize>().ok().filter(|&n| n <= options::MAX_ORT_THREADS).ok_or_else(|| {
+            format!("--backend-config=onnxruntime,{k}={v} is not a thread count from 0 to {}", options::MAX_ORT_THREADS)
+        })
+    };
+    let pool = GlobalPool { intra: count("intra_op_thread_count")?, inter: count("inter_op_thread_count")? };
+    Ok(on.then_some(pool))
 }
 
 impl OnnxBackend {
@@ -63,13 +94,15 @@ impl OnnxBackend {
         OnnxBackend {
             explicit_library: config.get("onnxruntime", "library").map(PathBuf::from),
             allow_spinning,
+            global_pool: global_pool(config),
             env: OnceLock::new(),
         }
     }
 
     fn environment(&self) -> Result<&Environment> {
+        let pool = self.global_pool.as_ref().map_err(|e| Error::invalid(e.clone()))?;
         self.env
-            .get_or_init(|| init_runtime(self.explicit_library.as_deref()))
+            .get_or_init(|| init_runtime(self.explicit_library.as_deref(), *pool, self.allow_spinning))
             .as_ref()
             .map_err(|e| Error::unavailable(e.clone()))
     }
@@ -85,6 +118,17 @@ fn forward_ort_log(level: ort::logging::LogLevel, _category: &str, _id: &str, lo
         LogLevel::Warning => tracing::warn!("ONNX Runtime ({location}): {message}"),
         LogLevel::Error | LogLevel::Fatal => tracing::error!("ONNX Runtime ({location}): {message}"),
     }
+}
+
+/// ONNX Runtime's options for the global thread pools (ORT loaded).
+fn global_pool_options(
+    pool: GlobalPool,
+    allow_spinning: bool,
+) -> std::result::Result<ort::environment::GlobalThreadPoolOptions, ort::Error> {
+    ort::environment::GlobalThreadPoolOptions::default()
+        .with_intra_threads(pool.intra)?
+        .with_inter_threads(pool.inter)?
+        .with_spin_control(allow_spinning)
 }
 
 /// The library paths to try, in order.
@@ -150,7 +194,11 @@ fn dlopen_error(path: &Path) -> Option<String> {
     })
 }
 
-fn init_runtime(explicit: Option<&Path>) -> std::result::Result<Environment, String> {
+fn init_runtime(
+    explicit: Option<&Path>,
+    pool: Option<GlobalPool>,
+    allow_spinning: bool,
+) -> std::result::Result<Environment, String> {
     let mut tried = Vec::new();
     for path in candidates(explicit) {
         if !path.exists() {
@@ -158,7 +206,13 @@ fn init_runtime(explicit: Option<&Path>) -> std::result::Result<Environment, Str
             continue;
         }
         match ort::init_from(&path) {
-            Ok(builder) => {
+            Ok(mut builder) => {
+                if let Some(pool) = pool {
+                    builder = builder.with_global_thread_pool(
+                        global_pool_options(pool, allow_spinning)
+                            .map_err(|e| format!("cannot set up ONNX Runtime's global thread pool: {e}"))?,
+                    );
+                }
                 return builder
                     .with_name("tritonrs")
                     .with_logger(Arc::new(forward_ort_log))
@@ -278,6 +332,17 @@ impl OnnxBackend {
         settings: &options::Settings,
         mut builder: Builder,
     ) -> Result<Builder> {
+        if matches!(self.global_pool, Ok(Some(_))) {
+            // Triton's backend: with the global pools, a model's own thread counts are not used.
+            if settings.intra_op_threads.is_some() || settings.inter_op_threads.is_some() {
+                tracing::info!(
+                    "Model '{}': intra_op_thread_count and inter_op_thread_count are not used because \
+                     --backend-config=onnxruntime,enable-global-threadpool is on; the global pools' sizes apply.",
+                    ctx.name
+                );
+            }
+            return Ok(builder);
+        }
         if !self.allow_spinning {
             builder = builder
                 .with_intra_op_spinning(false)

@@ -163,3 +163,37 @@ def test_unknown_parameter_is_a_warning(start_server, repo):
     s = start_server("--model-repository", repo)
     s.wait_for_log(r"enable_mem_arenna")
     assert infer(s, 2) == -2.0
+
+
+def thread_count(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/task").iterdir()))
+
+
+def test_global_thread_pool_is_shared_by_every_session(start_server, repo, tmp_path):
+    """--backend-config=onnxruntime,enable-global-threadpool=1: one intra-op pool for all sessions, sized by
+    the backend config; the models' own thread counts are not used (as in tritonserver)."""
+    instances = 'instance_group [ { count: 3 kind: KIND_CPU } ]\n'
+    with_parameters(repo, ("intra_op_thread_count", "4"), extra=instances)
+    s = start_server("--model-repository", repo)
+    own_pools = thread_count(s.proc.pid)
+    s.stop()
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    with_parameters(shared, ("intra_op_thread_count", "4"), extra=instances)
+    s = start_server("--model-repository", shared, "--log-verbose=1",
+                     "--backend-config=onnxruntime,enable-global-threadpool=1",
+                     "--backend-config=onnxruntime,intra_op_thread_count=4")
+    line = s.wait_for_log(r"Session Options \{.*").group(0)
+    assert "use_per_session_threads:0 " in line, line
+    # Three sessions with their own pools of 4 have 3 helper threads each; the shared pool has 3 in all.
+    assert own_pools - thread_count(s.proc.pid) >= 6, (own_pools, thread_count(s.proc.pid))
+    assert infer(s, 5) == -5.0
+    assert "enable-global-threadpool is on" in s.log
+
+
+def test_bad_global_thread_pool_setting_makes_onnx_models_unavailable(start_server, repo):
+    with_parameters(repo)
+    s = start_server("--model-repository", repo, "--backend-config=onnxruntime,enable-global-threadpool=sure",
+                     wait="live")
+    assert "enable-global-threadpool=sure" in unavailable_reason(s)

@@ -219,3 +219,27 @@ mod output_tests {
         assert!(!overlaps(&buf[10..10], &[&buf[..]]), "no bytes share nothing");
     }
 }
+
+#[test]
+fn global_thread_pool_settings_are_read_as_tritons_backend_reads_them() {
+    use super::{global_pool, BackendConfig, GlobalPool};
+    let parse = |v: &[&str]| {
+        let values: Vec<String> = v.iter().map(|s| s.to_string()).collect();
+        global_pool(&BackendConfig::parse(&values).unwrap())
+    };
+    assert_eq!(parse(&[]), Ok(None));
+    assert_eq!(parse(&["onnxruntime,intra_op_thread_count=2"]), Ok(None));
+    assert_eq!(
+        parse(&[
+            "onnxruntime,enable-global-threadpool=1",
+            "onnxruntime,intra_op_thread_count=2",
+            "onnxruntime,inter_op_thread_count=3"
+        ]),
+        Ok(Some(GlobalPool { intra: 2, inter: 3 }))
+    );
+    assert_eq!(parse(&["onnxruntime,enable-global-threadpool=true"]), Ok(Some(GlobalPool { intra: 0, inter: 0 })));
+    let e = parse(&["onnxruntime,enable-global-threadpool=sure"]).unwrap_err();
+    assert!(e.contains("enable-global-threadpool=sure"), "{e}");
+    let e = parse(&["onnxruntime,enable-global-threadpool=1", "onnxruntime,intra_op_thread_count=x"]).unwrap_err();
+    assert!(e.contains("intra_op_thread_count=x"), "{e}");
+}
