@@ -13,6 +13,7 @@ fn the_linker_exports_every_api_function_and_nothing_else() {
         include_str!("metrics.rs"),
         include_str!("resources.rs"),
         include_str!("agent_api.rs"),
+        include_str!("cache_api.rs"),
     ]
     .concat();
     let mut defined: Vec<&str> = code
