@@ -9,7 +9,9 @@
  *   -DOMIT_INSERT      leaves TRITONCACHE_CacheInsert out (a library the server must refuse).
  *
  * Its settings come as tritonserver passes them, a JSON object of strings; "counters" names a file
- * rewritten after every call: "lookups=<n> hits=<n> misses=<n> inserts=<n> entries=<n> config=<json>".
+ * rewritten after every call: "lookups=<n> hits=<n> misses=<n> inserts=<n> entries=<n> config=<json>";
+ * "dump" names a file that gets one line per stored entry, its buffers in hex (the key left out, so
+ * two servers' dumps compare).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -67,6 +69,7 @@ typedef struct {
   pthread_mutex_t mu;
   Entry* entries;
   char counters[1024];
+  char dump[1024];
   char config[1024];
   unsigned lookups, hits, misses, inserts, entry_count;
 } Cache;
@@ -115,6 +118,7 @@ TRITONSERVER_Error* TRITONCACHE_CacheInitialize(TRITONCACHE_Cache** cache, const
   if (c == NULL) return TRITONSERVER_ErrorNew(ERROR_INTERNAL, "out of memory");
   pthread_mutex_init(&c->mu, NULL);
   setting(config, "counters", c->counters, sizeof c->counters);
+  setting(config, "dump", c->dump, sizeof c->dump);
   snprintf(c->config, sizeof c->config, "%s", config);
   report(c);
   *cache = (TRITONCACHE_Cache*)c;
@@ -170,6 +174,20 @@ TRITONSERVER_Error* TRITONCACHE_CacheLookup(TRITONCACHE_Cache* cache, const char
 }
 
 #ifndef OMIT_INSERT
+/* Appends the entry's buffers in hex to the dump file; called with the lock held. */
+static void dump(Cache* c, const Entry* e) {
+  if (c->dump[0] == '\0') return;
+  FILE* f = fopen(c->dump, "a");
+  if (f == NULL) return;
+  for (size_t i = 0; i < e->count; i++) {
+    const unsigned char* b = e->base[i];
+    fputs(i == 0 ? "" : " ", f);
+    for (size_t j = 0; j < e->size[i]; j++) fprintf(f, "%02x", b[j]);
+  }
+  fputc('\n', f);
+  fclose(f);
+}
+
 /* Allocates a buffer of each placeholder's size, sets it in the entry and has the server copy into it. */
 static TRITONSERVER_Error* fill(TRITONCACHE_CacheEntry* entry, TRITONCACHE_Allocator* allocator, Entry* e) {
   TRY(TRITONCACHE_CacheEntryBufferCount(entry, &e->count));
@@ -206,6 +224,7 @@ TRITONSERVER_Error* TRITONCACHE_CacheInsert(TRITONCACHE_Cache* cache, const char
       e->next = c->entries;
       c->entries = e;
       c->entry_count++;
+      dump(c, e);
     } else if (e != NULL) {
       for (size_t i = 0; i < e->count && i < MAX_BUFFERS; i++) free(e->base[i]);
       free(e);

@@ -1,6 +1,8 @@
 """Response-cache libraries through TRITONCACHE (`--cache-directory`, issue 35): tests/capi/test_cache.c,
 a cache written against the documented API, is built here with the system C compiler, and Triton's
 own `libtritoncache_local.so` (tritonserver 2.51's, from the anchors) runs as a second implementation.
+Differential: the C cache in tritonserver 2.51 and in tritonrs, on the same Python model and requests,
+is asked the same things, gets the same settings and stores the same bytes.
 A repeated request is answered from the library: its counters show the hit, the model did not run
 again, and statistics and metrics count it. A library that is missing, lacks an entry point or was
 built for another API version stops the server at start, as tritonserver stops."""
@@ -11,13 +13,16 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from helpers import BIN, REPO_ROOT, run_cli
+from helpers import BIN, REPO_ROOT, TRITONSERVER, copy_models, free_port, run_cli
 from test_cache import MODEL, cached_repo, infer
 from test_metrics import scrape
 
@@ -127,3 +132,59 @@ def test_a_cache_that_cannot_run_stops_the_server_at_start(repo, tmp_path, defin
                 "--cache-directory", str(caches), "--cache-config=gone,size=1024", timeout=60)
     assert r.returncode != 0, r.stderr
     assert re.search(expected, r.stderr), r.stderr
+    # tritonserver 2.51 refuses the same library at start too.
+    if TRITONSERVER.exists():
+        t = subprocess.run([str(TRITONSERVER), "--model-repository", str(repo), "--cache-directory", str(caches),
+                            "--cache-config=gone,size=1024", f"--http-port={free_port()}", f"--grpc-port={free_port()}",
+                            "--allow-metrics=false"], capture_output=True, text=True, timeout=120)
+        assert t.returncode != 0 and "error: creating server" in t.stderr and "cache" in t.stderr, t.stderr
+
+
+def settled_statistics(c, model: str, requests: int) -> dict:
+    """The model's statistics once all `requests` are in them: tritonserver records a request's
+    statistics after its response is sent, so they can lag the response by a moment."""
+    deadline = time.monotonic() + 30
+    while True:
+        st = c.get_inference_statistics(model)["model_stats"][0]
+        done = st["inference_stats"]["success"]["count"]
+        if done >= requests and st["execution_count"] + st["inference_stats"]["cache_hit"]["count"] >= requests:
+            return st
+        if time.monotonic() > deadline:
+            return st
+        time.sleep(0.1)
+
+
+def test_the_same_cache_library_sees_the_same_calls_settings_and_bytes_in_both_servers(
+        start_server, start_tritonserver, repo, tmp_path):
+    caches = tmp_path / "caches"
+    build_cache(caches, "memo")
+    copy_models(repo, "add_sub", src=REPO_ROOT / "model-repos" / "python")
+    cfg = repo / "add_sub" / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + "response_cache { enable: true }\n")
+    a = np.array([1, 2, 3, 4], np.float32)
+    seen = {}
+    for who, start, extra in (("tritonserver", start_tritonserver, []),
+                              ("tritonrs", start_server, [f"--backend-config=python,python-executable={sys.executable}"])):
+        log, dump = tmp_path / f"{who}.counters", tmp_path / f"{who}.dump"
+        s = start("--model-repository", repo, "--cache-directory", caches, *extra,
+                  f"--cache-config=memo,counters={log}", f"--cache-config=memo,dump={dump}")
+        c = s.client()
+        answers = []
+        for b in (a, a, a * 2):
+            inputs = []
+            for name, x in (("INPUT0", a), ("INPUT1", b)):
+                i = httpclient.InferInput(name, [4], "FP32")
+                i.set_data_from_numpy(x)
+                inputs.append(i)
+            r = c.infer("add_sub", inputs)
+            answers.append((r.as_numpy("OUTPUT0").tolist(), r.as_numpy("OUTPUT1").tolist()))
+        st = settled_statistics(c, "add_sub", 3)
+        s.stop()
+        n = counters(log)
+        config = n.pop("config").replace(str(log), "LOG").replace(str(dump), "DUMP")
+        seen[who] = (answers, n, config, dump.read_text().splitlines(), st["execution_count"],
+                     st["inference_stats"]["cache_hit"]["count"])
+    assert seen["tritonrs"][1] == {"lookups": "3", "hits": "1", "misses": "2", "inserts": "2", "entries": "2"}
+    assert len(seen["tritonrs"][3]) == 2 and all(seen["tritonrs"][3]), seen["tritonrs"][3]
+    # Outputs, counters, settings JSON, the packed entries byte for byte, executions and hits.
+    assert seen["tritonrs"] == seen["tritonserver"]
