@@ -119,8 +119,7 @@ pub fn serve_options(args: &ServeArgs) -> Result<ServerOptions> {
     } else {
         None
     };
-    opts.cache_bytes = crate::core::cache::parse_cache_config(&args.cache_config)?
-        .or(args.response_cache_byte_size.filter(|&n| n > 0));
+    (opts.cache_bytes, opts.cache_library) = response_cache(args)?;
     opts.trace = trace;
     opts.pools = args.memory.pool_options();
     // After the flags are checked and before any port is bound: a repository that cannot be read is a
@@ -137,6 +136,25 @@ pub fn serve_options(args: &ServeArgs) -> Result<ServerOptions> {
 type Remotes = Vec<Arc<dyn RemoteRepository>>;
 
 /// The repositories as the core sees them (a cloud repository by its local view), and the cloud ones.
+/// The response cache `--cache-config` and `--cache-directory` ask for: the built-in LRU's size, or a
+/// TRITONCACHE library, loaded and initialized now (one that cannot be is a start-up error, as in
+/// tritonserver). `local` stays the built-in cache unless `--cache-directory` was given and holds a
+/// `local` library: Triton's own library then runs, as tritonserver would run it.
+#[allow(clippy::type_complexity)]
+fn response_cache(args: &ServeArgs) -> Result<(Option<usize>, Option<Arc<dyn crate::core::cache::ExternalCache>>)> {
+    let legacy = args.response_cache_byte_size.filter(|&n| n > 0);
+    let Some(spec) = crate::core::cache::parse_cache_config(&args.cache_config)? else {
+        return Ok((legacy, None));
+    };
+    let dir = args.cache_directory.clone().unwrap_or_else(|| crate::backend::DEFAULT_CACHE_DIRECTORY.into());
+    let library = dir.join(&spec.name).join(format!("libtritoncache_{}.so", spec.name));
+    if spec.name == "local" && !(args.cache_directory.is_some() && library.is_file()) {
+        return Ok((spec.local_size()?.or(legacy), None));
+    }
+    let cache = crate::backend::cache_library(&library, &spec.name, &spec.config_json())?;
+    Ok((None, Some(cache)))
+}
+
 /// A malformed URL, an unreadable credential file or a cache folder that cannot be made stop the
 /// server; the storage being unreachable does not (it is only contacted once serving begins).
 fn open_repositories(args: &ServeArgs) -> Result<(Vec<PathBuf>, Remotes)> {

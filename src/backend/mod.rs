@@ -93,6 +93,18 @@ pub fn agents(config: &BackendConfig, agent_settings: &BackendConfig) -> crate::
     crate::model_api::agents::Agents(Some(Arc::new(agents::AgentRegistry::with_builtin(dir.into(), agent_settings))))
 }
 
+/// Where tritonserver looks for response-cache libraries (`--cache-directory`'s default).
+pub const DEFAULT_CACHE_DIRECTORY: &str = "/opt/tritonserver/caches";
+
+/// Loads and initializes the TRITONCACHE library at `path` as cache `name` with its settings.
+pub fn cache_library(
+    path: &std::path::Path,
+    name: &str,
+    config_json: &str,
+) -> Result<Arc<dyn crate::core::cache::ExternalCache>> {
+    Ok(Arc::new(capi::CCache::load(path, name, config_json)?))
+}
+
 /// What only these backends can complete a configuration from, by backend name: a TensorRT engine, a
 /// Python model's `auto_complete_config`.
 pub fn completers(config: &BackendConfig) -> Result<Completers> {

@@ -438,8 +438,14 @@ pub struct ServeArgs {
     pub rate_limit_resource: Vec<String>,
     /// Response cache settings, as `<cache>,<setting>=<value>` (repeatable); `local,size=<bytes>` enables the
     /// in-memory LRU cache for models whose config has `response_cache { enable: true }`.
-    #[arg(long, env = "TRITONRS_CACHE_CONFIG")]
+    #[arg(long, env = "TRITONRS_CACHE_CONFIG", help_heading = "Cache")]
     pub cache_config: Vec<String>,
+    /// Where response-cache libraries are installed (TRITONCACHE API; default /opt/tritonserver/caches):
+    /// `--cache-config <name>,...` with a name other than `local` loads
+    /// `<dir>/<name>/libtritoncache_<name>.so`. `local` is tritonrs's built-in cache unless this flag is
+    /// given and `<dir>/local/libtritoncache_local.so` exists there.
+    #[arg(long, env = "TRITONRS_CACHE_DIRECTORY", help_heading = "Cache")]
+    pub cache_directory: Option<std::path::PathBuf>,
     /// Size of the local response cache in bytes (tritonserver's older flag; same as
     /// `--cache-config local,size=<bytes>`).
     #[arg(long, env = "TRITONRS_RESPONSE_CACHE_BYTE_SIZE")]

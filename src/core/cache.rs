@@ -1,41 +1,78 @@
 //! The response cache (`--cache-config local,size=N` and `response_cache { enable: true }` in a model's
 //! config): an LRU bounded in bytes, keyed by a hash of the model, version, inputs (name, datatype,
-//! shape, contents) and the requested outputs.
+//! shape, contents) and the requested outputs. Instead of the built-in LRU, a TRITONCACHE library
+//! (`--cache-directory`) may hold the entries ([`external`]).
 
 use crate::error::{Error, Result};
 use crate::model_api::types::Tensor;
 use parking_lot::Mutex;
 
+pub mod external;
+pub use external::ExternalCache;
+
 /// A cache key: a 128-bit hash, so a collision is not a practical concern.
 pub type CacheKey = (u64, u64);
 
-/// Parses `--cache-config` values: `local,size=<bytes>` is the one cache implementation. Returns the
-/// cache size in bytes, or `None` when no cache is configured.
-pub fn parse_cache_config(values: &[String]) -> Result<Option<usize>> {
-    let mut size = None;
+/// The cache `--cache-config` selects and its settings, in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheSpec {
+    pub name: String,
+    pub settings: Vec<(String, String)>,
+}
+
+impl CacheSpec {
+    /// The settings as tritonserver hands them to `TRITONCACHE_CacheInitialize`: a JSON object of
+    /// strings (`{"size":"1048576"}`).
+    pub fn config_json(&self) -> String {
+        let map: serde_json::Map<String, serde_json::Value> =
+            self.settings.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
+        serde_json::Value::Object(map).to_string()
+    }
+
+    /// The built-in local cache's size in bytes (`size`, its one setting); `None` for 0, which
+    /// disables it.
+    pub fn local_size(&self) -> Result<Option<usize>> {
+        let mut size = None;
+        for (k, v) in &self.settings {
+            if k != "size" {
+                return Err(Error::invalid(format!("--cache-config: unknown setting '{k}' for the local cache")));
+            }
+            size = Some(
+                v.trim()
+                    .parse::<usize>()
+                    .map_err(|_| Error::invalid(format!("--cache-config: size '{v}' must be a number of bytes")))?,
+            );
+        }
+        Ok(size.filter(|&s| s > 0))
+    }
+}
+
+/// Parses `--cache-config` values, `<cache>,<setting>=<value>`: `local` is the built-in LRU (its
+/// setting is `size`); any other name is a cache library (`--cache-directory`), whose settings are its
+/// own. One cache serves the server, as in tritonserver. `None` when no cache is configured.
+pub fn parse_cache_config(values: &[String]) -> Result<Option<CacheSpec>> {
+    let mut spec: Option<CacheSpec> = None;
     for v in values {
-        let (cache, setting) = v.split_once(',').ok_or_else(|| {
+        let bad = || {
             Error::invalid(format!(
                 "--cache-config '{v}' must be '<cache>,<setting>=<value>', e.g. 'local,size=1048576'"
             ))
-        })?;
-        if cache != "local" {
-            return Err(Error::invalid(format!("--cache-config: cache '{cache}' is not available; only 'local' is")));
+        };
+        let (cache, setting) = v.split_once(',').ok_or_else(bad)?;
+        let (key, value) = setting.split_once('=').ok_or_else(bad)?;
+        if cache.is_empty() || cache.contains(['/', '\0']) || cache == "." || cache == ".." {
+            return Err(Error::invalid(format!("--cache-config: '{cache}' is not a cache name")));
         }
-        match setting.split_once('=') {
-            Some(("size", n)) => {
-                size = Some(
-                    n.trim()
-                        .parse::<usize>()
-                        .map_err(|_| Error::invalid(format!("--cache-config: size '{n}' must be a number of bytes")))?,
-                )
-            }
-            _ => {
-                return Err(Error::invalid(format!("--cache-config: unknown setting '{setting}' for the local cache")))
-            }
+        let s = spec.get_or_insert_with(|| CacheSpec { name: cache.to_string(), settings: Vec::new() });
+        if s.name != cache {
+            return Err(Error::invalid(format!(
+                "--cache-config names two caches, '{}' and '{cache}'; a server uses one",
+                s.name
+            )));
         }
+        s.settings.push((key.to_string(), value.to_string()));
     }
-    Ok(size.filter(|&s| s > 0))
+    Ok(spec)
 }
 
 /// Computes the key of a request to one model version: one pass of a 128-bit hash (XXH3) over the
@@ -88,11 +125,12 @@ pub struct CacheSummary {
     pub evictions: u64,
 }
 
-/// The response cache shared by every model that enables it.
+/// The response cache shared by every model that enables it: the built-in LRU, or a library.
 pub struct ResponseCache {
     capacity: usize,
     lru: Mutex<Lru>,
     evictions: std::sync::atomic::AtomicU64,
+    external: Option<std::sync::Arc<dyn ExternalCache>>,
 }
 
 /// Bytes an entry is charged: its tensor data plus a small fixed cost per tensor.
@@ -106,18 +144,48 @@ impl ResponseCache {
             capacity,
             lru: Mutex::new(Lru { entries: lru::LruCache::unbounded(), used: 0 }),
             evictions: Default::default(),
+            external: None,
         }
+    }
+
+    /// A cache whose entries a library holds.
+    pub fn external(cache: std::sync::Arc<dyn ExternalCache>) -> Self {
+        ResponseCache { external: Some(cache), ..ResponseCache::new(0) }
+    }
+
+    /// A library's entry for `key`: a failed look-up or an entry that does not unpack is a miss,
+    /// said at debug level (tritonserver says as much at its verbose level).
+    fn lookup_external(cache: &dyn ExternalCache, key: &CacheKey) -> Option<Vec<Tensor>> {
+        let found = cache.lookup(&external::key_string(key)).and_then(|b| match b.as_deref() {
+            None => Ok(None),
+            Some([one]) => external::unpack(one).map(Some),
+            Some(more) => Err(Error::internal(format!("the entry holds {} responses, not one", more.len()))),
+        });
+        found.unwrap_or_else(|e| {
+            tracing::debug!("Response cache '{}': the look-up is a miss: {}", cache.name(), e.message);
+            None
+        })
     }
 
     /// The cached outputs for `key`, marking the entry as recently used. Tensors share their buffers
     /// with the cache, so a hit copies no data.
     pub fn lookup(&self, key: &CacheKey) -> Option<Vec<Tensor>> {
+        if let Some(cache) = &self.external {
+            return Self::lookup_external(cache.as_ref(), key);
+        }
         self.lru.lock().entries.get(key).map(|e| e.outputs.clone())
     }
 
     /// Stores a result, evicting the least recently used entries to make room. A result larger than the
     /// whole cache is not stored.
     pub fn insert(&self, key: CacheKey, outputs: Vec<Tensor>) {
+        if let Some(cache) = &self.external {
+            // A result that is not cached is only a later miss: the request itself succeeded.
+            if let Err(e) = external::pack(&outputs).and_then(|b| cache.insert(&external::key_string(&key), vec![b])) {
+                tracing::warn!("Response cache '{}' did not store a result: {}", cache.name(), e.message);
+            }
+            return;
+        }
         let bytes = entry_bytes(&outputs);
         if bytes > self.capacity {
             return;

@@ -110,6 +110,8 @@ pub enum Kind {
     ResponseStatistics,
     Agent,
     AgentModel,
+    CacheEntry,
+    CacheAllocator,
 }
 
 /// Every pointer currently handed out, with what it names.

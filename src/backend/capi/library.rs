@@ -64,6 +64,7 @@ pub fn api_exported() -> bool {
 /// from `exports.list`).
 mod table {
     use super::super::agent_api::*;
+    use super::super::cache_api::*;
     use super::super::exports::*;
     use super::super::infer_requests::*;
     use super::super::infer_responses::*;

@@ -7,15 +7,19 @@
 //!   `exports.rs` (errors, messages, logging, backend, model and instance objects), `requests.rs`,
 //!   `responses.rs` and `resources.rs` (the rest of TRITONBACKEND), `inprocess.rs`, `infer_requests.rs`,
 //!   `infer_responses.rs` and `metrics.rs` (the TRITONSERVER calls back into the server),
-//!   `agent_api.rs` (TRITONREPOAGENT);
+//!   `agent_api.rs` (TRITONREPOAGENT), `cache_api.rs` (TRITONCACHE);
 //! - `library.rs`: loading a `libtriton_<name>.so` and calling its entry points;
 //! - `repoagent.rs`: repository agent libraries;
+//! - `cache.rs`: response-cache libraries (`--cache-directory`);
 //! - `host.rs`: the `model_api::Backend` that serves models through them.
 //!
-//! Imports go one way: `abi` <- `guard` <- the exported functions <- `library` <- `repoagent`, `host`.
+//! Imports go one way: `abi` <- `guard` <- the exported functions <- `library` <- `repoagent`, `cache`,
+//! `host`.
 
 mod abi;
 mod agent_api;
+mod cache;
+mod cache_api;
 mod exports;
 mod guard;
 mod host;
@@ -29,6 +33,7 @@ mod requests;
 mod resources;
 mod responses;
 
+pub use cache::CCache;
 pub use host::{CApiBackend, CCompleter, DEFAULT_BACKEND_DIRECTORY};
 pub use repoagent::CAgent;
 

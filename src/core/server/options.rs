@@ -41,6 +41,9 @@ pub struct ServerOptions {
     pub rate_limit: Option<Vec<(String, u32, Option<i32>)>>,
     /// Size of the response cache in bytes (`--cache-config local,size=N`); `None`: no cache.
     pub cache_bytes: Option<usize>,
+    /// A TRITONCACHE library holding the response cache instead (`--cache-directory`); it takes
+    /// precedence over `cache_bytes`.
+    pub cache_library: Option<Arc<dyn crate::core::cache::ExternalCache>>,
     /// The start-up trace settings (`--trace-config`).
     pub trace: TraceSettings,
     /// `--pinned-memory-pool-byte-size`, `--cuda-memory-pool-byte-size`.
@@ -87,6 +90,7 @@ impl ServerOptions {
             load_threads: 1,
             rate_limit: None,
             cache_bytes: None,
+            cache_library: None,
             trace: Default::default(),
             pools: Default::default(),
             remotes: Vec::new(),
