@@ -27,6 +27,32 @@ fn parse_config_name(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// `--http-header-forward-pattern` and `--grpc-header-forward-pattern`.
+#[derive(Debug, Clone, Args)]
+pub struct HeaderForwardArgs {
+    /// HTTP headers whose names match this regular expression (anywhere in the name, ignoring case,
+    /// as tritonserver matches) are given to the model as request parameters of string value, taking
+    /// the place of a request parameter of the same name.
+    #[arg(long, env = "TRITONRS_HTTP_HEADER_FORWARD_PATTERN", value_name = "REGEX", help_heading = "HTTP",
+          value_parser = parse_header_pattern)]
+    pub http_header_forward_pattern: Option<regex::Regex>,
+    /// gRPC metadata entries whose keys match this regular expression (anywhere in the key, ignoring
+    /// case) are given to the model as request parameters of string value, as for HTTP.
+    #[arg(long, env = "TRITONRS_GRPC_HEADER_FORWARD_PATTERN", value_name = "REGEX", help_heading = "gRPC",
+          value_parser = parse_header_pattern)]
+    pub grpc_header_forward_pattern: Option<regex::Regex>,
+}
+
+/// Compiles a forwarding pattern. tritonserver 2.51 starts with an invalid one and forwards nothing;
+/// tritonrs refuses it at start, so a typo is not a silent loss of every header.
+fn parse_header_pattern(s: &str) -> Result<regex::Regex, String> {
+    regex::RegexBuilder::new(s)
+        .case_insensitive(true)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| format!("invalid regular expression: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,5 +62,12 @@ mod tests {
         assert!(parse_config_name("").is_err());
         assert!(parse_config_name("../x").is_err());
         assert_eq!(parse_config_name("with space").as_deref(), Ok("with space"));
+    }
+
+    #[test]
+    fn header_patterns_match_anywhere_ignoring_case() {
+        let re = parse_header_pattern("^x-|foo").unwrap();
+        assert!(re.is_match("X-Trace") && re.is_match("my-FOO-h") && !re.is_match("other"));
+        assert!(parse_header_pattern("(").is_err());
     }
 }

@@ -477,6 +477,8 @@ pub struct ServeArgs {
     pub frigate: frigate::FrigateArgs,
     #[command(flatten)]
     pub memory: memory::MemoryArgs,
+    #[command(flatten)]
+    pub header_forward: compat::HeaderForwardArgs,
 }
 
 impl ModelConfigArgs {
