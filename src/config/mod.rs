@@ -478,7 +478,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub memory: memory::MemoryArgs,
     #[command(flatten)]
-    pub header_forward: compat::HeaderForwardArgs,
+    pub compat: compat::ServeCompatArgs,
 }
 
 impl ModelConfigArgs {
