@@ -3,6 +3,7 @@
 model with two configurations; `validate` and an empty name."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,16 @@ def test_empty_config_name_is_a_start_error(repo):
     r = run_cli("--model-repository", str(repo), "--model-config-name=")
     assert r.returncode != 0
     assert "--model-config-name" in r.stderr
+
+
+def test_poll_mode_follows_the_named_file(repo, start_server):
+    two_config_repo(repo)
+    s = start_server("--model-repository", repo, "--model-config-name=alt", "--model-control-mode=poll",
+                     "--repository-poll-secs=1")
+    assert chosen(s)[0] == 8
+    alt = repo / "args_echo" / "configs" / "alt.pbtxt"
+    alt.write_text(alt.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
+    deadline = time.monotonic() + 60
+    while chosen(s)[0] != 4:
+        assert time.monotonic() < deadline, "the change to configs/alt.pbtxt was not loaded within 60 s"
+        time.sleep(0.5)
