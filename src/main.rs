@@ -413,6 +413,7 @@ async fn start_frontends(
             max_body: args.http_max_input_size,
             restricted: fe.http_restricted,
             deepstack_detection_model: args.deepstack_detection_model.clone(),
+            header_forward: args.compat.http_header_forward_pattern.clone(),
         };
         let header_timeout = listener.limits().header_timeout;
         let task = match fe.http_tls {
@@ -432,6 +433,7 @@ async fn start_frontends(
             log: log.clone(),
             max_message_size: args.grpc_max_message_size,
             restricted: fe.grpc_restricted,
+            header_forward: args.compat.grpc_header_forward_pattern.clone(),
         };
         let http2 = grpc::Http2Options {
             keepalive_interval: limit(Duration::from_millis(args.grpc_keepalive_time)),

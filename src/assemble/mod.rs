@@ -41,6 +41,7 @@ pub fn repo_options(
             backend_config,
             &BackendConfig::parse_flag(&model.repoagent_config, "--repoagent-config", "agent")?,
         ),
+        config_name: model.config_name.model_config_name.clone(),
     })
 }
 

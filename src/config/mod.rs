@@ -2,6 +2,7 @@
 //! (`TRITONRS_<FLAG>`) and a key of the configuration file (see [`file`]); the command line wins over
 //! the environment, which wins over the file.
 
+pub mod compat;
 pub mod file;
 pub mod frigate;
 pub mod memory;
@@ -177,6 +178,8 @@ pub struct ModelConfigArgs {
     /// `decrypt,work-dir=PATH` (where decrypted models are kept while loaded, in a folder of the agent's own).
     #[arg(long, env = "TRITONRS_REPOAGENT_CONFIG", value_delimiter = ';')]
     pub repoagent_config: Vec<String>,
+    #[command(flatten)]
+    pub config_name: compat::ConfigNameArgs,
 }
 
 /// The TLS and restriction flags of one front-end, declared once for HTTP and gRPC: `--<p>-use-ssl`,
@@ -480,6 +483,8 @@ pub struct ServeArgs {
     pub frigate: frigate::FrigateArgs,
     #[command(flatten)]
     pub memory: memory::MemoryArgs,
+    #[command(flatten)]
+    pub compat: compat::ServeCompatArgs,
 }
 
 impl ModelConfigArgs {

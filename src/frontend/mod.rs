@@ -2,6 +2,7 @@
 //! answer once.
 
 pub mod conn;
+pub mod forward;
 pub mod frigate;
 pub mod grpc;
 pub mod http;

@@ -184,6 +184,13 @@ fn label_files(config: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// Whether `rel` (a path in a model's folder) is a model configuration: `config.pbtxt`, or one of the
+/// `configs/<name>.pbtxt` that `--model-config-name` picks from.
+fn is_config(rel: &str) -> bool {
+    rel == "config.pbtxt"
+        || rel.strip_prefix("configs/").and_then(|n| n.strip_suffix(".pbtxt")).is_some_and(|n| !n.contains('/'))
+}
+
 pub struct CloudRepository {
     url: String,
     store: Arc<dyn ObjectStore>,
@@ -404,7 +411,7 @@ impl CloudRepository {
     /// The most bytes the file `rel` of a model may have, and what kind of bound that is: the server
     /// reads `config.pbtxt` and label files whole into memory, and bounds them when it does.
     fn bound(&self, rel: &str, labels: &[String]) -> (u64, String) {
-        if rel == "config.pbtxt" {
+        if is_config(rel) {
             (MAX_CONFIG_BYTES as u64, format!("{MAX_CONFIG_BYTES} bytes for a model configuration"))
         } else if labels.iter().any(|l| l == rel) && MAX_LABEL_FILE_BYTES < self.max_file_bytes {
             (MAX_LABEL_FILE_BYTES, format!("{MAX_LABEL_FILE_BYTES} bytes for a label file"))

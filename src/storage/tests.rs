@@ -162,6 +162,18 @@ async fn configurations_and_label_files_have_the_servers_bounds() {
 }
 
 #[tokio::test]
+async fn named_configurations_have_the_configuration_bound() {
+    let cache = tempfile::tempdir().unwrap();
+    let store = Arc::new(InMemory::new());
+    put(&store, "models/m/config.pbtxt", "name: \"m\"").await;
+    put(&store, "models/m/configs/alt.pbtxt", &"#".repeat(MAX_CONFIG_BYTES + 1)).await;
+    let errors = repo(&store, cache.path()).sync(SyncScope::All).await;
+    let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert!(messages[0].contains("m/configs/alt.pbtxt' is listed at 1048577 bytes, over the limit of 1048576 bytes"));
+}
+
+#[tokio::test]
 async fn keys_with_url_characters_are_fetched_as_listed() {
     let cache = tempfile::tempdir().unwrap();
     let store = Arc::new(InMemory::new());

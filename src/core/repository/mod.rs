@@ -41,6 +41,9 @@ pub struct RepoOptions {
     pub max_tensor_bytes: usize,
     /// Runs the repository agents models name; given by whoever assembles the server.
     pub agents: crate::model_api::agents::Agents,
+    /// `--model-config-name`: each model's `configs/<name>.pbtxt` is read in place of `config.pbtxt`
+    /// where it exists.
+    pub config_name: Option<String>,
 }
 
 impl Default for RepoOptions {
@@ -51,6 +54,7 @@ impl Default for RepoOptions {
             completers: Default::default(),
             max_tensor_bytes: limits::DEFAULT_MAX_TENSOR_BYTES,
             agents: Default::default(),
+            config_name: None,
         }
     }
 }
@@ -126,7 +130,7 @@ pub fn read_declared_config(
     opts: &RepoOptions,
     override_json: Option<&str>,
 ) -> Result<ModelConfig> {
-    let cfg_path = dir.join("config.pbtxt");
+    let cfg_path = config_path(dir, opts);
     let too_large = |what: String, len: usize| {
         Error::invalid(format!(
             "{what} is {len} bytes, over the limit of {} bytes for a model configuration",
@@ -171,6 +175,18 @@ pub fn read_declared_config(
         )));
     }
     Ok(cfg)
+}
+
+/// The configuration file of the model in `dir`: `configs/<name>.pbtxt` under `--model-config-name`
+/// when the model has that file, else `config.pbtxt` (tritonserver 2.51 falls back the same way).
+pub fn config_path(dir: &Path, opts: &RepoOptions) -> PathBuf {
+    if let Some(name) = &opts.config_name {
+        let custom = dir.join("configs").join(format!("{name}.pbtxt"));
+        if custom.is_file() {
+            return custom;
+        }
+    }
+    dir.join("config.pbtxt")
 }
 
 /// Completes and checks a declared configuration against the model's folder `dir`: versions, backend,

@@ -15,12 +15,14 @@ use crate::model_api::types::StreamResponse;
 use crate::model_api::LoadOptions;
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use crate::tensor::Parameters;
 use futures_util::stream::BoxStream;
 use futures_util::FutureExt as _;
 use prost::Message as _;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
@@ -43,6 +45,19 @@ pub struct GrpcState {
     pub max_message_size: usize,
     /// `--grpc-restricted-protocol`.
     pub restricted: crate::frontend::restrict::Restrictions,
+    /// `--grpc-header-forward-pattern`: metadata entries whose keys match become request parameters.
+    pub header_forward: Option<regex::Regex>,
+}
+
+/// The metadata entries of a call that `--grpc-header-forward-pattern` forwards, as parameters.
+fn forwarded(pattern: Option<&regex::Regex>, metadata: &tonic::metadata::MetadataMap) -> Parameters {
+    let mut params = Parameters::new();
+    let entries = metadata.iter().filter_map(|e| match e {
+        tonic::metadata::KeyAndValueRef::Ascii(k, v) => Some((k.as_str(), v.to_str().ok())),
+        tonic::metadata::KeyAndValueRef::Binary(..) => None,
+    });
+    crate::frontend::forward::forward(pattern, entries, &mut params);
+    params
 }
 
 /// Turns a core error into a gRPC status with the code its kind maps to.
@@ -418,7 +433,9 @@ impl GrpcInferenceService for InferenceService {
     async fn model_infer(&self, req: Request<pb::ModelInferRequest>) -> GrpcResult<pb::ModelInferResponse> {
         // The interceptor's mark is there only while tracing is on; otherwise this is all tracing costs.
         let read = req.extensions().get::<ReadStart>().map(|r| (r.0, Instant::now()));
-        let req = convert::request_from_proto(req.into_inner()).map_err(status)?;
+        let headers = forwarded(self.state.header_forward.as_ref(), req.metadata());
+        let mut req = convert::request_from_proto(req.into_inner()).map_err(status)?;
+        req.parameters.extend(headers);
         if self.server().is_decoupled(&req.model_name, req.model_version) {
             return Err(status(Error::unsupported(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy",
@@ -441,6 +458,8 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<Streaming<pb::ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
+        // The stream's metadata is forwarded into each of its requests.
+        let headers = Arc::new(forwarded(self.state.header_forward.as_ref(), req.metadata()));
         let mut inbound = req.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let server = self.server().clone();
@@ -466,6 +485,7 @@ impl GrpcInferenceService for InferenceService {
                 };
                 let server = server.clone();
                 let tx = tx.clone();
+                let headers = headers.clone();
                 let (previous, done) = order.enter(&msg);
                 tokio::spawn(async move {
                     // Completes when the previous request of this sequence has finished (or is gone).
@@ -474,7 +494,10 @@ impl GrpcInferenceService for InferenceService {
                     }
                     let id = msg.id.clone();
                     let empty_final = wants_empty_final(&msg);
-                    let result = match convert::request_from_proto(msg) {
+                    let result = match convert::request_from_proto(msg).map(|mut r| {
+                        r.parameters.extend(headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+                        r
+                    }) {
                         Ok(r) if server.is_decoupled(&r.model_name, r.model_version) => {
                             stream_decoupled(&server, r, &id, empty_final, limit, &tx).await;
                             return;

@@ -39,6 +39,8 @@ pub struct HttpState {
     pub restricted: crate::frontend::restrict::Restrictions,
     /// `--deepstack-detection-model`: the model `/v1/vision/detection` runs.
     pub deepstack_detection_model: Option<String>,
+    /// `--http-header-forward-pattern`: headers whose names match become request parameters.
+    pub header_forward: Option<regex::Regex>,
 }
 
 const HEADER_LEN: &str = "inference-header-content-length";
@@ -423,11 +425,16 @@ async fn do_infer(
     let header_len = header_len
         .map(|v| v.ok_or_else(|| Error::invalid("Inference-Header-Content-Length must be a non-negative integer")))
         .transpose()?;
-    let decoded = if header_len == Some(0) {
+    let mut decoded = if header_len == Some(0) {
         raw_request(s, name, version, body)?
     } else {
         kserve::decode_request(body, header_len, name, version)?
     };
+    crate::frontend::forward::forward(
+        s.header_forward.as_ref(),
+        headers.iter().map(|(k, v)| (k.as_str(), v.to_str().ok())),
+        &mut decoded.request.parameters,
+    );
     if s.server.is_decoupled(name, version) {
         // Triton's status and words for it.
         return Err(Error::unsupported("HTTP end point doesn't support models with decoupled transaction policy"));

@@ -12,7 +12,14 @@ async fn app(max_body: usize) -> Router {
     let server = Server::new(ServerOptions::explicit(vec![repo.path().to_path_buf()]));
     server.startup().await.unwrap();
     let log = LogControl::detached(LogSettings::default());
-    router(HttpState { server, log, max_body, restricted: Default::default(), deepstack_detection_model: None })
+    router(HttpState {
+        server,
+        log,
+        max_body,
+        restricted: Default::default(),
+        deepstack_detection_model: None,
+        header_forward: None,
+    })
 }
 
 async fn call(app: &Router, req: Request<Body>) -> (StatusCode, Value) {
