@@ -5,6 +5,7 @@
 pub mod file;
 pub mod frigate;
 pub mod memory;
+pub mod metrics;
 pub mod mqtt;
 pub mod tune;
 
@@ -474,6 +475,8 @@ pub struct ServeArgs {
     pub frigate: frigate::FrigateArgs,
     #[command(flatten)]
     pub memory: memory::MemoryArgs,
+    #[command(flatten)]
+    pub metrics_config: metrics::MetricsConfigArgs,
 }
 
 impl ModelConfigArgs {
