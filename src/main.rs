@@ -193,6 +193,12 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
     if let Some(f) = &file {
         tracing::info!("Read the configuration file '{}'.", f.path.display());
     }
+    // Before any model loads: each version's statistics follow the metrics settings.
+    let (latency, notes) = args.metrics_config.latency();
+    for n in notes {
+        tracing::warn!("{n}");
+    }
+    tritonrs::core::stats::set_latency_metrics(latency);
     let opts = tritonrs::assemble::serve_options(&args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

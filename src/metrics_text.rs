@@ -25,6 +25,7 @@ pub enum Kind {
     Counter,
     Gauge,
     Histogram,
+    Summary,
 }
 
 impl Kind {
@@ -33,6 +34,7 @@ impl Kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
             Kind::Histogram => "histogram",
+            Kind::Summary => "summary",
         }
     }
 }
@@ -100,6 +102,31 @@ pub fn histogram(
     with_le("+Inf", out, count);
     sample(out, format_args!("{name}_sum"), labels, sum);
     sample(out, format_args!("{name}_count"), labels, count);
+}
+
+/// Writes a summary's samples in tritonserver's order: `_count`, `_sum`, then a sample per quantile
+/// with the `quantile` label after `labels`. A quantile with no observation in its window is NaN,
+/// written `Nan` as prometheus-cpp writes it (Prometheus reads either).
+pub fn summary(
+    out: &mut String,
+    name: &str,
+    labels: &[(&str, &str)],
+    count: u64,
+    sum: impl Display,
+    quantiles: &[(f64, f64)],
+) {
+    sample(out, format_args!("{name}_count"), labels, count);
+    sample(out, format_args!("{name}_sum"), labels, sum);
+    for (q, v) in quantiles {
+        let q = q.to_string();
+        let mut all = labels.to_vec();
+        all.push(("quantile", &q));
+        if v.is_nan() {
+            sample(out, name, &all, "Nan");
+        } else {
+            sample(out, name, &all, v);
+        }
+    }
 }
 
 /// Upper bounds of [`SecondsHistogram`]'s buckets, in seconds.

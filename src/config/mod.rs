@@ -6,6 +6,7 @@ pub mod compat;
 pub mod file;
 pub mod frigate;
 pub mod memory;
+pub mod metrics;
 pub mod mqtt;
 pub mod tune;
 
@@ -485,6 +486,8 @@ pub struct ServeArgs {
     pub memory: memory::MemoryArgs,
     #[command(flatten)]
     pub compat: compat::ServeCompatArgs,
+    #[command(flatten)]
+    pub metrics_config: metrics::MetricsConfigArgs,
 }
 
 impl ModelConfigArgs {

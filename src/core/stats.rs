@@ -2,7 +2,134 @@
 //! hot path never waits on a lock.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub mod quantiles;
+
+use quantiles::{Target, TimeWindow};
+
+/// Which latency families the metrics export (`--metrics-config`): tritonserver's
+/// `counter_latencies`, `summary_latencies` and `summary_quantiles`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyMetrics {
+    /// The `nv_inference_*_duration_us` counters (and the cache's per-model counters).
+    pub counters: bool,
+    /// The `nv_inference_*_summary_us` summaries.
+    pub summaries: bool,
+    /// The summaries' quantiles and their allowed rank errors.
+    pub quantiles: Vec<Target>,
+}
+
+/// tritonserver's default quantiles: the median within 5 %, the 90th within 1 %, and the 95th, 99th
+/// and 99.9th within 0.1 % of rank.
+pub const DEFAULT_QUANTILES: [Target; 5] = [
+    Target { quantile: 0.5, error: 0.05 },
+    Target { quantile: 0.9, error: 0.01 },
+    Target { quantile: 0.95, error: 0.001 },
+    Target { quantile: 0.99, error: 0.001 },
+    Target { quantile: 0.999, error: 0.001 },
+];
+
+/// How long a summary's quantiles remember an observation, in how many steps (prometheus-cpp's
+/// defaults, which tritonserver keeps).
+const SUMMARY_MAX_AGE: Duration = Duration::from_secs(60);
+const SUMMARY_AGE_BUCKETS: usize = 5;
+
+impl Default for LatencyMetrics {
+    fn default() -> Self {
+        LatencyMetrics { counters: true, summaries: false, quantiles: DEFAULT_QUANTILES.to_vec() }
+    }
+}
+
+/// Set once at start from `--metrics-config`, as tritonserver keeps its metrics settings global: every
+/// model version loaded afterwards follows it.
+static LATENCY_METRICS: OnceLock<LatencyMetrics> = OnceLock::new();
+
+/// Sets the latency settings; only the first call counts (the server's start).
+pub fn set_latency_metrics(m: LatencyMetrics) {
+    let _ = LATENCY_METRICS.set(m);
+}
+
+/// The latency settings (the defaults until set).
+pub fn latency_metrics() -> &'static LatencyMetrics {
+    LATENCY_METRICS.get_or_init(LatencyMetrics::default)
+}
+
+/// The stages a latency summary is kept for, in [`Summaries`]' order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Request,
+    Queue,
+    ComputeInput,
+    ComputeInfer,
+    ComputeOutput,
+    CacheHit,
+    CacheMiss,
+}
+
+/// One summary: all-time count and sum (microseconds), and the windowed quantiles.
+#[derive(Debug, Clone)]
+struct Summary {
+    count: u64,
+    sum_us: u64,
+    window: TimeWindow,
+}
+
+/// The latency summaries of one model version, behind one lock taken once per observation group (a
+/// request's compute times go in together), and only with `summary_latencies=true`.
+#[derive(Debug)]
+pub struct Summaries {
+    stages: Mutex<[Summary; 7]>,
+    quantiles: Vec<f64>,
+}
+
+/// A summary at one moment: count, sum in microseconds, and each quantile's estimate (NaN if none).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummarySnapshot {
+    pub count: u64,
+    pub sum_us: u64,
+    pub quantiles: Vec<(f64, f64)>,
+}
+
+impl Summaries {
+    fn new(targets: &[Target]) -> Self {
+        let one =
+            Summary { count: 0, sum_us: 0, window: TimeWindow::new(targets, SUMMARY_MAX_AGE, SUMMARY_AGE_BUCKETS) };
+        Summaries {
+            stages: Mutex::new(std::array::from_fn(|_| one.clone())),
+            quantiles: targets.iter().map(|t| t.quantile).collect(),
+        }
+    }
+
+    /// Observes durations in nanoseconds, each as whole microseconds, as tritonserver does.
+    fn observe(&self, values: &[(Stage, u64)]) {
+        let now = Instant::now();
+        // A poisoned lock only means another observer panicked mid-insert; the estimates stay usable.
+        let mut stages = self.stages.lock().unwrap_or_else(|p| p.into_inner());
+        for &(stage, ns) in values {
+            let s = &mut stages[stage as usize];
+            let us = ns / 1000;
+            s.count += 1;
+            s.sum_us += us;
+            s.window.insert(us as f64, now);
+        }
+    }
+
+    /// Every stage's summary, in [`Stage`] order.
+    pub fn snapshot(&self) -> Vec<SummarySnapshot> {
+        let now = Instant::now();
+        let mut stages = self.stages.lock().unwrap_or_else(|p| p.into_inner());
+        stages
+            .iter_mut()
+            .map(|s| SummarySnapshot {
+                count: s.count,
+                sum_us: s.sum_us,
+                quantiles: self.quantiles.iter().map(|&q| (q, s.window.get(q, now))).collect(),
+            })
+            .collect()
+    }
+}
 
 /// Why a request failed, as Triton's `nv_inference_request_failure` `reason` label says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +214,8 @@ pub struct ModelStats {
     pub pending: AtomicI64,
     /// Index `b - 1` holds executions of batch size `b`; preallocated up to the model's max batch size.
     batches: Vec<BatchStat>,
+    /// The latency summaries, with `--metrics-config summary_latencies=true` only.
+    pub summaries: Option<Summaries>,
 }
 
 impl ModelStats {
@@ -107,6 +236,7 @@ impl ModelStats {
             failures: Default::default(),
             pending: AtomicI64::new(0),
             batches: (0..n).map(|_| BatchStat::default()).collect(),
+            summaries: latency_metrics().summaries.then(|| Summaries::new(&latency_metrics().quantiles)),
         }
     }
 
@@ -134,10 +264,36 @@ impl ModelStats {
         self.compute_input.add(input_ns);
         self.compute_infer.add(infer_ns);
         self.compute_output.add(output_ns);
+        self.observe(&[
+            (Stage::Queue, queue_ns),
+            (Stage::ComputeInput, input_ns),
+            (Stage::ComputeInfer, infer_ns),
+            (Stage::ComputeOutput, output_ns),
+        ]);
+    }
+
+    /// Adds observations to the latency summaries, if they are kept.
+    pub fn observe(&self, values: &[(Stage, u64)]) {
+        if let Some(s) = &self.summaries {
+            s.observe(values);
+        }
+    }
+
+    /// Records a response-cache hit that took `ns`.
+    pub fn record_cache_hit(&self, ns: u64) {
+        self.cache_hit.add(ns);
+        self.observe(&[(Stage::CacheHit, ns)]);
+    }
+
+    /// Records a response-cache miss (lookup and insertion) that took `ns`.
+    pub fn record_cache_miss(&self, ns: u64) {
+        self.cache_miss.add(ns);
+        self.observe(&[(Stage::CacheMiss, ns)]);
     }
 
     pub fn record_success(&self, total: Duration) {
         self.success.add(total.as_nanos() as u64);
+        self.observe(&[(Stage::Request, total.as_nanos() as u64)]);
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         self.last_inference_ms.store(now, Relaxed);
     }

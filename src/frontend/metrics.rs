@@ -116,6 +116,39 @@ fn family<V: Display>(
     }
 }
 
+/// The latency summaries of `--metrics-config summary_latencies=true`, as tritonserver 2.51 has them:
+/// the request summary only for models without the response cache (its time would mix hits and
+/// executions), the cache's two only for models with it.
+fn render_summaries(out: &mut String, models: &[ModelStatistics]) {
+    use crate::core::stats::Stage;
+    use names::*;
+    let families = [
+        (REQUEST_SUMMARY, Stage::Request, Some(false)),
+        (QUEUE_SUMMARY, Stage::Queue, None),
+        (COMPUTE_INPUT_SUMMARY, Stage::ComputeInput, None),
+        (COMPUTE_INFER_SUMMARY, Stage::ComputeInfer, None),
+        (COMPUTE_OUTPUT_SUMMARY, Stage::ComputeOutput, None),
+        (CACHE_HIT_SUMMARY, Stage::CacheHit, Some(true)),
+        (CACHE_MISS_SUMMARY, Stage::CacheMiss, Some(true)),
+    ];
+    for (f, stage, cache) in families {
+        let with: Vec<_> = models
+            .iter()
+            .filter(|m| cache.is_none_or(|c| c == m.cache_enabled))
+            .filter_map(|m| Some((m, m.summaries.as_ref()?.get(stage as usize)?)))
+            .collect();
+        if with.is_empty() {
+            continue;
+        }
+        f.header(out);
+        for (m, s) in with {
+            let version = m.version.to_string();
+            let labels = [("model", m.name.as_str()), ("version", version.as_str())];
+            crate::metrics_text::summary(out, f.name, &labels, s.count, s.sum_us, &s.quantiles);
+        }
+    }
+}
+
 /// Renders the exposition text. Pure, so it is unit-tested without a server.
 pub fn render(models: &[ModelStatistics], cpu: Option<CpuReading>) -> String {
     use names::*;
@@ -132,21 +165,26 @@ pub fn render(models: &[ModelStatistics], cpu: Option<CpuReading>) -> String {
     }
     family(&mut out, INFERENCE_COUNT, models, |m| Some(m.stats.inference_count));
     family(&mut out, EXEC_COUNT, models, |m| Some(m.stats.execution_count));
-    family(&mut out, REQUEST_DURATION, models, |m| us(m.stats.success.ns + m.stats.fail.ns));
-    family(&mut out, QUEUE_DURATION, models, |m| us(m.stats.queue.ns));
-    family(&mut out, COMPUTE_INPUT_DURATION, models, |m| us(m.stats.compute_input.ns));
-    family(&mut out, COMPUTE_INFER_DURATION, models, |m| us(m.stats.compute_infer.ns));
-    family(&mut out, COMPUTE_OUTPUT_DURATION, models, |m| us(m.stats.compute_output.ns));
+    let latency = crate::core::stats::latency_metrics();
+    if latency.counters {
+        family(&mut out, REQUEST_DURATION, models, |m| us(m.stats.success.ns + m.stats.fail.ns));
+        family(&mut out, QUEUE_DURATION, models, |m| us(m.stats.queue.ns));
+        family(&mut out, COMPUTE_INPUT_DURATION, models, |m| us(m.stats.compute_input.ns));
+        family(&mut out, COMPUTE_INFER_DURATION, models, |m| us(m.stats.compute_infer.ns));
+        family(&mut out, COMPUTE_OUTPUT_DURATION, models, |m| us(m.stats.compute_output.ns));
+    }
     family(&mut out, PENDING_REQUESTS, models, |m| Some(m.pending.max(0)));
     family(&mut out, MODEL_LOAD_DURATION, models, |m| Some(m.load_duration.as_secs_f64()));
-    if models.iter().any(|m| m.cache_enabled) {
-        // Like Triton, the cache families exist only for models that use the response cache.
+    if latency.counters && models.iter().any(|m| m.cache_enabled) {
+        // Like Triton, the cache families exist only for models that use the response cache, and go
+        // with the latency counters.
         let cached = |v: u64, m: &ModelStatistics| m.cache_enabled.then_some(v);
         family(&mut out, CACHE_HITS, models, |m| cached(m.stats.cache_hit.count, m));
         family(&mut out, CACHE_MISSES, models, |m| cached(m.stats.cache_miss.count, m));
         family(&mut out, CACHE_HIT_DURATION, models, |m| cached(m.stats.cache_hit.ns / 1000, m));
         family(&mut out, CACHE_MISS_DURATION, models, |m| cached(m.stats.cache_miss.ns / 1000, m));
     }
+    render_summaries(&mut out, models);
     if let Some(c) = cpu {
         CPU_UTILIZATION.header(&mut out);
         sample(&mut out, CPU_UTILIZATION.name, &[], c.utilization);

@@ -36,19 +36,28 @@ families! {
     // Triton's per-model statistics (`frontend::metrics`; the MQTT status message reuses the names).
     REQUEST_SUCCESS = "nv_inference_request_success", Counter, "Number of successful inference requests, all batch sizes";
     REQUEST_FAILURE = "nv_inference_request_failure", Counter, "Number of failed inference requests, all batch sizes";
-    INFERENCE_COUNT = "nv_inference_count", Counter, "Number of inferences performed (a batch of n counts n)";
-    EXEC_COUNT = "nv_inference_exec_count", Counter, "Number of model executions performed (a batch counts once)";
-    REQUEST_DURATION = "nv_inference_request_duration_us", Counter, "Cumulative inference request duration in microseconds";
-    QUEUE_DURATION = "nv_inference_queue_duration_us", Counter, "Cumulative inference queuing duration in microseconds";
-    COMPUTE_INPUT_DURATION = "nv_inference_compute_input_duration_us", Counter, "Cumulative compute input duration in microseconds";
-    COMPUTE_INFER_DURATION = "nv_inference_compute_infer_duration_us", Counter, "Cumulative compute inference duration in microseconds";
-    COMPUTE_OUTPUT_DURATION = "nv_inference_compute_output_duration_us", Counter, "Cumulative compute output duration in microseconds";
-    PENDING_REQUESTS = "nv_inference_pending_request_count", Gauge, "Instantaneous number of pending requests awaiting execution";
+    INFERENCE_COUNT = "nv_inference_count", Counter, "Number of inferences performed (does not include cached requests)";
+    EXEC_COUNT = "nv_inference_exec_count", Counter, "Number of model executions performed (does not include cached requests)";
+    REQUEST_DURATION = "nv_inference_request_duration_us", Counter, "Cumulative inference request duration in microseconds (includes cached requests)";
+    QUEUE_DURATION = "nv_inference_queue_duration_us", Counter, "Cumulative inference queuing duration in microseconds (includes cached requests)";
+    COMPUTE_INPUT_DURATION = "nv_inference_compute_input_duration_us", Counter, "Cumulative compute input duration in microseconds (does not include cached requests)";
+    COMPUTE_INFER_DURATION = "nv_inference_compute_infer_duration_us", Counter, "Cumulative compute inference duration in microseconds (does not include cached requests)";
+    COMPUTE_OUTPUT_DURATION = "nv_inference_compute_output_duration_us", Counter, "Cumulative inference compute output duration in microseconds (does not include cached requests)";
+    PENDING_REQUESTS = "nv_inference_pending_request_count", Gauge, "Instantaneous number of pending requests awaiting execution per-model.";
     MODEL_LOAD_DURATION = "nv_model_load_duration_secs", Gauge, "Model load time in seconds";
     CACHE_HITS = "nv_cache_num_hits_per_model", Counter, "Number of cache hits per model";
     CACHE_MISSES = "nv_cache_num_misses_per_model", Counter, "Number of cache misses per model";
     CACHE_HIT_DURATION = "nv_cache_hit_duration_per_model", Counter, "Total cache hit duration per model, in microseconds";
-    CACHE_MISS_DURATION = "nv_cache_miss_duration_per_model", Counter, "Total cache miss (lookup and insertion) duration per model, in microseconds";
+    // `--metrics-config summary_latencies=true`: tritonserver 2.51's summaries (their HELP texts as it
+    // prints them, the compute ones saying "Cumulative").
+    REQUEST_SUMMARY = "nv_inference_request_summary_us", Summary, "Summary of inference request duration in microseconds (includes cached requests)";
+    QUEUE_SUMMARY = "nv_inference_queue_summary_us", Summary, "Summary of inference queuing duration in microseconds (includes cached requests)";
+    COMPUTE_INPUT_SUMMARY = "nv_inference_compute_input_summary_us", Summary, "Cumulative compute input duration in microseconds (does not include cached requests)";
+    COMPUTE_INFER_SUMMARY = "nv_inference_compute_infer_summary_us", Summary, "Cumulative compute inference duration in microseconds (does not include cached requests)";
+    COMPUTE_OUTPUT_SUMMARY = "nv_inference_compute_output_summary_us", Summary, "Cumulative inference compute output duration in microseconds (does not include cached requests)";
+    CACHE_HIT_SUMMARY = "nv_cache_hit_summary_per_model", Summary, "Summary of cache hit counts/durations per model, in microseconds.";
+    CACHE_MISS_SUMMARY = "nv_cache_miss_summary_per_model", Summary, "Summary of cache miss counts/durations per model, in microseconds.";
+    CACHE_MISS_DURATION = "nv_cache_miss_duration_per_model", Counter, "Total cache miss (insert+lookup) duration per model, in microseconds";
 
     // CPU (`platform::CpuMonitor`'s readings).
     CPU_UTILIZATION = "nv_cpu_utilization", Gauge, "CPU utilization rate [0.0 - 1.0]";

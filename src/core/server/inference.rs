@@ -86,7 +86,7 @@ impl Server {
                 let key = cache::key(&model.name, model.version, &prepared.exec.inputs, &prepared.exec.outputs)
                     .map_err(other)?;
                 if let Some(outputs) = c.lookup(&key) {
-                    model.stats.cache_hit.add(t.elapsed().as_nanos() as u64);
+                    model.stats.record_cache_hit(t.elapsed().as_nanos() as u64);
                     let response = self.respond(model, id, &prepared.outputs, outputs).map_err(other)?;
                     return Ok((response, ExecTimings::default()));
                 }
@@ -123,7 +123,7 @@ impl Server {
         if let Some((c, key, lookup)) = cached {
             let t = Instant::now();
             c.insert(key, result.outputs.clone());
-            model.stats.cache_miss.add((lookup + t.elapsed()).as_nanos() as u64);
+            model.stats.record_cache_miss((lookup + t.elapsed()).as_nanos() as u64);
         }
         let mut response = self.respond(model, id, &prepared.outputs, result.outputs).map_err(other)?;
         response.parameters = result.parameters;

@@ -60,6 +60,8 @@ pub struct ModelStatistics {
     pub load_duration: Duration,
     /// Whether requests to this version go through the response cache.
     pub cache_enabled: bool,
+    /// The latency summaries in [`crate::core::stats::Stage`] order, with `summary_latencies=true`.
+    pub summaries: Option<Vec<crate::core::stats::SummarySnapshot>>,
 }
 
 impl Server {
@@ -147,6 +149,7 @@ impl Server {
             pending: m.stats.pending.load(Ordering::Relaxed),
             load_duration: m.load_duration,
             cache_enabled: self.cache_enabled(m),
+            summaries: m.stats.summaries.as_ref().map(|s| s.snapshot()),
         };
         match name {
             None => Ok(loaded.iter().map(snap).collect()),

@@ -1,0 +1,226 @@
+"""`--metrics-config` (issue 35), differential against tritonserver 2.51: after the same requests to the
+same Python models, both servers export the same per-model families (names, HELP, TYPE), label sets,
+quantile labels and counts; and the model statistics' `response_stats` and `memory_usage` hold what
+tritonserver's hold, over HTTP and gRPC."""
+
+from __future__ import annotations
+
+import math
+import queue
+import re
+import shutil
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from google.protobuf.json_format import MessageToDict
+
+from helpers import REPO_ROOT, run_cli
+
+PYTHON_MODELS = REPO_ROOT / "model-repos" / "python"
+MODELS = ("add_sub", "repeat")
+SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
+LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def python_repo(repo):
+    for name in MODELS:
+        shutil.copytree(PYTHON_MODELS / name, repo / name)
+    return repo
+
+
+def parse(text: str) -> dict:
+    """{family: {"help", "type", "samples": [(name, {labels}, value)]}} of a scrape."""
+    families: dict = {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, _, help_ = line[7:].partition(" ")
+            families.setdefault(name, {"samples": []})["help"] = help_
+        elif line.startswith("# TYPE "):
+            name, _, kind = line[7:].partition(" ")
+            families.setdefault(name, {"samples": []})["type"] = kind
+        elif line and not line.startswith("#"):
+            m = SAMPLE_RE.match(line)
+            assert m, f"not a sample line: {line!r}"
+            name, labels, value = m.group(1), dict(LABEL_RE.findall(m.group(2) or "")), float(m.group(3))
+            family = next((f for f in (name, re.sub(r"_(sum|count)$", "", name)) if f in families), name)
+            families.setdefault(family, {"samples": []})["samples"].append((name, labels, value))
+    return families
+
+
+def per_model(families: dict) -> dict:
+    """The families with a `model` label (the per-model statistics), as tritonserver 2.51 has them."""
+    return {k: v for k, v in families.items()
+            if k.startswith(("nv_inference_", "nv_cache_")) and any("model" in s[1] for s in v["samples"])}
+
+
+def run_requests(s) -> None:
+    """The same request history on either server: 5 add_sub requests over HTTP, 3 streams to repeat."""
+    c = s.client()
+    a = np.arange(4, dtype=np.float32)
+    for _ in range(5):
+        ins = [httpclient.InferInput("INPUT0", [4], "FP32"), httpclient.InferInput("INPUT1", [4], "FP32")]
+        ins[0].set_data_from_numpy(a)
+        ins[1].set_data_from_numpy(a)
+        c.infer("add_sub", ins)
+    g = s.grpc_client()
+    done: queue.Queue = queue.Queue()
+    g.start_stream(callback=lambda result, error: done.put((result, error)))
+    for n in (3, 2, 1):
+        inp = grpcclient.InferInput("IN", [n], "INT32")
+        inp.set_data_from_numpy(np.arange(n, dtype=np.int32))
+        g.async_stream_infer("repeat", [inp], enable_empty_final_response=True)
+    finals = 0
+    while finals < 3:
+        result, error = done.get(timeout=30)
+        assert error is None, error
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            finals += 1
+    g.stop_stream()
+
+
+def scrape(url: str) -> dict:
+    return parse(urllib.request.urlopen(url, timeout=10).read().decode())
+
+
+def both(start_server, start_tritonserver, repo, *flags: str) -> tuple[dict, dict]:
+    """Runs the request history through tritonrs and tritonserver with `flags`; both scrapes."""
+    python_repo(repo)
+    common = ("--model-repository", str(repo), "--allow-metrics=true", "--allow-gpu-metrics=false",
+              "--allow-cpu-metrics=false", *flags)
+    t = start_tritonserver(*common)
+    run_requests(t)
+    theirs = scrape(f"http://{t.host}:{t.metrics_port}/metrics")
+    s = start_server(*common, "--metrics-port=0")
+    run_requests(s)
+    port = int(s.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
+    ours = scrape(f"http://{s.host}:{port}/metrics")
+    return per_model(ours), per_model(theirs)
+
+
+def shape(families: dict) -> dict:
+    """What must match exactly: per family its HELP and TYPE, and per sample name its label sets
+    (quantile labels included)."""
+    out = {}
+    for name, f in families.items():
+        labels = sorted({(n, tuple(sorted(ls.items()))) for n, ls, _ in f["samples"]})
+        out[name] = (f.get("help"), f.get("type"), labels)
+    return out
+
+
+def counts(families: dict) -> dict:
+    """Every count: the counters that count requests, and every summary's `_count`."""
+    return {(n, tuple(sorted(ls.items()))): v for name, f in families.items() for n, ls, v in f["samples"]
+            if n.endswith("_count") or n in ("nv_inference_request_success", "nv_inference_request_failure",
+                                              "nv_inference_count", "nv_inference_exec_count")}
+
+
+def check_summaries(families: dict, names: list[str]) -> None:
+    """Values are plausible: sums > 0 where the stage takes time, quantiles not NaN and ordered."""
+    for name in names:
+        f = families[name]
+        by_model: dict = {}
+        for n, ls, v in f["samples"]:
+            if "quantile" in ls:
+                by_model.setdefault(ls["model"], []).append((float(ls["quantile"]), v))
+            elif n.endswith("_sum"):
+                assert v >= 0, (n, ls, v)
+        for model, qs in by_model.items():
+            values = [v for _, v in sorted(qs)]
+            assert all(not math.isnan(v) and v >= 0 for v in values), (name, model, values)
+            assert values == sorted(values), (name, model, values)
+    req = {ls["model"]: v for n, ls, v in families["nv_inference_request_summary_us"]["samples"]
+           if n == "nv_inference_request_summary_us_sum"}
+    assert req and all(v > 0 for v in req.values()), req
+
+
+SUMMARIES = ["nv_inference_request_summary_us", "nv_inference_queue_summary_us",
+             "nv_inference_compute_input_summary_us", "nv_inference_compute_infer_summary_us",
+             "nv_inference_compute_output_summary_us"]
+
+
+def test_summary_latencies_match_tritonserver(start_server, start_tritonserver, repo):
+    ours, theirs = both(start_server, start_tritonserver, repo, "--metrics-config=summary_latencies=true")
+    assert set(SUMMARIES) <= set(theirs)
+    assert shape(ours) == shape(theirs)
+    assert counts(ours) == counts(theirs)
+    check_summaries(ours, SUMMARIES)
+
+
+def test_summary_quantiles_and_no_counters_match_tritonserver(start_server, start_tritonserver, repo):
+    ours, theirs = both(start_server, start_tritonserver, repo, "--metrics-config", "summary_latencies=true",
+                        "--metrics-config=summary_quantiles=0.5:0.05,0.9:0.01,0.99:0.001",
+                        "--metrics-config=counter_latencies=false")
+    assert "nv_inference_request_duration_us" not in theirs
+    quantiles = {ls["quantile"] for _, ls, _ in theirs["nv_inference_queue_summary_us"]["samples"] if "quantile" in ls}
+    assert quantiles == {"0.5", "0.9", "0.99"}
+    assert shape(ours) == shape(theirs)
+    # The summaries count alike. tritonserver 2.51 also stops nv_inference_request_success,
+    # nv_inference_count and nv_inference_exec_count with counter_latencies=false (they read 0); tritonrs
+    # keeps counting them (README, differences), so they equal its summaries' counts.
+    summary_counts = lambda f: {k: v for k, v in counts(f).items() if k[0].endswith("_summary_us_count")}
+    assert summary_counts(ours) == summary_counts(theirs)
+    ok = {ls["model"]: v for _, ls, v in ours["nv_inference_request_success"]["samples"]}
+    assert ok == {ls["model"]: v for n, ls, v in ours["nv_inference_request_summary_us"]["samples"]
+                  if n.endswith("_count")}
+    check_summaries(ours, SUMMARIES)
+
+
+def test_default_metrics_match_tritonserver(start_server, start_tritonserver, repo):
+    """Without --metrics-config: the counters only, no summary."""
+    ours, theirs = both(start_server, start_tritonserver, repo)
+    assert not any(k.endswith("_summary_us") for k in theirs)
+    assert shape(ours) == shape(theirs)
+    assert counts(ours) == counts(theirs)
+
+
+def test_metrics_config_without_value_stops_both(start_tritonserver, repo):
+    """A setting without `=` stops both servers at start."""
+    with pytest.raises(RuntimeError, match="--metrics-config option format is <setting>=<value>"):
+        start_tritonserver("--model-repository", str(repo), "--metrics-config=summary_latencies")
+    r = run_cli("--model-repository", str(repo), "--metrics-config=summary_latencies")
+    assert r.returncode != 0
+    assert "--metrics-config option format is <setting>=<value>" in r.stderr
+
+
+def test_unknown_metrics_setting_is_accepted_with_a_warning(start_server, start_tritonserver, repo):
+    """tritonserver 2.51 starts with a setting it does not know (and ignores it); tritonrs starts too
+    and says in its log that it ignores it."""
+    start_tritonserver("--model-repository", str(repo), "--metrics-config=histogram_latencies=true")
+    s = start_server("--model-repository", str(repo), "--metrics-config=histogram_latencies=true")
+    s.wait_for_log(r"histogram_latencies.*ignore")
+
+
+def stats(s, model: str) -> tuple[dict, dict]:
+    """The model's statistics over HTTP and over gRPC (as JSON)."""
+    http_stats = s.client().get_inference_statistics(model)["model_stats"][0]
+    grpc_stats = MessageToDict(s.grpc_client().get_inference_statistics(model).model_stats[0],
+                               preserving_proto_field_name=True)
+    return http_stats, grpc_stats
+
+
+def test_response_stats_and_memory_usage_match_tritonserver(start_server, start_tritonserver, repo):
+    python_repo(repo)
+    common = ("--model-repository", str(repo))
+    t = start_tritonserver(*common)
+    run_requests(t)
+    s = start_server(*common)
+    run_requests(s)
+    for model in MODELS:
+        (theirs_http, theirs_grpc), (ours_http, ours_grpc) = stats(t, model), stats(s, model)
+        for ours, theirs in ((ours_http, theirs_http), (ours_grpc, theirs_grpc)):
+            for key in ("response_stats", "memory_usage"):
+                assert (key in ours) == (key in theirs), (model, key)
+                # MessageToDict leaves out an empty map or list, as the JSON of gRPC's message does.
+                empty = {} if key == "response_stats" else []
+                o, th = ours.get(key, empty), theirs.get(key, empty)
+                assert type(o) is type(th), (model, key, o, th)
+                if isinstance(th, dict):
+                    assert sorted(o) == sorted(th), (model, key, o, th)
+                    for idx, entry in th.items():
+                        for stage, value in entry.items():
+                            assert o[idx][stage].get("count") == value.get("count"), (model, idx, stage)
+                else:
+                    assert len(o) == len(th), (model, key, o, th)
