@@ -153,3 +153,12 @@ def test_onnx_model_alone_gets_its_own_batch_inputs(start_server):
     res = infer_concurrently(s, "ragged_onnx", (4,), ONNX_OUTPUTS)[4]
     assert [ints(res, n) for n in ONNX_OUTPUTS[1:]] == [[4], [4], [0], [4], [4], [4], [4]]
     assert res.as_numpy("OUTPUT0").tolist() == [[0.0, 2.0, 4.0, 6.0]]
+
+
+def test_onnx_model_warms_up_with_its_batch_inputs(repo, start_server):
+    shutil.copytree(RAGGED / "ragged_onnx", repo / "ragged_onnx")
+    cfg = repo / "ragged_onnx" / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + 'model_warmup [ { name: "w" batch_size: 1 inputs { key: "INPUT0" value: '
+                   '{ data_type: TYPE_FP32 dims: [ 3 ] zero_data: true } } } ]\n')
+    s = start_server(f"--model-repository={repo}")
+    assert s.index_row("ragged_onnx")["state"] == "READY"
