@@ -14,6 +14,9 @@ use std::path::Path;
 pub struct Sample {
     pub name: String,
     pub exec: ExecRequest,
+    /// `exec` as a batch of one (ragged inputs flattened, batch inputs added), for backends that take
+    /// one merged execution, when the model has ragged inputs or batch inputs.
+    pub batched: Option<ExecRequest>,
     pub count: u32,
 }
 
@@ -66,11 +69,14 @@ fn sample(cfg: &ModelConfig, w: &ModelWarmup, model_dir: &Path, max_bytes: usize
         inputs.push(Tensor::new(name.clone(), datatype, shape, data));
     }
     let outputs = cfg.output.iter().map(|o| o.name.clone()).collect();
-    Ok(Sample {
-        name: w.name.clone(),
-        exec: ExecRequest { inputs, outputs, ..Default::default() },
-        count: w.count.max(1),
-    })
+    let exec = ExecRequest { inputs, outputs, ..Default::default() };
+    let spec = crate::core::scheduler::batch::BatchSpec::from_config(cfg);
+    let batched = if spec.is_plain() {
+        None
+    } else {
+        Some(crate::core::scheduler::batch::merge(&[&exec], &spec).map_err(|e| fail(e.message))?)
+    };
+    Ok(Sample { name: w.name.clone(), exec, batched, count: w.count.max(1) })
 }
 
 /// Zeros, or deterministic pseudo-random values (a warmup needs plausible data, not entropy). BYTES
@@ -102,8 +108,10 @@ fn filler(datatype: DataType, count: usize, random: bool, max_bytes: usize) -> s
 /// Runs every sample on one instance.
 pub fn run(instance: &mut dyn ModelInstance, samples: &[Sample], instance_name: &str) -> Result<()> {
     for s in samples {
+        // As the scheduler runs it: merged for backends that take one execution, as sent for the others.
+        let exec = s.batched.as_ref().filter(|_| !instance.takes_request_lists()).unwrap_or(&s.exec);
         for _ in 0..s.count {
-            crate::core::scheduler::execute(instance, &s.exec)
+            crate::core::scheduler::execute(instance, exec)
                 .map_err(|e| e.context(format!("model warmup '{}' failed on instance '{instance_name}'", s.name)))?;
         }
     }

@@ -196,11 +196,16 @@ pub fn check_io(cfg: &ModelConfig, io: &ModelIoInfo, what: &str) -> Result<()> {
         .input
         .iter()
         .map(|i| ("input", &i.name, i.data_type, &i.dims, i.reshape.as_ref(), i.allow_ragged_batch))
-        .chain(cfg.output.iter().map(|o| ("output", &o.name, o.data_type, &o.dims, o.reshape.as_ref(), false)));
+        .chain(cfg.output.iter().map(|o| {
+            // An output scattered with an input's shape is flat in the model, like a ragged input.
+            let scattered = cfg.batch_output.iter().any(|b| b.target_name.contains(&o.name));
+            ("output", &o.name, o.data_type, &o.dims, o.reshape.as_ref(), scattered)
+        }));
     for (kind, name, dt, dims, reshape, ragged) in configured {
         let t = find(kind, name, if kind == "input" { &io.inputs } else { &io.outputs })?;
         check_type(kind, name, dt, &t)?;
-        // A ragged input reaches the model as one flat tensor, whatever its configured dims.
+        // A ragged input reaches the model as one flat tensor, whatever its configured dims (and a
+        // scattered output leaves it as one).
         if !ragged {
             check_shape(cfg, kind, name, &t.dims, reshape.map_or(dims.as_slice(), |r| r.shape.as_slice()))?;
         }

@@ -98,12 +98,18 @@ impl HiddenTensors {
     }
 }
 
-/// The control and implicit-state tensors of a sequence model (none for other models).
+/// The control and implicit-state tensors of a sequence model, and the model inputs that `batch_input`
+/// computes (they are in no `input` list either).
 pub fn hidden_tensors(cfg: &ModelConfig) -> HiddenTensors {
+    let mut inputs: Vec<(String, DataType)> = cfg
+        .batch_input
+        .iter()
+        .filter_map(|b| DataType::from_config(b.data_type).map(|dt| (b, dt)))
+        .flat_map(|(b, dt)| b.target_name.iter().map(move |t| (t.clone(), dt)))
+        .collect();
     let Some(SchedulingChoice::SequenceBatching(s)) = &cfg.scheduling_choice else {
-        return HiddenTensors::default();
+        return HiddenTensors { inputs, outputs: Vec::new() };
     };
-    let mut inputs = Vec::new();
     for ci in &s.control_input {
         for c in &ci.control {
             let dt = if !c.int32_false_true.is_empty() {

@@ -500,6 +500,7 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
         ));
     }
     validate_tensors(cfg)?;
+    validate_batch_io(cfg)?;
     // Control inputs, implicit state and initial state files are checked here too, so `tritonrs validate`
     // reports them.
     crate::core::scheduler::sequence::policy::SequencePolicy::from_model(cfg, dir)?;
@@ -553,6 +554,57 @@ fn validate_tensors(cfg: &ModelConfig) -> Result<()> {
                         ),
                     ));
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks `batch_input` and `batch_output` as Triton does at load (with its messages): one source input,
+/// an existing one; batch inputs of TYPE_INT32 or TYPE_FP32; scattered outputs named once, each a
+/// configured output.
+fn validate_batch_io(cfg: &ModelConfig) -> Result<()> {
+    use crate::proto::inference::{batch_input, batch_output, DataType as ConfigType};
+    let known_input = |name: &str| cfg.input.iter().any(|i| i.name == name);
+    for b in &cfg.batch_input {
+        let ctx = |msg: String| field_error(cfg, "batch_input", msg);
+        let kind =
+            batch_input::Kind::try_from(b.kind).map_err(|_| ctx(format!("unknown batch input kind '{}'", b.kind)))?;
+        if b.source_input.len() != 1 {
+            return Err(ctx(format!(
+                "batch input kind '{}' expects 1 source input, got {}",
+                kind.as_str_name(),
+                b.source_input.len()
+            )));
+        }
+        if b.data_type != ConfigType::TypeInt32 as i32 && b.data_type != ConfigType::TypeFp32 as i32 {
+            return Err(ctx("batch input data type must be TYPE_INT32 or TYPE_FP32".into()));
+        }
+        if let Some(s) = b.source_input.iter().find(|s| !known_input(s)) {
+            return Err(ctx(format!("unknown source input name '{s}'")));
+        }
+    }
+    for b in &cfg.batch_output {
+        let ctx = |msg: String| field_error(cfg, "batch_output", msg);
+        let kind =
+            batch_output::Kind::try_from(b.kind).map_err(|_| ctx(format!("unknown batch output kind '{}'", b.kind)))?;
+        if b.source_input.len() != 1 {
+            return Err(ctx(format!(
+                "batch output kind '{}' expects 1 source input, got {}",
+                kind.as_str_name(),
+                b.source_input.len()
+            )));
+        }
+        if let Some(s) = b.source_input.iter().find(|s| !known_input(s)) {
+            return Err(ctx(format!("unknown source input name '{s}'")));
+        }
+        let mut seen = BTreeSet::new();
+        for t in &b.target_name {
+            if !seen.insert(t) {
+                return Err(ctx(format!("target output name '{t}' can only be specified once")));
+            }
+            if !cfg.output.iter().any(|o| o.name == *t) {
+                return Err(ctx(format!("unknown target output name '{t}'")));
             }
         }
     }

@@ -1,15 +1,52 @@
 //! Merging queued requests into one execution along the batch dimension, and splitting the outputs
-//! back per request.
+//! back per request. Ragged batching as Triton's backends do it: inputs with `allow_ragged_batch` are
+//! concatenated into one flat tensor, the configuration's `batch_input`s are computed for each
+//! execution and given to the model like ordinary inputs, and `batch_output`s are scattered back
+//! following the shape of a request's input.
 
 use crate::error::{Error, Result};
 use crate::model_api::types::{bytes_elements, DataType, Tensor};
 use crate::model_api::{ExecRequest, ExecResult};
+use crate::proto::inference::{batch_input, BatchInput, BatchOutput, ModelConfig};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashSet;
 
+/// What a model's configuration says about forming its executions: which inputs may be ragged, the batch
+/// inputs the server computes, and the outputs scattered by an input's shape.
+#[derive(Debug, Clone, Default)]
+pub struct BatchSpec {
+    /// Inputs that may differ in shape within a batch (`allow_ragged_batch`).
+    pub ragged: HashSet<String>,
+    /// `batch_input`, checked at load.
+    pub inputs: Vec<BatchInput>,
+    /// `batch_output`, checked at load.
+    pub outputs: Vec<BatchOutput>,
+}
+
+impl BatchSpec {
+    pub fn from_config(cfg: &ModelConfig) -> Self {
+        BatchSpec {
+            ragged: cfg.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect(),
+            inputs: cfg.batch_input.clone(),
+            outputs: cfg.batch_output.clone(),
+        }
+    }
+
+    /// A spec with only these ragged inputs.
+    pub fn ragged<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> Self {
+        BatchSpec { ragged: names.into_iter().map(Into::into).collect(), ..Default::default() }
+    }
+
+    /// Whether a single request runs exactly as it came (nothing flattened, computed or scattered).
+    pub fn is_plain(&self) -> bool {
+        self.ragged.is_empty() && self.inputs.is_empty() && self.outputs.is_empty()
+    }
+}
+
 /// Whether `b` can run in one batch with `a`: the same inputs with the same datatypes and, except for
 /// inputs that allow ragged batches, the same shape after the batch dimension.
-pub fn compatible(a: &ExecRequest, b: &ExecRequest, ragged: &HashSet<String>) -> bool {
+pub fn compatible(a: &ExecRequest, b: &ExecRequest, spec: &BatchSpec) -> bool {
+    let ragged = &spec.ragged;
     a.inputs.len() == b.inputs.len()
         && a.inputs.iter().all(|x| {
             b.inputs.iter().any(|y| {
@@ -21,12 +58,13 @@ pub fn compatible(a: &ExecRequest, b: &ExecRequest, ragged: &HashSet<String>) ->
 }
 
 /// Concatenates compatible requests along the batch dimension. Ragged inputs become one 1-D tensor of
-/// all their elements, as Triton's ONNX Runtime backend hands them over. The batch computes the union of
-/// the outputs the requests ask for.
-pub fn merge(requests: &[&ExecRequest], ragged: &HashSet<String>) -> Result<ExecRequest> {
+/// all their elements, as Triton's ONNX Runtime backend hands them over (even for one request), and the
+/// batch inputs are appended. The batch computes the union of the outputs the requests ask for.
+pub fn merge(requests: &[&ExecRequest], spec: &BatchSpec) -> Result<ExecRequest> {
+    let ragged = &spec.ragged;
     let first = match requests {
         [] => return Err(Error::internal("an empty batch was formed; this is a bug")),
-        [only] => return Ok((*only).clone()),
+        [only] if spec.is_plain() => return Ok((*only).clone()),
         [first, ..] => *first,
     };
     let mut inputs = Vec::with_capacity(first.inputs.len());
@@ -54,6 +92,12 @@ pub fn merge(requests: &[&ExecRequest], ragged: &HashSet<String>) -> Result<Exec
         };
         inputs.push(Tensor::new(t.name.clone(), t.datatype, shape, data.freeze()));
     }
+    for b in &spec.inputs {
+        let t = batch_input_tensor(b, requests)?;
+        for target in &b.target_name {
+            inputs.push(Tensor::new(target.clone(), t.datatype, t.shape.clone(), t.data.clone()));
+        }
+    }
     let mut outputs: Vec<String> = Vec::new();
     for r in requests {
         for o in &r.outputs {
@@ -65,16 +109,100 @@ pub fn merge(requests: &[&ExecRequest], ragged: &HashSet<String>) -> Result<Exec
     Ok(ExecRequest { inputs, outputs, meta: first.meta.clone(), responder: None })
 }
 
+/// The value of one batch input for a batch of `requests`, computed as Triton's backends do: element
+/// counts count every element of the source input, batch dimension included; item shapes are the dims
+/// after the batch dimension, once per batch item.
+fn batch_input_tensor(b: &BatchInput, requests: &[&ExecRequest]) -> Result<Tensor> {
+    let source = b.source_input.first().map(String::as_str).unwrap_or_default();
+    let shapes: Vec<&[i64]> = requests
+        .iter()
+        .map(|r| {
+            r.inputs.iter().find(|i| i.name == source).map(|i| i.shape.as_slice()).ok_or_else(|| {
+                Error::invalid(format!("batch input '{}' needs input '{source}', which the request lacks", name(b)))
+            })
+        })
+        .collect::<Result<_>>()?;
+    let count = |s: &[i64]| s.iter().map(|&d| d.max(0)).product::<i64>();
+    let items = |s: &[i64]| s.first().copied().unwrap_or(1).max(0);
+    let (shape, values): (Vec<i64>, Vec<i64>) = match batch_input::Kind::try_from(b.kind) {
+        Ok(batch_input::Kind::BatchElementCount) => {
+            (vec![shapes.len() as i64], shapes.iter().map(|s| count(s)).collect())
+        }
+        Ok(
+            kind @ (batch_input::Kind::BatchAccumulatedElementCount
+            | batch_input::Kind::BatchAccumulatedElementCountWithZero),
+        ) => {
+            let zero = kind == batch_input::Kind::BatchAccumulatedElementCountWithZero;
+            let mut acc = if zero { vec![0] } else { Vec::new() };
+            let mut sum = 0;
+            for s in &shapes {
+                sum += count(s);
+                acc.push(sum);
+            }
+            (vec![acc.len() as i64], acc)
+        }
+        Ok(batch_input::Kind::BatchMaxElementCountAsShape) => {
+            // Only the shape carries information; Triton leaves the content unset, here it is zeros.
+            let max = shapes.iter().map(|s| count(s)).max().unwrap_or(0);
+            (vec![max], vec![0; max as usize])
+        }
+        Ok(kind @ (batch_input::Kind::BatchItemShape | batch_input::Kind::BatchItemShapeFlatten)) => {
+            let rank = shapes.iter().map(|s| s.len().saturating_sub(1)).max().unwrap_or(0) as i64;
+            let mut values = Vec::new();
+            for s in &shapes {
+                for _ in 0..items(s) {
+                    values.extend(s.iter().skip(1));
+                }
+            }
+            let rows: i64 = shapes.iter().map(|s| items(s)).sum();
+            let shape =
+                if kind == batch_input::Kind::BatchItemShape { vec![rows, rank] } else { vec![values.len() as i64] };
+            (shape, values)
+        }
+        Err(_) => return Err(Error::invalid(format!("batch input '{}' has an unknown kind {}", name(b), b.kind))),
+    };
+    let data: Vec<u8> = if b.data_type == crate::proto::inference::DataType::TypeFp32 as i32 {
+        values.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect()
+    } else {
+        values.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect()
+    };
+    let dt = if b.data_type == crate::proto::inference::DataType::TypeFp32 as i32 {
+        DataType::Fp32
+    } else {
+        DataType::Int32
+    };
+    Ok(Tensor::new(name(b).to_string(), dt, shape, data))
+}
+
+/// A batch input's first target name, for messages.
+fn name(b: &BatchInput) -> &str {
+    b.target_name.first().map(String::as_str).unwrap_or("(no target_name)")
+}
+
 /// Splits a batch's outputs along the first dimension: request `i` gets `sizes[i]` rows of every output
-/// it asked for, in the order it asked. Every request gets the batch's timings.
-pub fn split(result: ExecResult, requests: &[&ExecRequest], sizes: &[u32]) -> Result<Vec<ExecResult>> {
-    if requests.len() == 1 {
+/// it asked for, in the order it asked. A `batch_output` of kind BATCH_SCATTER_WITH_INPUT_SHAPE is cut
+/// instead into pieces of the request's source input shape. Every request gets the batch's timings.
+pub fn split(
+    result: ExecResult,
+    requests: &[&ExecRequest],
+    sizes: &[u32],
+    spec: &BatchSpec,
+) -> Result<Vec<ExecResult>> {
+    if requests.len() == 1 && spec.outputs.is_empty() {
         return Ok(vec![result]);
     }
     let total: u64 = sizes.iter().map(|&s| u64::from(s)).sum();
     // Per output: the row slices for each request.
     let mut pieces: Vec<(String, Vec<Tensor>)> = Vec::with_capacity(result.outputs.len());
     for t in &result.outputs {
+        if let Some(source) = scatter_source(spec, &t.name) {
+            pieces.push((t.name.clone(), scatter(t, requests, source)?));
+            continue;
+        }
+        if requests.len() == 1 {
+            pieces.push((t.name.clone(), vec![t.clone()]));
+            continue;
+        }
         let rows = t.shape.first().copied().unwrap_or(0);
         if rows < 0 || rows as u64 != total {
             return Err(Error::internal(format!(
@@ -93,6 +221,44 @@ pub fn split(result: ExecResult, requests: &[&ExecRequest], sizes: &[u32]) -> Re
             .filter_map(|name| pieces.iter().find(|(n, _)| n == name).and_then(|(_, parts)| parts.get(i)).cloned())
             .collect();
         out.push(ExecResult { outputs, timings: result.timings, parameters: result.parameters.clone() });
+    }
+    Ok(out)
+}
+
+/// The source input of the `batch_output` that scatters output `name`, if one does.
+fn scatter_source<'a>(spec: &'a BatchSpec, name: &str) -> Option<&'a str> {
+    spec.outputs
+        .iter()
+        .find(|b| b.target_name.iter().any(|t| t == name))
+        .and_then(|b| b.source_input.first())
+        .map(String::as_str)
+}
+
+/// Cuts an output into one piece per request, each with the shape of that request's `source` input.
+fn scatter(t: &Tensor, requests: &[&ExecRequest], source: &str) -> Result<Vec<Tensor>> {
+    let size = t.datatype.byte_size().ok_or_else(|| {
+        Error::invalid(format!(
+            "output '{}' is {}, which cannot be scattered with an input's shape",
+            t.name,
+            t.datatype.as_str()
+        ))
+    })?;
+    let data = t.data.to_host()?;
+    let mut offset = 0usize;
+    let mut out = Vec::with_capacity(requests.len());
+    for r in requests {
+        let shape = r.inputs.iter().find(|i| i.name == source).map(|i| i.shape.clone()).ok_or_else(|| {
+            Error::invalid(format!("output '{}' is scattered by input '{source}', which the request lacks", t.name))
+        })?;
+        let len = shape.iter().map(|&d| d.max(0) as usize).product::<usize>() * size;
+        let piece = data.get(offset..offset + len).map(|_| data.slice(offset..offset + len)).ok_or_else(|| {
+            Error::internal(format!(
+                "output '{}' holds fewer elements than the shapes of input '{source}' in the batch add up to",
+                t.name
+            ))
+        })?;
+        out.push(Tensor::new(t.name.clone(), t.datatype, shape, piece));
+        offset += len;
     }
     Ok(out)
 }

@@ -3,12 +3,13 @@
 //! every slot up front (4,096 jobs, about 0.8 MB a model version, most of it never used), while an
 //! unbounded one grows in small blocks as requests queue.
 
+use super::batch::{self, BatchSpec};
 use super::workers::{answer_alone, Workers};
 use super::{execute, guarded, Job, Scheduler};
 use crate::core::heartbeat::Beat;
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
-use crate::model_api::ModelInstance;
+use crate::model_api::{ExecResult, ModelInstance};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,19 +33,23 @@ pub struct DefaultScheduler {
 }
 
 impl DefaultScheduler {
-    /// Starts one thread per instance, all pulling from one queue of `capacity` jobs.
+    /// Starts one thread per instance, all pulling from one queue of `capacity` jobs. With `spec`, each
+    /// request runs as a batch of one: ragged inputs flattened, batch inputs added, outputs scattered.
     pub fn start(
         model: &str,
         instances: Vec<(String, Box<dyn ModelInstance>)>,
         capacity: usize,
+        spec: Option<Arc<BatchSpec>>,
         stats: Arc<ModelStats>,
     ) -> Result<Self> {
         let (tx, rx) = unbounded::<Job>();
         let workers = Workers::new(model);
         let free = Arc::new(AtomicUsize::new(0));
         for (name, instance) in instances {
-            let (rx, stats, free) = (rx.clone(), stats.clone(), free.clone());
-            workers.instance(&name, instance, move |instance, beat| drain(instance, &rx, &stats, beat, &free))?;
+            let (rx, stats, free, spec) = (rx.clone(), stats.clone(), free.clone(), spec.clone());
+            workers.instance(&name, instance, move |instance, beat| {
+                drain(instance, &rx, &stats, beat, &free, spec.as_deref())
+            })?;
         }
         Ok(DefaultScheduler { tx, model: model.to_string(), capacity, workers, stats })
     }
@@ -86,7 +91,14 @@ const PIPELINE_DEPTH: usize = 2;
 /// in flight; a thread counts itself free before it answers its last job, since that answer is what
 /// brings the client's next request), so a job never queues behind a busy instance while another one
 /// is idle.
-fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStats, beat: &Beat, free: &AtomicUsize) {
+fn drain(
+    instance: &mut dyn ModelInstance,
+    rx: &Receiver<Job>,
+    stats: &ModelStats,
+    beat: &Beat,
+    free: &AtomicUsize,
+    spec: Option<&BatchSpec>,
+) {
     let mut sent: VecDeque<(Job, Instant, u64)> = VecDeque::new();
     free.fetch_add(1, Ordering::SeqCst);
     loop {
@@ -123,12 +135,22 @@ fn drain(instance: &mut dyn ModelInstance, rx: &Receiver<Job>, stats: &ModelStat
             Ok(None) => {
                 // Not pipelined: what was sent finishes first, then this job runs on its own.
                 while finish_oldest(instance, &mut sent, stats, None) {}
-                let result = job.span.in_scope(|| execute(instance, &job.exec));
+                let result = job.span.in_scope(|| execute_alone(instance, &job, spec));
                 free.fetch_add(1, Ordering::SeqCst);
                 answer_alone(stats, job, start, result);
             }
         }
     }
+}
+
+/// Runs one job on its own; with a spec, as a batch of one.
+fn execute_alone(instance: &mut dyn ModelInstance, job: &Job, spec: Option<&BatchSpec>) -> Result<ExecResult> {
+    let Some(spec) = spec else { return execute(instance, &job.exec) };
+    let one = [&job.exec];
+    let merged = batch::merge(&one, spec)?;
+    batch::split(execute(instance, &merged)?, &one, &[job.batch_size], spec)?
+        .pop()
+        .ok_or_else(|| Error::internal("a batch of one request gave no result; this is a bug"))
 }
 
 /// Finishes and answers the oldest job sent ahead; false when there is none. With `free`, a thread

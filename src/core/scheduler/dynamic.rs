@@ -17,7 +17,7 @@ use crate::model_api::{ExecRequest, ExecResult, ModelInstance};
 use crate::proto::inference::model_queue_policy::TimeoutAction;
 use crate::proto::inference::{ModelConfig, ModelDynamicBatching, ModelQueuePolicy};
 use parking_lot::{Mutex, MutexGuard};
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -310,8 +310,8 @@ pub(super) struct Shared {
     /// Number of instance threads, each stopped by one [`Work::Stop`].
     instances: usize,
     stats: Arc<ModelStats>,
-    /// Inputs that may differ in shape within a batch.
-    ragged: HashSet<String>,
+    /// Ragged inputs, batch inputs and scattered outputs.
+    spec: batch::BatchSpec,
     /// Set when replies must leave in submission order.
     reorder: Option<Mutex<Reorder>>,
     /// Set when the instances take a batch as a list of requests (Python models): requests of any shape
@@ -346,7 +346,7 @@ impl DynamicBatcher {
             work_tx,
             instances: instances.len(),
             stats,
-            ragged: cfg.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect(),
+            spec: batch::BatchSpec::from_config(cfg),
             reorder: d.preserve_ordering.then(|| Mutex::new(Reorder { next: 0, done: BTreeMap::new() })),
             lists: !instances.is_empty() && instances.iter().all(|(_, i)| i.takes_request_lists()),
         });
@@ -396,8 +396,8 @@ impl Shared {
         let mut batches = Vec::new();
         let mut wait = None;
         while st.idle > 0 {
-            let (ragged, lists) = (&self.ragged, self.lists);
-            match st.queue.next_batch(now, |a, b| lists || batch::compatible(&a.job.exec, &b.job.exec, ragged)) {
+            let (spec, lists) = (&self.spec, self.lists);
+            match st.queue.next_batch(now, |a, b| lists || batch::compatible(&a.job.exec, &b.job.exec, spec)) {
                 Next::Batch(b) => {
                     st.idle -= 1;
                     batches.push(b);
@@ -486,9 +486,9 @@ fn run_batch(shared: &Shared, instance: &mut dyn ModelInstance, batch: Vec<Queue
         }
         return;
     }
-    let result = batch::merge(&execs, &shared.ragged).and_then(|merged| execute(instance, &merged)).and_then(|r| {
+    let result = batch::merge(&execs, &shared.spec).and_then(|merged| execute(instance, &merged)).and_then(|r| {
         record_execution(&shared.stats, sizes.iter().sum(), &r.timings);
-        batch::split(r, &execs, &sizes)
+        batch::split(r, &execs, &sizes, &shared.spec)
     });
     match result {
         Ok(parts) => {

@@ -121,7 +121,8 @@ pub fn start(
                 .filter(|&n| n > 0)
                 .map(|n| n as usize)
                 .unwrap_or(DEFAULT_MAX_QUEUE_SIZE);
-            Ok(Box::new(DefaultScheduler::start(name, instances, queue, stats)?))
+            let spec = alone_spec(cfg, &instances);
+            Ok(Box::new(DefaultScheduler::start(name, instances, queue, spec, stats)?))
         }
         Some(SchedulingChoice::SequenceBatching(s)) => {
             let policy = sequence::policy::SequencePolicy::from_config(cfg, s, model_dir)?;
@@ -131,8 +132,21 @@ pub fn start(
             "model '{name}': an ensemble has no instances to schedule; the model lifecycle starts its \
              EnsembleScheduler instead; this is a bug"
         ))),
-        None => Ok(Box::new(DefaultScheduler::start(name, instances, DEFAULT_MAX_QUEUE_SIZE, stats)?)),
+        None => {
+            let spec = alone_spec(cfg, &instances);
+            Ok(Box::new(DefaultScheduler::start(name, instances, DEFAULT_MAX_QUEUE_SIZE, spec, stats)?))
+        }
     }
+}
+
+/// What the default scheduler needs to run a request as a batch of one: the model's ragged inputs, batch
+/// inputs and scattered outputs, unless it has none or its instances take request lists (Python models
+/// and backend libraries see each request as it came, as in Triton, where such backends compute their
+/// batch inputs themselves).
+fn alone_spec(cfg: &ModelConfig, instances: &[(String, Box<dyn ModelInstance>)]) -> Option<Arc<batch::BatchSpec>> {
+    let spec = batch::BatchSpec::from_config(cfg);
+    let lists = !instances.is_empty() && instances.iter().all(|(_, i)| i.takes_request_lists());
+    (!spec.is_plain() && !lists).then(|| Arc::new(spec))
 }
 
 /// Runs one execution on an instance, turning a backend panic into an error.

@@ -25,7 +25,6 @@ use crate::proto::inference::ModelConfig;
 use parking_lot::MutexGuard;
 use policy::{RowSignals, SequencePolicy};
 use slots::{Row, SlotPolicy, SlotTable};
-use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,8 +42,8 @@ pub(super) struct Shared {
     work: Vec<crossbeam_channel::Sender<Work<Rows>>>,
     /// The model version's statistics.
     stats: Arc<ModelStats>,
-    /// Inputs that may differ in shape within a batch.
-    ragged: HashSet<String>,
+    /// Ragged inputs, batch inputs and scattered outputs.
+    spec: batch::BatchSpec,
     /// Control inputs and implicit state.
     policy: SequencePolicy,
 }
@@ -83,7 +82,7 @@ impl SequenceBatcher {
             state: Clocked::new(State { table }),
             work: senders,
             stats,
-            ragged: cfg.input.iter().filter(|i| i.allow_ragged_batch).map(|i| i.name.clone()).collect(),
+            spec: batch::BatchSpec::from_config(cfg),
             policy,
         });
         let workers = Workers::new(name);
@@ -149,12 +148,12 @@ impl Shared {
         st.table.expire_idle(now);
         let mut batches = Vec::new();
         let mut wait: Option<Instant> = None;
-        let ragged = &self.ragged;
+        let spec = &self.spec;
         for i in 0..self.work.len() {
             if !st.table.is_idle(i) {
                 continue;
             }
-            match st.table.next_batch(i, now, |a, b| batch::compatible(&a.exec, &b.exec, ragged)) {
+            match st.table.next_batch(i, now, |a, b| batch::compatible(&a.exec, &b.exec, spec)) {
                 Next::Batch(rows) => batches.push((i, rows)),
                 Next::WaitUntil(t) => wait = Some(wait.map_or(t, |w| w.min(t))),
                 Next::Idle => {}
@@ -283,8 +282,8 @@ fn execute_rows(
     requests: u32,
     rows: u32,
 ) -> Result<Vec<ExecResult>> {
-    if refs.iter().all(|r| batch::compatible(refs[0], r, &shared.ragged)) {
-        batch::merge(refs, &shared.ragged)
+    if refs.iter().all(|r| batch::compatible(refs[0], r, &shared.spec)) {
+        batch::merge(refs, &shared.spec)
     } else {
         Err(Error::invalid(format!(
             "model '{}': the implicit states of the sequences in one batch have different shapes",
@@ -301,7 +300,7 @@ fn execute_rows(
             t.compute_infer_ns,
             t.compute_output_ns,
         );
-        batch::split(r, refs, &vec![1; refs.len()])
+        batch::split(r, refs, &vec![1; refs.len()], &shared.spec)
     })
 }
 

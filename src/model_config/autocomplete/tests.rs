@@ -149,3 +149,27 @@ fn garbage_is_a_clear_error() {
     let err = onnx_io_from_bytes(b"\xff\xff\xff not onnx").unwrap_err();
     assert!(err.message.contains("not a valid ONNX model"), "{}", err.message);
 }
+
+#[test]
+fn io_check_accepts_batch_inputs_and_flat_scattered_outputs() {
+    use crate::proto::inference::{BatchInput, BatchOutput};
+    // The model takes A (ragged, flat) and COUNT (a batch input); B is flat, scattered with A's shape.
+    let info =
+        ModelIoInfo { inputs: vec![io("A", 11, &[-1]), io("COUNT", 8, &[-1])], outputs: vec![io("B", 11, &[-1])] };
+    let mut cfg = config(8, &[-1]);
+    cfg.input[0].allow_ragged_batch = true;
+    cfg.output[0].dims = vec![-1];
+    let e = check_io(&cfg, &info, "ONNX model").unwrap_err().message;
+    assert!(e.contains("does not declare") || e.contains("does not match"), "{e}");
+    cfg.batch_input.push(BatchInput {
+        kind: 0,
+        target_name: vec!["COUNT".into()],
+        data_type: 8,
+        source_input: vec!["A".into()],
+    });
+    cfg.batch_output.push(BatchOutput { target_name: vec!["B".into()], kind: 0, source_input: vec!["A".into()] });
+    check_io(&cfg, &info, "ONNX model").unwrap();
+    // The batch input's type is checked against the model's like any input's.
+    cfg.batch_input[0].data_type = 11;
+    assert!(check_io(&cfg, &info, "ONNX model").is_err());
+}

@@ -32,7 +32,7 @@ fn job() -> (Job, tokio::sync::oneshot::Receiver<Result<ExecResult>>) {
 fn the_queue_holds_its_capacity_and_refuses_the_next_at_once() {
     let stats = Arc::new(ModelStats::new(0));
     let (open, gate) = crossbeam_channel::unbounded();
-    let s = DefaultScheduler::start("m", vec![("m_0".into(), Box::new(Gate(gate)))], 2, stats.clone()).unwrap();
+    let s = DefaultScheduler::start("m", vec![("m_0".into(), Box::new(Gate(gate)))], 2, None, stats.clone()).unwrap();
     // The first request goes into the instance (which holds it); wait until the queue is empty again.
     let (first, first_rx) = job();
     s.submit(first).unwrap();
