@@ -1,8 +1,8 @@
-//! `--metrics-config=<setting>=<value>`, tritonserver 2.51's metrics settings: `counter_latencies`,
-//! `summary_latencies` and `summary_quantiles`. As in tritonserver, a setting without `=` stops the
-//! start, a quantile pair it cannot read is logged and skipped, and a setting 2.51 does not know
-//! (such as later releases' `histogram_latencies`) is accepted; tritonrs says in its log that it is
-//! ignored instead of ignoring it silently.
+//! `--metrics-config=<setting>=<value>`, tritonserver's metrics settings: 2.51's `counter_latencies`,
+//! `summary_latencies` and `summary_quantiles`, and later releases' `histogram_latencies` (the
+//! first-response histogram of decoupled models). As in tritonserver, a setting without `=` stops the
+//! start, a quantile pair it cannot read is logged and skipped, and an unknown setting is accepted;
+//! tritonrs says in its log that it is ignored instead of ignoring it silently.
 
 use crate::core::stats::quantiles::Target;
 use crate::core::stats::{LatencyMetrics, DEFAULT_QUANTILES};
@@ -13,7 +13,8 @@ pub struct MetricsConfigArgs {
     /// A metrics setting, as <setting>=<value> (repeatable; in the variable, separated by `;`):
     /// summary_latencies=true adds the nv_inference_*_summary_us summaries, summary_quantiles=
     /// <quantile>:<error>,... their quantiles (default 0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001,
-    /// 0.999:0.001), counter_latencies=false drops the nv_inference_*_duration_us counters.
+    /// 0.999:0.001), counter_latencies=false drops the nv_inference_*_duration_us counters,
+    /// histogram_latencies=true adds nv_inference_first_response_histogram_ms (decoupled models).
     #[arg(long, env = "TRITONRS_METRICS_CONFIG", value_name = "SETTING=VALUE", value_delimiter = ';',
           value_parser = parse_setting, help_heading = "Metrics")]
     pub metrics_config: Vec<(String, String)>,
@@ -47,6 +48,7 @@ impl MetricsConfigArgs {
             match k.as_str() {
                 "counter_latencies" => m.counters = boolean(k, v, &mut notes).unwrap_or(m.counters),
                 "summary_latencies" => m.summaries = boolean(k, v, &mut notes).unwrap_or(m.summaries),
+                "histogram_latencies" => m.histograms = boolean(k, v, &mut notes).unwrap_or(m.histograms),
                 "summary_quantiles" => {
                     let q = parse_quantiles(v, &mut notes);
                     if !q.is_empty() {
@@ -54,8 +56,8 @@ impl MetricsConfigArgs {
                     }
                 }
                 _ => notes.push(format!(
-                    "The metrics setting '{k}' is ignored: tritonserver 2.51 has no such setting (it has \
-                     counter_latencies, summary_latencies and summary_quantiles)."
+                    "The metrics setting '{k}' is ignored: tritonserver has no such setting (it has \
+                     counter_latencies, summary_latencies, summary_quantiles and histogram_latencies)."
                 )),
             }
         }
@@ -118,10 +120,12 @@ mod tests {
     #[test]
     fn what_changes_nothing_is_said() {
         let (m, notes) =
-            args(&["summary_latencies=1", "histogram_latencies=true", "summary_quantiles=abc,0.9:x"]).latency();
+            args(&["summary_latencies=1", "no_such_setting=true", "summary_quantiles=abc,0.9:x"]).latency();
         assert_eq!(m, LatencyMetrics::default());
         assert_eq!(notes.len(), 5, "{notes:?}");
-        assert!(notes[1].contains("histogram_latencies"));
+        assert!(notes[1].contains("no_such_setting"));
+        let (m, notes) = args(&["histogram_latencies=true"]).latency();
+        assert!(m.histograms && notes.is_empty(), "{notes:?}");
         assert!(parse_setting("summary_latencies").unwrap_err().contains("option format is <setting>=<value>"));
     }
 }

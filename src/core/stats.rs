@@ -19,7 +19,13 @@ pub struct LatencyMetrics {
     pub summaries: bool,
     /// The summaries' quantiles and their allowed rank errors.
     pub quantiles: Vec<Target>,
+    /// `nv_inference_first_response_histogram_ms` for decoupled models (`histogram_latencies`).
+    pub histograms: bool,
 }
+
+/// The first-response histogram's bucket bounds, in milliseconds, unless a model's `model_metrics`
+/// overrides them (tritonserver's defaults).
+pub const FIRST_RESPONSE_BUCKETS_MS: [f64; 4] = [100.0, 500.0, 2000.0, 5000.0];
 
 /// tritonserver's default quantiles: the median within 5 %, the 90th within 1 %, and the 95th, 99th
 /// and 99.9th within 0.1 % of rank.
@@ -38,7 +44,7 @@ const SUMMARY_AGE_BUCKETS: usize = 5;
 
 impl Default for LatencyMetrics {
     fn default() -> Self {
-        LatencyMetrics { counters: true, summaries: false, quantiles: DEFAULT_QUANTILES.to_vec() }
+        LatencyMetrics { counters: true, summaries: false, quantiles: DEFAULT_QUANTILES.to_vec(), histograms: false }
     }
 }
 
@@ -216,6 +222,55 @@ pub struct ModelStats {
     batches: Vec<BatchStat>,
     /// The latency summaries, with `--metrics-config summary_latencies=true` only.
     pub summaries: Option<Summaries>,
+    /// Time to a decoupled request's first response, with `histogram_latencies=true` only.
+    pub first_response: Option<Histogram>,
+}
+
+/// A lock-free histogram of whole milliseconds with fixed bucket bounds (tritonserver observes the
+/// first-response time in whole milliseconds too).
+#[derive(Debug)]
+pub struct Histogram {
+    /// Ascending upper bounds.
+    bounds: Vec<f64>,
+    /// Observations per bucket (not cumulative); one more than `bounds`, for `+Inf`.
+    counts: Vec<AtomicU64>,
+    sum_ms: AtomicU64,
+}
+
+/// A histogram read at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramSnapshot {
+    /// Each bound with the observations that fell in it alone, ascending.
+    pub buckets: Vec<(f64, u64)>,
+    pub sum_ms: u64,
+    pub count: u64,
+}
+
+impl Histogram {
+    /// A histogram with `bounds` (sorted and deduplicated here; NaN bounds are dropped).
+    pub fn new(bounds: &[f64]) -> Self {
+        let mut bounds: Vec<f64> = bounds.iter().copied().filter(|b| !b.is_nan()).collect();
+        bounds.sort_by(f64::total_cmp);
+        bounds.dedup();
+        let counts = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
+        Histogram { bounds, counts, sum_ms: AtomicU64::new(0) }
+    }
+
+    pub fn observe(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let i = self.bounds.iter().position(|b| ms as f64 <= *b).unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Relaxed);
+        self.sum_ms.fetch_add(ms, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let counts: Vec<u64> = self.counts.iter().map(|c| c.load(Relaxed)).collect();
+        HistogramSnapshot {
+            buckets: self.bounds.iter().copied().zip(counts.iter().copied()).collect(),
+            sum_ms: self.sum_ms.load(Relaxed),
+            count: counts.iter().sum(),
+        }
+    }
 }
 
 impl ModelStats {
@@ -237,7 +292,17 @@ impl ModelStats {
             pending: AtomicI64::new(0),
             batches: (0..n).map(|_| BatchStat::default()).collect(),
             summaries: latency_metrics().summaries.then(|| Summaries::new(&latency_metrics().quantiles)),
+            first_response: None,
         }
+    }
+
+    /// With `histogram_latencies=true`, keeps the first-response histogram (for a decoupled model) with
+    /// `bounds`.
+    pub fn with_first_response_histogram(mut self, bounds: &[f64]) -> Self {
+        if latency_metrics().histograms {
+            self.first_response = Some(Histogram::new(bounds));
+        }
+        self
     }
 
     /// Records one execution of `batch_size` inferences.

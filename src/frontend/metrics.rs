@@ -149,6 +149,22 @@ fn render_summaries(out: &mut String, models: &[ModelStatistics]) {
     }
 }
 
+/// `nv_inference_first_response_histogram_ms` of `histogram_latencies=true`: decoupled models only, as
+/// in tritonserver.
+fn render_first_response(out: &mut String, models: &[ModelStatistics]) {
+    let f = names::FIRST_RESPONSE_HISTOGRAM;
+    let with: Vec<_> = models.iter().filter_map(|m| Some((m, m.first_response.as_ref()?))).collect();
+    if with.is_empty() {
+        return;
+    }
+    f.header(out);
+    for (m, h) in with {
+        let version = m.version.to_string();
+        let labels = [("model", m.name.as_str()), ("version", version.as_str())];
+        crate::metrics_text::histogram(out, f.name, &labels, h.buckets.iter().copied(), h.sum_ms, h.count);
+    }
+}
+
 /// Renders the exposition text. Pure, so it is unit-tested without a server.
 pub fn render(models: &[ModelStatistics], cpu: Option<CpuReading>) -> String {
     use names::*;
@@ -185,6 +201,7 @@ pub fn render(models: &[ModelStatistics], cpu: Option<CpuReading>) -> String {
         family(&mut out, CACHE_MISS_DURATION, models, |m| cached(m.stats.cache_miss.ns / 1000, m));
     }
     render_summaries(&mut out, models);
+    render_first_response(&mut out, models);
     if let Some(c) = cpu {
         CPU_UTILIZATION.header(&mut out);
         sample(&mut out, CPU_UTILIZATION.name, &[], c.utilization);

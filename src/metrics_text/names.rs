@@ -57,6 +57,8 @@ families! {
     COMPUTE_OUTPUT_SUMMARY = "nv_inference_compute_output_summary_us", Summary, "Cumulative inference compute output duration in microseconds (does not include cached requests)";
     CACHE_HIT_SUMMARY = "nv_cache_hit_summary_per_model", Summary, "Summary of cache hit counts/durations per model, in microseconds.";
     CACHE_MISS_SUMMARY = "nv_cache_miss_summary_per_model", Summary, "Summary of cache miss counts/durations per model, in microseconds.";
+    // `--metrics-config histogram_latencies=true`, decoupled models only.
+    FIRST_RESPONSE_HISTOGRAM = "nv_inference_first_response_histogram_ms", Histogram, "Duration from request to first response in milliseconds";
     CACHE_MISS_DURATION = "nv_cache_miss_duration_per_model", Counter, "Total cache miss (insert+lookup) duration per model, in microseconds";
 
     // CPU (`platform::CpuMonitor`'s readings).

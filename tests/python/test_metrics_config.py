@@ -188,9 +188,65 @@ def test_metrics_config_without_value_stops_both(start_tritonserver, repo):
 def test_unknown_metrics_setting_is_accepted_with_a_warning(start_server, start_tritonserver, repo):
     """tritonserver 2.51 starts with a setting it does not know (and ignores it); tritonrs starts too
     and says in its log that it ignores it."""
-    start_tritonserver("--model-repository", str(repo), "--metrics-config=histogram_latencies=true")
-    s = start_server("--model-repository", str(repo), "--metrics-config=histogram_latencies=true")
-    s.wait_for_log(r"histogram_latencies.*ignore")
+    start_tritonserver("--model-repository", str(repo), "--metrics-config=no_such_setting=true")
+    s = start_server("--model-repository", str(repo), "--metrics-config=no_such_setting=true")
+    s.wait_for_log(r"no_such_setting.*ignore")
+
+
+def histogram_lines(text: str, model: str) -> dict:
+    """{sample name with its labels but `model`/`version`: value} of the first-response histogram."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("nv_inference_first_response_histogram_ms") and f'model="{model}"' in line:
+            name, value = line.rsplit(" ", 1)
+            le = re.search(r'le="([^"]*)"', name)
+            out[name.split("{")[0] + (f"[{le.group(1)}]" if le else "")] = float(value)
+    return out
+
+
+def test_histogram_latencies_time_decoupled_models_first_responses(start_server, repo):
+    """`histogram_latencies=true` (tritonserver 24.10+; 2.51 ignores it): a histogram of the time to the
+    first response of each request to a decoupled model, with tritonserver's family name, HELP, type,
+    labels and default buckets; a model's `model_metrics` overrides the buckets; not for other models."""
+    python_repo(repo)
+    shutil.copytree(repo / "repeat", repo / "repeat_buckets")
+    cfg = (repo / "repeat_buckets" / "config.pbtxt").read_text().replace('name: "repeat"', 'name: "repeat_buckets"')
+    cfg += ('model_metrics { metric_control [ { metric_identifier { family: '
+            '"nv_inference_first_response_histogram_ms" } histogram_options { buckets: [ -1, 0, 1, 2.5 ] } } ] }\n')
+    (repo / "repeat_buckets" / "config.pbtxt").write_text(cfg)
+    s = start_server("--model-repository", str(repo), "--allow-metrics=true", "--metrics-port=0",
+                     "--metrics-config=histogram_latencies=true")
+    run_requests(s)
+    g = s.grpc_client()
+    done: queue.Queue = queue.Queue()
+    g.start_stream(callback=lambda result, error: done.put((result, error)))
+    inp = grpcclient.InferInput("IN", [2], "INT32")
+    inp.set_data_from_numpy(np.arange(2, dtype=np.int32))
+    g.async_stream_infer("repeat_buckets", [inp])
+    assert [done.get(timeout=30)[1] for _ in range(2)] == [None, None]
+    g.stop_stream()
+    port = int(s.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
+    text = urllib.request.urlopen(f"http://{s.host}:{port}/metrics", timeout=10).read().decode()
+    name = "nv_inference_first_response_histogram_ms"
+    assert f"# HELP {name} Duration from request to first response in milliseconds\n# TYPE {name} histogram" in text
+    h = histogram_lines(text, "repeat")
+    assert sorted(h) == sorted([f"{name}_bucket[{le}]" for le in ("100", "500", "2000", "5000", "+Inf")]
+                               + [f"{name}_sum", f"{name}_count"]), h
+    assert h[f"{name}_count"] == 3 and h[f"{name}_bucket[+Inf]"] == 3
+    buckets = [h[f"{name}_bucket[{le}]"] for le in ("100", "500", "2000", "5000", "+Inf")]
+    assert buckets == sorted(buckets) and h[f"{name}_sum"] >= 0
+    assert f'{name}_count{{model="repeat",version="1"}} 3' in text
+    o = histogram_lines(text, "repeat_buckets")
+    assert sorted(k for k in o if "[" in k) == sorted(f"{name}_bucket[{le}]" for le in ("-1", "0", "1", "2.5", "+Inf"))
+    assert o[f"{name}_count"] == 1 and o[f"{name}_bucket[-1]"] == 0
+    assert not histogram_lines(text, "add_sub"), "only decoupled models have the histogram"
+
+
+def test_no_histogram_without_the_setting(start_server, repo):
+    python_repo(repo)
+    s = start_server("--model-repository", str(repo), "--allow-metrics=true", "--metrics-port=0")
+    run_requests(s)
+    assert "nv_inference_first_response_histogram_ms" not in "\n".join(s.metrics())
 
 
 def stats(s, model: str) -> tuple[dict, dict]:

@@ -63,7 +63,11 @@ impl LoadedModel {
         started: Instant,
         start: impl FnOnce(&ModelConfig, Arc<ModelStats>) -> Result<Box<dyn Scheduler>>,
     ) -> Result<LoadedModel> {
-        let stats = Arc::new(ModelStats::new(config.max_batch_size));
+        let mut stats = ModelStats::new(config.max_batch_size);
+        if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
+            stats = stats.with_first_response_histogram(&first_response_buckets(&config));
+        }
+        let stats = Arc::new(stats);
         let scheduler = start(&config, stats.clone())?;
         Ok(LoadedModel {
             name: name.to_string(),
@@ -136,4 +140,21 @@ pub struct IndexEntry {
     pub version: Option<i64>,
     pub state: Option<ModelState>,
     pub reason: String,
+}
+
+/// The first-response histogram's bounds: the model's `model_metrics` override for
+/// `nv_inference_first_response_histogram_ms`, else tritonserver's defaults.
+fn first_response_buckets(config: &ModelConfig) -> Vec<f64> {
+    use crate::proto::inference::model_metrics::metric_control::MetricOptions;
+    let family = crate::metrics_text::names::FIRST_RESPONSE_HISTOGRAM.name;
+    config
+        .model_metrics
+        .iter()
+        .flat_map(|m| &m.metric_control)
+        .filter(|c| c.metric_identifier.as_ref().is_some_and(|i| i.family == family))
+        .find_map(|c| match &c.metric_options {
+            Some(MetricOptions::HistogramOptions(h)) => Some(h.buckets.clone()),
+            None => None,
+        })
+        .unwrap_or_else(|| crate::core::stats::FIRST_RESPONSE_BUCKETS_MS.to_vec())
 }

@@ -62,6 +62,8 @@ pub struct ModelStatistics {
     pub cache_enabled: bool,
     /// The latency summaries in [`crate::core::stats::Stage`] order, with `summary_latencies=true`.
     pub summaries: Option<Vec<crate::core::stats::SummarySnapshot>>,
+    /// The first-response histogram of a decoupled model, with `histogram_latencies=true`.
+    pub first_response: Option<crate::core::stats::HistogramSnapshot>,
 }
 
 impl Server {
@@ -150,6 +152,7 @@ impl Server {
             load_duration: m.load_duration,
             cache_enabled: self.cache_enabled(m),
             summaries: m.stats.summaries.as_ref().map(|s| s.snapshot()),
+            first_response: m.stats.first_response.as_ref().map(|h| h.snapshot()),
         };
         match name {
             None => Ok(loaded.iter().map(snap).collect()),

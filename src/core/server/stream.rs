@@ -73,6 +73,7 @@ impl Server {
             executed: Some(executed),
             start,
             done: false,
+            answered: false,
         };
         Ok(futures_util::stream::unfold(state, DecoupledStream::next).boxed())
     }
@@ -94,6 +95,8 @@ struct DecoupledStream {
     start: Instant,
     /// Set after the final response or an error.
     done: bool,
+    /// Set once the first response went out (for the first-response histogram).
+    answered: bool,
 }
 
 impl DecoupledStream {
@@ -103,6 +106,12 @@ impl DecoupledStream {
         }
         let item = match self.responses.recv().await {
             Some(Ok(r)) => {
+                if !self.answered && !r.empty {
+                    self.answered = true;
+                    if let Some(h) = &self.model.stats.first_response {
+                        h.observe(self.start.elapsed());
+                    }
+                }
                 let response =
                     self.server.respond(&self.model, self.id.clone(), &self.requested, r.outputs).map(|mut resp| {
                         resp.parameters = r.parameters;

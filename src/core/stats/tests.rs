@@ -26,3 +26,16 @@ fn success_sets_last_inference() {
     assert_eq!(snap.success, DurationSnapshot { count: 1, ns: 5000 });
     assert!(snap.last_inference > 0);
 }
+
+#[test]
+fn histogram_counts_whole_milliseconds_per_bucket() {
+    let h = super::Histogram::new(&[500.0, 100.0, f64::NAN, 100.0]);
+    for ms in [0, 100, 101, 499, 501, 10_000] {
+        h.observe(Duration::from_millis(ms));
+    }
+    h.observe(Duration::from_micros(100_900)); // 100.9 ms is 100 whole milliseconds
+    let s = h.snapshot();
+    assert_eq!(s.buckets, [(100.0, 3), (500.0, 2)]);
+    assert_eq!(s.count, 7);
+    assert_eq!(s.sum_ms, 100 + 101 + 499 + 501 + 10_000 + 100);
+}

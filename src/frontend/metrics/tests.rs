@@ -22,6 +22,7 @@ fn renders_triton_names_and_labels() {
         load_duration: Duration::from_millis(1500),
         cache_enabled: false,
         summaries: None,
+        first_response: None,
     };
     let text = render(&[m], Some(CpuReading { utilization: 0.25, memory_total_bytes: 100, memory_used_bytes: 40 }));
     for line in [
