@@ -224,6 +224,80 @@ pub struct ModelStats {
     pub summaries: Option<Summaries>,
     /// Time to a decoupled request's first response, with `histogram_latencies=true` only.
     pub first_response: Option<Histogram>,
+    /// Per response index, a decoupled model's responses (`response_stats`); `None` for other models.
+    pub responses: Option<ResponseStats>,
+}
+
+/// The most response indices `response_stats` keeps apart: later responses of a longer stream count in
+/// the last index, so a model streaming without end cannot grow the table without bound.
+pub const MAX_RESPONSE_INDICES: usize = 4096;
+
+/// How one response of a decoupled model ended, for [`ResponseStats::record`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseOutcome {
+    /// Outputs were sent: `infer_ns` waiting for the backend, `output_ns` building the response.
+    Success { infer_ns: u64, output_ns: u64 },
+    /// The final flag alone, after `infer_ns`.
+    Empty { infer_ns: u64 },
+    /// An error response, after `ns`.
+    Fail { ns: u64 },
+    /// The client went away (the stream was cancelled) after `ns`.
+    Cancel { ns: u64 },
+}
+
+/// tritonserver's `response_stats` of a decoupled model: per response index (the k-th response of a
+/// request), counts and times of computing, building, succeeding, failing, empty and cancelled responses.
+#[derive(Debug, Default)]
+pub struct ResponseStats {
+    by_index: Mutex<Vec<ResponseSnapshot>>,
+}
+
+/// One response index's statistics, as `response_stats` reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResponseSnapshot {
+    pub compute_infer: DurationSnapshot,
+    pub compute_output: DurationSnapshot,
+    pub success: DurationSnapshot,
+    pub fail: DurationSnapshot,
+    pub empty_response: DurationSnapshot,
+    pub cancel: DurationSnapshot,
+}
+
+impl DurationSnapshot {
+    fn add(&mut self, ns: u64) {
+        self.count += 1;
+        self.ns = self.ns.saturating_add(ns);
+    }
+}
+
+impl ResponseStats {
+    /// Records the `index`-th response of a request (0 is the first).
+    pub fn record(&self, index: usize, outcome: ResponseOutcome) {
+        let mut all = self.by_index.lock().unwrap_or_else(|e| e.into_inner());
+        let i = index.min(MAX_RESPONSE_INDICES - 1);
+        if all.len() <= i {
+            all.resize(i + 1, ResponseSnapshot::default());
+        }
+        let r = &mut all[i];
+        match outcome {
+            ResponseOutcome::Success { infer_ns, output_ns } => {
+                r.compute_infer.add(infer_ns);
+                r.compute_output.add(output_ns);
+                r.success.add(infer_ns.saturating_add(output_ns));
+            }
+            ResponseOutcome::Empty { infer_ns } => {
+                r.compute_infer.add(infer_ns);
+                r.empty_response.add(infer_ns);
+            }
+            ResponseOutcome::Fail { ns } => r.fail.add(ns),
+            ResponseOutcome::Cancel { ns } => r.cancel.add(ns),
+        }
+    }
+
+    /// The indices seen so far, index 0 first.
+    pub fn snapshot(&self) -> Vec<ResponseSnapshot> {
+        self.by_index.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 /// A lock-free histogram of whole milliseconds with fixed bucket bounds (tritonserver observes the
@@ -293,7 +367,14 @@ impl ModelStats {
             batches: (0..n).map(|_| BatchStat::default()).collect(),
             summaries: latency_metrics().summaries.then(|| Summaries::new(&latency_metrics().quantiles)),
             first_response: None,
+            responses: None,
         }
+    }
+
+    /// Keeps `response_stats` (for a decoupled model).
+    pub fn with_response_stats(mut self) -> Self {
+        self.responses = Some(ResponseStats::default());
+        self
     }
 
     /// With `histogram_latencies=true`, keeps the first-response histogram (for a decoupled model) with
@@ -398,6 +479,7 @@ impl ModelStats {
                     compute_output: b.compute_output.snapshot(),
                 })
                 .collect(),
+            responses: self.responses.as_ref().map(|r| r.snapshot()).unwrap_or_default(),
         }
     }
 }
@@ -417,6 +499,8 @@ pub struct StatsSnapshot {
     pub cache_hit: DurationSnapshot,
     pub cache_miss: DurationSnapshot,
     pub batches: Vec<BatchSnapshot>,
+    /// `response_stats`, index 0 first (decoupled models only).
+    pub responses: Vec<ResponseSnapshot>,
 }
 
 /// Compute times of executions of one batch size.

@@ -65,7 +65,7 @@ impl LoadedModel {
     ) -> Result<LoadedModel> {
         let mut stats = ModelStats::new(config.max_batch_size);
         if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
-            stats = stats.with_first_response_histogram(&first_response_buckets(&config));
+            stats = stats.with_first_response_histogram(&first_response_buckets(&config)).with_response_stats();
         }
         let stats = Arc::new(stats);
         let scheduler = start(&config, stats.clone())?;

@@ -5,7 +5,7 @@ use super::inference::{is_decoupled, refuse_reentry};
 use crate::core::lifecycle::LoadedModel;
 use crate::core::scheduler::{request_span, Job};
 use crate::core::shm_params;
-use crate::core::stats::FailureReason;
+use crate::core::stats::{FailureReason, ResponseOutcome};
 use crate::core::validate;
 use crate::error::{Error, Result};
 use crate::model_api::types::{InferRequest, RequestedOutput, StreamResponse};
@@ -74,6 +74,8 @@ impl Server {
             start,
             done: false,
             answered: false,
+            sent: 0,
+            last: start,
         };
         Ok(futures_util::stream::unfold(state, DecoupledStream::next).boxed())
     }
@@ -97,6 +99,33 @@ struct DecoupledStream {
     done: bool,
     /// Set once the first response went out (for the first-response histogram).
     answered: bool,
+    /// Responses handed out so far: the next one's index in `response_stats`.
+    sent: usize,
+    /// When the previous response (or the request) arrived: a response's compute time starts there.
+    last: Instant,
+}
+
+impl DecoupledStream {
+    /// Counts the next response in `response_stats` and moves the clock on.
+    fn count(&mut self, outcome: impl FnOnce(u64) -> ResponseOutcome) {
+        let now = Instant::now();
+        let ns = u64::try_from(now.duration_since(self.last).as_nanos()).unwrap_or(u64::MAX);
+        if let Some(r) = &self.model.stats.responses {
+            r.record(self.sent, outcome(ns));
+        }
+        self.sent += 1;
+        self.last = now;
+    }
+}
+
+impl Drop for DecoupledStream {
+    /// A stream dropped before its final response was cancelled by its client (the gRPC stream ended or
+    /// the connection went away): counted as a cancelled response at the index it stopped at.
+    fn drop(&mut self) {
+        if !self.done {
+            self.count(|ns| ResponseOutcome::Cancel { ns });
+        }
+    }
 }
 
 impl DecoupledStream {
@@ -112,11 +141,21 @@ impl DecoupledStream {
                         h.observe(self.start.elapsed());
                     }
                 }
+                let built = Instant::now();
+                let (empty, failed) = (r.empty, r.error.is_some());
                 let response =
                     self.server.respond(&self.model, self.id.clone(), &self.requested, r.outputs).map(|mut resp| {
                         resp.parameters = r.parameters;
                         StreamResponse { response: resp, is_final: r.is_final, empty: r.empty, error: r.error }
                     });
+                let output_ns = u64::try_from(built.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                self.count(|ns| match (&response, empty, failed) {
+                    (Err(_), ..) | (_, _, true) => ResponseOutcome::Fail { ns },
+                    (Ok(_), true, false) => ResponseOutcome::Empty { infer_ns: ns },
+                    (Ok(_), false, false) => {
+                        ResponseOutcome::Success { infer_ns: ns.saturating_sub(output_ns), output_ns }
+                    }
+                });
                 if r.is_final || response.is_err() {
                     self.done = true;
                 }
@@ -124,6 +163,7 @@ impl DecoupledStream {
             }
             Some(Err(e)) => {
                 self.done = true;
+                self.count(|ns| ResponseOutcome::Fail { ns });
                 Err(e)
             }
             None => {

@@ -39,3 +39,19 @@ fn histogram_counts_whole_milliseconds_per_bucket() {
     assert_eq!(s.count, 7);
     assert_eq!(s.sum_ms, 100 + 101 + 499 + 501 + 10_000 + 100);
 }
+
+#[test]
+fn response_stats_count_per_index_and_cap_the_indices() {
+    let r = ResponseStats::default();
+    r.record(0, ResponseOutcome::Success { infer_ns: 10, output_ns: 2 });
+    r.record(1, ResponseOutcome::Empty { infer_ns: 5 });
+    r.record(1, ResponseOutcome::Fail { ns: 7 });
+    r.record(3, ResponseOutcome::Cancel { ns: 9 });
+    r.record(usize::MAX, ResponseOutcome::Cancel { ns: 1 });
+    let s = r.snapshot();
+    assert_eq!(s.len(), MAX_RESPONSE_INDICES);
+    assert_eq!((s[0].success.count, s[0].success.ns, s[0].compute_infer.ns, s[0].compute_output.ns), (1, 12, 10, 2));
+    assert_eq!((s[1].empty_response.ns, s[1].compute_infer.ns, s[1].fail.ns, s[1].success.count), (5, 5, 7, 0));
+    assert_eq!((s[2], s[3].cancel.count), (ResponseSnapshot::default(), 1));
+    assert_eq!(s[MAX_RESPONSE_INDICES - 1].cancel.count, 1);
+}

@@ -565,7 +565,22 @@ impl GrpcInferenceService for InferenceService {
                         })
                         .collect(),
                     memory_usage: Vec::new(),
-                    response_stats: HashMap::new(),
+                    response_stats: st
+                        .responses
+                        .iter()
+                        .enumerate()
+                        .map(|(i, r)| {
+                            let stats = pb::InferResponseStatistics {
+                                compute_infer: duration(r.compute_infer),
+                                compute_output: duration(r.compute_output),
+                                success: duration(r.success),
+                                fail: duration(r.fail),
+                                empty_response: duration(r.empty_response),
+                                cancel: duration(r.cancel),
+                            };
+                            (i.to_string(), stats)
+                        })
+                        .collect(),
                 }
             })
             .collect();

@@ -242,7 +242,14 @@ fn stats_json(s: &HttpState, name: Option<&str>, version: &str) -> ApiResult {
                     "cache_hit": d(st.cache_hit),
                     "cache_miss": d(st.cache_miss),
                 },
-                "response_stats": {},
+                "response_stats": st.responses.iter().enumerate().map(|(i, r)| (i.to_string(), json!({
+                    "compute_infer": d(r.compute_infer),
+                    "compute_output": d(r.compute_output),
+                    "success": d(r.success),
+                    "fail": d(r.fail),
+                    "empty_response": d(r.empty_response),
+                    "cancel": d(r.cancel),
+                }))).collect::<serde_json::Map<_, _>>(),
                 "batch_stats": st.batches.iter().map(|b| json!({
                     "batch_size": b.batch_size,
                     "compute_input": d(b.compute_input),
