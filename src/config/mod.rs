@@ -80,6 +80,15 @@ pub enum CompressionLevel {
     High,
 }
 
+/// A count of milliseconds as tritonserver's `<float>` flags take it (`2000`, `2000.0`, `1e3`), to the
+/// nearest millisecond.
+fn parse_millis(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(ms) if ms.is_finite() && ms >= 0.0 && ms <= u64::MAX as f64 => Ok(ms.round() as u64),
+        _ => Err(format!("'{s}' is not a number of milliseconds")),
+    }
+}
+
 /// Parses Triton's boolean flag values: true/false, 1/0, yes/no, on/off.
 fn parse_bool(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -451,7 +460,8 @@ pub struct ServeArgs {
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub allow_gpu_metrics: bool,
     /// How often CPU, memory and GPU readings are refreshed, in milliseconds.
-    #[arg(help_heading = "Metrics", long, env = "TRITONRS_METRICS_INTERVAL_MS", default_value_t = 2000)]
+    #[arg(help_heading = "Metrics", long, env = "TRITONRS_METRICS_INTERVAL_MS", default_value_t = 2000,
+          value_parser = parse_millis)]
     pub metrics_interval_ms: u64,
     /// Verbose logging level; 0 is off.
     #[arg(help_heading = "Logging", long, env = "TRITONRS_LOG_VERBOSE", default_value_t = 0)]
