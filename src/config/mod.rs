@@ -430,8 +430,8 @@ pub struct ServeArgs {
     #[arg(help_heading = "gRPC", long, env = "TRITONRS_REUSE_GRPC_PORT", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
     pub reuse_grpc_port: bool,
-    /// Compress infer responses (gzip when the client accepts it, else deflate): none, low, medium or
-    /// high. tonic has one compression level, so low, medium and high compress alike.
+    /// Compress infer responses in an encoding the client accepts (gzip or deflate): none, low,
+    /// medium or high. tonic has one level (zlib's 6), so low, medium and high compress alike.
     #[arg(
         help_heading = "gRPC",
         long,
