@@ -254,12 +254,13 @@ class FrameTap:
         while True:
             try:
                 data = src.recv(65536)
-            except OSError:
+                if data:
+                    dst.sendall(data)
+            except OSError:  # either side went away (the client closed, or the server stopped)
                 data = b""
             if not data:
                 dst.close()
                 return
-            dst.sendall(data)
             if parse:
                 buf = self._frames(buf + data)
 
