@@ -199,12 +199,14 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
         tracing::warn!("{n}");
     }
     tritonrs::core::stats::set_latency_metrics(latency);
+    args.hosted.check()?;
     let opts = tritonrs::assemble::serve_options(&args)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("tritonrs-io")
-        .build()
-        .map_err(io_error)?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    // The one runtime that serves HTTP (and gRPC and metrics): --http-thread-count sizes it.
+    if let Some(n) = args.http_thread_count {
+        runtime.worker_threads(n.into());
+    }
+    let runtime = runtime.enable_all().thread_name("tritonrs-io").build().map_err(io_error)?;
     runtime.block_on(run(args, file, opts, log))
 }
 
@@ -215,7 +217,15 @@ type ServerTask = (&'static str, tokio::task::JoinHandle<Result<(), String>>);
 const LISTEN_BACKLOG: u32 = 1024;
 
 /// Binds `address:port` (port 0 picks a free one) and logs Triton's `Started <service> at ADDR:PORT`.
-async fn bind(address: &str, port: u16, service: &str, flags: &str) -> Result<tokio::net::TcpListener> {
+/// With `reuse_port` (--reuse-http-port, --reuse-grpc-port), SO_REUSEPORT lets other servers that set it
+/// too listen on the same port.
+async fn bind(
+    address: &str,
+    port: u16,
+    reuse_port: bool,
+    service: &str,
+    flags: &str,
+) -> Result<tokio::net::TcpListener> {
     let addr: SocketAddr =
         format!("{address}:{port}").parse().map_err(|e| Error::invalid(format!("invalid {flags}: {e}")))?;
     let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() };
@@ -223,6 +233,9 @@ async fn bind(address: &str, port: u16, service: &str, flags: &str) -> Result<to
     let listener = socket
         .and_then(|s| {
             s.set_reuseaddr(true)?;
+            if reuse_port {
+                s.set_reuseport(true)?;
+            }
             s.bind(addr)?;
             s.listen(LISTEN_BACKLOG)
         })
@@ -411,7 +424,9 @@ async fn start_frontends(
     let mut tasks: Vec<ServerTask> = Vec::new();
     let [http_limits, grpc_limits, metrics_limits] = connection_limits(args);
     if args.allow_http {
-        let listener = bind(&args.http_address, args.http_port, "HTTPService", "--http-address/--http-port").await?;
+        let listener =
+            bind(&args.http_address, args.http_port, args.reuse_http_port, "HTTPService", "--http-address/--http-port")
+                .await?;
         let listener = GuardedListener::new(listener, http_limits);
         let state = http::HttpState {
             server: server.clone(),
@@ -431,8 +446,14 @@ async fn start_frontends(
         tasks.push(("HTTP", task));
     }
     if args.allow_grpc {
-        let listener =
-            bind(&args.grpc_address, args.grpc_port, "GRPCInferenceService", "--grpc-address/--grpc-port").await?;
+        let listener = bind(
+            &args.grpc_address,
+            args.grpc_port,
+            args.reuse_grpc_port,
+            "GRPCInferenceService",
+            "--grpc-address/--grpc-port",
+        )
+        .await?;
         let listener = GuardedListener::new(listener, grpc_limits);
         let state = grpc::GrpcState {
             server: server.clone(),
@@ -445,6 +466,7 @@ async fn start_frontends(
             keepalive_interval: limit(Duration::from_millis(args.grpc_keepalive_time)),
             keepalive_timeout: Duration::from_millis(args.grpc_keepalive_timeout),
             max_connection_age: args.grpc_max_connection_age.map(Duration::from_millis),
+            compress_responses: args.grpc_infer_response_compression_level != config::CompressionLevel::None,
         };
         let serving = grpc::serve(listener, state, http2, fe.grpc_tls, stopping(stop_rx.clone()));
         tasks.push(("gRPC", tokio::spawn(async move { serving.await.map_err(|e| e.to_string()) })));
@@ -480,7 +502,8 @@ async fn start_metrics(
     stop_rx: tokio::sync::watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<std::result::Result<(), String>>> {
     let listener =
-        bind(&args.metrics_address, args.metrics_port, "Metrics Service", "--metrics-address/--metrics-port").await?;
+        bind(&args.metrics_address, args.metrics_port, false, "Metrics Service", "--metrics-address/--metrics-port")
+            .await?;
     let listener = GuardedListener::new(listener, limits);
     let interval = Duration::from_millis(args.metrics_interval_ms);
     let cpu = if args.allow_cpu_metrics {

@@ -5,6 +5,7 @@
 pub mod compat;
 pub mod file;
 pub mod frigate;
+pub mod hosted;
 pub mod memory;
 pub mod metrics;
 pub mod mqtt;
@@ -72,6 +73,24 @@ pub enum ControlMode {
     Poll,
 }
 
+/// tritonserver's `--grpc-infer-response-compression-level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompressionLevel {
+    None,
+    Low,
+    Medium,
+    High,
+}
+
+/// A count of milliseconds as tritonserver's `<float>` flags take it (`2000`, `2000.0`, `1e3`), to the
+/// nearest millisecond.
+fn parse_millis(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(ms) if ms.is_finite() && ms >= 0.0 && ms <= u64::MAX as f64 => Ok(ms.round() as u64),
+        _ => Err(format!("'{s}' is not a number of milliseconds")),
+    }
+}
+
 /// Parses Triton's boolean flag values: true/false, 1/0, yes/no, on/off.
 fn parse_bool(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -88,7 +107,7 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 pub struct Cli {
     /// Configuration file: every flag under its own name (`http-port = 8000`). Default
     /// /etc/tritonrs/tritonrs.toml when it exists; flags and TRITONRS_* variables override it.
-    #[arg(long, global = true, env = "TRITONRS_CONFIG", value_name = "PATH")]
+    #[arg(help_heading = "Server", long, global = true, env = "TRITONRS_CONFIG", value_name = "PATH")]
     pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -129,10 +148,10 @@ pub struct ValidateArgs {
     #[arg(long)]
     pub print_config: bool,
     /// As for the server: warmup samples and states may be no larger than the largest request accepted.
-    #[arg(long, env = "TRITONRS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
+    #[arg(help_heading = "HTTP", long, env = "TRITONRS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
     pub http_max_input_size: usize,
     /// As for the server: warmup samples and states may be no larger than the largest request accepted.
-    #[arg(long, env = "TRITONRS_GRPC_MAX_MESSAGE_SIZE", default_value_t = 64 * 1024 * 1024)]
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_MAX_MESSAGE_SIZE", default_value_t = 64 * 1024 * 1024)]
     pub grpc_max_message_size: usize,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
@@ -144,6 +163,7 @@ pub struct ValidateArgs {
 pub struct RepositoryArgs {
     /// Path to a model repository (repeatable).
     #[arg(
+        help_heading = "Repository",
         long = "model-repository",
         visible_alias = "model-store",
         env = "TRITONRS_MODEL_REPOSITORY",
@@ -156,28 +176,28 @@ pub struct RepositoryArgs {
 #[derive(Debug, Clone, Args)]
 pub struct ModelConfigArgs {
     /// Do not auto-complete model configurations from the model files; config.pbtxt must be complete.
-    #[arg(long, env = "TRITONRS_DISABLE_AUTO_COMPLETE_CONFIG")]
+    #[arg(help_heading = "Repository", long, env = "TRITONRS_DISABLE_AUTO_COMPLETE_CONFIG")]
     pub disable_auto_complete_config: bool,
     /// Same as --disable-auto-complete-config when true (Triton's older flag).
-    #[arg(long, env = "TRITONRS_STRICT_MODEL_CONFIG", value_parser = parse_bool, num_args = 0..=1,
+    #[arg(help_heading = "Repository", long, env = "TRITONRS_STRICT_MODEL_CONFIG", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
     pub strict_model_config: bool,
     /// Settings for a backend, as `<backend>,<setting>=<value>`, or `<setting>=<value>` for all backends
     /// (repeatable). E.g. `onnxruntime,library=/usr/lib/libonnxruntime.so`, `default-max-batch-size=8`.
-    #[arg(long, env = "TRITONRS_BACKEND_CONFIG", value_delimiter = ';')]
+    #[arg(help_heading = "Backends and agents", long, env = "TRITONRS_BACKEND_CONFIG", value_delimiter = ';')]
     pub backend_config: Vec<String>,
     /// Where Triton backend libraries are installed: a model whose backend is not built in is served by
     /// `<dir>/<backend>/libtriton_<backend>.so` (or that file in the model's version folder or folder).
-    #[arg(long, env = "TRITONRS_BACKEND_DIRECTORY", default_value = crate::model_api::DEFAULT_BACKEND_DIRECTORY)]
+    #[arg(help_heading = "Backends and agents", long, env = "TRITONRS_BACKEND_DIRECTORY", default_value = crate::model_api::DEFAULT_BACKEND_DIRECTORY)]
     pub backend_directory: std::path::PathBuf,
     /// Where Triton repository agent libraries are installed: an agent a model names in
     /// `model_repository_agents` is `<dir>/<agent>/libtritonrepoagent_<agent>.so`.
-    #[arg(long, env = "TRITONRS_REPOAGENT_DIRECTORY", default_value = crate::model_api::DEFAULT_REPOAGENT_DIRECTORY)]
+    #[arg(help_heading = "Backends and agents", long, env = "TRITONRS_REPOAGENT_DIRECTORY", default_value = crate::model_api::DEFAULT_REPOAGENT_DIRECTORY)]
     pub repoagent_directory: std::path::PathBuf,
     /// Settings for a built-in repository agent, as `<agent>,<setting>=<value>` (repeatable):
     /// `decrypt,key-file=PATH` (32 bytes or 64 hex digits, readable only by the server's user) and
     /// `decrypt,work-dir=PATH` (where decrypted models are kept while loaded, in a folder of the agent's own).
-    #[arg(long, env = "TRITONRS_REPOAGENT_CONFIG", value_delimiter = ';')]
+    #[arg(help_heading = "Backends and agents", long, env = "TRITONRS_REPOAGENT_CONFIG", value_delimiter = ';')]
     pub repoagent_config: Vec<String>,
     #[command(flatten)]
     pub config_name: compat::ConfigNameArgs,
@@ -187,29 +207,29 @@ pub struct ModelConfigArgs {
 /// `--<p>-use-ssl-mutual`, `--<p>-server-cert`, `--<p>-server-key`, `--<p>-root-cert` and the
 /// restriction flag, each with its `TRITONRS_<P>_*` variable and the help text given.
 macro_rules! tls_args {
-    ($name:ident, $p:tt, $P:tt, [$ssl:tt, $mutual:tt, $cert:tt, $key:tt, $root:tt],
+    ($name:ident, $p:tt, $P:tt, $heading:tt, [$ssl:tt, $mutual:tt, $cert:tt, $key:tt, $root:tt],
      $restrict:ident, $restrict_long:tt, $restrict_env:tt, $restrict_help:tt) => {
         #[derive(Debug, Clone, Args)]
         pub struct $name {
-            #[arg(id = concat!($p, "_use_ssl"), long = concat!($p, "-use-ssl"), value_name = concat!($P, "_USE_SSL"),
+            #[arg(help_heading = $heading, id = concat!($p, "_use_ssl"), long = concat!($p, "-use-ssl"), value_name = concat!($P, "_USE_SSL"),
                   env = concat!("TRITONRS_", $P, "_USE_SSL"), help = $ssl, value_parser = parse_bool, num_args = 0..=1,
                   default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
             pub use_ssl: bool,
-            #[arg(id = concat!($p, "_use_ssl_mutual"), long = concat!($p, "-use-ssl-mutual"),
+            #[arg(help_heading = $heading, id = concat!($p, "_use_ssl_mutual"), long = concat!($p, "-use-ssl-mutual"),
                   value_name = concat!($P, "_USE_SSL_MUTUAL"), env = concat!("TRITONRS_", $P, "_USE_SSL_MUTUAL"),
                   help = $mutual, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true",
                   default_value = "false", action = ArgAction::Set)]
             pub use_ssl_mutual: bool,
-            #[arg(id = concat!($p, "_server_cert"), long = concat!($p, "-server-cert"),
+            #[arg(help_heading = $heading, id = concat!($p, "_server_cert"), long = concat!($p, "-server-cert"),
                   value_name = concat!($P, "_SERVER_CERT"), env = concat!("TRITONRS_", $P, "_SERVER_CERT"), help = $cert)]
             pub server_cert: Option<PathBuf>,
-            #[arg(id = concat!($p, "_server_key"), long = concat!($p, "-server-key"),
+            #[arg(help_heading = $heading, id = concat!($p, "_server_key"), long = concat!($p, "-server-key"),
                   value_name = concat!($P, "_SERVER_KEY"), env = concat!("TRITONRS_", $P, "_SERVER_KEY"), help = $key)]
             pub server_key: Option<PathBuf>,
-            #[arg(id = concat!($p, "_root_cert"), long = concat!($p, "-root-cert"),
+            #[arg(help_heading = $heading, id = concat!($p, "_root_cert"), long = concat!($p, "-root-cert"),
                   value_name = concat!($P, "_ROOT_CERT"), env = concat!("TRITONRS_", $P, "_ROOT_CERT"), help = $root)]
             pub root_cert: Option<PathBuf>,
-            #[arg(long = $restrict_long, env = $restrict_env, help = $restrict_help, value_delimiter = ';')]
+            #[arg(help_heading = $heading, long = $restrict_long, env = $restrict_env, help = $restrict_help, value_delimiter = ';')]
             pub $restrict: Vec<String>,
         }
 
@@ -226,6 +246,7 @@ macro_rules! tls_args {
 tls_args!(
     HttpTlsArgs,
     "http",
+    "HTTP",
     "HTTP",
     [
         "Serve HTTPS on the HTTP port (tritonserver has no TLS on HTTP); needs --http-server-cert and --http-server-key",
@@ -245,6 +266,7 @@ tls_args!(
     GrpcTlsArgs,
     "grpc",
     "GRPC",
+    "gRPC",
     [
         "Serve gRPC over TLS; needs --grpc-server-cert and --grpc-server-key",
         "gRPC over TLS with client certificates signed by --grpc-root-cert (takes precedence over --grpc-use-ssl, as \
@@ -266,179 +288,212 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub repository: RepositoryArgs,
     /// How models are loaded: none (all at start), explicit (--load-model plus the API), poll (follow the repository).
-    #[arg(long, env = "TRITONRS_MODEL_CONTROL_MODE", value_enum, default_value = "none")]
+    #[arg(help_heading = "Repository", long, env = "TRITONRS_MODEL_CONTROL_MODE", value_enum, default_value = "none")]
     pub model_control_mode: ControlMode,
     /// Model to load at start in explicit mode (repeatable); `*` loads all.
-    #[arg(long, env = "TRITONRS_LOAD_MODEL", value_delimiter = ',')]
+    #[arg(help_heading = "Repository", long, env = "TRITONRS_LOAD_MODEL", value_delimiter = ',')]
     pub load_model: Vec<String>,
     /// Seconds between repository scans in poll mode.
-    #[arg(long, env = "TRITONRS_REPOSITORY_POLL_SECS", default_value_t = 15)]
+    #[arg(help_heading = "Repository", long, env = "TRITONRS_REPOSITORY_POLL_SECS", default_value_t = 15)]
     pub repository_poll_secs: u64,
     /// tritonserver's cloud credential file (JSON: per cloud, credentials keyed by repository URL
     /// prefix) for s3://, gs:// and as:// repositories.
-    #[arg(long, env = "TRITON_CLOUD_CREDENTIAL_PATH")]
+    #[arg(help_heading = "Repository", long, env = "TRITON_CLOUD_CREDENTIAL_PATH")]
     pub cloud_credential_path: Option<PathBuf>,
     /// Where cloud repositories are cached [default: $CACHE_DIRECTORY under systemd, else
     /// $XDG_CACHE_HOME/tritonrs or ~/.cache/tritonrs].
-    #[arg(long, env = "TRITONRS_REPOSITORY_CACHE_DIR")]
+    #[arg(help_heading = "Repository", long, env = "TRITONRS_REPOSITORY_CACHE_DIR")]
     pub repository_cache_dir: Option<PathBuf>,
     /// Largest file a cloud repository may hold, in MiB; a model with a bigger one is not downloaded
     /// (its listed size says so before anything is fetched). `config.pbtxt` and label files have
     /// the smaller bounds the server reads them with.
-    #[arg(long, env = "TRITONRS_REPOSITORY_MAX_FILE_MB", default_value_t = crate::storage::DEFAULT_MAX_FILE_MB,
+    #[arg(help_heading = "Repository", long, env = "TRITONRS_REPOSITORY_MAX_FILE_MB", default_value_t = crate::storage::DEFAULT_MAX_FILE_MB,
           value_parser = clap::value_parser!(u64).range(1..=(u64::MAX >> 20)))]
     pub repository_max_file_mb: u64,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
     /// Ready only when every model is READY (true), or whenever the server is up (false).
-    #[arg(long, env = "TRITONRS_STRICT_READINESS", value_parser = parse_bool, num_args = 0..=1,
+    #[arg(help_heading = "Repository", long, env = "TRITONRS_STRICT_READINESS", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub strict_readiness: bool,
     /// Exit if a model fails to load during start-up. Unlike tritonserver the default is false: on an
     /// appliance one bad model must not take the others down.
-    #[arg(long, env = "TRITONRS_EXIT_ON_ERROR", value_parser = parse_bool, num_args = 0..=1,
+    #[arg(help_heading = "Repository", long, env = "TRITONRS_EXIT_ON_ERROR", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
     pub exit_on_error: bool,
     /// Seconds to wait for in-flight requests at shutdown.
-    #[arg(long, env = "TRITONRS_EXIT_TIMEOUT_SECS", default_value_t = 30)]
+    #[arg(help_heading = "Server", long, env = "TRITONRS_EXIT_TIMEOUT_SECS", default_value_t = 30)]
     pub exit_timeout_secs: u64,
     /// Models loaded in parallel.
-    #[arg(long, env = "TRITONRS_MODEL_LOAD_THREAD_COUNT", default_value_t = 4)]
+    #[arg(help_heading = "Repository", long, env = "TRITONRS_MODEL_LOAD_THREAD_COUNT", default_value_t = 4)]
     pub model_load_thread_count: usize,
     /// Serve HTTP/REST.
-    #[arg(long, env = "TRITONRS_ALLOW_HTTP", value_parser = parse_bool, num_args = 0..=1,
+    #[arg(help_heading = "HTTP", long, env = "TRITONRS_ALLOW_HTTP", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub allow_http: bool,
     /// Address the HTTP server binds.
-    #[arg(long, env = "TRITONRS_HTTP_ADDRESS", default_value = "0.0.0.0")]
+    #[arg(help_heading = "HTTP", long, env = "TRITONRS_HTTP_ADDRESS", default_value = "0.0.0.0")]
     pub http_address: String,
     /// HTTP port; 0 picks a free port (the log says which).
-    #[arg(long, env = "TRITONRS_HTTP_PORT", default_value_t = 8000)]
+    #[arg(help_heading = "HTTP", long, env = "TRITONRS_HTTP_PORT", default_value_t = 8000)]
     pub http_port: u16,
     /// Largest accepted HTTP request body in bytes, after decompression (413 beyond it).
-    #[arg(long, env = "TRITONRS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
+    #[arg(help_heading = "HTTP", long, env = "TRITONRS_HTTP_MAX_INPUT_SIZE", default_value_t = 64 * 1024 * 1024)]
     pub http_max_input_size: usize,
     /// Seconds a client has to send a request's head (line and headers) on HTTP and metrics
     /// connections, from the connection's start or the head's first byte; 0: no limit.
-    #[arg(long, env = "TRITONRS_HTTP_HEADER_TIMEOUT_SECS", default_value_t = 30)]
+    #[arg(help_heading = "HTTP", long, env = "TRITONRS_HTTP_HEADER_TIMEOUT_SECS", default_value_t = 30)]
     pub http_header_timeout_secs: u64,
     /// Seconds an HTTP or metrics connection may stay open with no request in flight; 0: no limit.
-    #[arg(long, env = "TRITONRS_HTTP_IDLE_TIMEOUT_SECS", default_value_t = 300)]
+    #[arg(help_heading = "HTTP", long, env = "TRITONRS_HTTP_IDLE_TIMEOUT_SECS", default_value_t = 300)]
     pub http_idle_timeout_secs: u64,
     /// Most HTTP connections open at once; at the cap the oldest idle one is closed for a newcomer.
     /// 0: from the open-file limit, (limit - 320) / 2 with both HTTP and gRPC on.
-    #[arg(long, env = "TRITONRS_HTTP_MAX_CONNECTIONS", default_value_t = 0)]
+    #[arg(help_heading = "HTTP", long, env = "TRITONRS_HTTP_MAX_CONNECTIONS", default_value_t = 0)]
     pub http_max_connections: usize,
+    /// Let several servers listen on the HTTP port (SO_REUSEPORT), each with this set; the kernel
+    /// spreads new connections among them.
+    #[arg(help_heading = "HTTP", long, env = "TRITONRS_REUSE_HTTP_PORT", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+    pub reuse_http_port: bool,
+    /// Worker threads of the I/O runtime that serves HTTP. tritonrs has one such runtime for HTTP,
+    /// gRPC and metrics (inference runs on the backends' own threads); default: one per CPU core.
+    #[arg(help_heading = "HTTP", long, env = "TRITONRS_HTTP_THREAD_COUNT",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub http_thread_count: Option<u16>,
     #[command(flatten)]
     pub http_tls: HttpTlsArgs,
     /// The image model that DeepStack's `POST /v1/vision/detection` runs (Frigate's, Blue Iris's and
     /// Double Take's deepstack detectors); unset, that endpoint answers 404.
     /// `/v1/vision/custom/<model>` serves any image model either way.
-    #[arg(long, env = "TRITONRS_DEEPSTACK_DETECTION_MODEL")]
+    #[arg(help_heading = "HTTP", long, env = "TRITONRS_DEEPSTACK_DETECTION_MODEL")]
     pub deepstack_detection_model: Option<String>,
     /// Serve gRPC (Triton's GRPCInferenceService and grpc.health.v1).
-    #[arg(long, env = "TRITONRS_ALLOW_GRPC", value_parser = parse_bool, num_args = 0..=1,
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_ALLOW_GRPC", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub allow_grpc: bool,
     /// Address the gRPC server binds.
-    #[arg(long, env = "TRITONRS_GRPC_ADDRESS", default_value = "0.0.0.0")]
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_ADDRESS", default_value = "0.0.0.0")]
     pub grpc_address: String,
     /// gRPC port; 0 picks a free port (the log says which).
-    #[arg(long, env = "TRITONRS_GRPC_PORT", default_value_t = 8001)]
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_PORT", default_value_t = 8001)]
     pub grpc_port: u16,
     /// Largest gRPC message received or sent, in bytes (RESOURCE_EXHAUSTED beyond it).
-    #[arg(long, env = "TRITONRS_GRPC_MAX_MESSAGE_SIZE", default_value_t = 64 * 1024 * 1024)]
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_MAX_MESSAGE_SIZE", default_value_t = 64 * 1024 * 1024)]
     pub grpc_max_message_size: usize,
-    /// Accepted for tritonserver compatibility and ignored: tritonrs keeps no pool of gRPC request
-    /// objects to size.
-    #[arg(long, env = "TRITONRS_GRPC_INFER_ALLOCATION_POOL_SIZE", default_value_t = 8)]
+    /// Accepted, with no effect: tritonrs allocates each call's request and response objects per
+    /// call and keeps no pool of them to size.
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_INFER_ALLOCATION_POOL_SIZE", default_value_t = 8)]
     pub grpc_infer_allocation_pool_size: u64,
     #[command(flatten)]
     pub grpc_tls: GrpcTlsArgs,
     /// Seconds a gRPC connection has to send its first request's headers (connection preface
     /// included); 0: no limit.
-    #[arg(long, env = "TRITONRS_GRPC_HEADER_TIMEOUT_SECS", default_value_t = 30)]
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_HEADER_TIMEOUT_SECS", default_value_t = 30)]
     pub grpc_header_timeout_secs: u64,
     /// Most gRPC connections open at once; at the cap the oldest idle one is closed for a newcomer.
     /// 0: from the open-file limit, as --http-max-connections.
-    #[arg(long, env = "TRITONRS_GRPC_MAX_CONNECTIONS", default_value_t = 0)]
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_MAX_CONNECTIONS", default_value_t = 0)]
     pub grpc_max_connections: usize,
     /// Milliseconds between HTTP/2 keepalive pings the server sends; 0: none.
-    #[arg(long, env = "TRITONRS_GRPC_KEEPALIVE_TIME", default_value_t = 7_200_000)]
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_KEEPALIVE_TIME", default_value_t = 7_200_000)]
     pub grpc_keepalive_time: u64,
     /// Milliseconds to wait for a keepalive ping's acknowledgement before closing the connection.
-    #[arg(long, env = "TRITONRS_GRPC_KEEPALIVE_TIMEOUT", default_value_t = 20_000)]
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_KEEPALIVE_TIMEOUT", default_value_t = 20_000)]
     pub grpc_keepalive_timeout: u64,
-    /// Accepted for tritonserver compatibility; tritonrs sends its keepalive pings with or without
-    /// calls in flight.
-    #[arg(long, env = "TRITONRS_GRPC_KEEPALIVE_PERMIT_WITHOUT_CALLS", value_parser = parse_bool, num_args = 0..=1,
+    /// Accepted, with no effect: hyper's HTTP/2 server sends its keepalive pings with or without
+    /// calls in flight (as if true) and has no setting to stop that.
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_KEEPALIVE_PERMIT_WITHOUT_CALLS", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
     pub grpc_keepalive_permit_without_calls: bool,
-    /// Accepted for tritonserver compatibility; ping policing is not configurable in tritonrs.
-    #[arg(long, env = "TRITONRS_GRPC_HTTP2_MAX_PINGS_WITHOUT_DATA", default_value_t = 2)]
+    /// Accepted, with no effect: hyper sends one keepalive ping per --grpc-keepalive-time whether data
+    /// flows or not, with no limit (as 0 here).
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_HTTP2_MAX_PINGS_WITHOUT_DATA", default_value_t = 2)]
     pub grpc_http2_max_pings_without_data: i64,
-    /// Accepted for tritonserver compatibility; ping policing is not configurable in tritonrs.
-    #[arg(long, env = "TRITONRS_GRPC_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA", default_value_t = 300_000)]
+    /// Accepted, with no effect: hyper's HTTP/2 server answers every client ping and does not police
+    /// their interval (no ping strikes, as 0 here).
+    #[arg(
+        help_heading = "gRPC",
+        long,
+        env = "TRITONRS_GRPC_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA",
+        default_value_t = 300_000
+    )]
     pub grpc_http2_min_recv_ping_interval_without_data: i64,
-    /// Accepted for tritonserver compatibility; ping policing is not configurable in tritonrs.
-    #[arg(long, env = "TRITONRS_GRPC_HTTP2_MAX_PING_STRIKES", default_value_t = 2)]
+    /// Accepted, with no effect: hyper's HTTP/2 server counts no bad pings and never closes a
+    /// connection for them (as 0 here).
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_HTTP2_MAX_PING_STRIKES", default_value_t = 2)]
     pub grpc_http2_max_ping_strikes: i64,
     /// Milliseconds after which a gRPC connection is asked to go away (GOAWAY; clients reconnect);
     /// unset: no limit.
-    #[arg(long, env = "TRITONRS_GRPC_MAX_CONNECTION_AGE")]
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_MAX_CONNECTION_AGE")]
     pub grpc_max_connection_age: Option<u64>,
     /// Milliseconds a connection past its age may take to finish its calls before it is closed.
-    #[arg(long, env = "TRITONRS_GRPC_MAX_CONNECTION_AGE_GRACE")]
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_GRPC_MAX_CONNECTION_AGE_GRACE")]
     pub grpc_max_connection_age_grace: Option<u64>,
+    /// Let several servers listen on the gRPC port (SO_REUSEPORT), each with this set.
+    #[arg(help_heading = "gRPC", long, env = "TRITONRS_REUSE_GRPC_PORT", value_parser = parse_bool, num_args = 0..=1,
+          default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+    pub reuse_grpc_port: bool,
+    /// Compress infer responses in an encoding the client accepts (gzip or deflate): none, low,
+    /// medium or high. tonic has one level (zlib's 6), so low, medium and high compress alike.
+    #[arg(
+        help_heading = "gRPC",
+        long,
+        env = "TRITONRS_GRPC_INFER_RESPONSE_COMPRESSION_LEVEL",
+        value_enum,
+        default_value = "none"
+    )]
+    pub grpc_infer_response_compression_level: CompressionLevel,
     /// Serve Prometheus metrics at /metrics on --metrics-port.
-    #[arg(long, env = "TRITONRS_ALLOW_METRICS", value_parser = parse_bool, num_args = 0..=1,
+    #[arg(help_heading = "Metrics", long, env = "TRITONRS_ALLOW_METRICS", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub allow_metrics: bool,
     /// Address the metrics server binds.
-    #[arg(long, env = "TRITONRS_METRICS_ADDRESS", default_value = "0.0.0.0")]
+    #[arg(help_heading = "Metrics", long, env = "TRITONRS_METRICS_ADDRESS", default_value = "0.0.0.0")]
     pub metrics_address: String,
     /// Metrics port; 0 picks a free port (the log says which).
-    #[arg(long, env = "TRITONRS_METRICS_PORT", default_value_t = 8002)]
+    #[arg(help_heading = "Metrics", long, env = "TRITONRS_METRICS_PORT", default_value_t = 8002)]
     pub metrics_port: u16,
     /// Report CPU utilization and memory (nv_cpu_*) in the metrics.
-    #[arg(long, env = "TRITONRS_ALLOW_CPU_METRICS", value_parser = parse_bool, num_args = 0..=1,
+    #[arg(help_heading = "Metrics", long, env = "TRITONRS_ALLOW_CPU_METRICS", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub allow_cpu_metrics: bool,
     /// Report GPU utilization, memory and power (nv_gpu_*, from NVML), and on Jetson the GPU load,
     /// clock, temperatures, power rails and power mode from sysfs (tritonrs_jetson_*).
-    #[arg(long, env = "TRITONRS_ALLOW_GPU_METRICS", value_parser = parse_bool, num_args = 0..=1,
+    #[arg(help_heading = "Metrics", long, env = "TRITONRS_ALLOW_GPU_METRICS", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub allow_gpu_metrics: bool,
     /// How often CPU, memory and GPU readings are refreshed, in milliseconds.
-    #[arg(long, env = "TRITONRS_METRICS_INTERVAL_MS", default_value_t = 2000)]
+    #[arg(help_heading = "Metrics", long, env = "TRITONRS_METRICS_INTERVAL_MS", default_value_t = 2000,
+          value_parser = parse_millis)]
     pub metrics_interval_ms: u64,
     /// Verbose logging level; 0 is off.
-    #[arg(long, env = "TRITONRS_LOG_VERBOSE", default_value_t = 0)]
+    #[arg(help_heading = "Logging", long, env = "TRITONRS_LOG_VERBOSE", default_value_t = 0)]
     pub log_verbose: u32,
     /// Log informational messages.
-    #[arg(long, env = "TRITONRS_LOG_INFO", value_parser = parse_bool, num_args = 0..=1,
+    #[arg(help_heading = "Logging", long, env = "TRITONRS_LOG_INFO", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub log_info: bool,
     /// Log warnings.
-    #[arg(long, env = "TRITONRS_LOG_WARNING", value_parser = parse_bool, num_args = 0..=1,
+    #[arg(help_heading = "Logging", long, env = "TRITONRS_LOG_WARNING", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub log_warning: bool,
     /// Log errors.
-    #[arg(long, env = "TRITONRS_LOG_ERROR", value_parser = parse_bool, num_args = 0..=1,
+    #[arg(help_heading = "Logging", long, env = "TRITONRS_LOG_ERROR", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
     pub log_error: bool,
     /// Write the log to this file instead of standard error.
-    #[arg(long, env = "TRITONRS_LOG_FILE")]
+    #[arg(help_heading = "Logging", long, env = "TRITONRS_LOG_FILE")]
     pub log_file: Option<PathBuf>,
     /// Log format: default or ISO8601.
-    #[arg(long, env = "TRITONRS_LOG_FORMAT", default_value = "default")]
+    #[arg(help_heading = "Logging", long, env = "TRITONRS_LOG_FORMAT", default_value = "default")]
     pub log_format: String,
     /// Rate limiting of model instances: off, or execution_count (an instance runs only while it holds
     /// the resources its instance group's `rate_limiter` declares).
-    #[arg(long, env = "TRITONRS_RATE_LIMIT", default_value = "off")]
+    #[arg(help_heading = "Rate limiter", long, env = "TRITONRS_RATE_LIMIT", default_value = "off")]
     pub rate_limit: String,
     /// Size of a rate-limiter resource pool, as `<name>:<count>` or `<name>:<count>:<device>` (repeatable).
-    #[arg(long, env = "TRITONRS_RATE_LIMIT_RESOURCE")]
+    #[arg(help_heading = "Rate limiter", long, env = "TRITONRS_RATE_LIMIT_RESOURCE")]
     pub rate_limit_resource: Vec<String>,
     /// Response cache settings, as `<cache>,<setting>=<value>` (repeatable); `local,size=<bytes>` enables the
     /// in-memory LRU cache for models whose config has `response_cache { enable: true }`.
@@ -452,31 +507,31 @@ pub struct ServeArgs {
     pub cache_directory: Option<std::path::PathBuf>,
     /// Size of the local response cache in bytes (tritonserver's older flag; same as
     /// `--cache-config local,size=<bytes>`).
-    #[arg(long, env = "TRITONRS_RESPONSE_CACHE_BYTE_SIZE")]
+    #[arg(help_heading = "Cache", long, env = "TRITONRS_RESPONSE_CACHE_BYTE_SIZE")]
     pub response_cache_byte_size: Option<usize>,
     /// Server identifier, reported as the name in server metadata.
-    #[arg(long, env = "TRITONRS_ID", default_value = "triton")]
+    #[arg(help_heading = "Server", long, env = "TRITONRS_ID", default_value = "triton")]
     pub id: String,
     /// Trace settings (repeatable): `level=<OFF|TIMESTAMPS|TENSORS>` (levels combine), `rate=<N>` (trace
     /// every N-th request, default 1000), `count=<N>` (stop after N traces, -1 = no limit), `mode=triton`,
     /// and for the triton mode `triton,file=<path>` (the JSON trace file) and `triton,log-frequency=<N>`
     /// (write `<path>.<n>` every N traces; 0 writes `<path>` at shutdown).
-    #[arg(long, env = "TRITONRS_TRACE_CONFIG", value_delimiter = ';')]
+    #[arg(help_heading = "Trace", long, env = "TRITONRS_TRACE_CONFIG", value_delimiter = ';')]
     pub trace_config: Vec<String>,
     /// Deprecated: use --trace-config triton,file=<path>.
-    #[arg(long, env = "TRITONRS_TRACE_FILE")]
+    #[arg(help_heading = "Trace", long, env = "TRITONRS_TRACE_FILE")]
     pub trace_file: Option<String>,
     /// Deprecated: use --trace-config level=<OFF|TIMESTAMPS|TENSORS> (repeatable; levels combine).
-    #[arg(long, env = "TRITONRS_TRACE_LEVEL", value_delimiter = ',')]
+    #[arg(help_heading = "Trace", long, env = "TRITONRS_TRACE_LEVEL", value_delimiter = ',')]
     pub trace_level: Vec<String>,
     /// Deprecated: use --trace-config rate=<N>.
-    #[arg(long, env = "TRITONRS_TRACE_RATE")]
+    #[arg(help_heading = "Trace", long, env = "TRITONRS_TRACE_RATE")]
     pub trace_rate: Option<u32>,
     /// Deprecated: use --trace-config count=<N>.
-    #[arg(long, env = "TRITONRS_TRACE_COUNT", allow_negative_numbers = true)]
+    #[arg(help_heading = "Trace", long, env = "TRITONRS_TRACE_COUNT", allow_negative_numbers = true)]
     pub trace_count: Option<i32>,
     /// Deprecated: use --trace-config triton,log-frequency=<N>.
-    #[arg(long, env = "TRITONRS_TRACE_LOG_FREQUENCY")]
+    #[arg(help_heading = "Trace", long, env = "TRITONRS_TRACE_LOG_FREQUENCY")]
     pub trace_log_frequency: Option<u32>,
     #[command(flatten)]
     pub mqtt: mqtt::MqttArgs,
@@ -488,6 +543,8 @@ pub struct ServeArgs {
     pub compat: compat::ServeCompatArgs,
     #[command(flatten)]
     pub metrics_config: metrics::MetricsConfigArgs,
+    #[command(flatten)]
+    pub hosted: hosted::HostedArgs,
 }
 
 impl ModelConfigArgs {

@@ -95,3 +95,69 @@ fn the_last_of_a_repeated_flag_wins() {
 fn bad_bool_is_rejected() {
     assert!(Cli::try_parse_from(["tritonrs", "--strict-readiness=maybe"]).is_err());
 }
+
+/// The `--help` groups; every server flag is under one of them, so a Triton user finds theirs.
+const HELP_HEADINGS: &[&str] = &[
+    "Server",
+    "Logging",
+    "Repository",
+    "HTTP",
+    "gRPC",
+    "SageMaker and Vertex AI",
+    "Metrics",
+    "Trace",
+    "Backends and agents",
+    "Cache",
+    "Rate limiter",
+    "Memory and devices",
+    "Jetson and edge",
+    "MQTT",
+    "Frigate",
+];
+
+#[test]
+fn every_server_flag_has_a_help_heading() {
+    let cmd = Cli::command();
+    for arg in cmd.get_arguments().filter(|a| !matches!(a.get_id().as_str(), "help" | "version")) {
+        let heading = arg.get_help_heading();
+        assert!(
+            heading.is_some_and(|h| HELP_HEADINGS.contains(&h)),
+            "--{} has the help heading {heading:?}, not one of {HELP_HEADINGS:?}",
+            arg.get_id()
+        );
+    }
+}
+
+#[test]
+fn sagemaker_and_vertex_flags_parse_and_refuse_when_on() {
+    let off = Cli::try_parse_from([
+        "tritonrs",
+        "--allow-sagemaker=false",
+        "--sagemaker-port=8080",
+        "--sagemaker-safe-port-range=8000-8002",
+        "--sagemaker-thread-count=8",
+        "--allow-vertex-ai=false",
+        "--vertex-ai-port=8080",
+        "--vertex-ai-thread-count=8",
+        "--vertex-ai-default-model=m",
+    ])
+    .unwrap();
+    assert!(off.serve.hosted.check().is_ok());
+    let on = Cli::try_parse_from(["tritonrs", "--allow-sagemaker=true"]).unwrap();
+    assert!(on.serve.hosted.check().unwrap_err().message.contains("--allow-sagemaker"));
+    let on = Cli::try_parse_from(["tritonrs", "--allow-vertex-ai"]).unwrap();
+    assert!(on.serve.hosted.check().unwrap_err().message.contains("--allow-vertex-ai"));
+    assert!(Cli::try_parse_from(["tritonrs", "--sagemaker-safe-port-range=9"]).is_err());
+}
+
+#[test]
+fn memory_flags_check_their_syntax() {
+    let s = Cli::try_parse_from(["tritonrs", "--cuda-virtual-address-size=0:1073741824", "--enable-peer-access=false"])
+        .unwrap()
+        .serve;
+    assert_eq!(s.memory.cuda_virtual_address_size, vec![(0, 1 << 30)]);
+    assert!(!s.memory.enable_peer_access);
+    assert!(Cli::try_parse_from(["tritonrs", "--cuda-virtual-address-size=1024"]).is_err());
+    assert!(Cli::try_parse_from(["tritonrs", "--grpc-infer-response-compression-level=max"]).is_err());
+    assert!(Cli::try_parse_from(["tritonrs", "--http-thread-count=0"]).is_err());
+}

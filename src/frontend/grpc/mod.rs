@@ -93,6 +93,9 @@ pub struct Http2Options {
     /// Age after which a connection gets GOAWAY. The grace after it is enforced by the guarded listener:
     /// tonic, given a grace, would close the connection at its end without any GOAWAY.
     pub max_connection_age: Option<Duration>,
+    /// `--grpc-infer-response-compression-level` other than none: responses are compressed in an
+    /// encoding the client accepts, whether or not its call was compressed.
+    pub compress_responses: bool,
 }
 
 /// Serves both services on `listener` until `shutdown` resolves, then lets calls in flight finish.
@@ -104,6 +107,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::result::Result<(), tonic::transport::Error> {
     let limit = state.max_message_size;
+    let compress = http2.compress_responses;
     let restricted = std::sync::Arc::new(state.restricted.clone());
     let shutdown = shutdown.shared();
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -153,7 +157,15 @@ pub async fn serve(
         .layer(TrackLayer)
         .layer(tower::layer::layer_fn(move |inner| Restrict { inner, rules: restricted.clone() }))
         .layer(tower::util::MapResponseLayer::new(too_large_is_resource_exhausted))
-        .layer(tower::util::MapRequestLayer::new(compress_replies_to_compressed_calls))
+        .layer(tower::util::MapRequestLayer::new(move |req: axum::http::Request<_>| {
+            // As tritonserver, the level applies to infer responses only.
+            let infer = req.uri().path().ends_with("/ModelInfer") || req.uri().path().ends_with("/ModelStreamInfer");
+            if compress && infer {
+                req
+            } else {
+                compress_replies_to_compressed_calls(req)
+            }
+        }))
         .add_service(inference)
         .add_service(health)
         // The guarded listener caps connections, times out slow ones and backs off on accept errors;
