@@ -484,6 +484,8 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
         ));
     }
     validate_tensors(cfg)?;
+    // A field tritonrs does not serve fails the load instead of being ignored.
+    crate::model_config::support::check(cfg)?;
     // Control inputs, implicit state and initial state files are checked here too, so `tritonrs validate`
     // reports them.
     crate::core::scheduler::sequence::policy::SequencePolicy::from_model(cfg, dir)?;
