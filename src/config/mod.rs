@@ -4,6 +4,7 @@
 
 pub mod file;
 pub mod frigate;
+pub mod loading;
 pub mod memory;
 pub mod mqtt;
 pub mod tune;
@@ -286,6 +287,8 @@ pub struct ServeArgs {
     pub repository_max_file_mb: u64,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
+    #[command(flatten)]
+    pub loading: loading::LoadingArgs,
     /// Ready only when every model is READY (true), or whenever the server is up (false).
     #[arg(long, env = "TRITONRS_STRICT_READINESS", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]

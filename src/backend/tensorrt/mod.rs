@@ -234,6 +234,11 @@ impl TensorRtBackend {
         let runtime = self.runtime()?;
         match spec.kind {
             InstanceKind::Gpu { device_id } => Ok((file, runtime, device_id)),
+            // The engine decides: it is deserialized on the device the process uses first, GPU 0.
+            InstanceKind::Model => {
+                tracing::info!("Instance '{}' is KIND_MODEL: the TensorRT engine runs on GPU 0.", spec.name);
+                Ok((file, runtime, 0))
+            }
             InstanceKind::Cpu => {
                 let why = crate::platform::cuda::unavailable_reason()
                     .map(|r| format!(" (no usable GPU: {r})"))

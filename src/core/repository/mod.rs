@@ -41,6 +41,12 @@ pub struct RepoOptions {
     pub max_tensor_bytes: usize,
     /// Runs the repository agents models name; given by whoever assembles the server.
     pub agents: crate::model_api::agents::Agents,
+    /// `--model-load-retry-count`: how many more times a version whose load fails is loaded.
+    pub load_retry_count: u32,
+    /// `--host-policy`: the cores of each named policy, for instance groups' `host_policy`.
+    pub host_policies: Arc<crate::platform::affinity::HostPolicies>,
+    /// `--model-load-gpu-limit`: the fraction of each GPU's memory in use above which loads are refused.
+    pub gpu_limits: Arc<crate::platform::gpu_limit::GpuLimits>,
 }
 
 impl Default for RepoOptions {
@@ -51,6 +57,9 @@ impl Default for RepoOptions {
             completers: Default::default(),
             max_tensor_bytes: limits::DEFAULT_MAX_TENSOR_BYTES,
             agents: Default::default(),
+            load_retry_count: 0,
+            host_policies: Default::default(),
+            gpu_limits: Default::default(),
         }
     }
 }
