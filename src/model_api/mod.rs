@@ -80,6 +80,8 @@ pub struct InstanceSpec {
     pub kind: InstanceKind,
     /// The group's TensorRT optimization profiles (`instance_group { profile: [...] }`).
     pub profiles: Vec<String>,
+    /// The DLA core of the group's `secondary_devices { kind: KIND_NVDLA }` (TensorRT plans only).
+    pub dla_core: Option<i32>,
 }
 
 /// What a backend needs to know to create instances of one model version.

@@ -54,8 +54,11 @@ const IMPLEMENTED: &[(&str, &[&str])] = &[
     ("ModelInput", &["name", "data_type", "format", "dims", "reshape", "allow_ragged_batch", "optional"]),
     ("ModelOutput", &["name", "data_type", "dims", "reshape", "label_filename"]),
     ("ModelTensorReshape", &["shape"]),
-    ("ModelInstanceGroup", &["name", "kind", "count", "rate_limiter", "gpus", "profile", "host_policy"]),
-    // Read with their group's `secondary_devices`, which decides whether they are served.
+    (
+        "ModelInstanceGroup",
+        &["name", "kind", "count", "rate_limiter", "gpus", "profile", "host_policy", "secondary_devices"],
+    ),
+    // Only TensorRT plans take a secondary device, one DLA core per group (see `check`).
     ("ModelInstanceGroup.SecondaryDevice", &["kind", "device_id"]),
     ("ModelRateLimiter", &["resources", "priority"]),
     ("ModelRateLimiter.Resource", &["name", "global", "count"]),
@@ -116,7 +119,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("ModelInput.is_non_linear_format_io", "tritonrs serves no non-linear (vectorized) tensor formats"),
     ("ModelOutput.is_shape_tensor", "tritonrs serves no shape tensors"),
     ("ModelOutput.is_non_linear_format_io", "tritonrs serves no non-linear (vectorized) tensor formats"),
-    ("ModelInstanceGroup.secondary_devices", "tritonrs places no instance on a secondary device"),
     ("ModelInstanceGroup.passive", "tritonrs schedules requests on every instance; it has no passive instances"),
     ("ModelOptimizationPolicy.graph", "tritonrs sets no backend graph optimization level from it"),
     ("ModelOptimizationPolicy.priority", "tritonrs gives instances no execution priority"),
@@ -174,7 +176,40 @@ pub fn check(cfg: &ModelConfig) -> Result<()> {
         .map_err(|e| Error::internal(format!("model '{}': its configuration does not re-encode: {e}", cfg.name)))?;
     walk(&message, "").map_err(|(path, reason)| {
         Error::invalid(format!("model '{}': field '{path}' is not supported: {reason}; remove it", cfg.name))
-    })
+    })?;
+    check_secondary_devices(cfg)
+}
+
+/// `secondary_devices`: a TensorRT plan's runtime takes one DLA core (`KIND_NVDLA`); other backends
+/// place nothing on a secondary device.
+fn check_secondary_devices(cfg: &ModelConfig) -> Result<()> {
+    use crate::proto::inference::model_instance_group::secondary_device::SecondaryDeviceKind;
+    for g in cfg.instance_group.iter().filter(|g| !g.secondary_devices.is_empty()) {
+        let bad = |why: String| {
+            Error::invalid(format!(
+                "model '{}': field 'instance_group.secondary_devices' of group '{}': {why}",
+                cfg.name, g.name
+            ))
+        };
+        if cfg.backend != "tensorrt" {
+            return Err(bad(format!(
+                "the {} backend places no instance on a secondary device; only TensorRT plans run on a DLA",
+                cfg.backend
+            )));
+        }
+        if g.secondary_devices.len() > 1 {
+            return Err(bad("a TensorRT runtime uses one DLA core; name one secondary device".into()));
+        }
+        for d in &g.secondary_devices {
+            if d.kind != SecondaryDeviceKind::KindNvdla as i32 {
+                return Err(bad("only KIND_NVDLA secondary devices exist for TensorRT".into()));
+            }
+            if !(0..=i64::from(i32::MAX)).contains(&d.device_id) {
+                return Err(bad(format!("DLA core {} is not a core number", d.device_id)));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The message name without the package, as the tables spell it.

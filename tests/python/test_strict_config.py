@@ -171,3 +171,13 @@ def test_kind_model_python_instance_is_told_what_tritonserver_tells_it(start_ser
     expected = instance_args(theirs)
     assert expected["model_instance_kind"] == "MODEL", expected
     assert instance_args(ours) == expected
+
+
+def test_model_load_gpu_limit_without_a_gpu_says_it_has_nothing_to_limit(start_server, repo):
+    import subprocess
+    if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0:
+        pytest.skip("this machine has a GPU")
+    python_sleep_model(repo, "m")
+    s = start_server("--model-repository", str(repo), "--model-load-gpu-limit=0:0.5")
+    s.wait_for_log(r"--model-load-gpu-limit has nothing to limit: this machine has no GPU")
+    assert s.index_row("m")["state"] == "READY"

@@ -15,6 +15,7 @@ use crate::model_api::{
 };
 use crate::platform::affinity::HostPolicies;
 use crate::platform::gpu_limit::{self, GpuLimits};
+use crate::proto::inference::model_instance_group::secondary_device::SecondaryDeviceKind as SecondaryKind;
 use crate::proto::inference::{model_instance_group::Kind, ModelConfig, ModelRateLimiter};
 use std::collections::HashMap;
 use std::path::Path;
@@ -284,6 +285,11 @@ pub fn instance_specs(cfg: &ModelConfig) -> Vec<InstanceSpec> {
                         None => InstanceKind::Cpu,
                     },
                     profiles: g.profile.clone(),
+                    dla_core: g
+                        .secondary_devices
+                        .iter()
+                        .find(|d| d.kind == SecondaryKind::KindNvdla as i32)
+                        .and_then(|d| i32::try_from(d.device_id).ok()),
                 });
                 idx += 1;
             }

@@ -68,3 +68,18 @@ fn implemented_and_empty_fields_pass() {
     cfg.instance_group.push(ModelInstanceGroup { count: 2, ..Default::default() });
     check(&cfg).unwrap();
 }
+
+#[test]
+fn secondary_devices_are_for_tensorrt_plans_only() {
+    use crate::proto::inference::model_instance_group::SecondaryDevice;
+    let mut cfg = minimal();
+    let dla = SecondaryDevice { kind: 0, device_id: 1 };
+    cfg.instance_group.push(ModelInstanceGroup { secondary_devices: vec![dla], ..Default::default() });
+    let err = check(&cfg).unwrap_err();
+    assert!(err.message.contains("field 'instance_group.secondary_devices'"), "{}", err.message);
+    assert!(err.message.contains("python backend"), "{}", err.message);
+    cfg.backend = "tensorrt".into();
+    check(&cfg).unwrap();
+    cfg.instance_group[0].secondary_devices.push(dla);
+    assert!(check(&cfg).unwrap_err().message.contains("one DLA core"));
+}
