@@ -181,3 +181,16 @@ def test_model_load_gpu_limit_without_a_gpu_says_it_has_nothing_to_limit(start_s
     s = start_server("--model-repository", str(repo), "--model-load-gpu-limit=0:0.5")
     s.wait_for_log(r"--model-load-gpu-limit has nothing to limit: this machine has no GPU")
     assert s.index_row("m")["state"] == "READY"
+
+
+def test_kind_model_onnx_runs_with_the_cpu_execution_providers(start_server, repo):
+    import numpy as np
+    from helpers import simple_inputs
+    import tritonclient.http as httpclient
+    copy_models(repo, "simple")
+    cfg = repo / "simple" / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + "instance_group [ { kind: KIND_MODEL } ]\n")
+    s = start_server("--model-repository", str(repo))
+    s.wait_for_log(r"Instance 'simple_0_0' is KIND_MODEL: ONNX Runtime places it with the CPU execution providers")
+    r = s.client().infer("simple", simple_inputs(httpclient, 3))
+    assert (r.as_numpy("OUTPUT0") == np.full((1, 16), 6, dtype=np.int32)).all()
