@@ -22,9 +22,10 @@ fn bench(c: &mut Criterion) {
         version_dir: dir.join("1"),
     };
     let backend = OnnxBackend::new(&BackendConfig::default());
-    let mut instance = match backend
-        .create_instance(&ctx, &InstanceSpec { name: "simple_0".into(), kind: InstanceKind::Cpu, profiles: Vec::new() })
-    {
+    let mut instance = match backend.create_instance(
+        &ctx,
+        &InstanceSpec { name: "simple_0".into(), kind: InstanceKind::Cpu, profiles: Vec::new(), dla_core: None },
+    ) {
         Ok(i) => i,
         Err(e) => {
             eprintln!("skipping ort_run: {e} (source scripts/env.sh first)");

@@ -42,6 +42,9 @@ pub fn repo_options(
             &BackendConfig::parse_flag(&model.repoagent_config, "--repoagent-config", "agent")?,
         ),
         config_name: model.config_name.model_config_name.clone(),
+        load_retry_count: 0,
+        host_policies: Default::default(),
+        gpu_limits: Default::default(),
     })
 }
 
@@ -110,6 +113,15 @@ pub fn serve_options(args: &ServeArgs) -> Result<ServerOptions> {
     opts.strict_readiness = args.strict_readiness;
     opts.exit_on_error = args.exit_on_error;
     opts.load_threads = args.model_load_thread_count;
+    opts.repo.load_retry_count = args.loading.model_load_retry_count;
+    opts.repo.host_policies = Arc::new(crate::platform::affinity::parse_host_policies(&args.loading.host_policy)?);
+    opts.repo.gpu_limits = Arc::new(crate::platform::gpu_limit::parse_gpu_limits(&args.loading.model_load_gpu_limit)?);
+    if !opts.repo.gpu_limits.is_empty()
+        && crate::platform::cuda::usable_gpus().is_empty()
+        && crate::platform::jetson::Jetson::detect(&crate::platform::jetson::Jetson::root_from_env()).is_none()
+    {
+        tracing::info!("--model-load-gpu-limit has nothing to limit: this machine has no GPU.");
+    }
     opts.rate_limit = if crate::core::rate_limiter::parse_mode(&args.rate_limit)? {
         Some(
             args.rate_limit_resource

@@ -306,6 +306,15 @@ impl Backend for OnnxBackend {
                 }
                 cpu_providers(spec, &plan)?
             }
+            // As Triton's onnxruntime backend, only KIND_GPU enables CUDA: a KIND_MODEL instance is
+            // placed by the CPU execution providers the configuration names (said in the log).
+            InstanceKind::Model => {
+                tracing::info!(
+                    "Instance '{}' is KIND_MODEL: ONNX Runtime places it with the CPU execution providers.",
+                    spec.name
+                );
+                cpu_providers(spec, &plan)?
+            }
         };
         if !providers.is_empty() {
             // `error_on_failure`: a provider that cannot start fails the load; never a silent CPU fallback.

@@ -6,6 +6,7 @@ pub mod compat;
 pub mod file;
 pub mod frigate;
 pub mod hosted;
+pub mod loading;
 pub mod memory;
 pub mod metrics;
 pub mod mqtt;
@@ -312,6 +313,8 @@ pub struct ServeArgs {
     pub repository_max_file_mb: u64,
     #[command(flatten)]
     pub model_config: ModelConfigArgs,
+    #[command(flatten)]
+    pub loading: loading::LoadingArgs,
     /// Ready only when every model is READY (true), or whenever the server is up (false).
     #[arg(help_heading = "Repository", long, env = "TRITONRS_STRICT_READINESS", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "true", action = ArgAction::Set)]

@@ -64,7 +64,12 @@ pub struct LoadOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InstanceKind {
     Cpu,
-    Gpu { device_id: i32 },
+    Gpu {
+        device_id: i32,
+    },
+    /// `KIND_MODEL`: the backend (or the model) decides where the instance runs; as tritonserver, the
+    /// instance is given no device (device id 0).
+    Model,
 }
 
 /// One instance to create, derived from an `instance_group` entry.
@@ -75,6 +80,8 @@ pub struct InstanceSpec {
     pub kind: InstanceKind,
     /// The group's TensorRT optimization profiles (`instance_group { profile: [...] }`).
     pub profiles: Vec<String>,
+    /// The DLA core of the group's `secondary_devices { kind: KIND_NVDLA }` (TensorRT plans only).
+    pub dla_core: Option<i32>,
 }
 
 /// What a backend needs to know to create instances of one model version.
@@ -245,6 +252,9 @@ pub trait ModelInstance: Send {
     fn retirement(&self) -> Option<Arc<dyn Retirement>> {
         None
     }
+
+    /// Called first on the instance's own thread, before any request (a host policy pins it there).
+    fn thread_started(&mut self) {}
 }
 
 /// Tells whether an instance can serve right now. May block briefly (it may ask a process).

@@ -6,6 +6,7 @@
 pub mod autocomplete;
 pub mod paths;
 pub mod pbtxt;
+pub mod support;
 
 use crate::error::{Error, Result};
 use crate::model_api::types::DataType;

@@ -2,8 +2,10 @@
 //! (gpu.rs: NVML, and Jetson sysfs in jetson.rs), the CUDA driver (cuda.rs), and the systemd service
 //! protocol (systemd.rs).
 
+pub mod affinity;
 pub mod cuda;
 pub mod gpu;
+pub mod gpu_limit;
 pub mod info;
 pub mod jetson;
 pub mod systemd;

@@ -59,6 +59,7 @@ pub const TXN_DECOUPLED: u32 = 2;
 /// `TRITONSERVER_InstanceGroupKind`.
 pub const INSTANCEGROUPKIND_CPU: u32 = 1;
 pub const INSTANCEGROUPKIND_GPU: u32 = 2;
+pub const INSTANCEGROUPKIND_MODEL: u32 = 3;
 
 /// `TRITONSERVER_LogLevel`.
 pub const LOG_INFO: u32 = 0;

@@ -9,7 +9,7 @@
 
 use super::abi::{
     Bell, BufferAttributesObj, Completion, InputObj, Origin, ParamSlot, RequestObj, ServerObj, INSTANCEGROUPKIND_CPU,
-    INSTANCEGROUPKIND_GPU,
+    INSTANCEGROUPKIND_GPU, INSTANCEGROUPKIND_MODEL,
 };
 use super::library::{Instance, Library, Model};
 use crate::error::{Error, Result};
@@ -238,6 +238,7 @@ impl Backend for CApiBackend {
         let (kind, device) = match spec.kind {
             InstanceKind::Cpu => (INSTANCEGROUPKIND_CPU, 0),
             InstanceKind::Gpu { device_id } => (INSTANCEGROUPKIND_GPU, device_id),
+            InstanceKind::Model => (INSTANCEGROUPKIND_MODEL, 0),
         };
         self.server.learn_runtime();
         let library = self.library(ctx, &name)?;

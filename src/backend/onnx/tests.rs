@@ -82,7 +82,8 @@ mod output_tests {
         let config = Arc::new(crate::model_config::pbtxt::parse_config(&text, "config.pbtxt").unwrap());
         let ctx =
             ModelContext { name: name.into(), version: 1, config, model_dir: dir.clone(), version_dir: dir.join("1") };
-        let spec = InstanceSpec { name: format!("{name}_0"), kind: InstanceKind::Cpu, profiles: Vec::new() };
+        let spec =
+            InstanceSpec { name: format!("{name}_0"), kind: InstanceKind::Cpu, profiles: Vec::new(), dla_core: None };
         match backend().create_instance(&ctx, &spec) {
             Ok(i) => Some(i),
             Err(e) if std::env::var_os("ORT_DYLIB_PATH").is_none() => {
@@ -185,7 +186,12 @@ mod output_tests {
             model_dir: dir.to_path_buf(),
             version_dir: dir.join("1"),
         };
-        let spec = InstanceSpec { name: "passthrough_0".into(), kind: InstanceKind::Cpu, profiles: Vec::new() };
+        let spec = InstanceSpec {
+            name: "passthrough_0".into(),
+            kind: InstanceKind::Cpu,
+            profiles: Vec::new(),
+            dla_core: None,
+        };
         backend().create_instance(&ctx, &spec).unwrap()
     }
 

@@ -77,6 +77,8 @@ fn launch(settings: &Settings, ctx: &ModelContext, spec: &InstanceSpec) -> Resul
     let (kind, device) = match spec.kind {
         InstanceKind::Cpu => ("CPU", 0),
         InstanceKind::Gpu { device_id } => ("GPU", device_id),
+        // As tritonserver: the model places itself; the stub is told MODEL and device 0.
+        InstanceKind::Model => ("MODEL", 0),
     };
     let args = json!({
         "model_config": pbtxt::config_to_json(&ctx.config).to_string(),

@@ -47,6 +47,8 @@ struct Shim {
     logger: unsafe extern "C" fn(LogFn) -> *mut c_void,
     runtime_create: unsafe extern "C" fn(CreateRuntimeFn, i32) -> *mut RawRuntime,
     runtime_destroy: unsafe extern "C" fn(*mut RawRuntime),
+    /// `None` for a shim built before it existed: no DLA then.
+    runtime_set_dla_core: Option<unsafe extern "C" fn(*mut RawRuntime, i32) -> i32>,
     engine_deserialize: unsafe extern "C" fn(*mut RawRuntime, *const c_void, usize) -> *mut RawEngine,
     engine_destroy: unsafe extern "C" fn(*mut RawEngine),
     engine_num_io: unsafe extern "C" fn(*const RawEngine) -> i32,
@@ -75,6 +77,7 @@ mod linked {
         pub fn trs_logger(log: LogFn) -> *mut c_void;
         pub fn trs_runtime_create(create: CreateRuntimeFn, version: i32) -> *mut RawRuntime;
         pub fn trs_runtime_destroy(rt: *mut RawRuntime);
+        pub fn trs_runtime_set_dla_core(rt: *mut RawRuntime, core: i32) -> i32;
         pub fn trs_engine_deserialize(rt: *mut RawRuntime, blob: *const c_void, len: usize) -> *mut RawEngine;
         pub fn trs_engine_destroy(e: *mut RawEngine);
         pub fn trs_engine_num_io(e: *const RawEngine) -> i32;
@@ -101,6 +104,7 @@ mod linked {
             logger: trs_logger,
             runtime_create: trs_runtime_create,
             runtime_destroy: trs_runtime_destroy,
+            runtime_set_dla_core: Some(trs_runtime_set_dla_core),
             engine_deserialize: trs_engine_deserialize,
             engine_destroy: trs_engine_destroy,
             engine_num_io: trs_engine_num_io,
@@ -153,6 +157,8 @@ fn load_shim(path: &Path) -> std::result::Result<(libloading::Library, Shim), St
         logger: sym!("trs_logger"),
         runtime_create: sym!("trs_runtime_create"),
         runtime_destroy: sym!("trs_runtime_destroy"),
+        // SAFETY: trt_shim.h declares it with the field's signature; a shim built before it lacks it.
+        runtime_set_dla_core: unsafe { lib.get(b"trs_runtime_set_dla_core\0") }.ok().map(|s| *s),
         engine_deserialize: sym!("trs_engine_deserialize"),
         engine_destroy: sym!("trs_engine_destroy"),
         engine_num_io: sym!("trs_engine_num_io"),
@@ -453,6 +459,25 @@ impl Runtime for Arc<Nvinfer> {
         let mut engine = RealEngine { rt: self.clone(), raw, device, desc: EngineDesc::default() };
         engine.desc = engine.describe()?;
         Ok(Arc::new(engine))
+    }
+
+    fn deserialize_dla(&self, device: i32, dla_core: i32, plan: &[u8]) -> Result<Arc<dyn Engine>> {
+        // The runtime's DLA core is one setting shared by every deserialization: one DLA engine at a time.
+        static DLA: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+        let set = self.shim.runtime_set_dla_core.ok_or_else(|| {
+            Error::unavailable("this TensorRT shim cannot select a DLA core; rebuild it from src/backend/tensorrt/shim")
+        })?;
+        let _one = DLA.lock();
+        // SAFETY: the runtime is live; the shim checks the core against getNbDLACores.
+        if unsafe { set(self.runtime, dla_core) } != 0 {
+            return Err(Error::unavailable(format!(
+                "DLA core {dla_core} does not exist on this device (secondary_devices KIND_NVDLA)"
+            )));
+        }
+        let engine = self.deserialize(device, plan);
+        // SAFETY: as above; back to TensorRT's default core for the engines deserialized next.
+        unsafe { set(self.runtime, 0) };
+        engine
     }
 }
 

@@ -47,6 +47,8 @@ pub struct MockRuntime {
     pub runs: Arc<Mutex<Vec<Run>>>,
     /// Devices engines were deserialized on.
     pub devices: Mutex<Vec<i32>>,
+    /// (device, DLA core) of each engine deserialized for a DLA core.
+    pub dla_cores: Mutex<Vec<(i32, i32)>>,
 }
 
 impl MockRuntime {
@@ -96,6 +98,11 @@ impl Runtime for Arc<MockRuntime> {
         self.devices.lock().push(device);
         let busy = Arc::new(Mutex::new(vec![0; desc.profiles.len().max(1)]));
         Ok(Arc::new(MockEngine { desc, runs: self.runs.clone(), busy, enqueue_ms }))
+    }
+
+    fn deserialize_dla(&self, device: i32, dla_core: i32, plan: &[u8]) -> Result<Arc<dyn Engine>> {
+        self.dla_cores.lock().push((device, dla_core));
+        self.deserialize(device, plan)
     }
 }
 

@@ -35,6 +35,9 @@ use std::time::Instant;
 /// Deserializes engines (TensorRT's IRuntime, or the mock).
 pub trait Runtime: Send + Sync {
     fn deserialize(&self, device: i32, plan: &[u8]) -> Result<Arc<dyn Engine>>;
+    /// [`Runtime::deserialize`] with the runtime set to DLA core `dla_core` (IRuntime::setDLACore);
+    /// layers the engine was built to fall back to the GPU for run there.
+    fn deserialize_dla(&self, device: i32, dla_core: i32, plan: &[u8]) -> Result<Arc<dyn Engine>>;
 }
 
 /// A deserialized engine.
@@ -75,6 +78,8 @@ const MAX_PLAN_BYTES: u64 = 4 << 30;
 struct EngineKey {
     file: PathBuf,
     device: i32,
+    /// The DLA core the engine was deserialized for (`secondary_devices`), or none.
+    dla: Option<i32>,
     stamp: Option<(u64, Option<std::time::SystemTime>)>,
 }
 
@@ -115,11 +120,11 @@ impl TensorRtBackend {
             .clone()
     }
 
-    fn engine(&self, runtime: &dyn Runtime, file: &Path, device: i32) -> Result<Arc<SharedEngine>> {
+    fn engine(&self, runtime: &dyn Runtime, file: &Path, device: i32, dla: Option<i32>) -> Result<Arc<SharedEngine>> {
         // The file's size and time are in the key, so a reload of a changed model.plan deserializes the
         // new engine while the old version's instances still hold the old one.
         let stamp = std::fs::metadata(file).ok().map(|m| (m.len(), m.modified().ok()));
-        let key = EngineKey { file: file.to_path_buf(), device, stamp };
+        let key = EngineKey { file: file.to_path_buf(), device, dla, stamp };
         let cached = |engines: &mut Vec<(EngineKey, Weak<SharedEngine>)>| {
             engines.retain(|(_, w)| w.strong_count() > 0);
             engines.iter().find(|(k, _)| *k == key).and_then(|(_, w)| w.upgrade())
@@ -129,7 +134,14 @@ impl TensorRtBackend {
         }
         // Deserializing takes seconds on a Jetson: other models' loads do not wait on the lock for it.
         let plan = read_plan(file)?;
-        let engine = runtime.deserialize(device, &plan).map_err(|e| e.context(format!("'{}'", file.display())))?;
+        let engine = match dla {
+            Some(core) => {
+                tracing::info!("TensorRT engine '{}' runs on DLA core {core} (secondary_devices).", file.display());
+                runtime.deserialize_dla(device, core, &plan)
+            }
+            None => runtime.deserialize(device, &plan),
+        }
+        .map_err(|e| e.context(format!("'{}'", file.display())))?;
         let engine = Arc::new(SharedEngine::new(engine));
         let mut engines = self.engines.lock();
         if let Some(e) = cached(&mut engines) {
@@ -218,7 +230,7 @@ pub fn auto_complete(
                 .unwrap_or_else(|| "none meets --min-supported-compute-capability".into())
         ))
     })?;
-    let engine = backend.engine(runtime.as_ref(), file, gpu)?;
+    let engine = backend.engine(runtime.as_ref(), file, gpu, None)?;
     engine::auto_complete(cfg, engine.engine.desc());
     Ok(())
 }
@@ -234,6 +246,11 @@ impl TensorRtBackend {
         let runtime = self.runtime()?;
         match spec.kind {
             InstanceKind::Gpu { device_id } => Ok((file, runtime, device_id)),
+            // The engine decides: it is deserialized on the device the process uses first, GPU 0.
+            InstanceKind::Model => {
+                tracing::info!("Instance '{}' is KIND_MODEL: the TensorRT engine runs on GPU 0.", spec.name);
+                Ok((file, runtime, 0))
+            }
             InstanceKind::Cpu => {
                 let why = crate::platform::cuda::unavailable_reason()
                     .map(|r| format!(" (no usable GPU: {r})"))
@@ -258,7 +275,7 @@ impl Backend for TensorRtBackend {
 
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
         let (file, runtime, device) = self.prepare(ctx, spec)?;
-        let shared = self.engine(runtime.as_ref(), &file, device)?;
+        let shared = self.engine(runtime.as_ref(), &file, device, spec.dla_core)?;
         let desc = shared.engine.desc().clone();
         let candidates = engine::instance_profiles(&desc, &ctx.name, &spec.profiles)?;
         engine::check(&ctx.config, &desc, &candidates)?;

@@ -70,6 +70,7 @@ fn gpu_spec(profiles: &[&str]) -> InstanceSpec {
         name: "trt_0".into(),
         kind: InstanceKind::Gpu { device_id: 0 },
         profiles: profiles.iter().map(|p| p.to_string()).collect(),
+        dla_core: None,
     }
 }
 
@@ -281,4 +282,17 @@ fn instances_on_distinct_profiles_run_side_by_side_and_sharers_take_turns() {
         }
         assert_eq!(mock.runs.lock().len(), 15 * instances);
     }
+}
+
+#[test]
+fn a_dla_secondary_device_sets_the_runtime_dla_core() {
+    let (mock, backend) = mock_backend();
+    let m = model(PLAN.as_bytes(), 16);
+    let dla = InstanceSpec { dla_core: Some(1), ..gpu_spec(&[]) };
+    let a = backend.create_instance(&m.ctx, &dla).unwrap();
+    // An instance without one gets the GPU engine, deserialized on its own.
+    let b = backend.create_instance(&m.ctx, &gpu_spec(&[])).unwrap();
+    assert_eq!(*mock.dla_cores.lock(), vec![(0, 1)]);
+    assert_eq!(*mock.devices.lock(), vec![0, 0]);
+    drop((a, b));
 }

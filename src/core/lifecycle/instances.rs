@@ -10,7 +10,12 @@ use crate::core::scheduler;
 use crate::core::validate::ModelIo;
 use crate::core::warmup;
 use crate::error::{Error, Result};
-use crate::model_api::{BackendRegistry, InstanceKind, InstanceSpec, ModelContext, ModelInstance};
+use crate::model_api::{
+    BackendRegistry, ExecRequest, ExecResult, InstanceKind, InstanceSpec, ModelContext, ModelInstance,
+};
+use crate::platform::affinity::HostPolicies;
+use crate::platform::gpu_limit::{self, GpuLimits};
+use crate::proto::inference::model_instance_group::secondary_device::SecondaryDeviceKind as SecondaryKind;
 use crate::proto::inference::{model_instance_group::Kind, ModelConfig, ModelRateLimiter};
 use std::collections::HashMap;
 use std::path::Path;
@@ -42,16 +47,33 @@ impl ModelManager {
                 }
                 let worker = this.clone();
                 let res = tokio::task::spawn_blocking(move || {
-                    load_version(
-                        &worker.backends,
-                        worker.limiter.as_ref(),
-                        worker.opts.max_tensor_bytes,
-                        &name,
-                        v,
-                        cfg,
-                        &dir,
-                        labels,
-                    )
+                    // As tritonserver's --model-load-retry-count: a failed version is loaded again.
+                    let retries = worker.opts.load_retry_count;
+                    let mut attempt = 0;
+                    loop {
+                        let res = load_version(
+                                &worker.backends,
+                                worker.limiter.as_ref(),
+                                worker.opts.max_tensor_bytes,
+                                &name,
+                                v,
+                                cfg.clone(),
+                                &dir,
+                                labels.clone(),
+                                &worker.opts.host_policies,
+                                &worker.opts.gpu_limits,
+                            );
+                        match res {
+                            Err(e) if attempt < retries => {
+                                attempt += 1;
+                                tracing::warn!(
+                                    "Model '{name}' version {v} failed to load ({}); retrying, attempt {attempt} of {retries}.",
+                                    e.message
+                                );
+                            }
+                            res => break res,
+                        }
+                    }
                 })
                 .await
                 .unwrap_or_else(|e| Err(Error::internal(format!("model load task failed: {e}"))));
@@ -73,6 +95,8 @@ pub(super) fn load_version(
     cfg: Arc<ModelConfig>,
     dir: &Path,
     labels: Arc<HashMap<String, Arc<Vec<String>>>>,
+    host_policies: &HostPolicies,
+    gpu_limits: &GpuLimits,
 ) -> Result<Arc<LoadedModel>> {
     let started = Instant::now();
     let version_dir = dir.join(version.to_string());
@@ -94,10 +118,15 @@ pub(super) fn load_version(
     let mut probes = Vec::new();
     let mut retirements = Vec::new();
     let mut served_by = None;
-    for (spec, limit) in instance_specs(&cfg).into_iter().zip(limits) {
+    let policies = instance_policies(&cfg, host_policies)?;
+    for ((spec, limit), policy) in instance_specs(&cfg).into_iter().zip(limits).zip(policies) {
         backend.check_instance(&ctx, &spec)?;
         if let InstanceKind::Gpu { device_id } = spec.kind {
             check_instance_gpu(&spec.name, device_id)?;
+            if !gpu_limits.is_empty() {
+                gpu_limit::check(gpu_limits, device_id, gpu_limit::read(device_id))
+                    .map_err(|e| e.context(format!("instance '{}'", spec.name)))?;
+            }
         }
         let mut inst = backend.create_instance(&ctx, &spec)?;
         probes.extend(inst.readiness());
@@ -107,6 +136,9 @@ pub(super) fn load_version(
         warmup::run(&mut *inst, &samples, &spec.name)?;
         if let (Some(limiter), Some(rl)) = (limiter, limit) {
             inst = rate_limited(limiter, rl, &spec.kind, inst)?;
+        }
+        if let Some(cores) = policy {
+            inst = Box::new(Pinned { inner: inst, cores: cores.clone() });
         }
         instances.push((spec.name, inst));
     }
@@ -127,7 +159,7 @@ fn rate_limited(
     inst: Box<dyn ModelInstance>,
 ) -> Result<Box<dyn ModelInstance>> {
     let device = match *kind {
-        InstanceKind::Cpu => None,
+        InstanceKind::Cpu | InstanceKind::Model => None,
         InstanceKind::Gpu { device_id } => Some(device_id),
     };
     let needs = Needs {
@@ -155,6 +187,68 @@ fn instance_limits(cfg: &ModelConfig) -> Vec<Option<&ModelRateLimiter>> {
         }
     }
     out
+}
+
+/// The cores of each instance's group's `host_policy` (`--host-policy`), in [`instance_specs`] order;
+/// a policy no flag defines fails the load.
+fn instance_policies<'a>(cfg: &ModelConfig, policies: &'a HostPolicies) -> Result<Vec<Option<&'a Vec<usize>>>> {
+    let mut out = Vec::new();
+    for g in &cfg.instance_group {
+        let cores = if g.host_policy.is_empty() {
+            None
+        } else {
+            Some(policies.get(&g.host_policy).ok_or_else(|| {
+                Error::invalid(format!(
+                    "model '{}': field 'instance_group.host_policy': host policy '{}' of instance group '{}' is \
+                     not defined; define it with --host-policy={},cpu-cores=<cores>",
+                    cfg.name, g.host_policy, g.name, g.host_policy
+                ))
+            })?)
+        };
+        let devices = if g.kind == Kind::Gpu as i32 { g.gpus.len().max(1) } else { 1 };
+        out.extend(std::iter::repeat_n(cores, devices * g.count.max(1) as usize));
+    }
+    Ok(out)
+}
+
+/// An instance whose thread a host policy pins to its cores, once it starts.
+struct Pinned {
+    inner: Box<dyn ModelInstance>,
+    cores: Vec<usize>,
+}
+
+impl ModelInstance for Pinned {
+    fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult> {
+        self.inner.execute(req)
+    }
+    fn takes_request_lists(&self) -> bool {
+        self.inner.takes_request_lists()
+    }
+    fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {
+        self.inner.execute_list(reqs)
+    }
+    fn begin(&mut self, req: &ExecRequest) -> Option<Result<u64>> {
+        self.inner.begin(req)
+    }
+    fn finish(&mut self, ticket: u64, req: &ExecRequest) -> Result<ExecResult> {
+        self.inner.finish(ticket, req)
+    }
+    fn readiness(&self) -> Option<Arc<dyn crate::model_api::Readiness>> {
+        self.inner.readiness()
+    }
+    fn served_by(&self) -> Option<String> {
+        self.inner.served_by()
+    }
+    fn retirement(&self) -> Option<Arc<dyn crate::model_api::Retirement>> {
+        self.inner.retirement()
+    }
+    fn thread_started(&mut self) {
+        match crate::platform::affinity::pin_current_thread(&self.cores) {
+            Ok(()) => tracing::debug!("Instance thread pinned to cores {:?} by its host policy.", self.cores),
+            Err(e) => tracing::warn!("The host policy could not pin an instance thread: {}.", e.message),
+        }
+        self.inner.thread_started();
+    }
 }
 
 /// A KIND_GPU instance needs its GPU, whatever the backend, as tritonserver checks the instance group
@@ -187,9 +281,15 @@ pub fn instance_specs(cfg: &ModelConfig) -> Vec<InstanceSpec> {
                     name: format!("{}_{idx}", g.name),
                     kind: match dev {
                         Some(device_id) => InstanceKind::Gpu { device_id },
+                        None if g.kind == Kind::Model as i32 => InstanceKind::Model,
                         None => InstanceKind::Cpu,
                     },
                     profiles: g.profile.clone(),
+                    dla_core: g
+                        .secondary_devices
+                        .iter()
+                        .find(|d| d.kind == SecondaryKind::KindNvdla as i32)
+                        .and_then(|d| i32::try_from(d.device_id).ok()),
                 });
                 idx += 1;
             }

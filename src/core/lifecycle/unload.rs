@@ -19,6 +19,43 @@ impl ModelManager {
         result
     }
 
+    /// Unloads the ensembles that use `name`, directly or through other ensembles (an unload request's
+    /// `unload_dependents`). As in tritonserver, each reads "unloaded" and loads again once the model it
+    /// uses serves again.
+    pub async fn unload_dependents(self: &Arc<Self>, name: &str) -> Result<()> {
+        for (ensemble, uses) in self.dependents(name) {
+            match self.unload_with(&ensemble, Some(&uses)).await {
+                Err(e) if e.kind != ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            if let Some(entry) = self.write().get_mut(&ensemble) {
+                for slot in entry.versions.values_mut() {
+                    slot.reason = "unloaded".to_string();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The ensembles that use `name`, directly or through other ensembles, each with the model it uses
+    /// on the way; users before what they use.
+    fn dependents(&self, name: &str) -> Vec<(String, String)> {
+        let table = self.table.read();
+        let mut found: Vec<(String, String)> = Vec::new();
+        let mut queue = vec![name.to_string()];
+        while let Some(model) = queue.pop() {
+            for (n, e) in table.iter() {
+                if e.composing.contains(&model) && n != name && !found.iter().any(|(f, _)| f == n) {
+                    found.push((n.clone(), model.clone()));
+                    queue.push(n.clone());
+                }
+            }
+        }
+        // An ensemble of ensembles goes before the ensembles it uses.
+        found.reverse();
+        found
+    }
+
     /// Unloads every model (at shutdown), ensembles before the models they use, so that requests in
     /// flight through an ensemble can still run their remaining steps.
     pub async fn unload_all(&self) {

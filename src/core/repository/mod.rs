@@ -44,6 +44,12 @@ pub struct RepoOptions {
     /// `--model-config-name`: each model's `configs/<name>.pbtxt` is read in place of `config.pbtxt`
     /// where it exists.
     pub config_name: Option<String>,
+    /// `--model-load-retry-count`: how many more times a version whose load fails is loaded.
+    pub load_retry_count: u32,
+    /// `--host-policy`: the cores of each named policy, for instance groups' `host_policy`.
+    pub host_policies: Arc<crate::platform::affinity::HostPolicies>,
+    /// `--model-load-gpu-limit`: the fraction of each GPU's memory in use above which loads are refused.
+    pub gpu_limits: Arc<crate::platform::gpu_limit::GpuLimits>,
 }
 
 impl Default for RepoOptions {
@@ -55,6 +61,9 @@ impl Default for RepoOptions {
             max_tensor_bytes: limits::DEFAULT_MAX_TENSOR_BYTES,
             agents: Default::default(),
             config_name: None,
+            load_retry_count: 0,
+            host_policies: Default::default(),
+            gpu_limits: Default::default(),
         }
     }
 }
@@ -501,6 +510,8 @@ pub fn validate(cfg: &ModelConfig, dir: &Path) -> Result<()> {
     }
     validate_tensors(cfg)?;
     validate_batch_io(cfg)?;
+    // A field tritonrs does not serve fails the load instead of being ignored.
+    crate::model_config::support::check(cfg)?;
     // Control inputs, implicit state and initial state files are checked here too, so `tritonrs validate`
     // reports them.
     crate::core::scheduler::sequence::policy::SequencePolicy::from_model(cfg, dir)?;

@@ -49,6 +49,7 @@ impl Workers {
         let instance_name = name.to_string();
         self.spawn(thread.clone(), "a thread for an instance", move || {
             let beat = heartbeat::register(thread);
+            instance.thread_started();
             body(&mut *instance, &beat);
             drop(instance);
             tracing::debug!(instance = %instance_name, "Instance thread exited because its model was unloaded.");

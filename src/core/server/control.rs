@@ -142,7 +142,16 @@ impl Server {
     }
 
     pub async fn unload_model(&self, name: &str) -> Result<()> {
+        self.unload_model_with(name, false).await
+    }
+
+    /// Unloads a model; with `dependents` (a request's `unload_dependents`), the ensembles that use
+    /// it, directly or through other ensembles, are unloaded first, and stay unloaded when it loads again.
+    pub async fn unload_model_with(&self, name: &str, dependents: bool) -> Result<()> {
         self.check_control("unload")?;
+        if dependents {
+            self.inner.models.unload_dependents(name).await?;
+        }
         self.inner.models.unload(name).await
     }
 

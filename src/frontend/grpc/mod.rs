@@ -657,7 +657,15 @@ impl GrpcInferenceService for InferenceService {
         req: Request<pb::RepositoryModelUnloadRequest>,
     ) -> GrpcResult<pb::RepositoryModelUnloadResponse> {
         let r = req.into_inner();
-        self.server().unload_model(&r.model_name).await.map_err(status)?;
+        // As tritonserver: a bool `unload_dependents` also unloads the ensembles using the model.
+        let dependents = match r.parameters.get("unload_dependents").map(|p| &p.parameter_choice) {
+            None => false,
+            Some(Some(pb::model_repository_parameter::ParameterChoice::BoolParam(b))) => *b,
+            Some(_) => {
+                return Err(status(Error::invalid("the 'unload_dependents' parameter must be a bool")));
+            }
+        };
+        self.server().unload_model_with(&r.model_name, dependents).await.map_err(status)?;
         ok(pb::RepositoryModelUnloadResponse {})
     }
 

@@ -596,8 +596,14 @@ async fn repo_load(State(s): St, Path(name): Path<String>, headers: HeaderMap, b
 
 async fn repo_unload(State(s): St, Path(name): Path<String>, headers: HeaderMap, body: Body) -> ApiResult {
     let body = read_body(&s, &headers, body).await?;
-    parse_json_body(&body)?;
-    s.server.unload_model(&name).await?;
+    let parsed = parse_json_body(&body)?;
+    // As tritonserver: `{"parameters": {"unload_dependents": true}}` also unloads the ensembles using it.
+    let dependents = match parsed.get("parameters").and_then(|p| p.get("unload_dependents")) {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(Error::invalid("the 'unload_dependents' parameter must be a boolean").into()),
+    };
+    s.server.unload_model_with(&name, dependents).await?;
     Ok(StatusCode::OK.into_response())
 }
 

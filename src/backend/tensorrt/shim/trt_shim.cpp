@@ -134,6 +134,14 @@ void trs_runtime_destroy(trs_runtime* rt) {
     }
 }
 
+int32_t trs_runtime_set_dla_core(trs_runtime* rt, int32_t core) {
+    if (rt == nullptr || core < 0 || core >= rt->rt->getNbDLACores()) {
+        return -1;
+    }
+    rt->rt->setDLACore(core);
+    return 0;
+}
+
 trs_engine* trs_engine_deserialize(trs_runtime* rt, const void* blob, size_t len) {
     if (rt == nullptr || blob == nullptr || len == 0) {
         return nullptr;

@@ -58,6 +58,9 @@ TRS_API void* trs_logger(trs_log_fn log);
 
 TRS_API trs_runtime* trs_runtime_create(trs_create_runtime_fn create, int32_t lib_version);
 TRS_API void trs_runtime_destroy(trs_runtime* rt);
+/* IRuntime::setDLACore: the DLA core engines deserialized next run on. 0 when set; -1 when the device
+ * has no such core (getNbDLACores). Optional for the Rust side: older shims lack it. */
+TRS_API int32_t trs_runtime_set_dla_core(trs_runtime* rt, int32_t core);
 
 /* NULL on failure; TensorRT logs the reason as an error first. */
 TRS_API trs_engine* trs_engine_deserialize(trs_runtime* rt, const void* blob, size_t len);

@@ -1,0 +1,92 @@
+//! Host policies (`--host-policy=<name>,<setting>=<value>`): the CPU cores a policy names, and pinning
+//! the calling thread to them with `sched_setaffinity`. This module talks to the C library.
+#![allow(unsafe_code)]
+
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+
+/// The cores of each host policy, by policy name.
+pub type HostPolicies = BTreeMap<String, Vec<usize>>;
+
+/// Reads `--host-policy` values (`<name>,cpu-cores=0-3,5` or `<name>,numa-node=<N>`; a policy may be
+/// given more than once, its cores adding up). Other settings are refused: tritonrs applies no other.
+pub fn parse_host_policies(values: &[String]) -> Result<HostPolicies> {
+    let mut out = HostPolicies::new();
+    for v in values {
+        let bad = |why: String| Error::invalid(format!("--host-policy '{v}': {why}"));
+        let (name, setting) = v.split_once(',').ok_or_else(|| bad("expected <name>,<setting>=<value>".into()))?;
+        let (key, value) = setting.split_once('=').ok_or_else(|| bad("expected <setting>=<value>".into()))?;
+        if name.is_empty() {
+            return Err(bad("the policy has no name".into()));
+        }
+        let cores = match key {
+            "cpu-cores" => parse_cpu_list(value).map_err(bad)?,
+            "numa-node" => numa_cores(value).map_err(bad)?,
+            other => {
+                return Err(bad(format!("unknown setting '{other}'; tritonrs applies cpu-cores and numa-node")));
+            }
+        };
+        let entry = out.entry(name.to_string()).or_default();
+        entry.extend(cores);
+        entry.sort_unstable();
+        entry.dedup();
+    }
+    Ok(out)
+}
+
+/// The largest core number accepted: the size of the kernel's `cpu_set_t`.
+const MAX_CORES: usize = libc::CPU_SETSIZE as usize;
+
+/// Parses a Linux CPU list (`0-3,5`), as in `/sys/devices/system/node/node0/cpulist`.
+pub fn parse_cpu_list(list: &str) -> std::result::Result<Vec<usize>, String> {
+    let mut cores = Vec::new();
+    for part in list.split(',').map(str::trim) {
+        let num = |s: &str| {
+            s.parse::<usize>()
+                .ok()
+                .filter(|&n| n < MAX_CORES)
+                .ok_or_else(|| format!("'{s}' is not a core number below {MAX_CORES}"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if a > b {
+                    return Err(format!("the core range '{part}' runs backwards"));
+                }
+                cores.extend(a..=b);
+            }
+            None => cores.push(num(part)?),
+        }
+    }
+    Ok(cores)
+}
+
+/// The cores of NUMA node `node`, from sysfs.
+fn numa_cores(node: &str) -> std::result::Result<Vec<usize>, String> {
+    let n: u32 = node.parse().map_err(|_| format!("'{node}' is not a NUMA node number"))?;
+    let path = format!("/sys/devices/system/node/node{n}/cpulist");
+    let list = std::fs::read_to_string(&path).map_err(|e| format!("cannot read '{path}': {e}"))?;
+    parse_cpu_list(list.trim())
+}
+
+/// Pins the calling thread to `cores`.
+pub fn pin_current_thread(cores: &[usize]) -> Result<()> {
+    // SAFETY: cpu_set_t is a plain bit array for which all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cores.iter().filter(|&&c| c < MAX_CORES) {
+        // SAFETY: `c` is below CPU_SETSIZE, the set's size, and `set` is a valid cpu_set_t.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(Error::internal(format!(
+            "cannot pin the thread to cores {cores:?}: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
