@@ -205,15 +205,15 @@ fn check_model_metrics(cfg: &ModelConfig) -> Result<()> {
     use crate::proto::inference::model_metrics::metric_control::MetricOptions;
     let family = crate::metrics_text::names::FIRST_RESPONSE_HISTOGRAM.name;
     for c in cfg.model_metrics.iter().flat_map(|m| &m.metric_control) {
-        let bad = |why: String| {
-            Error::invalid(format!("model '{}': field 'model_metrics.metric_control': {why}", cfg.name))
-        };
+        let bad =
+            |why: String| Error::invalid(format!("model '{}': field 'model_metrics.metric_control': {why}", cfg.name));
         let named = c.metric_identifier.as_ref().map(|i| i.family.as_str()).unwrap_or_default();
         if named != family {
             return Err(bad(format!("the metric family '{named}' has no options to set; only '{family}' has")));
         }
         match &c.metric_options {
-            Some(MetricOptions::HistogramOptions(h)) if !h.buckets.is_empty() && h.buckets.iter().all(|b| b.is_finite()) => {}
+            Some(MetricOptions::HistogramOptions(h))
+                if !h.buckets.is_empty() && h.buckets.iter().all(|b| b.is_finite()) => {}
             _ => return Err(bad(format!("'{family}' needs histogram_options with finite buckets"))),
         }
     }

@@ -97,9 +97,7 @@ fn graph_level_is_for_onnxruntime_models_only() {
 
 #[test]
 fn model_metrics_set_only_the_first_response_histogram() {
-    use crate::proto::inference::model_metrics::metric_control::{
-        HistogramOptions, MetricIdentifier, MetricOptions,
-    };
+    use crate::proto::inference::model_metrics::metric_control::{HistogramOptions, MetricIdentifier, MetricOptions};
     use crate::proto::inference::model_metrics::MetricControl;
     use crate::proto::inference::ModelMetrics;
     let control = |family: &str, buckets: Vec<f64>| MetricControl {
@@ -107,11 +105,18 @@ fn model_metrics_set_only_the_first_response_histogram() {
         metric_options: Some(MetricOptions::HistogramOptions(HistogramOptions { buckets })),
     };
     let mut cfg = minimal();
-    cfg.model_metrics = Some(ModelMetrics { metric_control: vec![control("nv_inference_first_response_histogram_ms", vec![1.0, 2.5])] });
+    cfg.model_metrics = Some(ModelMetrics {
+        metric_control: vec![control("nv_inference_first_response_histogram_ms", vec![1.0, 2.5])],
+    });
     check(&cfg).unwrap();
     cfg.model_metrics = Some(ModelMetrics { metric_control: vec![control("nv_inference_count", vec![1.0])] });
     let err = check(&cfg).unwrap_err();
-    assert!(err.message.contains("model_metrics.metric_control") && err.message.contains("nv_inference_count"), "{}", err.message);
-    cfg.model_metrics = Some(ModelMetrics { metric_control: vec![control("nv_inference_first_response_histogram_ms", vec![])] });
+    assert!(
+        err.message.contains("model_metrics.metric_control") && err.message.contains("nv_inference_count"),
+        "{}",
+        err.message
+    );
+    cfg.model_metrics =
+        Some(ModelMetrics { metric_control: vec![control("nv_inference_first_response_histogram_ms", vec![])] });
     assert!(check(&cfg).is_err());
 }
