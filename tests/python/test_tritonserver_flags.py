@@ -190,6 +190,10 @@ def test_two_servers_share_a_port_with_reuse_http_port(repo, start_server):
     first = start_server(*args)
     second = start_server(*args)
     assert first.port == second.port == port
+    # The readiness poll of the second may have been answered by the first (the kernel spreads
+    # connections over both), so wait for the second's own log to say its model is ready.
+    for s in (first, second):
+        s.wait_for_log(r"Model 'simple' version 1 is READY", timeout=30)
     import tritonclient.http as httpclient
 
     for s in (first, second):
