@@ -152,9 +152,6 @@ fn first_response_buckets(config: &ModelConfig) -> Vec<f64> {
         .iter()
         .flat_map(|m| &m.metric_control)
         .filter(|c| c.metric_identifier.as_ref().is_some_and(|i| i.family == family))
-        .find_map(|c| match &c.metric_options {
-            Some(MetricOptions::HistogramOptions(h)) => Some(h.buckets.clone()),
-            None => None,
-        })
+        .find_map(|c| c.metric_options.as_ref().map(|MetricOptions::HistogramOptions(h)| h.buckets.clone()))
         .unwrap_or_else(|| crate::core::stats::FIRST_RESPONSE_BUCKETS_MS.to_vec())
 }
