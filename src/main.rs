@@ -86,7 +86,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
     };
     let (cloud, local): (Vec<PathBuf>, Vec<PathBuf>) =
         args.repository.model_repository.iter().cloned().partition(|r| storage::is_cloud(&r.to_string_lossy()));
-    let (models, errors) = repository::scan(&local);
+    let (models, errors) = repository::scan_ns(&local, opts.namespacing);
     let mut bad = errors.len();
     // The unit's ExecStartPre runs validate: a cloud repository is checked when the server fetches it.
     for r in &cloud {
@@ -99,6 +99,13 @@ fn validate(args: ValidateArgs) -> ExitCode {
         .iter()
         .map(|(name, dir)| {
             let result = dir.as_ref().map_err(Clone::clone).and_then(|d| check_model(name, d, &opts));
+            // With namespacing, an ensemble's steps name the models of its own repository first.
+            let result = match (result, dir) {
+                (Ok(cfg), Ok(d)) if opts.namespacing && cfg.platform == "ensemble" => {
+                    Ok(repository::namespace::steps_in_namespace(&cfg, d, |k| models.contains_key(k)))
+                }
+                (r, _) => r,
+            };
             (name.clone(), result)
         })
         .collect();
@@ -150,6 +157,7 @@ fn check_model(
     dir: &std::path::Path,
     opts: &repository::RepoOptions,
 ) -> Result<tritonrs::proto::inference::ModelConfig> {
+    let name = repository::namespace::plain(name);
     let cfg = repository::read_model_config(dir, name, opts, None)?;
     repository::check_model_files(&cfg, dir)?;
     let versions = tritonrs::model_config::list_versions(dir);

@@ -45,6 +45,7 @@ pub fn repo_options(
         load_retry_count: 0,
         host_policies: Default::default(),
         gpu_limits: Default::default(),
+        namespacing: model.model_namespacing,
     })
 }
 

@@ -27,8 +27,7 @@ fn parse_config_name(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// The server's flags of this module: `--http-header-forward-pattern`, `--grpc-header-forward-pattern`
-/// and `--model-namespacing`.
+/// The server's flags of this module: `--http-header-forward-pattern` and `--grpc-header-forward-pattern`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeCompatArgs {
     /// HTTP headers whose names match this regular expression (anywhere in the name, ignoring case,
@@ -42,24 +41,6 @@ pub struct ServeCompatArgs {
     #[arg(long, env = "TRITONRS_GRPC_HEADER_FORWARD_PATTERN", value_name = "REGEX", help_heading = "gRPC",
           value_parser = parse_header_pattern)]
     pub grpc_header_forward_pattern: Option<regex::Regex>,
-    /// Serve same-named models of different repositories side by side (tritonserver's namespacing).
-    /// Not supported: only false (the default; a name in two repositories makes that model
-    /// UNAVAILABLE, as tritonserver does without namespacing) is accepted, and true stops the start.
-    #[arg(long, env = "TRITONRS_MODEL_NAMESPACING", value_name = "BOOL", help_heading = "Repository",
-          value_parser = parse_namespacing, num_args = 0..=1, default_missing_value = "true",
-          default_value = "false", action = clap::ArgAction::Set)]
-    pub model_namespacing: bool,
-}
-
-/// `--model-namespacing`: true is refused at start rather than accepted and ignored, since models
-/// that tritonserver would serve side by side would be UNAVAILABLE here.
-fn parse_namespacing(s: &str) -> Result<bool, String> {
-    match super::parse_bool(s)? {
-        false => Ok(false),
-        true => Err("tritonrs does not serve namespaced models: give each model a name unique across the \
-                     model repositories and leave --model-namespacing false"
-            .into()),
-    }
 }
 
 /// Compiles a forwarding pattern. tritonserver 2.51 starts with an invalid one and forwards nothing;
@@ -88,11 +69,5 @@ mod tests {
         let re = parse_header_pattern("^x-|foo").unwrap();
         assert!(re.is_match("X-Trace") && re.is_match("my-FOO-h") && !re.is_match("other"));
         assert!(parse_header_pattern("(").is_err());
-    }
-
-    #[test]
-    fn namespacing_only_off() {
-        assert_eq!(parse_namespacing("false"), Ok(false));
-        assert!(parse_namespacing("true").is_err());
     }
 }

@@ -183,6 +183,14 @@ pub struct ModelConfigArgs {
     #[arg(help_heading = "Repository", long, env = "TRITONRS_STRICT_MODEL_CONFIG", value_parser = parse_bool, num_args = 0..=1,
           default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
     pub strict_model_config: bool,
+    /// Serve same-named models of different repositories side by side, as tritonserver does: requests
+    /// cannot name such a model, an ensemble uses the one of its own repository, and loading or
+    /// unloading the name acts on every repository's copy. Off, a name in two repositories makes that
+    /// model UNAVAILABLE.
+    #[arg(long, env = "TRITONRS_MODEL_NAMESPACING", value_name = "BOOL", help_heading = "Repository",
+          value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true",
+          default_value = "false", action = ArgAction::Set)]
+    pub model_namespacing: bool,
     /// Settings for a backend, as `<backend>,<setting>=<value>`, or `<setting>=<value>` for all backends
     /// (repeatable). E.g. `onnxruntime,library=/usr/lib/libonnxruntime.so`, `default-max-batch-size=8`.
     #[arg(help_heading = "Backends and agents", long, env = "TRITONRS_BACKEND_CONFIG", value_delimiter = ';')]

@@ -1,14 +1,11 @@
 """--model-namespacing: tritonrs accepts tritonserver 2.51's flag; false (the default) is checked
 against tritonserver 2.51 on two repositories sharing model names (Python steps and ensembles of them):
-the shared names are UNAVAILABLE in both servers, the unique ones serve. true is refused at start
-with a reason (tritonrs does not serve namespaced models; see the README)."""
+the shared names are UNAVAILABLE in both servers, the unique ones serve. With true both copies serve
+and a request cannot name them; test_namespacing.py has the rest of namespacing."""
 
 import json
 from pathlib import Path
 
-import pytest
-
-from helpers import run_cli
 
 STEP_PY = '''import json
 import numpy as np
@@ -74,9 +71,15 @@ def test_without_namespacing_shared_names_are_unavailable_as_in_tritonserver(tmp
     assert {m: outcome(ours, m) for m in ("step", "ens", "only_a")} == expected
 
 
-@pytest.mark.parametrize("flag", ["--model-namespacing=true", "--model-namespacing"])
-def test_namespacing_true_is_refused_at_start(tmp_path, flag):
+def test_with_namespacing_shared_names_serve_as_in_tritonserver(tmp_path, start_server, start_tritonserver):
+    """Both copies of `step` and of `ens` serve, so a request naming either is refused as ambiguous,
+    in both servers; `only_a` serves."""
     a, b = two_repositories(tmp_path)
-    r = run_cli(f"--model-repository={a}", f"--model-repository={b}", flag)
-    assert r.returncode != 0
-    assert "--model-namespacing" in r.stderr and "namespaced" in r.stderr, r.stderr
+    args = [f"--model-repository={a}", f"--model-repository={b}", "--model-namespacing=true"]
+    ref = start_tritonserver(*args)
+    expected = {m: outcome(ref, m) for m in ("step", "ens", "only_a")}
+    ref.stop()
+    assert expected == {"step": (False, None), "ens": (False, None), "only_a": (True, [7])}, expected
+    ours = start_server(*args)
+    assert {m: outcome(ours, m) for m in ("step", "ens", "only_a")} == expected
+    assert sorted(r["state"] for r in ours.index_rows("step")) == ["READY", "READY"]

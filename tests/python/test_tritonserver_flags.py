@@ -36,8 +36,7 @@ TYPICAL = {
     "--repository-poll-secs": "5",
     "--load-model": "*",
     "--model-config-name": "h100",
-    # Only false is served (namespaced models are not: README, Differences); true stops the start.
-    "--model-namespacing": "false",
+    "--model-namespacing": "true",
     "--model-load-thread-count": "2",
     "--model-load-retry-count": "2",
     "--http-address": "127.0.0.1",

@@ -5,7 +5,7 @@
 use super::fetch::scrub;
 use super::manager::ModelManager;
 use super::versions::Attempt;
-use crate::core::repository::{self, VersionPolicy};
+use crate::core::repository::{self, namespace, VersionPolicy};
 use crate::error::{Error, Result};
 use crate::model_api::LoadOptions;
 use crate::proto::inference::ModelConfig;
@@ -47,7 +47,7 @@ impl ModelManager {
         dir: &Path,
         cfg_json: Option<String>,
     ) -> Result<ModelConfig> {
-        let (dir2, name2, ropts) = (dir.to_path_buf(), at.name.to_string(), self.opts.clone());
+        let (dir2, name2, ropts) = (dir.to_path_buf(), namespace::plain(at.name).to_string(), self.opts.clone());
         let declared = tokio::task::spawn_blocking(move || {
             repository::read_declared_config(&dir2, &name2, &ropts, cfg_json.as_deref())
         })
@@ -70,7 +70,7 @@ impl ModelManager {
         let relocated = location.as_ref().is_some_and(|l| *l != dir);
         let agents = declared.model_repository_agents.clone();
         let (dir2, name2, ropts) =
-            (location.clone().unwrap_or_else(|| dir.clone()), at.name.to_string(), self.opts.clone());
+            (location.clone().unwrap_or_else(|| dir.clone()), namespace::plain(at.name).to_string(), self.opts.clone());
         let cfg = tokio::task::spawn_blocking(move || {
             if relocated {
                 // The agents' copy: its own config.pbtxt, as Triton reads it.

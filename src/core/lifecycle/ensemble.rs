@@ -195,7 +195,7 @@ impl ModelManager {
                 _ => return false,
             }
         };
-        let (found, _) = repository::scan(&self.repos);
+        let (found, _) = self.scan();
         matches!(found.get(name), Some(Ok(dir)) if Some(repository::fingerprint(dir)) == fingerprint)
     }
 }

@@ -2,7 +2,7 @@
 //! or written from the load request, and the model folder the load reads.
 
 use super::manager::ModelManager;
-use crate::core::repository::{self, SyncScope};
+use crate::core::repository::SyncScope;
 use crate::error::{Error, Result};
 use crate::model_api::LoadOptions;
 use std::path::{Path, PathBuf};
@@ -31,7 +31,7 @@ impl ModelManager {
             // Without a copy of the model anywhere, the store's error is the reason; with one (cached
             // earlier, or in a local repository) the load goes on from it.
             if let Some(e) = errors.into_iter().next() {
-                if !repository::scan(&self.repos).0.contains_key(name) {
+                if !self.scan().0.contains_key(name) {
                     return Err(e);
                 }
             }
@@ -44,7 +44,7 @@ impl ModelManager {
         let dir: PathBuf = match files_dir {
             Some(tmp) => tmp.path().join(name),
             None => {
-                let (found, _) = repository::scan(&self.repos);
+                let (found, _) = self.scan();
                 match found.get(name) {
                     Some(Ok(d)) => d.clone(),
                     Some(Err(e)) => return Err(e.clone()),

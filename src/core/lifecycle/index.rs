@@ -1,8 +1,9 @@
 //! Reading the table: the serving model for a request, readiness, and the repository index.
 
 use super::manager::ModelManager;
-use super::state::{IndexEntry, LoadedModel, ModelState};
-use crate::core::repository;
+use super::state::{IndexEntry, LoadedModel, ModelEntry, ModelState};
+use std::collections::HashMap;
+use crate::core::repository::namespace;
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
@@ -10,9 +11,7 @@ impl ModelManager {
     /// The serving model for `version`, or the highest READY version when `None`.
     pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<LoadedModel>> {
         let table = self.table.read();
-        let entry = table
-            .get(name)
-            .ok_or_else(|| Error::not_found(format!("Request for unknown model: '{name}' is not found")))?;
+        let entry = resolve(&table, name)?;
         match version {
             Some(v) => {
                 let slot = entry.versions.get(&v).ok_or_else(|| {
@@ -40,12 +39,26 @@ impl ModelManager {
         }
     }
 
+    /// The keys a load or unload of `name` acts on: with namespacing, every repository's copy of a
+    /// name found in several (on disk or in the table); otherwise `name` itself.
+    pub fn keys_for(&self, name: &str) -> Vec<String> {
+        if !self.opts.namespacing || namespace::split(name).1.is_some() {
+            return vec![name.to_string()];
+        }
+        let mut keys: Vec<String> = self.scan().0.into_keys().filter(|k| namespace::is_key_of(k, name)).collect();
+        keys.extend(self.table.read().keys().filter(|k| namespace::is_key_of(k, name)).cloned());
+        keys.sort();
+        keys.dedup();
+        if keys.is_empty() {
+            keys.push(name.to_string());
+        }
+        keys
+    }
+
     /// Whether `name` (and `version`, when given) is ready to serve.
     pub fn is_ready(&self, name: &str, version: Option<i64>) -> Result<bool> {
         let table = self.table.read();
-        let entry = table
-            .get(name)
-            .ok_or_else(|| Error::not_found(format!("Request for unknown model: '{name}' is not found")))?;
+        let entry = resolve(&table, name)?;
         Ok(match version {
             Some(v) => entry.versions.get(&v).map(|s| s.model.is_some()).unwrap_or(false),
             None => entry.versions.values().any(|s| s.model.is_some()),
@@ -82,7 +95,7 @@ impl ModelManager {
 
     /// The repository index: every model folder in the repositories plus every model the server knows.
     pub fn index(&self, ready_only: bool) -> Vec<IndexEntry> {
-        let (on_disk, _) = repository::scan(&self.repos);
+        let (on_disk, _) = self.scan();
         // A cloud repository's models are listed even before their files are brought in.
         let listed: Vec<String> = self.remotes.iter().flat_map(|r| r.listed_models()).collect();
         let mut out = self.rows(on_disk.keys().map(String::as_str).chain(listed.iter().map(String::as_str)));
@@ -107,8 +120,10 @@ impl ModelManager {
         names.dedup();
         let mut out = Vec::new();
         for name in names {
+            // A namespaced model is listed under its own name, as tritonserver lists it.
+            let shown = namespace::plain(name);
             let row = |state: Option<ModelState>, reason: &str| IndexEntry {
-                name: name.into(),
+                name: shown.into(),
                 version: None,
                 state,
                 reason: reason.to_string(),
@@ -123,7 +138,7 @@ impl ModelManager {
                 Some(e) => {
                     for (v, s) in &e.versions {
                         out.push(IndexEntry {
-                            name: name.into(),
+                            name: shown.into(),
                             version: Some(*v),
                             state: Some(s.state),
                             reason: s.reason.clone(),
@@ -138,7 +153,7 @@ impl ModelManager {
 
     /// Names of every model folder in the repositories.
     pub fn repository_models(&self) -> Vec<String> {
-        repository::scan(&self.repos).0.into_keys().collect()
+        self.scan().0.into_keys().collect()
     }
 
     /// Names of models the server has been asked to serve (loaded, loading or failed).
@@ -149,5 +164,32 @@ impl ModelManager {
     /// The fingerprint recorded at the last load of `name`.
     pub fn fingerprint(&self, name: &str) -> Option<u64> {
         self.table.read().get(name).and_then(|e| e.fingerprint)
+    }
+}
+
+/// The table's entry for a request's model `name`. With namespacing, a name the table holds only under
+/// namespaced keys resolves when one repository's copy is known, and is the client's error when
+/// several are, since a request cannot tell them apart (tritonserver resolves names the same way).
+fn resolve<'t>(table: &'t HashMap<String, ModelEntry>, name: &str) -> Result<&'t ModelEntry> {
+    if let Some(e) = table.get(name) {
+        return Ok(e);
+    }
+    let mut found: Vec<(&str, &ModelEntry)> = table
+        .iter()
+        .filter(|(k, _)| namespace::is_key_of(k, name))
+        .filter_map(|(k, e)| Some((namespace::split(k).1?, e)))
+        .collect();
+    match found.len() {
+        0 => Err(Error::not_found(format!("Request for unknown model: '{name}' is not found"))),
+        1 => Ok(found.remove(0).1),
+        n => {
+            let mut places: Vec<&str> = found.iter().map(|(p, _)| *p).collect();
+            places.sort();
+            Err(Error::invalid(format!(
+                "model '{name}' is in {n} model repositories ({}) and --model-namespacing is on: a request \
+                 cannot tell them apart (an ensemble uses the one of its own repository)",
+                places.join(", ")
+            )))
+        }
     }
 }

@@ -6,7 +6,7 @@ use super::fetch::{check_model_name, request_files, scrub};
 use super::manager::ModelManager;
 use super::swap::retire;
 use super::versions::Attempt;
-use crate::core::repository;
+use crate::core::repository::{self, namespace};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model_api::LoadOptions;
 use std::sync::Arc;
@@ -50,7 +50,11 @@ impl ModelManager {
         remember_missing: bool,
         sync: bool,
     ) -> Result<()> {
-        check_model_name(name)?;
+        match namespace::split(name) {
+            // A key of `--model-namespacing` names one repository's copy of a model found on disk.
+            (plain, Some(_)) if self.opts.namespacing && opts.files.is_empty() => check_model_name(plain)?,
+            _ => check_model_name(name)?,
+        }
         if sync {
             self.fetch_from_remotes(name, &opts).await?;
         }
@@ -120,7 +124,11 @@ impl ModelManager {
             Ok(l) => l,
             Err(e) => return Err(self.model_failure(at, e)),
         };
-        let plan = self.read_config(at, dir, location, declared, opts.config_json.is_some()).await?;
+        let mut plan = self.read_config(at, dir.clone(), location, declared, opts.config_json.is_some()).await?;
+        if plan.cfg.platform == "ensemble" && self.opts.namespacing {
+            let on_disk = self.scan().0;
+            plan.cfg = Arc::new(namespace::steps_in_namespace(&plan.cfg, &dir, |k| on_disk.contains_key(k)));
+        }
         // An ensemble's versions load once its composing models serve and it fits their configurations.
         let ensemble = if plan.cfg.platform == "ensemble" {
             match self.prepare_ensemble(name, &plan.cfg).await {

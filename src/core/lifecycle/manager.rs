@@ -117,6 +117,11 @@ impl ModelManager {
         errors
     }
 
+    /// The model folders of the repositories, by key (see [`crate::core::repository::namespace`]).
+    pub fn scan(&self) -> (std::collections::BTreeMap<String, Result<PathBuf>>, Vec<Error>) {
+        crate::core::repository::scan_ns(&self.repos, self.opts.namespacing)
+    }
+
     /// Locks the table for a change; followers of [`Self::changes`] hear of it once the lock is released.
     pub(super) fn write(&self) -> TableWrite<'_> {
         TableWrite { guard: Some(self.table.write()), changes: &self.changes }

@@ -2,6 +2,7 @@
 //! validation. Nothing here loads a model; it only decides what a model is.
 
 pub mod limits;
+pub mod namespace;
 pub mod remote;
 pub mod version_policy;
 
@@ -50,6 +51,9 @@ pub struct RepoOptions {
     pub host_policies: Arc<crate::platform::affinity::HostPolicies>,
     /// `--model-load-gpu-limit`: the fraction of each GPU's memory in use above which loads are refused.
     pub gpu_limits: Arc<crate::platform::gpu_limit::GpuLimits>,
+    /// `--model-namespacing`: a name in several repositories is served once per repository (see
+    /// [`namespace`]) instead of being an error.
+    pub namespacing: bool,
 }
 
 impl Default for RepoOptions {
@@ -64,6 +68,7 @@ impl Default for RepoOptions {
             load_retry_count: 0,
             host_policies: Default::default(),
             gpu_limits: Default::default(),
+            namespacing: false,
         }
     }
 }
@@ -71,7 +76,13 @@ impl Default for RepoOptions {
 /// Finds the model folders in every repository. A model name found in more than one repository is an
 /// error for that model only.
 pub fn scan(repos: &[PathBuf]) -> (BTreeMap<String, Result<PathBuf>>, Vec<Error>) {
-    let mut found: BTreeMap<String, Result<PathBuf>> = BTreeMap::new();
+    scan_ns(repos, false)
+}
+
+/// [`scan`], where with `namespacing` a name found in several repositories is one model per repository,
+/// each under its [`namespace::qualify`]d key.
+pub fn scan_ns(repos: &[PathBuf], namespacing: bool) -> (BTreeMap<String, Result<PathBuf>>, Vec<Error>) {
+    let mut all: BTreeMap<String, Vec<(&Path, PathBuf)>> = BTreeMap::new();
     let mut errors = Vec::new();
     for repo in repos {
         let entries = match std::fs::read_dir(repo) {
@@ -89,20 +100,24 @@ pub fn scan(repos: &[PathBuf]) -> (BTreeMap<String, Result<PathBuf>>, Vec<Error>
             .collect();
         names.sort();
         for (name, path) in names {
-            match found.get(&name) {
-                None => {
-                    found.insert(name, Ok(path));
-                }
-                Some(Ok(first)) => {
-                    let msg = format!(
-                        "model '{name}' appears in more than one model repository ('{}' and '{}')",
-                        first.display(),
-                        path.display()
-                    );
-                    found.insert(name, Err(Error::invalid(msg)));
-                }
-                Some(Err(_)) => {}
+            all.entry(name).or_default().push((repo.as_path(), path));
+        }
+    }
+    let mut found = BTreeMap::new();
+    for (name, mut places) in all {
+        if places.len() == 1 {
+            found.insert(name, Ok(places.remove(0).1));
+        } else if namespacing {
+            for (repo, path) in places {
+                found.insert(namespace::qualify(&name, &namespace::absolute(repo)), Ok(path));
             }
+        } else {
+            let msg = format!(
+                "model '{name}' appears in more than one model repository ('{}' and '{}')",
+                places[0].1.display(),
+                places[1].1.display()
+            );
+            found.insert(name, Err(Error::invalid(msg)));
         }
     }
     (found, errors)

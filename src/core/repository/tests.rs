@@ -35,6 +35,15 @@ fn duplicate_names_across_repositories_are_errors_for_that_model_only() {
     let msg = found["dup"].as_ref().unwrap_err().message.clone();
     assert!(msg.contains("more than one model repository"), "{msg}");
     assert_eq!(errors.len(), 1);
+    // With namespacing the name is one model per repository, each under a key naming its repository.
+    let (found, _) = scan_ns(&[a.path().to_path_buf(), b.path().to_path_buf()], true);
+    let keys: Vec<&String> = found.keys().filter(|k| namespace::plain(k) == "dup").collect();
+    assert_eq!(keys.len(), 2, "{found:?}");
+    for k in keys {
+        let dir = found[k].as_ref().unwrap();
+        assert_eq!(namespace::sibling_key("dup", dir).as_ref(), Some(k));
+    }
+    assert!(found["only_a"].is_ok());
 }
 
 #[test]

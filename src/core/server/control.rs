@@ -30,7 +30,7 @@ impl Server {
                 if o.load_models.iter().any(|m| m == "*") {
                     self.inner.models.repository_models()
                 } else {
-                    o.load_models.clone()
+                    o.load_models.iter().flat_map(|m| self.inner.models.keys_for(m)).collect()
                 }
             }
         };
@@ -74,7 +74,7 @@ impl Server {
     pub async fn poll_once(&self) {
         let models = &self.inner.models;
         let _ = models.sync_remotes(SyncScope::All).await;
-        let (on_disk, _) = crate::core::repository::scan(&self.inner.opts.repositories);
+        let (on_disk, _) = self.inner.models.scan();
         for (name, dir) in &on_disk {
             let changed = match dir {
                 Ok(d) => models.fingerprint(name) != Some(crate::core::repository::fingerprint(d)),
@@ -101,7 +101,7 @@ impl Server {
             ControlMode::Explicit => {
                 let models = &self.inner.models;
                 let _ = models.sync_remotes(SyncScope::Models(&models.known_models())).await;
-                let (on_disk, _) = crate::core::repository::scan(&self.inner.opts.repositories);
+                let (on_disk, _) = self.inner.models.scan();
                 for name in models.known_models() {
                     let Some(Ok(dir)) = on_disk.get(&name) else { continue };
                     if models.fingerprint(&name).is_some_and(|f| f != crate::core::repository::fingerprint(dir)) {
@@ -138,7 +138,18 @@ impl Server {
 
     pub async fn load_model(&self, name: &str, opts: LoadOptions) -> Result<()> {
         self.check_control("load")?;
-        self.inner.models.load(name, opts).await
+        // With namespacing, a name in several repositories loads each repository's copy (a load with
+        // files makes one model of the name given).
+        let keys = match opts.files.is_empty() {
+            true => self.inner.models.keys_for(name),
+            false => vec![name.to_string()],
+        };
+        let mut result = Ok(());
+        for key in keys {
+            let r = self.inner.models.load(&key, opts.clone()).await;
+            result = result.and(r);
+        }
+        result
     }
 
     pub async fn unload_model(&self, name: &str) -> Result<()> {
@@ -149,10 +160,15 @@ impl Server {
     /// it, directly or through other ensembles, are unloaded first, and stay unloaded when it loads again.
     pub async fn unload_model_with(&self, name: &str, dependents: bool) -> Result<()> {
         self.check_control("unload")?;
-        if dependents {
-            self.inner.models.unload_dependents(name).await?;
+        let mut result = Ok(());
+        for key in self.inner.models.keys_for(name) {
+            if dependents {
+                self.inner.models.unload_dependents(&key).await?;
+            }
+            let r = self.inner.models.unload(&key).await;
+            result = result.and(r);
         }
-        self.inner.models.unload(name).await
+        result
     }
 
     /// `--model-control-mode`.
