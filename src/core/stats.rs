@@ -2,7 +2,7 @@
 //! hot path never waits on a lock.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub mod quantiles;
@@ -226,6 +226,8 @@ pub struct ModelStats {
     pub first_response: Option<Histogram>,
     /// Per response index, a decoupled model's responses (`response_stats`); `None` for other models.
     pub responses: Option<ResponseStats>,
+    /// What the backend reports of the memory the version holds (`memory_usage`), one per reporter.
+    memory: OnceLock<Vec<Arc<crate::model_api::MemoryUsage>>>,
 }
 
 /// The most response indices `response_stats` keeps apart: later responses of a longer stream count in
@@ -368,7 +370,29 @@ impl ModelStats {
             summaries: latency_metrics().summaries.then(|| Summaries::new(&latency_metrics().quantiles)),
             first_response: None,
             responses: None,
+            memory: OnceLock::new(),
         }
+    }
+
+    /// Reads `memory_usage` from these reports (each counted once), set once the instances exist.
+    pub fn set_memory_usage(&self, reports: Vec<Arc<crate::model_api::MemoryUsage>>) {
+        let mut unique: Vec<Arc<crate::model_api::MemoryUsage>> = Vec::new();
+        for r in reports {
+            if !unique.iter().any(|m| Arc::ptr_eq(m, &r)) {
+                unique.push(r);
+            }
+        }
+        let _ = self.memory.set(unique);
+    }
+
+    /// `memory_usage`: the bytes of every kind and device the backend reported, summed over reporters.
+    fn memory_snapshot(&self) -> Vec<(crate::model_api::MemoryKind, i64, u64)> {
+        let mut sum: std::collections::BTreeMap<_, u64> = Default::default();
+        for (k, id, b) in self.memory.get().into_iter().flatten().flat_map(|m| m.entries()) {
+            let t = sum.entry((k, id)).or_default();
+            *t = t.saturating_add(b);
+        }
+        sum.into_iter().map(|((k, id), b)| (k, id, b)).collect()
     }
 
     /// Keeps `response_stats` (for a decoupled model).
@@ -480,6 +504,7 @@ impl ModelStats {
                 })
                 .collect(),
             responses: self.responses.as_ref().map(|r| r.snapshot()).unwrap_or_default(),
+            memory: self.memory_snapshot(),
         }
     }
 }
@@ -501,6 +526,8 @@ pub struct StatsSnapshot {
     pub batches: Vec<BatchSnapshot>,
     /// `response_stats`, index 0 first (decoupled models only).
     pub responses: Vec<ResponseSnapshot>,
+    /// `memory_usage`: memory kind, device id and bytes, as the backend reported them.
+    pub memory: Vec<(crate::model_api::MemoryKind, i64, u64)>,
 }
 
 /// Compute times of executions of one batch size.

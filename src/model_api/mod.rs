@@ -14,7 +14,7 @@ pub mod types;
 use crate::error::{Error, Result};
 use crate::proto::inference::ModelConfig;
 use futures_util::future::BoxFuture;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use types::{InferRequest, InferResponse, Parameters, Tensor};
@@ -255,6 +255,62 @@ pub trait ModelInstance: Send {
 
     /// Called first on the instance's own thread, before any request (a host policy pins it there).
     fn thread_started(&mut self) {}
+
+    /// Where the backend reports the memory the model version holds, for statistics' `memory_usage`
+    /// (a C backend's `TRITONBACKEND_ModelReportMemoryUsage` and the instance form). Instances of one
+    /// version may share one. Taken once, before the instance moves to its thread.
+    fn memory_usage(&self) -> Option<Arc<MemoryUsage>> {
+        None
+    }
+}
+
+/// A kind of memory in a [`MemoryUsage`] report, ordered and named as tritonserver's statistics name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MemoryKind {
+    Cpu,
+    CpuPinned,
+    Gpu,
+}
+
+impl MemoryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryKind::Cpu => "CPU",
+            MemoryKind::CpuPinned => "CPU_PINNED",
+            MemoryKind::Gpu => "GPU",
+        }
+    }
+}
+
+/// The memory a backend reports a model version holds. Each reporter (the model, or one instance)
+/// has one report, which its next report replaces, as tritonserver keeps the last one a model or an
+/// instance set; `memory_usage` sums them per memory kind and device.
+#[derive(Debug, Default)]
+pub struct MemoryUsage(parking_lot::Mutex<BTreeMap<usize, MemoryReport>>);
+
+/// One reporter's bytes per memory kind and device.
+type MemoryReport = BTreeMap<(MemoryKind, i64), u64>;
+
+impl MemoryUsage {
+    /// Replaces `reporter`'s report with `entries` (memory kind, device id, bytes).
+    pub fn set(&self, reporter: usize, entries: &[(MemoryKind, i64, u64)]) {
+        let mut report = BTreeMap::new();
+        for &(kind, id, bytes) in entries {
+            let total: &mut u64 = report.entry((kind, id)).or_default();
+            *total = total.saturating_add(bytes);
+        }
+        self.0.lock().insert(reporter, report);
+    }
+
+    /// Every kind and device reported, with its bytes summed over the reporters, in order.
+    pub fn entries(&self) -> Vec<(MemoryKind, i64, u64)> {
+        let mut sum: BTreeMap<(MemoryKind, i64), u64> = BTreeMap::new();
+        for (&key, &bytes) in self.0.lock().values().flatten() {
+            let total = sum.entry(key).or_default();
+            *total = total.saturating_add(bytes);
+        }
+        sum.into_iter().map(|((k, id), b)| (k, id, b)).collect()
+    }
 }
 
 /// Tells whether an instance can serve right now. May block briefly (it may ask a process).

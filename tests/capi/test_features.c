@@ -165,6 +165,8 @@ struct model {
   TRITONSERVER_Metric* requests;
 };
 
+static TRITONSERVER_Error* report_model_memory(TRITONBACKEND_Model* model);
+
 EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   const char* name = NULL;
   uint64_t version = 0;
@@ -210,6 +212,7 @@ EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* mo
   TRITONSERVER_ParameterDelete((TRITONSERVER_Parameter*)labels[0]);
   TRITONSERVER_ParameterDelete((TRITONSERVER_Parameter*)labels[1]);
   if (err != NULL) return err;
+  CHECK(report_model_memory(model));
   return TRITONBACKEND_ModelSetState(model, m);
 }
 
@@ -513,6 +516,24 @@ static char sweep_failure[256];
     }                                                                                       \
   } while (0)
 
+/* What the model says it holds: 1 MiB on GPU 0 and 512 bytes of pinned memory, in statistics'
+   memory_usage beside what each instance reports in sweep(). */
+static TRITONSERVER_Error* report_model_memory(TRITONBACKEND_Model* model) {
+  TRITONSERVER_BufferAttributes* attrs[2] = {NULL, NULL};
+  const int types[2] = {2, 1};
+  const size_t sizes[2] = {1 << 20, 512};
+  for (int i = 0; i < 2; i++) {
+    CHECK(TRITONSERVER_BufferAttributesNew(&attrs[i]));
+    CHECK(TRITONSERVER_BufferAttributesSetMemoryType(attrs[i], types[i]));
+    CHECK(TRITONSERVER_BufferAttributesSetMemoryTypeId(attrs[i], 0));
+    CHECK(TRITONSERVER_BufferAttributesSetByteSize(attrs[i], sizes[i]));
+  }
+  TRITONSERVER_Error* err = TRITONBACKEND_ModelReportMemoryUsage(model, attrs, 2);
+  TRITONSERVER_BufferAttributesDelete(attrs[0]);
+  TRITONSERVER_BufferAttributesDelete(attrs[1]);
+  return err;
+}
+
 static TRITONSERVER_Error* sweep_query(TRITONSERVER_ResponseAllocator* a, void* userp, const char* name, size_t* size,
                                        int* type, int64_t* id) {
   (void)a; (void)userp; (void)name; (void)size;
@@ -566,7 +587,7 @@ static TRITONSERVER_Error* sweep(TRITONBACKEND_ModelInstance* instance, TRITONBA
   FAILS(TRITONBACKEND_BackendAttributeAddPreferredInstanceGroup(NULL, 1, 1, NULL, 0), ERROR_INVALID_ARG);
   OK(TRITONBACKEND_ModelRepository(model, &type, &location));
   EXPECT(strstr(location, "feat") != NULL);
-  OK(TRITONBACKEND_ModelReportMemoryUsage(model, NULL, 0));
+  FAILS(TRITONBACKEND_ModelReportMemoryUsage(model, NULL, 1), ERROR_INVALID_ARG);
   int kind = 0;
   int32_t device = -1;
   bool passive = true;

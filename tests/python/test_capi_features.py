@@ -198,3 +198,24 @@ def test_perf_analyzer_against_a_c_backend(server, protocol, tmp_path: Path):
                         "--max-trials", "10"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Throughput:" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_memory_the_backend_reports_is_in_the_statistics(server, proto):
+    """The model's report (1 MiB on GPU 0, 512 pinned bytes, at TRITONBACKEND_ModelInitialize) and each
+    instance's (4096 bytes of CPU memory on device 3, in sweep()) make the version's `memory_usage`; a
+    repeated report replaces the reporter's last one instead of adding to it."""
+    infer(server, "feat", x(1), proto, parameters={"sweep": "1"})
+    infer(server, "feat", x(1), proto, parameters={"sweep": "1"})
+    if proto == "http":
+        usage = server.client().get_inference_statistics("feat")["model_stats"][0]["memory_usage"]
+        got = {(u["type"], int(u["id"]), int(u["byte_size"])) for u in usage}
+    else:
+        stats = server.grpc_client().get_inference_statistics("feat").model_stats[0]
+        got = {(u.type, u.id, u.byte_size) for u in stats.memory_usage}
+    assert ("GPU", 0, 1 << 20) in got and ("CPU_PINNED", 0, 512) in got, got
+    # Each instance that swept reports its 4096 bytes once, however often it swept.
+    [cpu] = [b for t, i, b in got if (t, i) == ("CPU", 3)]
+    instances = len(server.client().get_model_config("feat")["instance_group"][0].get("count", 1) * [0])
+    assert cpu % 4096 == 0 and 4096 <= cpu <= 4096 * instances, (got, instances)
+    assert len(got) == 3, got

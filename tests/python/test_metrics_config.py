@@ -267,7 +267,7 @@ def test_response_stats_and_memory_usage(start_server, start_tritonserver, repo)
     """tritonserver 2.51 fills `response_stats` only from what a C API backend reports, and its Python
     backend reports nothing, so it answers `{}` for the decoupled Python model; tritonrs counts every
     decoupled model's responses itself, per response index (README, Differences). `memory_usage` is
-    empty in both (no backend here reports device memory). Non-decoupled models have no
+    empty in both (the Python backend reports no memory; test_capi_features.py has a C backend that does). Non-decoupled models have no
     `response_stats` in either."""
     python_repo(repo)
     common = ("--model-repository", str(repo))

@@ -167,6 +167,8 @@ pub struct ModelObj {
     pub state: AtomicPtr<c_void>,
     /// What `TRITONBACKEND_ModelServer` hands out.
     pub server: Arc<ServerObj>,
+    /// What the backend reports with `TRITONBACKEND_ModelReportMemoryUsage` and the instance form.
+    pub memory: Arc<crate::model_api::MemoryUsage>,
 }
 
 /// `TRITONBACKEND_ModelInstance`.

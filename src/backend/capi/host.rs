@@ -264,6 +264,7 @@ impl Backend for CApiBackend {
         });
         let served_by = instance.model.library.path.display().to_string();
         let model_handle = Arc::downgrade(&instance.model);
+        let memory = instance.model.memory_usage();
         let (to_executor, requests) = crossbeam_channel::bounded::<Handed>(1);
         let s = shared.clone();
         std::thread::Builder::new()
@@ -283,6 +284,7 @@ impl Backend for CApiBackend {
             runtime: self.server.runtime.lock().clone(),
             served_by,
             model_handle,
+            memory,
         }))
     }
 }
@@ -423,6 +425,8 @@ struct CInstance {
     served_by: String,
     /// The backend's model, forgotten by the host if this instance is abandoned.
     model_handle: Weak<Model>,
+    /// Where the backend's memory reports for the model and its instances add up.
+    memory: Arc<crate::model_api::MemoryUsage>,
 }
 
 /// The C view of one request: its tensors in host memory, its names as C strings.
@@ -670,6 +674,10 @@ impl ModelInstance for CInstance {
 
     fn retirement(&self) -> Option<Arc<dyn Retirement>> {
         Some(self.shared.clone())
+    }
+
+    fn memory_usage(&self) -> Option<Arc<crate::model_api::MemoryUsage>> {
+        Some(self.memory.clone())
     }
 
     fn execute_list(&mut self, reqs: &[&ExecRequest]) -> Vec<Result<ExecResult>> {

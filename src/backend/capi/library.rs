@@ -295,6 +295,7 @@ impl Model {
             backend: &*library.backend as *const BackendObj,
             state: AtomicPtr::new(std::ptr::null_mut()),
             server,
+            memory: Arc::default(),
         });
         let p = &*obj as *const ModelObj as *mut ModelObj;
         register(p as *const c_void, Kind::Model);
@@ -308,6 +309,11 @@ impl Model {
         }
         let origin = Arc::new(Origin { model: name.to_string(), backend: library.name(), ..Default::default() });
         Ok(Model { library, obj, origin })
+    }
+
+    /// The memory the backend reported for this model and its instances.
+    pub fn memory_usage(&self) -> Arc<crate::model_api::MemoryUsage> {
+        self.obj.memory.clone()
     }
 
     fn ptr(&self) -> *mut ModelObj {

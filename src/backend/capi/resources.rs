@@ -426,8 +426,8 @@ pub extern "C" fn TRITONBACKEND_ModelInstanceReportMemoryUsage(
     usage_size: u32,
 ) -> Err {
     guarded("TRITONBACKEND_ModelInstanceReportMemoryUsage", || {
-        obj(instance, Kind::Instance, "instance")?;
-        check_usage(usage, usage_size)
+        let model = obj(obj(instance, Kind::Instance, "instance")?.model, Kind::Model, "the instance's model")?;
+        report_usage(&model.memory, instance as usize, usage, usage_size)
     })
 }
 
@@ -438,20 +438,36 @@ pub extern "C" fn TRITONBACKEND_ModelReportMemoryUsage(
     usage_size: u32,
 ) -> Err {
     guarded("TRITONBACKEND_ModelReportMemoryUsage", || {
-        obj(model, Kind::Model, "model")?;
-        check_usage(usage, usage_size)
+        let m = obj(model, Kind::Model, "model")?;
+        report_usage(&m.memory, model as usize, usage, usage_size)
     })
 }
 
-/// Checks a memory-usage report (tritonrs reports memory from the process itself, not from backends).
-fn check_usage(usage: *mut *mut BufferAttributesObj, n: u32) -> Result<(), Err> {
+/// Sets `reporter`'s memory-usage report in the model's `memory_usage` statistics (replacing its last
+/// one, as tritonserver does): every entry is checked first, so a bad one changes nothing.
+fn report_usage(
+    to: &crate::model_api::MemoryUsage,
+    reporter: usize,
+    usage: *mut *mut BufferAttributesObj,
+    n: u32,
+) -> Result<(), Err> {
+    use crate::model_api::MemoryKind;
     if usage.is_null() && n > 0 {
         return Err(invalid("usage is null"));
     }
+    let mut entries = Vec::with_capacity(n as usize);
     for i in 0..n as usize {
         // SAFETY: the backend passes `n` attribute pointers.
-        obj(unsafe { *usage.add(i) }, Kind::BufferAttributes, "usage entry")?;
+        let a = obj(unsafe { *usage.add(i) }, Kind::BufferAttributes, "usage entry")?;
+        let kind = match a.memory_type {
+            MEMORY_CPU => MemoryKind::Cpu,
+            MEMORY_CPU_PINNED => MemoryKind::CpuPinned,
+            MEMORY_GPU => MemoryKind::Gpu,
+            other => return Err(invalid(&format!("usage entry {i} has an unknown memory type {other}"))),
+        };
+        entries.push((kind, a.memory_type_id, a.byte_size as u64));
     }
+    to.set(reporter, &entries);
     Ok(())
 }
 

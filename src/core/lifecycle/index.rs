@@ -2,9 +2,9 @@
 
 use super::manager::ModelManager;
 use super::state::{IndexEntry, LoadedModel, ModelEntry, ModelState};
-use std::collections::HashMap;
 use crate::core::repository::namespace;
 use crate::error::{Error, Result};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 impl ModelManager {

@@ -117,6 +117,7 @@ pub(super) fn load_version(
     let mut instances = Vec::new();
     let mut probes = Vec::new();
     let mut retirements = Vec::new();
+    let mut memory = Vec::new();
     let mut served_by = None;
     let policies = instance_policies(&cfg, host_policies)?;
     for ((spec, limit), policy) in instance_specs(&cfg).into_iter().zip(limits).zip(policies) {
@@ -130,6 +131,7 @@ pub(super) fn load_version(
         }
         let mut inst = backend.create_instance(&ctx, &spec)?;
         probes.extend(inst.readiness());
+        memory.extend(inst.memory_usage());
         retirements.extend(inst.retirement());
         served_by = served_by.or_else(|| inst.served_by());
         // Warmup runs before the scheduler exists, so no request can reach a cold instance.
@@ -148,6 +150,7 @@ pub(super) fn load_version(
     let model = LoadedModel::assemble(name, version, cfg, io, &labels, started, |cfg, stats| {
         scheduler::start(name, cfg, dir, instances, stats)
     })?;
+    model.stats.set_memory_usage(memory);
     Ok(Arc::new(LoadedModel { probes, served_by, retirements, ..model }))
 }
 

@@ -576,7 +576,15 @@ impl GrpcInferenceService for InferenceService {
                             compute_output: duration(b.compute_output),
                         })
                         .collect(),
-                    memory_usage: Vec::new(),
+                    memory_usage: st
+                        .memory
+                        .iter()
+                        .map(|(kind, id, bytes)| pb::MemoryUsage {
+                            r#type: kind.as_str().to_string(),
+                            id: *id,
+                            byte_size: *bytes,
+                        })
+                        .collect(),
                     response_stats: st
                         .responses
                         .iter()

@@ -256,7 +256,11 @@ fn stats_json(s: &HttpState, name: Option<&str>, version: &str) -> ApiResult {
                     "compute_infer": d(b.compute_infer),
                     "compute_output": d(b.compute_output),
                 })).collect::<Vec<_>>(),
-                "memory_usage": [],
+                "memory_usage": st.memory.iter().map(|(kind, id, bytes)| json!({
+                    "type": kind.as_str(),
+                    "id": id,
+                    "byte_size": bytes,
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();
