@@ -43,6 +43,7 @@ pub mod memory;
 pub mod metrics_text;
 pub mod model_api;
 pub mod model_config;
+pub mod openai;
 pub mod platform;
 pub mod proto;
 pub mod storage;

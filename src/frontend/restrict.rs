@@ -96,6 +96,9 @@ pub fn http_api(path: &str) -> Option<Api> {
         ["v2", "models", "stats"] => Api::Statistics,
         // DeepStack's image endpoints run models.
         ["v1", "vision", ..] => Api::Inference,
+        // The OpenAI-compatible API, grouped as Triton's OpenAI front-end groups it.
+        ["v1", "completions"] | ["v1", "chat", "completions"] => Api::Inference,
+        ["v1", "models", ..] => Api::ModelRepository,
         ["v2", "models", _, rest @ ..] => {
             let rest = match rest {
                 ["versions", _, tail @ ..] => tail,

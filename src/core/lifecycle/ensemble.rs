@@ -219,5 +219,5 @@ pub(super) fn load_version(
     let model = LoadedModel::assemble(name, version, cfg, io, &labels, started, |cfg, stats| {
         Ok(Box::new(EnsembleScheduler::start(cfg, version, plan.graph.clone(), plan.models.clone(), steps, stats)?))
     })?;
-    Ok(Arc::new(model))
+    Ok(Arc::new(LoadedModel { folder: Some(dir.to_path_buf()), ..model }))
 }

@@ -151,7 +151,7 @@ pub(super) fn load_version(
         scheduler::start(name, cfg, dir, instances, stats)
     })?;
     model.stats.set_memory_usage(memory);
-    Ok(Arc::new(LoadedModel { probes, served_by, retirements, ..model }))
+    Ok(Arc::new(LoadedModel { probes, served_by, retirements, folder: Some(dir.to_path_buf()), ..model }))
 }
 
 /// Wraps an instance so that it holds its group's `rate_limiter` resources while it executes.

@@ -48,6 +48,9 @@ pub struct LoadedModel {
     pub served_by: Option<String>,
     /// Instances to tell when this version leaves service (see [`crate::model_api::Retirement`]).
     pub retirements: Vec<Arc<dyn crate::model_api::Retirement>>,
+    /// The model folder the version was loaded from: files beside its configuration (a tokenizer's
+    /// `tokenizer_config.json`) live there.
+    pub folder: Option<std::path::PathBuf>,
 }
 
 impl LoadedModel {
@@ -81,6 +84,7 @@ impl LoadedModel {
             probes: Vec::new(),
             served_by: None,
             retirements: Vec::new(),
+            folder: None,
         })
     }
 }

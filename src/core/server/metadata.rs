@@ -8,6 +8,7 @@ use crate::core::trace::{TraceSettings, TraceUpdate};
 use crate::core::validate;
 use crate::error::Result;
 use crate::proto::inference::ModelConfig;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -120,6 +121,14 @@ impl Server {
 
     pub fn model_config(&self, name: &str, version: &str) -> Result<Arc<ModelConfig>> {
         Ok(self.model(name, version)?.config.clone())
+    }
+
+    /// A serving version's configuration and the model folder it was loaded from (where files beside
+    /// the configuration live, such as a tokenizer's); `None` picks the highest serving version. A new
+    /// load of the model gives a new configuration `Arc`, so callers may cache what they read by it.
+    pub fn model_folder(&self, name: &str, version: Option<i64>) -> Result<(Arc<ModelConfig>, Option<PathBuf>)> {
+        let m = self.inner.models.get(name, version)?;
+        Ok((m.config.clone(), m.folder.clone()))
     }
 
     /// The trace settings of a model (ready, as in tritonserver), or the global ones.

@@ -2,6 +2,7 @@
 //! model repository, configuration, statistics, trace, logging, system and CUDA shared memory).
 
 mod deepstack;
+mod openai;
 mod shm_api;
 
 use crate::core::server::parse_version;
@@ -82,6 +83,7 @@ fn json_ok(v: Value) -> ApiResult {
 }
 
 pub fn router(state: HttpState) -> Router {
+    let state = Arc::new(state);
     let router = Router::new()
         .route("/v2/health/live", get(live))
         .route("/v2/health/ready", get(ready))
@@ -104,9 +106,9 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/trace/setting", get(trace_get).post(trace_post))
         .route("/v2/models/{name}/trace/setting", get(trace_get_model).post(trace_post_model))
         .route("/v1/vision/detection", deepstack::detection(state.max_body))
-        .route("/v1/vision/custom/{model}", deepstack::custom(state.max_body));
+        .route("/v1/vision/custom/{model}", deepstack::custom(state.max_body))
+        .merge(openai::router(state.clone()));
     let router = shm_api::routes(router).fallback(not_found).method_not_allowed_fallback(method_not_allowed);
-    let state = Arc::new(state);
     let router = if state.restricted.is_empty() {
         router
     } else {
@@ -122,6 +124,10 @@ async fn restricted(State(s): St, req: axum::extract::Request, next: axum::middl
         let headers = req.headers();
         if let Err(key) = s.restricted.check(api, |k| headers.get(k).and_then(|v| v.to_str().ok())) {
             let e = Error::new(ErrorKind::PermissionDenied, crate::frontend::restrict::http_message(key));
+            if openai::owns(req.uri().path()) {
+                let _ = axum::body::to_bytes(req.into_body(), s.max_body).await;
+                return openai::error_response(e.into());
+            }
             return discard_body(&s, req.into_body(), e).await;
         }
     }
