@@ -9,6 +9,10 @@
 #     it), from the nvidia-pytriton 0.7.0 wheel the C API tests already use, into $ANCHORS/triton;
 #   - Model Analyzer 1.58 (PyPI triton-model-analyzer) in its own venv, $REPO/.ma-venv
 #     (tests/python/test_tune_ma.py);
+#   - genai-perf 0.0.16 (PyPI) in its own venv, $REPO/.gp-venv (tests/python/test_openai.py): its
+#     unpinned dependencies (numpy 2, pytest, pillow, transformers) would move the pins of
+#     scripts/requirements.txt; it runs the perf_analyzer above (its own `perf-analyzer` dependency
+#     resolves to a placeholder package without the binary);
 #   - tritonserver 2.51 (CPU, Python backend) from the same wheel, the differential tests' reference.
 # $ANCHORS defaults to $REPO/.anchors; the layout is that of ../shared/anchors/install.sh, so ANCHORS
 # may point at either. Afterwards $ANCHORS/bin/perf_analyzer runs perf_analyzer.
@@ -131,5 +135,19 @@ fi
 # someone's work, and the differential test then skips with the reason.
 if ! "$MA/bin/model-analyzer" --help >/dev/null 2>&1; then
     log "$MA/bin/model-analyzer does not run; remove $MA to install it again"
+    exit 1
+fi
+
+GP="$REPO/.gp-venv"
+if [ ! -x "$GP/bin/genai-perf" ]; then
+    t0=$SECONDS
+    log "genai-perf 0.0.16 from PyPI into $GP (about 700 MB)"
+    [ -x "$GP/bin/python" ] || "$PY" -m venv "$GP"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 "$GP/bin/python" -m pip install -q --no-compile \
+        genai-perf==0.0.16
+    log "genai-perf installed in $((SECONDS - t0)) s"
+fi
+if ! "$GP/bin/genai-perf" --version >/dev/null 2>&1; then
+    log "$GP/bin/genai-perf does not run; remove $GP to install it again"
     exit 1
 fi

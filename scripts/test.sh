@@ -51,11 +51,11 @@ if [ ! -x .npm/node_modules/.bin/azurite-blob ]; then
     echo "== npm install azurite (into .npm/)"
     npm install --prefix .npm --no-audit --no-fund --silent azurite@3.37.0
 fi
-# perf_analyzer and Model Analyzer, which some black-box tests drive tritonrs with (into .anchors/ and
-# .ma-venv/); where they cannot be installed, those tests skip and say why.
-echo "== reference tools (perf_analyzer, model-analyzer)"
+# perf_analyzer, Model Analyzer and genai-perf, which some black-box tests drive tritonrs with (into
+# .anchors/, .ma-venv/ and .gp-venv/); where they cannot be installed, those tests skip and say why.
+echo "== reference tools (perf_analyzer, model-analyzer, genai-perf)"
 export ANCHORS="${ANCHORS:-$PWD/.anchors}"
-scripts/test-tools.sh || echo "warning: scripts/test-tools.sh failed; the perf_analyzer and Model Analyzer tests skip" >&2
+scripts/test-tools.sh || echo "warning: scripts/test-tools.sh failed; the perf_analyzer, Model Analyzer and genai-perf tests skip" >&2
 export PERF_ANALYZER="${PERF_ANALYZER:-$ANCHORS/bin/perf_analyzer}"
 echo "== black-box tests (tritonclient)"
 TRITONRS_BIN="$PWD/target/debug/tritonrs" python -m pytest tests/python "$@"

@@ -123,8 +123,8 @@ impl Service {
 
     /// `GET /v1/models`: every model with a version ready to serve.
     pub fn models(&self) -> Value {
-        let mut names: Vec<String> = self.server.repository_index(true).into_iter().map(|e| e.name).collect();
-        names.dedup();
+        let names: std::collections::BTreeSet<String> =
+            self.server.repository_index(true).into_iter().map(|e| e.name).collect();
         json!({ "object": "list", "data": names.iter().map(|n| self.model_json(n)).collect::<Vec<_>>() })
     }
 

@@ -124,11 +124,13 @@ async fn restricted(State(s): St, req: axum::extract::Request, next: axum::middl
         let headers = req.headers();
         if let Err(key) = s.restricted.check(api, |k| headers.get(k).and_then(|v| v.to_str().ok())) {
             let e = Error::new(ErrorKind::PermissionDenied, crate::frontend::restrict::http_message(key));
-            if openai::owns(req.uri().path()) {
-                let _ = axum::body::to_bytes(req.into_body(), s.max_body).await;
-                return openai::error_response(e.into());
+            let openai = openai::owns(req.uri().path());
+            let mut r = discard_body(&s, req.into_body(), e.clone()).await;
+            if openai {
+                // The same status and headers, the body in OpenAI's form.
+                *r.body_mut() = openai::error_response(e.into()).into_body();
             }
-            return discard_body(&s, req.into_body(), e).await;
+            return r;
         }
     }
     next.run(req).await

@@ -49,6 +49,10 @@ fn every_endpoint_has_its_group() {
         ("/v2/systemsharedmemory/status", Api::SharedMemory),
         ("/v1/vision/detection", Api::Inference),
         ("/v1/vision/custom/m", Api::Inference),
+        ("/v1/completions", Api::Inference),
+        ("/v1/chat/completions", Api::Inference),
+        ("/v1/models", Api::ModelRepository),
+        ("/v1/models/m", Api::ModelRepository),
     ] {
         assert_eq!(http_api(path), Some(api), "{path}");
     }
