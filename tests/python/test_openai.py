@@ -413,6 +413,38 @@ def test_restricted_api_covers_the_openai_routes(tmp_path):
         s.stop()
 
 
+
+def test_openai_routes_over_tls(tmp_path):
+    import ssl
+    import time
+
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    ca_file, cert_file, key_file = tmp_path / "ca.pem", tmp_path / "server.pem", tmp_path / "server.key"
+    ca.cert_pem.write_to_path(str(ca_file))
+    cert.private_key_pem.write_to_path(str(key_file))
+    cert_file.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    repo = llm_repo(tmp_path / "repo")
+    s = TritonServer(["--model-repository", repo, PY, "--http-use-ssl", f"--http-server-cert={cert_file}",
+                      f"--http-server-key={key_file}"], name="tls").start(wait=None)
+    try:
+        c = openai.OpenAI(base_url=f"https://localhost:{s.port}/v1", api_key="unused", max_retries=0, timeout=30,
+                          http_client=openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=str(ca_file))))
+        deadline = time.monotonic() + 30
+        while "words" not in [m.id for m in c.models.list()]:
+            assert time.monotonic() < deadline, "the model did not become ready over HTTPS"
+            time.sleep(0.1)
+        chunks = list(c.chat.completions.create(model="words", messages=[{"role": "user", "content": "x"}],
+                                                max_tokens=3, stream=True))
+        assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == "<s> [USER] x"
+        plain = openai.OpenAI(base_url=f"http://localhost:{s.port}/v1", api_key="unused", max_retries=0, timeout=5)
+        with pytest.raises(openai.APIConnectionError):
+            plain.models.list()
+    finally:
+        s.stop()
+
 # ---- genai-perf --------------------------------------------------------------------------------
 
 # genai-perf (PyPI genai-perf 0.0.16) lives in its own venv (scripts/test-tools.sh installs it: its
