@@ -4,6 +4,7 @@
 //! A request's path, each arrow one hop (imports point the same way, never back):
 //! ```text
 //! HTTP · gRPC · MQTT · Frigate ZMQ · DeepStack    frontend/   decode once (KServe JSON and binary: kserve/)
+//!   └─ OpenAI's completions and chat on HTTP      openai/     a body into one request, responses into chunks
 //!        │
 //!        ▼
 //! core::Server                                      core/server/     inference, control, metadata, streams
