@@ -5,7 +5,9 @@ Python models written here: `tokenize` (text to word ids), `stream` (decoupled: 
 and `detokenize` (an id back to its word). Each case runs on tritonrs and on tritonserver 2.51 (the
 anchors, where installed) and both must give the same responses in the same order with the same final
 flags: the final flag on the last response, a final flag alone, an error from the middle step, no
-response at all, and a non-decoupled ensemble, which is unchanged."""
+response at all, and a non-decoupled ensemble, which is unchanged. Then, on tritonrs only: what
+tritonserver refuses at load, the first-response histogram of a decoupled ensemble, and a client that
+cancels its stream, which stops the decoupled step."""
 
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ class TritonPythonModel:
         return out
 '''
 
-# One response per id, 30 ms apart, so each id has gone through `detokenize` before the next one comes.
+# One response per id, 30 ms apart (300 ms before an error), so each id has usually gone through
+# `detokenize` before the next one comes.
 # The word "bad" gets an error response; the request's `final` parameter says how the request ends:
 # "with_last" puts the final flag on the last response, "alone" sends it 300 ms later by itself.
 STREAM = '''
@@ -61,7 +64,8 @@ class TritonPythonModel:
 
     def run(self, sender, ids, final):
         for k, i in enumerate(ids):
-            time.sleep(0.03)
+            # Long enough before an error for the words before it to have gone all the way through.
+            time.sleep(0.3 if i == BAD else 0.03)
             last = k == len(ids) - 1 and final == "with_last"
             flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0
             if i == BAD:
@@ -355,3 +359,29 @@ def test_a_decoupled_ensemble_has_the_first_response_histogram(tmp_path, start_s
     assert (m['nv_inference_first_response_histogram_ms_sum{model="pipeline",version="1"}']
             >= m['nv_inference_first_response_histogram_ms_sum{model="stream",version="1"}'])
     assert not any(k.startswith("nv_inference_first_response_histogram_ms_count{model=\"counted\"") for k in m)
+
+
+# ---- cancellation ------------------------------------------------------------------------------------
+
+
+def test_a_client_that_goes_away_stops_the_decoupled_step(tmp_path, start_server):
+    repo = write_repo(tmp_path / "repo")
+    s = start_server("--model-repository", str(repo))
+    q: queue.Queue = queue.Queue()
+    c = s.grpc_client()
+    c.start_stream(callback=lambda result, error: q.put((result, error)))
+    c.async_stream_infer("pipeline", [text_input(grpcclient, "the quick brown fox jumps over the lazy dog")],
+                         request_id="gone")
+    result, error = q.get(timeout=20)
+    assert error is None and result.as_numpy("WORD").tolist() == [b"the"]
+    c.stop_stream(cancel_requests=True)
+
+    def cancelled(model):
+        [m] = s.client().get_inference_statistics(model)["model_stats"]
+        return sum(r["cancel"]["count"] for r in m["response_stats"].values())
+
+    # The stream's request to `stream` is dropped with it: both count a cancelled response.
+    s.wait_until(lambda: cancelled("pipeline") == 1 and cancelled("stream") == 1, what="both cancelled")
+    [m] = s.client().get_inference_statistics("stream")["model_stats"]
+    assert sum(r["success"]["count"] for r in m["response_stats"].values()) < 9, "the stream stopped early"
+    assert stream_infer(s, "pipeline", "dog", settle=0.1) == words("dog"), "the pipeline still serves"

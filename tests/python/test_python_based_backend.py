@@ -11,6 +11,8 @@ model naming a backend nobody installed."""
 from __future__ import annotations
 
 import queue
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,6 +78,14 @@ def model(repo, name, scale, outputs=OUT, extra="", own_model_py=None):
         f'parameters {{ key: "SCALE" value: {{ string_value: "{scale}" }} }}\n{extra}')
 
 
+def tritonserver_python_backend() -> Path:
+    """tritonserver's own `python` backend folder: in the backend directory its wrapper script passes
+    (the anchors' wrapper), else beside its `bin` folder (an /opt/tritonserver layout)."""
+    text = TRITONSERVER.read_bytes()[:4096].decode(errors="replace")
+    m = re.search(r'--backend-directory="?([^"\s]+)', text)
+    return Path(m.group(1) if m else TRITONSERVER.parent.parent / "backends") / "python"
+
+
 @pytest.fixture(scope="module")
 def layout(tmp_path_factory):
     """(backend directory, repository)."""
@@ -85,8 +95,7 @@ def layout(tmp_path_factory):
     (backends / "scaler" / "model.py").write_text(SCALER)
     if TRITONSERVER.exists():
         # tritonserver runs Python-based backends on its Python backend, found in the same directory.
-        python = TRITONSERVER.parent.parent / "triton" / "pytriton" / "tritonserver" / "backends" / "python"
-        (backends / "python").symlink_to(python)
+        (backends / "python").symlink_to(tritonserver_python_backend())
     repo = root / "repo"
     model(repo, "double", 2)
     # No output declared: the backend's auto_complete_config adds it.
