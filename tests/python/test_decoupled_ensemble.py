@@ -5,9 +5,9 @@ Python models written here: `tokenize` (text to word ids), `stream` (decoupled: 
 and `detokenize` (an id back to its word). Each case runs on tritonrs and on tritonserver 2.51 (the
 anchors, where installed) and both must give the same responses in the same order with the same final
 flags: the final flag on the last response, a final flag alone, an error from the middle step, no
-response at all, and a non-decoupled ensemble, which is unchanged. Then, on tritonrs only: what
-tritonserver refuses at load, the first-response histogram of a decoupled ensemble, and a client that
-cancels its stream, which stops the decoupled step."""
+response at all, and a non-decoupled ensemble, which is unchanged; both refuse to load steps that
+read responses of different decoupled steps. On tritonrs only: the first-response histogram of a
+decoupled ensemble, and a client that cancels its stream, which stops the decoupled step."""
 
 from __future__ import annotations
 
