@@ -7,6 +7,7 @@ pub mod capi;
 pub mod onnx;
 pub mod openvino;
 pub mod python;
+pub mod python_based;
 pub mod tensorrt;
 
 use crate::error::Result;
@@ -78,11 +79,18 @@ fn enabled(config: &BackendConfig) -> impl Iterator<Item = Builtin> + '_ {
 /// `api` lets them call back into the server (BLS), when there is one.
 pub fn builtin(config: &BackendConfig, api: Option<Arc<dyn ServerApi>>, pools: Option<Pools>) -> BackendRegistry {
     let mut registry = BackendRegistry::default();
+    let mut python = None;
     for b in enabled(config) {
-        registry.insert((b.make)(config, api.clone(), pools.clone()));
+        let backend = (b.make)(config, api.clone(), pools.clone());
+        if b.name == "python" {
+            python = Some(backend.clone());
+        }
+        registry.insert(backend);
     }
-    // Any other backend name is a Triton backend library, hosted through its C API.
-    registry.set_fallback(Arc::new(capi::CApiBackend::new(config, api)));
+    // Any other backend name is a Python-based backend (its `model.py` on the Python backend) or a
+    // Triton backend library, hosted through its C API.
+    let libraries = Arc::new(capi::CApiBackend::new(config, api));
+    registry.set_fallback(Arc::new(python_based::Router { python, libraries }));
     registry
 }
 
@@ -110,14 +118,20 @@ pub fn cache_library(
 pub fn completers(config: &BackendConfig) -> Result<Completers> {
     let mut c = Completers::default();
     let mut names = Vec::new();
+    let mut python = None;
     for b in enabled(config) {
         if let Some(completer) = (b.completer)(config)? {
+            if b.name == "python" {
+                python = Some(completer.clone());
+            }
             c.insert(b.name, completer);
         }
         names.push(b.name);
     }
-    // Every other backend is a library, which completes its models' configurations itself.
-    c.set_fallback(Arc::new(capi::CCompleter::new(config, names)));
+    // Every other backend is a Python-based backend, whose `model.py` completes its models'
+    // configurations, or a library, which completes them itself.
+    let libraries = Arc::new(capi::CCompleter::new(config, names.clone()));
+    c.set_fallback(Arc::new(python_based::Resolver::new(config, names, python, libraries)));
     Ok(c)
 }
 

@@ -163,6 +163,11 @@ impl ResponseSender {
     pub fn is_closed(&self) -> bool {
         self.0.is_closed()
     }
+
+    /// Resolves once the client has gone away.
+    pub async fn closed(&self) {
+        self.0.closed().await
+    }
 }
 
 /// Time spent in each phase of one execution, for statistics and traces.

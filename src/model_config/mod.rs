@@ -59,6 +59,10 @@ pub fn model_file(version_dir: &Path, cfg: &ModelConfig) -> Result<PathBuf> {
         .map_err(|e| e.context(format!("model '{}'", cfg.name)))
 }
 
+/// A model configuration's `runtime` for a Python-based backend: the model is served by the Python
+/// backend from `<backend-directory>/<backend>/model.py`, as tritonserver serves vLLM's.
+pub const PYTHON_RUNTIME: &str = "model.py";
+
 /// The model file name inside a version folder.
 pub fn model_filename(cfg: &ModelConfig) -> String {
     if !cfg.default_model_filename.is_empty() {
@@ -142,6 +146,12 @@ pub fn hidden_tensors(cfg: &ModelConfig) -> HiddenTensors {
 pub trait Completer: Send + Sync {
     /// The configuration of model `name` in `dir`, completed.
     fn complete(&self, dir: &Path, name: &str, cfg: ModelConfig) -> std::result::Result<ModelConfig, ConfigFailure>;
+
+    /// Fills in what the installed backends decide about the model in `dir`, with or without
+    /// auto-complete: a Python-based backend's models get `runtime: "model.py"`.
+    fn resolve(&self, _dir: &Path, _cfg: &mut ModelConfig) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Completers by backend name.

@@ -123,7 +123,11 @@ const IMPLEMENTED: &[(&str, &[&str])] = &[
 
 /// Fields tritonrs refuses, with the reason the load error gives.
 const REFUSED: &[(&str, &str)] = &[
-    ("ModelConfig.runtime", "tritonrs runs each backend in-process and loads no per-model runtime library"),
+    (
+        "ModelConfig.runtime",
+        "tritonrs runs each backend in-process and loads no per-model runtime library (only \"model.py\", a \
+         Python-based backend's, is served)",
+    ),
     ("ModelConfig.cc_model_filenames", "tritonrs picks no model file by CUDA compute capability"),
     ("ModelConfig.metric_tags", "tritonrs adds no per-model metric labels"),
     ("ModelInput.is_shape_tensor", "tritonrs serves no shape tensors"),
@@ -176,7 +180,13 @@ pub fn support(message: &str, field: &str) -> Option<Support> {
 /// the configuration, e.g. `instance_group.passive`) and why.
 pub fn check(cfg: &ModelConfig) -> Result<()> {
     let desc = crate::proto::model_config_descriptor();
-    let message = DynamicMessage::decode(desc, cfg.encode_to_vec().as_slice())
+    // The one `runtime` served: a Python-based backend's `model.py`.
+    let encoded = if cfg.runtime == super::PYTHON_RUNTIME {
+        ModelConfig { runtime: String::new(), ..cfg.clone() }.encode_to_vec()
+    } else {
+        cfg.encode_to_vec()
+    };
+    let message = DynamicMessage::decode(desc, encoded.as_slice())
         .map_err(|e| Error::internal(format!("model '{}': its configuration does not re-encode: {e}", cfg.name)))?;
     walk(&message, "").map_err(|(path, reason)| {
         Error::invalid(format!("model '{}': field '{path}' is not supported: {reason}; remove it", cfg.name))

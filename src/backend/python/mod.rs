@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 pub use settings::{ExecEnv, Settings};
 use std::collections::VecDeque;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stub::{Control, Launch, Stub};
@@ -60,18 +60,26 @@ fn decoupled(cfg: &ModelConfig) -> bool {
     cfg.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
 }
 
-/// The model's `model.py` (or the file the configuration names), which must exist.
-fn model_path(ctx: &ModelContext) -> Result<std::path::PathBuf> {
-    let model_path = crate::model_config::model_file(&ctx.version_dir, &ctx.config)?;
+/// The model's code, which must exist, and the folders its imports look in first: its `model.py` (or
+/// the file the configuration names) with its version and model folders, or for a model of a
+/// Python-based backend that backend's `model.py` with that backend's folder, as in Triton.
+fn model_code(settings: &Settings, ctx: &ModelContext) -> Result<(PathBuf, Vec<PathBuf>)> {
+    let (model_path, sys_path) = match settings.python_based_backend(&ctx.config) {
+        Some(dir) => (dir.join(crate::model_config::PYTHON_RUNTIME), vec![dir]),
+        None => (
+            crate::model_config::model_file(&ctx.version_dir, &ctx.config)?,
+            vec![ctx.version_dir.clone(), ctx.model_dir.clone()],
+        ),
+    };
     if !model_path.is_file() {
         return Err(Error::invalid(format!("model file '{}' not found", model_path.display())));
     }
-    Ok(model_path)
+    Ok((model_path, sys_path))
 }
 
 /// What every stub of a model version is started with.
 fn launch(settings: &Settings, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Launch> {
-    let model_path = model_path(ctx)?;
+    let (model_path, sys_path) = model_code(settings, ctx)?;
     // As tritonserver, a GPU instance needs the GPU (the core has checked it), although the stub does
     // not touch it itself.
     let (kind, device) = match spec.kind {
@@ -94,7 +102,7 @@ fn launch(settings: &Settings, ctx: &ModelContext, spec: &InstanceSpec) -> Resul
         env: ExecEnv::resolve(settings, &ctx.config, &ctx.model_dir)?,
         model: ctx.name.clone(),
         model_path,
-        sys_path: vec![ctx.version_dir.clone(), ctx.model_dir.clone()],
+        sys_path,
         init: json!({
             "mode": "serve",
             "model_name": ctx.name,
@@ -114,8 +122,8 @@ impl Backend for PythonBackend {
     }
 
     fn check_instance(&self, ctx: &ModelContext, _spec: &InstanceSpec) -> Result<()> {
-        self.settings.as_ref().map_err(Clone::clone)?;
-        model_path(ctx).map(drop)
+        let settings = self.settings.as_ref().map_err(Clone::clone)?;
+        model_code(settings, ctx).map(drop)
     }
 
     fn create_instance(&self, ctx: &ModelContext, spec: &InstanceSpec) -> Result<Box<dyn ModelInstance>> {
@@ -521,6 +529,30 @@ impl crate::model_config::Completer for Completer {
     }
 }
 
+/// The code whose `auto_complete_config` completes a model's configuration, if there is any: the newest
+/// version's model file, with the folders its imports look in first, or a Python-based backend's
+/// `model.py` (for the newest version).
+fn completing_code(
+    settings: &Settings,
+    dir: &Path,
+    cfg: &ModelConfig,
+) -> std::result::Result<Option<(i64, PathBuf, Vec<PathBuf>)>, ConfigFailure> {
+    let mut newest_first = crate::model_config::list_versions(dir).into_iter().rev();
+    if let Some(backend_dir) = settings.python_based_backend(cfg) {
+        let path = backend_dir.join(crate::model_config::PYTHON_RUNTIME);
+        return Ok(newest_first.next().filter(|_| path.is_file()).map(|v| (v, path, vec![backend_dir])));
+    }
+    let found = newest_first.find_map(|v| {
+        crate::model_config::model_file(&dir.join(v.to_string()), cfg)
+            .map(|p| p.is_file().then_some((v, p)))
+            .transpose()
+    });
+    let Some(found) = found else { return Ok(None) };
+    let (version, model_path) = found?;
+    let version_dir = dir.join(version.to_string());
+    Ok(Some((version, model_path, vec![version_dir, dir.to_path_buf()])))
+}
+
 /// [`Completer`]'s work.
 pub fn auto_complete(
     settings: &Settings,
@@ -528,29 +560,21 @@ pub fn auto_complete(
     name: &str,
     cfg: &ModelConfig,
 ) -> std::result::Result<ModelConfig, ConfigFailure> {
-    let mut newest_first = crate::model_config::list_versions(dir).into_iter().rev();
-    let found = newest_first.find_map(|v| {
-        crate::model_config::model_file(&dir.join(v.to_string()), cfg)
-            .map(|p| p.is_file().then_some((v, p)))
-            .transpose()
-    });
-    let Some(found) = found else {
+    let Some((version, model_path, sys_path)) = completing_code(settings, dir, cfg)? else {
         return Ok(cfg.clone());
     };
-    let (version, model_path) = found?;
     let at_version = |error: Error| ConfigFailure { error, version: Some(version) };
     let text = std::fs::read_to_string(&model_path)
         .map_err(|e| at_version(Error::invalid(format!("cannot read '{}': {e}", model_path.display()))))?;
     if !text.contains("auto_complete_config") {
         return Ok(cfg.clone());
     }
-    let version_dir = dir.join(version.to_string());
     let launch = Launch {
         settings: settings.clone(),
         env: ExecEnv::resolve(settings, cfg, dir).map_err(at_version)?,
         model: name.to_string(),
         model_path,
-        sys_path: vec![version_dir, dir.to_path_buf()],
+        sys_path,
         init: json!({
             "mode": "autocomplete",
             "model_name": name,

@@ -41,6 +41,8 @@ pub struct Settings {
     pub zygote: bool,
     /// The fork server, started on first use (shared by every clone).
     zygote_process: Arc<Mutex<Option<zygote::Zygote>>>,
+    /// `--backend-directory`: where a Python-based backend's `model.py` is (`<directory>/<backend>/`).
+    pub backend_directory: PathBuf,
 }
 
 impl Default for Settings {
@@ -53,6 +55,7 @@ impl Default for Settings {
             unpacked: Arc::new(Mutex::new(HashMap::new())),
             zygote: true,
             zygote_process: Arc::new(Mutex::new(None)),
+            backend_directory: PathBuf::from(crate::model_api::DEFAULT_BACKEND_DIRECTORY),
         }
     }
 }
@@ -61,6 +64,9 @@ impl Settings {
     /// Reads the `python` backend's `--backend-config` settings (Triton's names where Triton has them).
     pub fn from_config(cfg: &BackendConfig) -> Result<Settings> {
         let mut s = Settings::default();
+        if let Some(dir) = cfg.global.get("backend-directory") {
+            s.backend_directory = PathBuf::from(dir);
+        }
         if let Some(exe) = cfg.get("python", "python-executable") {
             s.executable = PathBuf::from(exe);
         }
@@ -91,6 +97,12 @@ impl Settings {
             })?;
         }
         Ok(s)
+    }
+
+    /// The folder of the Python-based backend that serves a model (`<backend-directory>/<backend>`, whose
+    /// `model.py` is the model's code), when its configuration's `runtime` is `model.py`.
+    pub fn python_based_backend(&self, cfg: &ModelConfig) -> Option<PathBuf> {
+        (cfg.runtime == crate::model_config::PYTHON_RUNTIME).then(|| self.backend_directory.join(&cfg.backend))
     }
 
     /// The folder with the stub script and `triton_python_backend_utils.py`.

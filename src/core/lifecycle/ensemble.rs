@@ -24,6 +24,9 @@ pub(super) struct EnsemblePlan {
     graph: EnsembleGraph,
     /// Per step, its composing model's shape facts.
     models: Vec<StepModel>,
+    /// Whether a step is decoupled, which makes the ensemble decoupled: Triton fills in its
+    /// `model_transaction_policy` so, whatever the configuration says.
+    decoupled: bool,
 }
 
 /// A boxed load or unload, so that loads of ensembles and of their composing models can call each
@@ -52,14 +55,16 @@ impl ModelManager {
         }
         let configs: Vec<&ModelConfig> = composing.iter().map(|m| m.config.as_ref()).collect();
         graph.check_composing(cfg, &configs)?;
-        let models = composing
+        let models: Vec<StepModel> = composing
             .iter()
             .map(|m| StepModel {
                 batching: m.config.max_batch_size > 0,
                 input_dims: m.config.input.iter().map(|i| (i.name.clone(), i.dims.clone())).collect(),
+                decoupled: m.config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled),
             })
             .collect();
-        Ok(Arc::new(EnsemblePlan { graph, models }))
+        let decoupled = graph.check_decoupled(&models.iter().map(|m| m.decoupled).collect::<Vec<_>>())?;
+        Ok(Arc::new(EnsemblePlan { graph, models, decoupled }))
     }
 
     /// The composing model of step `index` of `ensemble`, serving. When it does not serve, it is loaded
@@ -215,9 +220,22 @@ pub(super) fn load_version(
     if !version_dir.is_dir() {
         return Err(Error::invalid(format!("version folder '{}' does not exist", version_dir.display())));
     }
+    let cfg = with_transaction_policy(cfg, plan.decoupled);
     let io = ModelIo::from_config(&cfg)?;
     let model = LoadedModel::assemble(name, version, cfg, io, &labels, started, |cfg, stats| {
         Ok(Box::new(EnsembleScheduler::start(cfg, version, plan.graph.clone(), plan.models.clone(), steps, stats)?))
     })?;
     Ok(Arc::new(LoadedModel { folder: Some(dir.to_path_buf()), ..model }))
+}
+
+/// The ensemble's configuration saying whether it is decoupled, as Triton reports it: decoupled exactly
+/// when one of its steps is, whatever its own `model_transaction_policy` said. A decoupled ensemble's
+/// responses are streamed, and it gets the statistics of decoupled models.
+fn with_transaction_policy(cfg: Arc<ModelConfig>, decoupled: bool) -> Arc<ModelConfig> {
+    if cfg.model_transaction_policy.as_ref().map(|p| p.decoupled) == Some(decoupled) {
+        return cfg;
+    }
+    let mut cfg = Arc::unwrap_or_clone(cfg);
+    cfg.model_transaction_policy.get_or_insert_with(Default::default).decoupled = decoupled;
+    Arc::new(cfg)
 }

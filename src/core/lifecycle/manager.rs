@@ -6,7 +6,7 @@ use crate::core::rate_limiter::RateLimiter;
 use crate::core::repository::{RemoteRepository, RepoOptions, SyncScope};
 use crate::core::scheduler::ensemble::StepRunner;
 use crate::error::{Error, Result};
-use crate::model_api::types::InferRequest;
+use crate::model_api::types::{InferRequest, StreamResponse};
 use crate::model_api::BackendRegistry;
 use crate::model_api::ExecResult;
 use futures_util::future::BoxFuture;
@@ -158,6 +158,16 @@ struct NoSteps;
 
 impl StepRunner for NoSteps {
     fn run(&self, req: InferRequest) -> BoxFuture<'static, Result<ExecResult>> {
+        let model = req.model_name;
+        Box::pin(async move {
+            Err(Error::unavailable(format!("cannot run model '{model}' as an ensemble step: no server is attached")))
+        })
+    }
+
+    fn run_stream(
+        &self,
+        req: InferRequest,
+    ) -> BoxFuture<'static, Result<futures_util::stream::BoxStream<'static, Result<StreamResponse>>>> {
         let model = req.model_name;
         Box::pin(async move {
             Err(Error::unavailable(format!("cannot run model '{model}' as an ensemble step: no server is attached")))

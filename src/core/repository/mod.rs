@@ -233,6 +233,9 @@ pub fn complete_config(
         .into());
     }
     resolve_backend(dir, &mut cfg)?;
+    if let Some(completer) = opts.completers.get(&cfg.backend) {
+        completer.resolve(dir, &mut cfg)?;
+    }
     tensorflow_platform(dir, &mut cfg);
     // Names from the configuration are checked before any of them is used to open a file.
     check_paths(&cfg, dir, from_request)?;

@@ -2,9 +2,13 @@
 //! steps as their inputs become available, independent steps concurrently, each step through the
 //! core's normal inference path so the composing model's own scheduler and statistics apply.
 //!
+//! An ensemble with a decoupled step is decoupled itself, as in Triton: each response of the decoupled
+//! step flows on through the steps after it (they run once per response, in an iteration of their
+//! own), and the ensemble streams a response for each iteration whose requested outputs are all there.
+//!
 //! The data flow and the per-request bookkeeping are the pure [`graph::EnsembleGraph`] and
 //! [`graph::Run`]; [`EnsembleScheduler`] is the thin async driver: one task per request that hands
-//! ready steps to a [`StepRunner`] and feeds their outputs back. An ensemble has no instances.
+//! ready steps to a [`StepRunner`] and feeds their responses back. An ensemble has no instances.
 //! Intermediate tensors move between steps as clones of their buffer handles, never as copies.
 
 pub mod graph;
@@ -13,12 +17,11 @@ use super::workers;
 use super::{Job, RequestControl, Scheduler};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
-use crate::model_api::types::{InferRequest, ParamValue, Parameters, RequestedOutput, Tensor};
-use crate::model_api::SequenceId;
-use crate::model_api::{ExecResult, ExecTimings};
+use crate::model_api::types::{InferRequest, ParamValue, Parameters, RequestedOutput, StreamResponse, Tensor};
+use crate::model_api::{DecoupledResponse, ExecResult, ExecTimings, ResponseSender, SequenceId};
 use futures_util::future::BoxFuture;
-use futures_util::stream::{FuturesUnordered, StreamExt};
-use graph::{adapt_shape, EnsembleGraph, Run};
+use futures_util::stream::{BoxStream, SelectAll, StreamExt};
+use graph::{adapt_shape, EnsembleGraph, Iteration, Run};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -31,6 +34,8 @@ use tracing::Instrument;
 pub trait StepRunner: Send + Sync {
     /// Runs `req`; the error is the composing model's, with its kind.
     fn run(&self, req: InferRequest) -> BoxFuture<'static, Result<ExecResult>>;
+    /// Runs `req` on a decoupled composing model: its responses as it sends them.
+    fn run_stream(&self, req: InferRequest) -> BoxFuture<'static, Result<BoxStream<'static, Result<StreamResponse>>>>;
 }
 
 /// What a step needs to know about its composing model, taken when the ensemble loads (a reload of a
@@ -41,6 +46,8 @@ pub struct StepModel {
     pub batching: bool,
     /// Configured dims of each input, for the batch/non-batch shape conversion.
     pub input_dims: HashMap<String, Vec<i64>>,
+    /// Whether the composing model is decoupled (0..n responses per request).
+    pub decoupled: bool,
 }
 
 /// Everything a request's task needs, shared by all of them.
@@ -188,95 +195,258 @@ fn step_parameters(c: &RequestControl) -> Parameters {
     p
 }
 
-/// Ensemble tensor → its data, and the batch size of the request that made it (0: no batching).
-type Tensors = HashMap<String, (Tensor, i64)>;
+/// Ensemble tensor in an iteration → its data, and the batch size of the request that made it (0: no
+/// batching).
+type Tensors = HashMap<(String, Iteration), (Tensor, i64)>;
+
+/// What one response of a step brings back.
+struct StepItem {
+    /// The response's outputs.
+    outputs: Vec<Tensor>,
+    /// The step's last response.
+    is_final: bool,
+    /// Only the final flag (a decoupled model's empty final response): no outputs, not even absent ones.
+    empty: bool,
+    /// An error response of a decoupled model.
+    error: Option<Error>,
+    /// The step's compute times (decoupled steps report none).
+    timings: ExecTimings,
+}
+
+impl StepItem {
+    fn from_exec(r: ExecResult) -> StepItem {
+        StepItem { outputs: r.outputs, is_final: true, empty: false, error: None, timings: r.timings }
+    }
+
+    fn from_stream(r: StreamResponse) -> StepItem {
+        StepItem {
+            outputs: r.response.outputs,
+            is_final: r.is_final,
+            empty: r.empty,
+            error: r.error,
+            timings: ExecTimings::default(),
+        }
+    }
+}
+
+/// One event of a running step: a response, or the error that ended it, or just its end (`item` is
+/// `None`). `last` says that the step has finished: nothing follows from it.
+struct StepEvent {
+    /// The step's index.
+    step: usize,
+    /// The iteration it runs in.
+    it: Iteration,
+    /// The batch size it runs with (0 when its model does not batch).
+    batch: i64,
+    item: Option<Result<StepItem>>,
+    last: bool,
+}
+
+/// Where the ensemble's responses go.
+enum Answer {
+    /// A decoupled ensemble's responses go out as they are ready, the last one (or an empty response
+    /// after it) final; `bool`: whether the final flag has gone out.
+    Stream(ResponseSender, bool),
+    /// Any other ensemble answers once, with the scheduler's reply.
+    Once(Option<Vec<Tensor>>),
+}
+
+/// One request going through the ensemble: the steps running, the tensors they made, and the answer so
+/// far.
+struct Pass<'a> {
+    shared: &'a Shared,
+    job: &'a Job,
+    run: Run<'a>,
+    tensors: Tensors,
+    /// The running steps' events, as they come.
+    steps: SelectAll<BoxStream<'static, StepEvent>>,
+    /// What every step request carries from the ensemble request.
+    parameters: Parameters,
+    /// The model versions each step request is made for.
+    callers: crate::model_api::types::CallChain,
+    /// The first step failure (already prefixed); no step starts after it.
+    failure: Option<Error>,
+    /// The steps' compute times, summed.
+    timings: ExecTimings,
+    answer: Answer,
+}
 
 impl Shared {
-    /// Runs one request to completion. On a step failure no further step starts; the steps already
-    /// running finish (so their models' statistics stay whole) and the request fails with the first
-    /// error, prefixed with the ensemble's name as Triton does, keeping the error's kind.
+    /// Runs one request to completion. Each response of a step provides its outputs (a decoupled step's
+    /// each in a new iteration) and starts the steps that have all their inputs in that iteration; an
+    /// ensemble response goes out whenever the requested outputs of an iteration are all there, final
+    /// when no step is running any more (an empty final response follows otherwise, as in Triton). On
+    /// a step failure no further step starts; the steps already running finish (so their models'
+    /// statistics stay whole) and the request fails with the first error, prefixed with the ensemble's
+    /// name as Triton does, keeping the error's kind (a decoupled ensemble sends it at once).
     async fn execute(&self, job: &Job) -> Result<ExecResult> {
-        let name = self.graph.name();
-        let mut run = Run::new(&self.graph, &job.exec.outputs)?;
-        let mut tensors = self.provide_inputs(job, &mut run);
-        let parameters = step_parameters(&job.control);
-        // A step waits for nothing the ensemble's own callers do not, plus the ensemble itself.
-        let callers: crate::model_api::types::CallChain =
-            job.exec.meta.callers.iter().cloned().chain([self.me.clone()]).collect();
-        let mut inflight = FuturesUnordered::new();
-        let mut failure: Option<Error> = None;
-        let mut timings = ExecTimings::default();
+        let mut pass = Pass::new(self, job)?;
+        pass.start_ready();
         loop {
-            if failure.is_none() {
-                for index in run.ready_steps() {
-                    let (req, batch) = self.step_request(index, &mut run, &mut tensors, &parameters, &callers);
-                    let fut = self.runner.run(req);
-                    inflight.push(async move { (index, batch, fut.await) });
-                }
-            }
-            let Some((index, batch, result)) = inflight.next().await else {
-                break;
-            };
-            run.complete(index);
-            match result {
-                Ok(r) => {
-                    timings.compute_input_ns += r.timings.compute_input_ns;
-                    timings.compute_infer_ns += r.timings.compute_infer_ns;
-                    timings.compute_output_ns += r.timings.compute_output_ns;
-                    self.store_outputs(index, batch, r.outputs, &mut run, &mut tensors);
-                }
-                Err(e) => {
-                    if failure.is_none() {
-                        failure = Some(e);
+            let event = match &pass.answer {
+                Answer::Stream(sender, _) => tokio::select! {
+                    // The steps first: once the final response is out, they are all done.
+                    biased;
+                    e = pass.steps.next() => e,
+                    // The client went away: the running steps are dropped, which cancels decoupled ones.
+                    () = sender.closed() => {
+                        return Err(Error::unavailable(format!("in ensemble '{}', the client went away", self.graph.name())))
                     }
+                },
+                Answer::Once(_) => pass.steps.next().await,
+            };
+            let Some(event) = event else { break };
+            let produced = pass.on_event(event);
+            if pass.failure.is_none() {
+                pass.start_ready();
+                if let Some(it) = produced {
+                    pass.answer_if_ready(it);
                 }
             }
         }
-        if let Some(e) = failure {
-            return Err(Error::new(e.kind, format!("in ensemble '{name}', {}", e.message)));
-        }
-        if !run.finished() {
-            return Err(Error::invalid(format!(
-                "in ensemble '{name}', unexpected deadlock, at least one output is not set while no more ensemble \
-                 steps can be made"
-            )));
-        }
-        let outputs = self.take_outputs(job, tensors)?;
-        Ok(ExecResult { outputs, timings, parameters: Default::default() })
+        pass.finish()
+    }
+}
+
+impl<'a> Pass<'a> {
+    fn new(shared: &'a Shared, job: &'a Job) -> Result<Pass<'a>> {
+        let mut run = Run::new(&shared.graph, &job.exec.outputs)?;
+        let tensors = shared.provide_inputs(job, &mut run);
+        let mut parameters = job.exec.meta.parameters.clone();
+        // As Triton, the steps get the ensemble request's parameters, with its priority, timeout and
+        // sequence fields.
+        parameters.extend(step_parameters(&job.control));
+        // A step waits for nothing the ensemble's own callers do not, plus the ensemble itself.
+        let callers = job.exec.meta.callers.iter().cloned().chain([shared.me.clone()]).collect();
+        let answer = match &job.exec.responder {
+            Some(sender) => Answer::Stream(sender.clone(), false),
+            None => Answer::Once(None),
+        };
+        Ok(Pass {
+            shared,
+            job,
+            run,
+            tensors,
+            steps: SelectAll::new(),
+            parameters,
+            callers,
+            failure: None,
+            timings: ExecTimings::default(),
+            answer,
+        })
     }
 
-    /// Provides the request's inputs to `run`, keeping those a step reads, and marks the optional
-    /// ensemble inputs the request left out as absent, so the steps go without them.
-    fn provide_inputs(&self, job: &Job, run: &mut Run<'_>) -> Tensors {
-        let mut tensors: Tensors = HashMap::new();
-        let input_batch = if self.batching { i64::from(job.batch_size) } else { 0 };
-        for t in &job.exec.inputs {
-            if run.provide(&t.name) {
-                tensors.insert(t.name.clone(), (t.clone(), input_batch));
+    /// Starts the steps that have all their inputs.
+    fn start_ready(&mut self) {
+        for (index, it) in self.run.ready_steps() {
+            let (req, batch) = self.step_request(index, it);
+            self.steps.push(self.shared.step_events(index, it, batch, req));
+        }
+    }
+
+    /// Takes in one event of a running step; returns the iteration its outputs went to, if any.
+    fn on_event(&mut self, event: StepEvent) -> Option<Iteration> {
+        if event.last {
+            self.run.complete(event.step, event.it);
+        }
+        let item = match event.item? {
+            Ok(item) => item,
+            Err(e) => {
+                self.fail(e);
+                return None;
+            }
+        };
+        let t = &item.timings;
+        self.timings.compute_input_ns += t.compute_input_ns;
+        self.timings.compute_infer_ns += t.compute_infer_ns;
+        self.timings.compute_output_ns += t.compute_output_ns;
+        if let Some(e) = item.error {
+            self.fail(e);
+            return None;
+        }
+        if self.failure.is_some() || item.empty {
+            return None;
+        }
+        // Each response of a decoupled step flows on through the graph on its own.
+        let it = if self.shared.models[event.step].decoupled { self.run.new_iteration() } else { event.it };
+        self.store_outputs(event.step, event.batch, item.outputs, it);
+        Some(it)
+    }
+
+    /// Records the request's first failure; a decoupled ensemble sends it at once, as Triton does.
+    fn fail(&mut self, e: Error) {
+        if self.failure.is_some() {
+            return;
+        }
+        let e = Error::new(e.kind, format!("in ensemble '{}', {}", self.shared.graph.name(), e.message));
+        if let Answer::Stream(sender, _) = &self.answer {
+            sender.send(Err(e.clone()));
+        }
+        self.failure = Some(e);
+    }
+
+    /// Answers with the requested outputs of iteration `it` when they are all there.
+    fn answer_if_ready(&mut self, it: Iteration) {
+        if !self.run.outputs_ready(it) {
+            return;
+        }
+        let outputs = match self.take_outputs(it) {
+            Ok(o) => o,
+            Err(e) => {
+                // Already prefixed; not a step's error.
+                self.failure.get_or_insert(e.clone());
+                if let Answer::Stream(sender, _) = &self.answer {
+                    sender.send(Err(e));
+                }
+                return;
+            }
+        };
+        let is_final = self.run.running() == 0;
+        match &mut self.answer {
+            Answer::Stream(sender, sent_final) => {
+                sender.send(Ok(DecoupledResponse { outputs, is_final, ..Default::default() }));
+                *sent_final |= is_final;
+            }
+            Answer::Once(slot) => {
+                slot.get_or_insert(outputs);
             }
         }
-        for input in self.graph.inputs() {
-            run.provide(input);
-        }
-        tensors
     }
 
-    /// The request to the composing model of ready step `index`, its inputs taken from `tensors` (and
-    /// shaped for that model), and the batch size it runs with (0 when that model does not batch).
-    /// Drops the tensors no other step or output reads any more.
-    fn step_request(
-        &self,
-        index: usize,
-        run: &mut Run<'_>,
-        tensors: &mut Tensors,
-        parameters: &Parameters,
-        callers: &crate::model_api::types::CallChain,
-    ) -> (InferRequest, i64) {
-        let step = &self.graph.steps()[index];
-        let model = &self.models[index];
+    /// The request's end, once no step runs: the scheduler's reply. A decoupled ensemble that has not
+    /// sent its final flag sends it alone; any other ensemble without an answer is deadlocked.
+    fn finish(self) -> Result<ExecResult> {
+        if let Some(e) = self.failure {
+            return Err(e);
+        }
+        let outputs = match self.answer {
+            Answer::Stream(sender, sent_final) => {
+                if !sent_final {
+                    sender.send(Ok(DecoupledResponse { is_final: true, empty: true, ..Default::default() }));
+                }
+                Vec::new()
+            }
+            Answer::Once(Some(outputs)) => outputs,
+            Answer::Once(None) => {
+                return Err(Error::invalid(format!(
+                    "in ensemble '{}', unexpected deadlock, at least one output is not set while no more ensemble \
+                     steps can be made",
+                    self.shared.graph.name()
+                )))
+            }
+        };
+        Ok(ExecResult { outputs, timings: self.timings, parameters: Default::default() })
+    }
+
+    /// The request to the composing model of step `index`, ready in iteration `it`, its inputs taken
+    /// from that iteration's tensors (and shaped for that model), and the batch size it runs with (0
+    /// when that model does not batch). Drops the tensors no other step or output reads any more.
+    fn step_request(&mut self, index: usize, it: Iteration) -> (InferRequest, i64) {
+        let step = &self.shared.graph.steps()[index];
+        let model = &self.shared.models[index];
         let mut inputs = Vec::with_capacity(step.inputs.len());
         for (input, tensor) in &step.inputs {
-            if let Some((t, batch)) = tensors.get(tensor) {
+            if let Some((t, batch)) = self.tensors.get(&(tensor.clone(), it)) {
                 // A clone shares the buffer: no tensor data is copied between steps.
                 let mut t = t.clone();
                 t.name = input.clone();
@@ -286,56 +456,103 @@ impl Shared {
                 inputs.push(t);
             }
         }
-        for gone in run.consume_inputs(index) {
-            tensors.remove(&gone);
+        for gone in self.run.consume_inputs(index, it) {
+            self.tensors.remove(&(gone, it));
         }
         let batch = if model.batching { inputs.first().and_then(|t| t.shape.first()).copied().unwrap_or(1) } else { 0 };
         let req = InferRequest {
             model_name: step.model.clone(),
             model_version: step.version,
-            id: String::new(),
+            id: self.job.exec.meta.id.clone(),
             inputs,
             outputs: step
                 .outputs
                 .iter()
                 .map(|(o, _)| RequestedOutput { name: o.clone(), ..Default::default() })
                 .collect(),
-            parameters: parameters.clone(),
-            callers: callers.clone(),
+            parameters: self.parameters.clone(),
+            callers: self.callers.clone(),
         };
         (req, batch)
     }
 
-    /// Provides the outputs of finished step `index` (run with `batch`) to `run` under their ensemble
-    /// names, keeping those something reads.
-    fn store_outputs(&self, index: usize, batch: i64, outputs: Vec<Tensor>, run: &mut Run<'_>, tensors: &mut Tensors) {
+    /// Provides the outputs of a response of step `index` (run with `batch`) to iteration `it` under
+    /// their ensemble names, keeping those something reads.
+    fn store_outputs(&mut self, index: usize, batch: i64, outputs: Vec<Tensor>, it: Iteration) {
         let mut produced: HashMap<String, Tensor> = outputs.into_iter().map(|t| (t.name.clone(), t)).collect();
-        for (output, tensor) in &self.graph.steps()[index].outputs {
+        for (output, tensor) in &self.shared.graph.steps()[index].outputs {
             // An output the model did not return counts as absent (an optional input downstream).
             let data = produced.remove(output);
-            if run.provide(tensor) {
+            if self.run.provide(tensor, it) {
                 if let Some(mut t) = data {
                     t.name = tensor.clone();
-                    tensors.insert(tensor.clone(), (t, batch));
+                    self.tensors.insert((tensor.clone(), it), (t, batch));
                 }
             }
         }
     }
 
-    /// The outputs the request asked for, in its order, each shaped as the ensemble's configuration says.
-    fn take_outputs(&self, job: &Job, mut tensors: Tensors) -> Result<Vec<Tensor>> {
-        let name = self.graph.name();
-        let mut outputs = Vec::with_capacity(job.exec.outputs.len());
-        for o in &job.exec.outputs {
-            let (mut t, batch) = tensors.remove(o).ok_or_else(|| {
+    /// The outputs the request asked for from iteration `it`, in its order, each shaped as the
+    /// ensemble's configuration says.
+    fn take_outputs(&mut self, it: Iteration) -> Result<Vec<Tensor>> {
+        let name = self.shared.graph.name();
+        let mut outputs = Vec::with_capacity(self.job.exec.outputs.len());
+        for o in &self.job.exec.outputs {
+            let (mut t, batch) = self.tensors.get(&(o.clone(), it)).cloned().ok_or_else(|| {
                 Error::internal(format!("in ensemble '{name}', the composing models did not produce output '{o}'"))
             })?;
-            if let Some(dims) = self.output_dims.get(o) {
-                t.shape = adapt_shape(dims, self.batching, batch, &t.shape);
+            if let Some(dims) = self.shared.output_dims.get(o) {
+                t.shape = adapt_shape(dims, self.shared.batching, batch, &t.shape);
             }
             outputs.push(t);
         }
+        for done in self.run.take_outputs(it) {
+            self.tensors.remove(&(done, it));
+        }
         Ok(outputs)
+    }
+}
+
+impl Shared {
+    /// Provides the request's inputs to `run` (iteration 0), keeping those a step reads, and marks the
+    /// optional ensemble inputs the request left out as absent, so the steps go without them.
+    fn provide_inputs(&self, job: &Job, run: &mut Run<'_>) -> Tensors {
+        let mut tensors: Tensors = HashMap::new();
+        let input_batch = if self.batching { i64::from(job.batch_size) } else { 0 };
+        for t in &job.exec.inputs {
+            if run.provide(&t.name, 0) {
+                tensors.insert((t.name.clone(), 0), (t.clone(), input_batch));
+            }
+        }
+        for input in self.graph.inputs() {
+            run.provide(input, 0);
+        }
+        tensors
+    }
+
+    /// Runs the request of step `index` (in iteration `it`, with `batch`) and hands out its events: the
+    /// one answer of a model that is not decoupled, or each response of a decoupled one as it comes.
+    fn step_events(&self, index: usize, it: Iteration, batch: i64, req: InferRequest) -> BoxStream<'static, StepEvent> {
+        let items: BoxStream<'static, Result<StepItem>> = if self.models[index].decoupled {
+            futures_util::stream::once(self.runner.run_stream(req))
+                .flat_map(|started| match started {
+                    Ok(responses) => responses.map(|r| r.map(StepItem::from_stream)).boxed(),
+                    Err(e) => futures_util::stream::iter([Err(e)]).boxed(),
+                })
+                .boxed()
+        } else {
+            futures_util::stream::once(self.runner.run(req)).map(|r| r.map(StepItem::from_exec)).boxed()
+        };
+        let event = move |item, last| StepEvent { step: index, it, batch, item, last };
+        futures_util::stream::unfold(Some(items), move |items| async move {
+            let mut items = items?;
+            Some(match items.next().await {
+                Some(Ok(item)) if item.is_final => (event(Some(Ok(item)), true), None),
+                Some(item) => (event(Some(item), false), Some(items)),
+                None => (event(None, true), None),
+            })
+        })
+        .boxed()
     }
 }
 

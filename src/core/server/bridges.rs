@@ -24,6 +24,17 @@ impl StepRunner for StepsThroughServer {
             Ok(ExecResult { outputs: response.outputs, timings, parameters: response.parameters })
         })
     }
+
+    fn run_stream(
+        &self,
+        req: InferRequest,
+    ) -> futures_util::future::BoxFuture<'static, Result<BoxStream<'static, Result<StreamResponse>>>> {
+        let inner = self.0.upgrade();
+        Box::pin(async move {
+            let inner = inner.ok_or_else(|| Error::unavailable("the server is shutting down"))?;
+            Server { inner }.infer_stream(req).await
+        })
+    }
 }
 
 /// What backends ask of the server (Python BLS, model control), through a weak handle.

@@ -236,6 +236,43 @@ impl EnsembleGraph {
         self.check_places(uses)
     }
 
+    /// Checks the ensemble's decoupled steps (`decoupled[i]`: whether step `i`'s model is decoupled) as
+    /// Triton does, and says whether the ensemble is decoupled (it is when any step is). Each response
+    /// of a decoupled step flows on through the steps after it, so a step may not read tensors that
+    /// come from different decoupled steps (or from one and from the request's own tensors): Triton
+    /// could not tell which responses go together. The same holds for the ensemble's outputs.
+    pub fn check_decoupled(&self, decoupled: &[bool]) -> Result<bool> {
+        // Where each tensor's data comes from: 0 for the request's tensors, else a decoupled step's
+        // number plus one, passed on by the steps that are not decoupled.
+        let mut origin: HashMap<&str, usize> = self.inputs.iter().map(|t| (t.as_str(), 0)).collect();
+        let mixed = |tensors: &[&str], origin: &HashMap<&str, usize>| -> Option<usize> {
+            let mut found = tensors.iter().filter_map(|t| origin.get(t).copied());
+            let first = found.next().unwrap_or(0);
+            found.all(|o| o == first).then_some(first)
+        };
+        for &i in &self.order {
+            let step = &self.steps[i];
+            let Some(from) = mixed(&read_tensors(step), &origin) else {
+                return Err(invalid(
+                    &self.name,
+                    format!("{} receives inputs originated from different decoupled models", describe(i, step)),
+                ));
+            };
+            let out = if decoupled.get(i).copied().unwrap_or(false) { i + 1 } else { from };
+            for (_, tensor) in &step.outputs {
+                origin.insert(tensor, out);
+            }
+        }
+        let outputs: Vec<&str> = self.outputs.iter().map(String::as_str).collect();
+        if mixed(&outputs, &origin).is_none() {
+            return Err(invalid(
+                &self.name,
+                "the ensemble's outputs originated from different decoupled models".into(),
+            ));
+        }
+        Ok(decoupled.iter().any(|&d| d))
+    }
+
     /// Checks step `i` against its model's configuration (the batch size it allows, every mapped input
     /// and output exists, every required input is mapped) and adds the places of its tensors to `uses`.
     fn add_step_places<'a>(
@@ -501,35 +538,35 @@ pub fn adapt_shape(config_dims: &[i64], config_batching: bool, tensor_batch: i64
     shape.to_vec()
 }
 
-/// Where a step is in one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StepState {
-    /// Not started: some input is missing, or the request does not need it.
-    Waiting,
-    /// Handed out by [`Run::ready_steps`] and not yet completed.
-    Running,
-    /// Completed (successfully or not).
-    Done,
-}
+/// Which response of a decoupled step a tensor comes from. The request's own tensors, and what steps
+/// make from them, are iteration 0; each response of a decoupled step starts a new iteration, which
+/// the steps after it keep: they run once per iteration, as in Triton, where each response of a
+/// decoupled step flows on through the rest of the graph.
+pub type Iteration = u64;
 
-/// The state of one ensemble request: which tensors exist, which steps ran, and which steps are
-/// needed at all (only those leading to a requested output run, as in Triton).
+/// The state of one ensemble request: which tensors exist in which iteration, which steps ran, and
+/// which steps are needed at all (only those leading to a requested output run, as in Triton).
 #[derive(Debug)]
 pub struct Run<'g> {
     /// The ensemble's data flow.
     graph: &'g EnsembleGraph,
     /// Per step: whether a requested output depends on it.
     needed: Vec<bool>,
-    /// Per step: distinct input tensors not yet available.
-    missing: Vec<usize>,
-    /// Per step: where it is.
-    state: Vec<StepState>,
-    /// Tensors produced (or given) so far, including ones that are absent (optional and not sent).
-    available: HashSet<String>,
-    /// Tensor → reads still to come: needed steps not yet started, plus one for a requested output.
-    uses: HashMap<String, usize>,
+    /// Tensor → reads it gets in each iteration: the needed steps reading it, plus one when requested.
+    reads: HashMap<String, usize>,
+    /// Tensors produced (or given, or known to be absent) in an iteration that something will still
+    /// read, with the reads to come.
+    live: HashMap<(String, Iteration), usize>,
+    /// Steps to look at in an iteration because one of their inputs arrived there.
+    candidates: BTreeSet<(Iteration, usize)>,
+    /// Steps started, in the iteration they run in.
+    started: HashSet<(usize, Iteration)>,
+    /// Steps started and not yet completed.
+    running: usize,
     /// The outputs the request asked for.
     requested: Vec<String>,
+    /// The last iteration handed out.
+    last_iteration: Iteration,
 }
 
 impl<'g> Run<'g> {
@@ -553,79 +590,113 @@ impl<'g> Run<'g> {
                 }
             }
         }
-        let mut uses: HashMap<String, usize> = HashMap::new();
+        let mut reads: HashMap<String, usize> = HashMap::new();
         for step in graph.steps.iter().zip(&needed).filter(|(_, n)| **n).map(|(s, _)| s) {
             for t in read_tensors(step) {
-                *uses.entry(t.to_string()).or_default() += 1;
+                *reads.entry(t.to_string()).or_default() += 1;
             }
         }
         for r in requested {
-            *uses.entry(r.clone()).or_default() += 1;
+            *reads.entry(r.clone()).or_default() += 1;
         }
         Ok(Run {
             graph,
-            missing: graph.steps.iter().map(|s| read_tensors(s).len()).collect(),
             needed,
-            state: vec![StepState::Waiting; n],
-            available: HashSet::new(),
-            uses,
+            reads,
+            live: HashMap::new(),
+            candidates: BTreeSet::new(),
+            started: HashSet::new(),
+            running: 0,
             requested: requested.to_vec(),
+            last_iteration: 0,
         })
     }
 
-    /// Records that `tensor` exists now (or is known to be absent). Returns whether anything will read
-    /// it, i.e. whether the caller should keep the data.
-    pub fn provide(&mut self, tensor: &str) -> bool {
-        if self.available.insert(tensor.to_string()) {
+    /// A new iteration, for a response of a decoupled step.
+    pub fn new_iteration(&mut self) -> Iteration {
+        self.last_iteration += 1;
+        self.last_iteration
+    }
+
+    /// Records that `tensor` exists now in iteration `it` (or is known to be absent there). Returns
+    /// whether anything will read it, i.e. whether the caller should keep the data.
+    pub fn provide(&mut self, tensor: &str, it: Iteration) -> bool {
+        let reads = self.reads.get(tensor).copied().unwrap_or(0);
+        if reads == 0 {
+            return false;
+        }
+        let key = (tensor.to_string(), it);
+        if let std::collections::hash_map::Entry::Vacant(e) = self.live.entry(key) {
+            e.insert(reads);
             for &c in self.graph.consumers.get(tensor).map(Vec::as_slice).unwrap_or(&[]) {
-                self.missing[c] = self.missing[c].saturating_sub(1);
-            }
-        }
-        self.uses.get(tensor).is_some_and(|&n| n > 0)
-    }
-
-    /// The needed steps whose inputs are all available and that have not started; they count as
-    /// running from now on. Lowest index first.
-    pub fn ready_steps(&mut self) -> Vec<usize> {
-        let ready: Vec<usize> = (0..self.state.len())
-            .filter(|&i| self.needed[i] && self.state[i] == StepState::Waiting && self.missing[i] == 0)
-            .collect();
-        for &i in &ready {
-            self.state[i] = StepState::Running;
-        }
-        ready
-    }
-
-    /// Counts the reads of a started step's inputs; returns the tensors nobody will read any more, so
-    /// the caller can drop them early.
-    pub fn consume_inputs(&mut self, step: usize) -> Vec<String> {
-        let mut done = Vec::new();
-        for t in read_tensors(&self.graph.steps[step]) {
-            if let Some(n) = self.uses.get_mut(t) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    done.push(t.to_string());
+                if self.needed[c] {
+                    self.candidates.insert((it, c));
                 }
             }
         }
-        done
+        true
     }
 
-    /// Marks a running step as finished; the caller then provides its outputs.
-    pub fn complete(&mut self, step: usize) {
-        if let Some(s) = self.state.get_mut(step) {
-            *s = StepState::Done;
+    /// The needed steps whose inputs are all available in an iteration and that have not started there;
+    /// they count as running from now on. Earliest iteration first, then lowest index.
+    pub fn ready_steps(&mut self) -> Vec<(usize, Iteration)> {
+        let mut ready = Vec::new();
+        for (it, c) in std::mem::take(&mut self.candidates) {
+            let all_in =
+                read_tensors(&self.graph.steps[c]).iter().all(|t| self.live.contains_key(&(t.to_string(), it)));
+            if all_in && self.started.insert((c, it)) {
+                ready.push((c, it));
+            }
+        }
+        self.running += ready.len();
+        ready
+    }
+
+    /// Counts the reads of a started step's inputs; returns the tensors nobody will read any more in
+    /// that iteration, so the caller can drop them early.
+    pub fn consume_inputs(&mut self, step: usize, it: Iteration) -> Vec<String> {
+        let tensors: Vec<String> = read_tensors(&self.graph.steps[step]).into_iter().map(str::to_string).collect();
+        tensors.into_iter().filter(|t| self.read_once(t, it)).collect()
+    }
+
+    /// Counts one read of `tensor` in `it`; true when it was the last.
+    fn read_once(&mut self, tensor: &str, it: Iteration) -> bool {
+        let key = (tensor.to_string(), it);
+        match self.live.get_mut(&key) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                self.live.remove(&key);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Marks a running step as finished (its last response came); the caller then provides its outputs.
+    pub fn complete(&mut self, step: usize, it: Iteration) {
+        if self.started.contains(&(step, it)) {
+            self.running = self.running.saturating_sub(1);
         }
     }
 
     /// Steps handed out and not yet completed.
     pub fn running(&self) -> usize {
-        self.state.iter().filter(|&&s| s == StepState::Running).count()
+        self.running
     }
 
-    /// Whether every requested output is available.
-    pub fn finished(&self) -> bool {
-        self.requested.iter().all(|r| self.available.contains(r))
+    /// Whether every requested output is available in iteration `it`: a response is ready.
+    pub fn outputs_ready(&self, it: Iteration) -> bool {
+        self.requested.iter().all(|r| self.live.contains_key(&(r.clone(), it)))
+    }
+
+    /// Counts the response's read of every requested output in `it`; returns the outputs nothing else
+    /// reads there any more (the caller may move their data instead of sharing it).
+    pub fn take_outputs(&mut self, it: Iteration) -> Vec<String> {
+        let requested = self.requested.clone();
+        requested.into_iter().filter(|r| self.read_once(r, it)).collect()
     }
 
     /// Steps this request runs (for tests and logs).

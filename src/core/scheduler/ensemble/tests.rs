@@ -1,7 +1,7 @@
 use super::*;
 use crate::error::ErrorKind;
 use crate::model_api::types::DataType;
-use crate::model_api::ExecRequest;
+use crate::model_api::{ExecRequest, ResponseSender};
 use crate::model_config::pbtxt::parse_config;
 use crate::proto::inference::ModelConfig;
 use bytes::Bytes;
@@ -56,6 +56,8 @@ struct Seen {
     parameters: Vec<Parameters>,
     /// Callers of each request.
     callers: Vec<crate::model_api::types::CallChain>,
+    /// The id of each request.
+    ids: Vec<String>,
 }
 
 /// Computes the diamond's models in memory. `left` and `right` wait for each other on a barrier, so the
@@ -87,6 +89,7 @@ impl StepRunner for Runner {
                 }
                 seen.parameters.push(req.parameters.clone());
                 seen.callers.push(req.callers.clone());
+                seen.ids.push(req.id.clone());
             }
             if matches!(req.model_name.as_str(), "left" | "right") {
                 fake.barrier.wait().await;
@@ -114,6 +117,11 @@ impl StepRunner for Runner {
             Ok(ExecResult { outputs: vec![t], timings, parameters: Default::default() })
         })
     }
+
+    fn run_stream(&self, req: InferRequest) -> BoxFuture<'static, Result<BoxStream<'static, Result<StreamResponse>>>> {
+        let model = req.model_name;
+        Box::pin(async move { Err(Error::internal(format!("model '{model}' is not decoupled"))) })
+    }
 }
 
 fn scheduler(fake: &Arc<Fake>) -> (EnsembleScheduler, Arc<ModelStats>) {
@@ -122,7 +130,11 @@ fn scheduler(fake: &Arc<Fake>) -> (EnsembleScheduler, Arc<ModelStats>) {
     let models = graph
         .steps()
         .iter()
-        .map(|s| StepModel { batching: true, input_dims: s.inputs.iter().map(|(i, _)| (i.clone(), vec![2])).collect() })
+        .map(|s| StepModel {
+            batching: true,
+            input_dims: s.inputs.iter().map(|(i, _)| (i.clone(), vec![2])).collect(),
+            decoupled: false,
+        })
         .collect();
     let stats = Arc::new(ModelStats::new(cfg.max_batch_size));
     (EnsembleScheduler::start(&cfg, 1, graph, models, Arc::new(Runner(fake.clone())), stats.clone()).unwrap(), stats)
@@ -257,4 +269,212 @@ async fn steps_are_requested_on_behalf_of_the_ensemble_and_its_callers() {
     for c in callers {
         assert_eq!(&*c, &[("outer".to_string(), 3), ("d".to_string(), 1)]);
     }
+}
+
+// ---- decoupled steps -------------------------------------------------------------------------------
+
+/// tok: IN → ids (as is); gen (decoupled): ids → one response per value, `ID` = [value]; det: ID → OUT
+/// (times ten).
+const STREAMED: &str = r#"
+name: "s" platform: "ensemble" max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "tok" model_version: -1 input_map { key: "I" value: "IN" } output_map { key: "O" value: "ids" } },
+  { model_name: "gen" model_version: -1 input_map { key: "I" value: "ids" } output_map { key: "ID" value: "id" } },
+  { model_name: "det" model_version: -1 input_map { key: "ID" value: "id" } output_map { key: "O" value: "OUT" } }
+] }
+"#;
+
+/// How the fake decoupled `gen` ends its request.
+#[derive(Clone, Copy, PartialEq)]
+enum GenEnd {
+    /// The final flag on the last response.
+    WithLast,
+    /// The final flag alone, after the last response.
+    Alone,
+    /// An error response instead of the second value.
+    ErrorAtSecond,
+}
+
+struct StreamingRunner(GenEnd);
+
+fn stream_response(model: &str, outputs: Vec<Tensor>, is_final: bool, error: Option<Error>) -> Result<StreamResponse> {
+    let response = crate::model_api::types::InferResponse {
+        model_name: model.to_string(),
+        model_version: 1,
+        id: String::new(),
+        outputs,
+        parameters: Parameters::new(),
+    };
+    Ok(StreamResponse { response, is_final, empty: false, error })
+}
+
+impl StepRunner for StreamingRunner {
+    fn run(&self, req: InferRequest) -> BoxFuture<'static, Result<ExecResult>> {
+        Box::pin(async move {
+            let v = floats(&req.inputs[0]);
+            let out = match req.model_name.as_str() {
+                "tok" => tensor("O", req.inputs[0].shape.clone(), &v),
+                "det" => tensor("O", vec![1], &[v[0] * 10.0]),
+                other => panic!("unexpected model {other}"),
+            };
+            Ok(ExecResult { outputs: vec![out], ..Default::default() })
+        })
+    }
+
+    fn run_stream(&self, req: InferRequest) -> BoxFuture<'static, Result<BoxStream<'static, Result<StreamResponse>>>> {
+        let end = self.0;
+        Box::pin(async move {
+            assert_eq!(req.model_name, "gen");
+            let values = floats(&req.inputs[0]);
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(async move {
+                for (k, v) in values.iter().enumerate() {
+                    // Apart, so that `det` has answered each value before the next one comes.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let last = k + 1 == values.len() && end == GenEnd::WithLast;
+                    let item = if k == 1 && end == GenEnd::ErrorAtSecond {
+                        stream_response("gen", vec![], false, Some(Error::invalid("gen: no second value")))
+                    } else {
+                        stream_response("gen", vec![tensor("ID", vec![1], &[*v])], last, None)
+                    };
+                    let _ = tx.send(item);
+                }
+                if end != GenEnd::WithLast || values.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let mut empty = stream_response("gen", vec![], true, None);
+                    if let Ok(r) = empty.as_mut() {
+                        r.empty = true;
+                    }
+                    let _ = tx.send(empty);
+                }
+            });
+            Ok(tokio_stream_of(rx))
+        })
+    }
+}
+
+fn tokio_stream_of(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Result<StreamResponse>>,
+) -> BoxStream<'static, Result<StreamResponse>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+}
+
+fn streaming_scheduler(end: GenEnd) -> (EnsembleScheduler, Arc<ModelStats>) {
+    let cfg: ModelConfig = parse_config(STREAMED, "config.pbtxt").unwrap();
+    let graph = graph::EnsembleGraph::from_config(&cfg).unwrap();
+    let models =
+        graph.steps().iter().map(|s| StepModel { decoupled: s.model == "gen", ..Default::default() }).collect();
+    let stats = Arc::new(ModelStats::new(0));
+    (EnsembleScheduler::start(&cfg, 1, graph, models, Arc::new(StreamingRunner(end)), stats.clone()).unwrap(), stats)
+}
+
+/// What a decoupled ensemble sends for IN = `values`: (OUT values, final) per response, or the error.
+async fn streamed(end: GenEnd, values: &[f32]) -> Vec<std::result::Result<(Vec<f32>, bool), String>> {
+    let (s, _) = streaming_scheduler(end);
+    let (responder, mut responses) = ResponseSender::channel();
+    let (tx, rx) = oneshot::channel();
+    let job = Job {
+        exec: ExecRequest {
+            inputs: vec![tensor("IN", vec![values.len() as i64], values)],
+            outputs: vec!["OUT".into()],
+            responder: Some(responder),
+            ..Default::default()
+        },
+        batch_size: 1,
+        enqueued: Instant::now(),
+        control: RequestControl::default(),
+        reply: tx,
+        span: tracing::Span::none(),
+    };
+    s.submit(job).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), rx).await.expect("the ensemble finished in time").unwrap().ok();
+    let mut got = Vec::new();
+    while let Ok(item) = responses.try_recv() {
+        got.push(item.map(|r| (r.outputs.first().map(floats).unwrap_or_default(), r.is_final)).map_err(|e| e.message));
+    }
+    assert_eq!(s.running().load(Ordering::SeqCst), 0);
+    got
+}
+
+#[tokio::test]
+async fn each_response_of_a_decoupled_step_flows_through_the_rest() {
+    assert_eq!(
+        streamed(GenEnd::WithLast, &[1.0, 2.0, 3.0]).await,
+        vec![Ok((vec![10.0], false)), Ok((vec![20.0], false)), Ok((vec![30.0], true))],
+        "the last response is final: nothing runs any more when it goes out"
+    );
+}
+
+#[tokio::test]
+async fn a_final_flag_alone_ends_the_stream_with_an_empty_response() {
+    assert_eq!(
+        streamed(GenEnd::Alone, &[1.0, 2.0]).await,
+        vec![Ok((vec![10.0], false)), Ok((vec![20.0], false)), Ok((vec![], true))]
+    );
+    assert_eq!(streamed(GenEnd::WithLast, &[]).await, vec![Ok((vec![], true))], "no response at all");
+}
+
+#[tokio::test]
+async fn an_error_response_of_a_decoupled_step_ends_the_ensemble_request() {
+    assert_eq!(
+        streamed(GenEnd::ErrorAtSecond, &[1.0, 2.0, 3.0]).await,
+        vec![Ok((vec![10.0], false)), Err("in ensemble 's', gen: no second value".to_string())],
+        "nothing follows the error"
+    );
+}
+
+#[tokio::test]
+async fn a_decoupled_ensemble_counts_one_request_per_stream() {
+    let (s, stats) = streaming_scheduler(GenEnd::WithLast);
+    let (responder, _responses) = ResponseSender::channel();
+    let (tx, rx) = oneshot::channel();
+    let job = Job {
+        exec: ExecRequest {
+            inputs: vec![tensor("IN", vec![2], &[1.0, 2.0])],
+            outputs: vec!["OUT".into()],
+            responder: Some(responder),
+            ..Default::default()
+        },
+        batch_size: 1,
+        enqueued: Instant::now(),
+        control: RequestControl::default(),
+        reply: tx,
+        span: tracing::Span::none(),
+    };
+    s.submit(job).unwrap();
+    let done = tokio::time::timeout(Duration::from_secs(10), rx).await.unwrap().unwrap().unwrap();
+    assert!(done.outputs.is_empty(), "the responses went to the stream");
+    assert_eq!(stats.snapshot().execution_count, 1);
+}
+
+#[tokio::test]
+async fn steps_get_the_ensemble_request_id_and_parameters() {
+    let fake = Fake::new(None);
+    let (s, _) = scheduler(&fake);
+    let (tx, rx) = oneshot::channel();
+    let mut parameters = Parameters::new();
+    parameters.insert("temperature".into(), ParamValue::String("0.5".into()));
+    let meta = crate::model_api::RequestMeta { id: "req-9".into(), parameters, ..Default::default() };
+    let job = Job {
+        exec: ExecRequest {
+            inputs: vec![tensor("IN", vec![2, 2], &[1.0, 2.0, 3.0, 4.0])],
+            outputs: vec!["SIDE".into()],
+            meta: Arc::new(meta),
+            ..Default::default()
+        },
+        batch_size: 2,
+        enqueued: Instant::now(),
+        control: RequestControl { priority: 1, ..Default::default() },
+        reply: tx,
+        span: tracing::Span::none(),
+    };
+    s.submit(job).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), rx).await.unwrap().unwrap().unwrap();
+    let seen = fake.seen.lock();
+    assert_eq!(seen.ids, vec!["req-9".to_string()]);
+    let p = &seen.parameters[0];
+    assert_eq!(p.get("temperature"), Some(&ParamValue::String("0.5".into())));
+    assert_eq!(p.get("priority"), Some(&ParamValue::Uint(1)));
 }

@@ -166,33 +166,37 @@ fn independent_steps_are_ready_together() {
     let g = diamond();
     let mut run = Run::new(&g, &["OUT".to_string(), "SIDE".to_string()]).unwrap();
     assert!(run.ready_steps().is_empty());
-    assert!(run.provide("IN"));
+    assert!(run.provide("IN", 0));
     // `pre` and `side` both only read IN.
-    assert_eq!(run.ready_steps(), vec![0, 4]);
-    assert_eq!(run.consume_inputs(0), Vec::<String>::new());
-    assert_eq!(run.consume_inputs(4), vec!["IN".to_string()], "IN is released once both readers started");
+    assert_eq!(run.ready_steps(), vec![(0, 0), (4, 0)]);
+    assert_eq!(run.consume_inputs(0, 0), Vec::<String>::new());
+    assert_eq!(run.consume_inputs(4, 0), vec!["IN".to_string()], "IN is released once both readers started");
     assert_eq!(run.running(), 2);
-    run.complete(0);
-    assert!(run.provide("x"));
+    run.complete(0, 0);
+    assert!(run.provide("x", 0));
     // left and right run concurrently; join waits for both.
-    assert_eq!(run.ready_steps(), vec![1, 2]);
+    assert_eq!(run.ready_steps(), vec![(1, 0), (2, 0)]);
     assert!(run.ready_steps().is_empty(), "a step is handed out once");
-    assert!(run.consume_inputs(1).is_empty());
-    assert_eq!(run.consume_inputs(2), vec!["x".to_string()]);
-    run.complete(1);
-    assert!(run.provide("l"));
+    assert!(run.consume_inputs(1, 0).is_empty());
+    assert_eq!(run.consume_inputs(2, 0), vec!["x".to_string()]);
+    run.complete(1, 0);
+    assert!(run.provide("l", 0));
     assert!(run.ready_steps().is_empty());
-    run.complete(2);
-    assert!(run.provide("r"));
-    assert_eq!(run.ready_steps(), vec![3]);
-    run.consume_inputs(3);
-    run.complete(3);
-    assert!(run.provide("OUT"), "a requested output is kept");
-    assert!(!run.finished());
-    run.complete(4);
-    run.provide("SIDE");
-    assert!(run.finished());
+    run.complete(2, 0);
+    assert!(run.provide("r", 0));
+    assert_eq!(run.ready_steps(), vec![(3, 0)]);
+    run.consume_inputs(3, 0);
+    run.complete(3, 0);
+    assert!(run.provide("OUT", 0), "a requested output is kept");
+    assert!(!run.outputs_ready(0));
+    run.complete(4, 0);
+    run.provide("SIDE", 0);
+    assert!(run.outputs_ready(0));
     assert_eq!(run.running(), 0);
+    let mut taken = run.take_outputs(0);
+    taken.sort();
+    assert_eq!(taken, vec!["OUT".to_string(), "SIDE".to_string()]);
+    assert!(!run.outputs_ready(0), "a response takes its outputs");
 }
 
 #[test]
@@ -202,8 +206,8 @@ fn steps_leading_only_to_unrequested_outputs_are_pruned() {
     assert_eq!(run.needed_steps(), vec![4]);
     let mut run = Run::new(&g, &["OUT".to_string()]).unwrap();
     assert_eq!(run.needed_steps(), vec![0, 1, 2, 3]);
-    run.provide("IN");
-    assert_eq!(run.ready_steps(), vec![0]);
+    run.provide("IN", 0);
+    assert_eq!(run.ready_steps(), vec![(0, 0)]);
     assert!(Run::new(&g, &["x".to_string()]).is_err(), "an intermediate tensor is not an output");
 }
 
@@ -211,8 +215,74 @@ fn steps_leading_only_to_unrequested_outputs_are_pruned() {
 fn a_tensor_nobody_reads_is_not_kept() {
     let g = diamond();
     let mut run = Run::new(&g, &["SIDE".to_string()]).unwrap();
-    assert!(run.provide("IN"));
-    assert!(!run.provide("OUT"), "OUT was not requested");
+    assert!(run.provide("IN", 0));
+    assert!(!run.provide("OUT", 0), "OUT was not requested");
+}
+
+#[test]
+fn each_iteration_runs_the_steps_after_it_once() {
+    // As if `pre` were decoupled: its responses are iterations 1 and 2, and the steps after it run in each.
+    let g = diamond();
+    let mut run = Run::new(&g, &["OUT".to_string()]).unwrap();
+    run.provide("IN", 0);
+    assert_eq!(run.ready_steps(), vec![(0, 0)]);
+    run.consume_inputs(0, 0);
+    let (first, second) = (run.new_iteration(), run.new_iteration());
+    assert_eq!((first, second), (1, 2));
+    run.provide("x", second);
+    run.provide("x", first);
+    assert_eq!(run.ready_steps(), vec![(1, 1), (2, 1), (1, 2), (2, 2)], "earliest iteration first");
+    for it in [1, 2] {
+        run.consume_inputs(1, it);
+        assert_eq!(run.consume_inputs(2, it), vec!["x".to_string()]);
+    }
+    run.complete(0, 0);
+    assert_eq!(run.running(), 4);
+    for s in [1, 2] {
+        run.complete(s, 2);
+    }
+    run.provide("l", 2);
+    run.provide("r", 2);
+    run.provide("l", 1);
+    assert_eq!(run.ready_steps(), vec![(3, 2)], "join waits for both of its inputs in the same iteration");
+    run.complete(3, 2);
+    run.provide("OUT", 2);
+    assert!(run.outputs_ready(2) && !run.outputs_ready(1));
+    assert_eq!(run.running(), 2);
+}
+
+#[test]
+fn a_step_is_not_started_twice_in_one_iteration() {
+    let g = diamond();
+    let mut run = Run::new(&g, &["OUT".to_string(), "SIDE".to_string()]).unwrap();
+    run.provide("IN", 0);
+    run.provide("IN", 0);
+    assert_eq!(run.ready_steps(), vec![(0, 0), (4, 0)]);
+    run.provide("IN", 0);
+    assert!(run.ready_steps().is_empty());
+    // A step that was never started does not count when it completes.
+    run.complete(1, 0);
+    assert_eq!(run.running(), 2);
+}
+
+fn models_decoupled(flags: &[bool]) -> std::result::Result<bool, String> {
+    diamond().check_decoupled(flags).map_err(|e| e.message)
+}
+
+#[test]
+fn an_ensemble_with_a_decoupled_step_is_decoupled() {
+    assert_eq!(models_decoupled(&[false; 5]), Ok(false));
+    // pre is decoupled: everything after it comes from its responses; SIDE comes from the request itself.
+    let e = models_decoupled(&[true, false, false, false, false]).unwrap_err();
+    assert_eq!(e, "ensemble 'd': the ensemble's outputs originated from different decoupled models");
+    // left is decoupled, right is not: join cannot tell which of left's responses go with right's answer.
+    let e = models_decoupled(&[false, true, false, false, false]).unwrap_err();
+    assert_eq!(e, "ensemble 'd': step 3 (model 'join') receives inputs originated from different decoupled models");
+    // Only one output path goes through a decoupled step: still mixed at the outputs.
+    assert!(models_decoupled(&[false, false, false, true, false]).is_err());
+    let chain = EnsembleGraph::from_config(&chain()).unwrap();
+    assert_eq!(chain.check_decoupled(&[false, true]).map_err(|e| e.message), Ok(true));
+    assert_eq!(chain.check_decoupled(&[true, true]).map_err(|e| e.message), Ok(true));
 }
 
 #[test]
