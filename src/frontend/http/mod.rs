@@ -1,7 +1,8 @@
 //! HTTP/REST front-end (axum): KServe v2 plus Triton's extensions (binary tensor data, classification,
-//! model repository, configuration, statistics, trace, logging, system and CUDA shared memory).
+//! model repository, configuration, statistics, trace, logging, system and CUDA shared memory, generate).
 
 mod deepstack;
+mod generate;
 mod shm_api;
 
 use crate::core::server::parse_version;
@@ -105,7 +106,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/v2/models/{name}/trace/setting", get(trace_get_model).post(trace_post_model))
         .route("/v1/vision/detection", deepstack::detection(state.max_body))
         .route("/v1/vision/custom/{model}", deepstack::custom(state.max_body));
-    let router = shm_api::routes(router).fallback(not_found).method_not_allowed_fallback(method_not_allowed);
+    let router =
+        generate::routes(shm_api::routes(router)).fallback(not_found).method_not_allowed_fallback(method_not_allowed);
     let state = Arc::new(state);
     let router = if state.restricted.is_empty() {
         router
