@@ -208,10 +208,11 @@ def main():
                 print(f"round {round_ + 1} {name:12s} {r['responses_s']:9.0f} responses/s "
                       f"{r['requests_s']:7.1f} requests/s  TTFE p50 {r['ttfe_p50']:6.2f} ms  "
                       f"p99 {r['ttfe_p99']:6.2f} ms", flush=True)
-    # Each server's median round (by throughput), so one disturbed round does not decide the ratio.
+    # Each server's median round by throughput (of two, the slower), so one disturbed round does not
+    # decide the ratio.
     best = {n: sorted(rs, key=lambda r: r["responses_s"])[(len(rs) - 1) // 2] for n, rs in results.items()}
     print(f"\n/generate_stream, concurrency {CONCURRENCY}, {RESPONSES} responses a request, "
-          f"{SECONDS:g} s per round, {ROUNDS} rounds (median round):")
+          f"{SECONDS:g} s per round, {ROUNDS} rounds (each server's median round; of two, the slower):")
     print(f"{'server':14s}{'responses/s':>13s}{'requests/s':>12s}{'TTFE p50 ms':>13s}{'TTFE p99 ms':>13s}")
     for n, r in best.items():
         print(f"{n:14s}{r['responses_s']:13.0f}{r['requests_s']:12.1f}{r['ttfe_p50']:13.2f}{r['ttfe_p99']:13.2f}")
