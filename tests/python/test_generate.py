@@ -380,16 +380,19 @@ def test_a_client_that_leaves_mid_stream_leaves_the_server_serving(ours):
 
 
 def test_generate_is_in_the_inference_group_of_the_restricted_api(models, start_server, start_tritonserver):
-    flag = "--http-restricted-api=inference:gen-key=s3cret"
-    rs = start_server("--model-repository", models, PY, flag)
-    ts = start_tritonserver("--model-repository", models, flag)
-    key = {"gen-key": "s3cret", "Content-Type": "application/json"}
+    # Also: tritonserver's generate forwards no headers as parameters, whatever the pattern says.
+    flags = ["--http-restricted-api=inference:gen-key=s3cret", "--http-header-forward-pattern=x-fw.*"]
+    rs = start_server("--model-repository", models, PY, *flags)
+    ts = start_tritonserver("--model-repository", models, *flags)
+    key = {"gen-key": "s3cret", "x-fwd": "not a parameter", "Content-Type": "application/json"}
     for path, body in ((G, '{"text_input":"k"}'), (DS, '{"text_input":"k","count":1}')):
         want, got = ts.post(path, body), rs.post(path, body)
         assert want.status == got.status == 403
         assert want.json() == got.json() == {"error": "This API is restricted, expecting header 'gen-key'"}
         want, got = ts.post(path, body, headers=key), rs.post(path, body, headers=key)
         assert want.status == got.status == 200 and want.body == got.body
+        if path == G:
+            assert json.loads(got.body)["params"] == "{}"
 
 
 def test_generate_stream_over_https(models, start_server, tmp_path):
