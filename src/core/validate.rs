@@ -114,7 +114,7 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
         }
         inputs.push(t);
     }
-    check_required_inputs(io, model, &inputs)?;
+    check_required_inputs(io, model, &req.id, &inputs)?;
     let outputs = requested_outputs(io, model, req.outputs)?;
     let meta = RequestMeta {
         id: req.id,
@@ -200,19 +200,35 @@ fn check_batch(io: &ModelIo, model: &str, t: &Tensor, batch: &mut Option<i64>) -
     Ok(())
 }
 
-/// Checks that the request (`inputs`) has every input the model does not mark optional.
-fn check_required_inputs(io: &ModelIo, model: &str, inputs: &[Tensor]) -> Result<()> {
-    for s in io.inputs.iter().filter(|s| !s.optional) {
-        if !inputs.iter().any(|t| t.name == s.name) {
-            return Err(Error::invalid(format!(
-                "expected {} inputs but got {} inputs for model '{model}': missing required input '{}'",
-                io.inputs.iter().filter(|s| !s.optional).count(),
-                inputs.len(),
-                s.name
-            )));
-        }
+/// Checks that the request (`inputs`) has every input the model does not mark optional, with
+/// tritonserver's message (which names the request, the inputs given, sorted, and those missing).
+fn check_required_inputs(io: &ModelIo, model: &str, id: &str, inputs: &[Tensor]) -> Result<()> {
+    let missing: Vec<&str> = io
+        .inputs
+        .iter()
+        .filter(|s| !s.optional && !inputs.iter().any(|t| t.name == s.name))
+        .map(|s| s.name.as_str())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    let quoted = |names: &mut dyn Iterator<Item = &str>| names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(",");
+    let mut given: Vec<&str> = inputs.iter().map(|t| t.name.as_str()).collect();
+    given.sort_unstable();
+    let required = io.inputs.iter().filter(|s| !s.optional).count();
+    let expected = if required == io.inputs.len() {
+        format!("expected {required} inputs")
+    } else {
+        format!("expected number of inputs between {required} and {}", io.inputs.len())
+    };
+    let id = if id.is_empty() { "<id_unknown>" } else { id };
+    Err(Error::invalid(format!(
+        "[request id: {id}] {expected} but got {} inputs for model '{model}'. Got input(s) [{}], but missing required \
+         input(s) [{}]. Please provide all required input(s).",
+        inputs.len(),
+        quoted(&mut given.into_iter()),
+        quoted(&mut missing.into_iter())
+    )))
 }
 
 /// The outputs to return: those `requested`, each checked (the model has it, it is asked for once, and

@@ -1,11 +1,13 @@
 //! The KServe v2 codec: requests decoded from, and responses and outputs encoded to, the JSON form with
 //! Triton's binary tensor data extension, and the `{"error": ...}` body. Transport-neutral (bytes in,
 //! bytes or JSON out; no HTTP types), so the HTTP and MQTT front-ends, DeepStack, the vision pipeline,
-//! the benches and the fuzz targets share one codec. It sits above `tensor` and `model_api`, whose
+//! the benches and the fuzz targets share one codec. `generate` maps Triton's generate extension (flat
+//! JSON objects) to the same request and response types. It sits above `tensor` and `model_api`, whose
 //! request and response types it reads and writes; no front-end is below it.
 
 pub mod decode;
 pub mod encode;
+pub mod generate;
 
 pub use decode::{decode_request, json_params, parse_json_data, raw_input, BinaryOutputs, DecodedRequest};
 pub use encode::{encode_response, EncodedResponse, JsonData, JsonParams, KeyOrder, Outputs, OutputsJson};

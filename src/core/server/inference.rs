@@ -34,10 +34,19 @@ impl Server {
     pub(super) async fn infer_timed(
         &self,
         req: InferRequest,
-        mut trace: Option<&mut Trace>,
+        trace: Option<&mut Trace>,
     ) -> Result<(InferResponse, ExecTimings)> {
+        self.infer_staged(req, trace).await.map_err(|(e, _)| e)
+    }
+
+    /// [`Self::infer_timed`], saying of a failure where it failed (`Backend`: in the model's execution).
+    pub(super) async fn infer_staged(
+        &self,
+        req: InferRequest,
+        mut trace: Option<&mut Trace>,
+    ) -> std::result::Result<(InferResponse, ExecTimings), (Error, FailureReason)> {
         let start = Instant::now();
-        let model = self.inner.models.get(&req.model_name, req.model_version)?;
+        let model = self.inner.models.get(&req.model_name, req.model_version).map_err(|e| (e, FailureReason::Other))?;
         if let Some(t) = trace.as_deref_mut() {
             t.set_model(&model.name, model.version);
             t.stamp(Activity::RequestStart, start);
@@ -53,7 +62,7 @@ impl Server {
             }
             Err((e, reason)) => {
                 model.stats.record_failure(start.elapsed(), reason);
-                Err(e)
+                Err((e, reason))
             }
         }
     }
@@ -181,7 +190,7 @@ impl Server {
 
 /// Adds the scheduler's and backend's timestamps: QUEUE_START when the job was queued, COMPUTE_START
 /// when an instance took it, and the ends of the input, infer and output phases from their durations.
-fn stamp_execution(t: &mut Trace, enqueued: Instant, timings: &crate::model_api::ExecTimings) {
+pub(super) fn stamp_execution(t: &mut Trace, enqueued: Instant, timings: &crate::model_api::ExecTimings) {
     t.stamp(Activity::QueueStart, enqueued);
     if let Some(started) = timings.started {
         let input_end = started + Duration::from_nanos(timings.compute_input_ns);

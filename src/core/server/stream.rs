@@ -1,11 +1,12 @@
 //! Streamed inference: a decoupled model's responses handed out as it sends them.
 
 use super::handle::Server;
-use super::inference::{is_decoupled, refuse_reentry};
+use super::inference::{is_decoupled, refuse_reentry, stamp_execution};
 use crate::core::lifecycle::LoadedModel;
 use crate::core::scheduler::{request_span, Job};
 use crate::core::shm_params;
 use crate::core::stats::{FailureReason, ResponseOutcome};
+use crate::core::trace::{Activity, SharedTrace};
 use crate::core::validate;
 use crate::error::{Error, Result};
 use crate::model_api::types::{InferRequest, RequestedOutput, StreamResponse};
@@ -23,15 +24,42 @@ impl Server {
 
     /// Runs one inference whose responses are streamed: a decoupled model's 0..n responses as it sends
     /// them, or the single response of any other model. The stream ends after the final response or an
-    /// error.
+    /// error. A request that cannot run (unknown model, invalid, refused by the queue) fails the call;
+    /// once it has run, its errors come in the stream.
     pub async fn infer_stream(&self, req: InferRequest) -> Result<BoxStream<'static, Result<StreamResponse>>> {
+        self.infer_stream_traced(req, None).await
+    }
+
+    /// [`Server::infer_stream`] for a request the front-end sampled for tracing: the core adds the model,
+    /// REQUEST_START, QUEUE_START, COMPUTE_* and REQUEST_END to `trace` (a decoupled model's once its
+    /// stream has ended); the front-end stamps each response it hands on.
+    pub async fn infer_stream_traced(
+        &self,
+        req: InferRequest,
+        trace: Option<SharedTrace>,
+    ) -> Result<BoxStream<'static, Result<StreamResponse>>> {
         let model = self.inner.models.get(&req.model_name, req.model_version)?;
         if !is_decoupled(&model.config) {
-            let response = self.infer(req).await?;
-            let one = StreamResponse { response, is_final: true, empty: false, error: None };
-            return Ok(futures_util::stream::once(async move { Ok(one) }).boxed());
+            let mut owned = trace.as_ref().and_then(SharedTrace::take);
+            let answer = self.infer_staged(req, owned.as_mut()).await;
+            if let Some(t) = &trace {
+                t.put(owned);
+            }
+            let one = match answer {
+                Ok((response, _)) => Ok(StreamResponse { response, is_final: true, empty: false, error: None }),
+                Err((e, FailureReason::Backend)) => Err(e),
+                Err((e, _)) => return Err(e),
+            };
+            return Ok(futures_util::stream::once(async move { one }).boxed());
         }
         let start = Instant::now();
+        if let Some(t) = &trace {
+            if let Some(mut owned) = t.take() {
+                owned.set_model(&model.name, model.version);
+                owned.stamp(Activity::RequestStart, start);
+                t.put(Some(owned));
+            }
+        }
         if let Err(e) = refuse_reentry(&model, &req) {
             model.stats.record_failure(start.elapsed(), FailureReason::Other);
             return Err(e);
@@ -52,10 +80,11 @@ impl Server {
         let (responder, responses) = ResponseSender::channel();
         prepared.exec.responder = Some(responder);
         let (tx, executed) = tokio::sync::oneshot::channel();
+        let enqueued = Instant::now();
         let job = Job {
             exec: prepared.exec,
             batch_size: prepared.batch_size,
-            enqueued: Instant::now(),
+            enqueued,
             control: prepared.control,
             reply: tx,
             span: request_span(&model.name, model.version, &id),
@@ -76,6 +105,8 @@ impl Server {
             answered: false,
             sent: 0,
             last: start,
+            trace,
+            enqueued,
         };
         Ok(futures_util::stream::unfold(state, DecoupledStream::next).boxed())
     }
@@ -103,6 +134,11 @@ struct DecoupledStream {
     sent: usize,
     /// When the previous response (or the request) arrived: a response's compute time starts there.
     last: Instant,
+    /// The request's trace when it is sampled: the execution's timestamps and REQUEST_END go in once
+    /// the stream has ended.
+    trace: Option<SharedTrace>,
+    /// When the request was queued (the trace's QUEUE_START, stamped with the execution's times).
+    enqueued: Instant,
 }
 
 impl DecoupledStream {
@@ -125,12 +161,46 @@ impl Drop for DecoupledStream {
         if !self.done {
             self.count(|ns| ResponseOutcome::Cancel { ns });
         }
+        if let Some(t) = self.trace.take() {
+            t.stamp_now(Activity::RequestEnd);
+        }
+    }
+}
+
+impl DecoupledStream {
+    /// Adds the execution's timestamps to the trace, if the request is traced.
+    fn trace_execution(&self, result: &ExecResult) {
+        if let Some(t) = &self.trace {
+            let mut owned = t.take();
+            if let Some(o) = owned.as_mut() {
+                stamp_execution(o, self.enqueued, &result.timings);
+            }
+            t.put(owned);
+        }
+    }
+
+    /// Completes a traced request's trace once its stream has ended: the execution's timestamps (the
+    /// scheduler reports them when the model's `execute` has returned, which can be after the final
+    /// response) and REQUEST_END. Untraced requests wait for nothing.
+    async fn finish_trace(&mut self) {
+        if self.trace.is_none() {
+            return;
+        }
+        if let Some(executed) = self.executed.take() {
+            if let Ok(Ok(result)) = executed.await {
+                self.trace_execution(&result);
+            }
+        }
+        if let Some(t) = self.trace.take() {
+            t.stamp_now(Activity::RequestEnd);
+        }
     }
 }
 
 impl DecoupledStream {
     async fn next(mut self) -> Option<(Result<StreamResponse>, Self)> {
         if self.done {
+            self.finish_trace().await;
             return None;
         }
         let item = match self.responses.recv().await {
@@ -170,9 +240,14 @@ impl DecoupledStream {
                 // Every sender is gone without a final response: the request never ran (the error says
                 // why), or the model dropped it.
                 self.done = true;
-                match self.executed.take()?.await {
+                let executed = self.executed.take()?.await;
+                match executed {
                     Ok(Err(e)) => Err(e),
-                    Ok(Ok(_)) => return None,
+                    Ok(Ok(result)) => {
+                        self.trace_execution(&result);
+                        self.finish_trace().await;
+                        return None;
+                    }
                     Err(_) => Err(Error::internal(format!(
                         "model '{}' stopped before answering the request",
                         self.model.name

@@ -128,6 +128,12 @@ impl Trace {
         self.model = Some((name.to_string(), version));
     }
 
+    /// Names the request, for a front-end that samples before it has read the request's id (as
+    /// tritonserver's generate extension does).
+    pub fn set_request_id(&mut self, id: &str) {
+        id.clone_into(&mut self.request_id);
+    }
+
     /// The trace's records in tritonserver's layout: one object per timestamp, and the model's object
     /// just before REQUEST_START. Empty unless the level has TIMESTAMPS (tensor records are not written).
     fn render(&self) -> String {
@@ -167,6 +173,39 @@ impl Drop for Trace {
     fn drop(&mut self) {
         let records = self.render();
         self.sink.collect(records);
+    }
+}
+
+/// A trace stamped by several owners: a streamed request's, which the core stamps as the request runs
+/// and the front-end as it sends each response. Written when the last owner drops it. The core can
+/// take the trace out for a while ([`SharedTrace::take`]) to stamp it through the plain [`Trace`] API.
+#[derive(Clone)]
+pub struct SharedTrace(Arc<Mutex<Option<Trace>>>);
+
+impl SharedTrace {
+    pub fn new(trace: Trace) -> SharedTrace {
+        SharedTrace(Arc::new(Mutex::new(Some(trace))))
+    }
+
+    pub fn stamp(&self, activity: Activity, at: Instant) {
+        if let Some(t) = self.0.lock().as_mut() {
+            t.stamp(activity, at);
+        }
+    }
+
+    pub fn stamp_now(&self, activity: Activity) {
+        self.stamp(activity, Instant::now());
+    }
+
+    /// Takes the trace out, for stamping across an `await`; [`SharedTrace::put`] puts it back.
+    pub fn take(&self) -> Option<Trace> {
+        self.0.lock().take()
+    }
+
+    pub fn put(&self, trace: Option<Trace>) {
+        if let Some(t) = trace {
+            *self.0.lock() = Some(t);
+        }
     }
 }
 

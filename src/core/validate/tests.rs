@@ -52,7 +52,12 @@ fn each_bad_request_class_is_invalid_argument() {
     assert!(
         err(prepare(&io, "m", req(vec![i32s("A", vec![1, 4], 3), good_b()]))).contains("unexpected total byte size 12")
     );
-    assert!(err(prepare(&io, "m", req(vec![i32s("A", vec![1, 4], 4)]))).contains("missing required input 'B'"));
+    // tritonserver 2.51's words.
+    assert_eq!(
+        err(prepare(&io, "m", req(vec![i32s("A", vec![1, 4], 4)]))),
+        "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'm'. Got input(s) ['A'], but \
+         missing required input(s) ['B']. Please provide all required input(s)."
+    );
     assert!(err(prepare(&io, "m", req(vec![i32s("A", vec![2, 4], 8), good_b()]))).contains("batch size"));
     assert!(err(prepare(&io, "m", req(vec![i32s("A", vec![1, 4], 4), good_b(), i32s("A", vec![1, 4], 4)])))
         .contains("more than once"));

@@ -1,7 +1,8 @@
 //! HTTP/REST front-end (axum): KServe v2 plus Triton's extensions (binary tensor data, classification,
-//! model repository, configuration, statistics, trace, logging, system and CUDA shared memory).
+//! model repository, configuration, statistics, trace, logging, system and CUDA shared memory, generate).
 
 mod deepstack;
+mod generate;
 mod openai;
 mod shm_api;
 
@@ -108,7 +109,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/v1/vision/detection", deepstack::detection(state.max_body))
         .route("/v1/vision/custom/{model}", deepstack::custom(state.max_body))
         .merge(openai::router(state.clone()));
-    let router = shm_api::routes(router).fallback(not_found).method_not_allowed_fallback(method_not_allowed);
+    let router =
+        generate::routes(shm_api::routes(router)).fallback(not_found).method_not_allowed_fallback(method_not_allowed);
     let router = if state.restricted.is_empty() {
         router
     } else {
