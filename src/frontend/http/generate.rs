@@ -7,10 +7,8 @@
 use super::{error_response, read_body, HttpState, St};
 use crate::core::trace::{Activity, SharedTrace, Trace};
 use crate::error::{Error, ErrorKind, Result};
-use crate::kserve::generate::{
-    decode_generate, encode_generate, encode_generate_error, GenerateInput, NOT_ONE_RESPONSE,
-};
-use crate::model_api::types::{DataType, InferRequest, InferResponse, StreamResponse};
+use crate::kserve::generate::{encode_generate, encode_generate_error, NOT_ONE_RESPONSE};
+use crate::model_api::types::{InferRequest, InferResponse, StreamResponse};
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -140,17 +138,7 @@ fn sample(s: &HttpState, name: &str, start: Instant) -> Option<Trace> {
 
 /// Decodes the body against the inputs the model's metadata lists (an unknown model or version is 404).
 fn decode(s: &HttpState, name: &str, version: Option<i64>, body: &[u8]) -> Result<InferRequest> {
-    let meta = s.server.model_metadata(name, &version.map(|v| v.to_string()).unwrap_or_default())?;
-    let inputs = meta
-        .inputs
-        .into_iter()
-        .map(|t| {
-            let datatype = DataType::parse(&t.datatype)
-                .ok_or_else(|| Error::internal(format!("input '{}' has no datatype", t.name)))?;
-            Ok(GenerateInput { name: t.name, datatype, shape: t.shape })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    decode_generate(body, name, version, &inputs)
+    crate::frontend::decode_generate_request(&s.server, name, version, body)
 }
 
 /// The status of a request that failed once it was handed to the core: 400, as tritonserver answers

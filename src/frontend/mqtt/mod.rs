@@ -4,6 +4,7 @@
 //! model.
 
 pub mod dedup;
+pub mod generate;
 pub mod ledger;
 pub mod link;
 pub mod metrics;
@@ -230,6 +231,13 @@ struct Job {
     duplicates: Vec<(Reply, Vec<DeliveryId>)>,
 }
 
+/// What a job's task tells the actor: a streamed result to publish now, or its end.
+enum JobEvent {
+    /// One response of a generation, published before the next and before the final result.
+    Partial(JobId, Outgoing),
+    Done(Done),
+}
+
 /// A job's end, sent back to the actor.
 struct Done {
     job: JobId,
@@ -256,8 +264,8 @@ struct Actor {
     dedup: Dedup,
     jobs: HashMap<JobId, Job>,
     next_job: JobId,
-    done_tx: mpsc::Sender<Done>,
-    done_rx: mpsc::Receiver<Done>,
+    done_tx: mpsc::Sender<JobEvent>,
+    done_rx: mpsc::Receiver<JobEvent>,
     /// Models whose fleet topic is subscribed.
     subscribed: BTreeSet<String>,
     backoff: Duration,
@@ -329,7 +337,10 @@ impl Actor {
                 _ = sleep_until(self.retry_at) => {
                     self.retry_at = None;
                 }
-                Some(done) = self.done_rx.recv() => self.on_done(done),
+                Some(ev) = self.done_rx.recv() => match ev {
+                    JobEvent::Partial(job, msg) => self.on_partial(job, msg),
+                    JobEvent::Done(done) => self.on_done(done),
+                },
                 Ok(()) = changes.changed() => self.on_models_changed(),
                 _ = tick(&mut stats_tick) => self.publish_stats(),
                 _ = sleep_until(self.discovery_at) => {
@@ -355,8 +366,9 @@ impl Actor {
         self.stopping = true;
         if self.ledger.is_connected() {
             for m in std::mem::take(&mut self.subscribed) {
-                let [fleet, _] = self.s.topics.request_filters(&m);
-                self.link.unsubscribe(&fleet);
+                for fleet in self.s.topics.fleet_filters(&m) {
+                    self.link.unsubscribe(&fleet);
+                }
             }
         }
     }
@@ -453,8 +465,9 @@ impl Actor {
         self.log_failure = true;
         let a = self.ledger.connected(session_present, receive_max);
         self.apply(a);
-        let t = &self.s.topics;
-        self.link.subscribe(&format!("{}/{}/infer/#", t.prefix, t.device), self.s.qos);
+        for own in self.s.topics.device_filters() {
+            self.link.subscribe(&own, self.s.qos);
+        }
         if let Some(ha) = &self.s.homeassistant {
             self.link.subscribe(&format!("{ha}/status"), 1);
         }
@@ -462,8 +475,9 @@ impl Actor {
         let ready = self.ready_models();
         let previous = std::mem::take(&mut self.subscribed);
         for m in previous.difference(&ready) {
-            let [fleet, _] = self.s.topics.request_filters(m);
-            self.link.unsubscribe(&fleet);
+            for fleet in self.s.topics.fleet_filters(m) {
+                self.link.unsubscribe(&fleet);
+            }
         }
         self.subscribed = BTreeSet::new();
         self.sync_subscriptions(ready);
@@ -488,12 +502,14 @@ impl Actor {
             return;
         }
         for m in ready.difference(&self.subscribed) {
-            let [fleet, _] = self.s.topics.request_filters(m);
-            self.link.subscribe(&fleet, self.s.qos);
+            for fleet in self.s.topics.fleet_filters(m) {
+                self.link.subscribe(&fleet, self.s.qos);
+            }
         }
         for m in self.subscribed.difference(&ready) {
-            let [fleet, _] = self.s.topics.request_filters(m);
-            self.link.unsubscribe(&fleet);
+            for fleet in self.s.topics.fleet_filters(m) {
+                self.link.unsubscribe(&fleet);
+            }
         }
         self.subscribed = ready;
     }
@@ -583,6 +599,7 @@ impl Actor {
             device: self.s.topics.device.clone(),
             source: req.source.clone(),
             id,
+            generate: req.generate,
         };
         if let Some((outcome, code, message)) = self.refusal(&m, too_large) {
             let fields = common.borrow().error(code, &message);
@@ -692,10 +709,20 @@ impl Actor {
         let tx = self.done_tx.clone();
         let qos = self.s.qos;
         tokio::spawn(async move {
-            let (outcome, answer, keep) = execute(&server, &common, &m, deadline).await;
+            let (outcome, answer, keep) = match common.generate {
+                true => execute_generate(&server, &common, &m, deadline, job, &reply, qos, &tx).await,
+                false => execute(&server, &common, &m, deadline).await,
+            };
             let msg = result_message(qos, &reply, answer);
-            let _ = tx.send(Done { job, outcome, msg, keep, received }).await;
+            let _ = tx.send(JobEvent::Done(Done { job, outcome, msg, keep, received })).await;
         });
+    }
+
+    /// A generation's response: published at once (the request's acknowledgement waits for the end).
+    fn on_partial(&mut self, job: JobId, msg: Outgoing) {
+        if self.jobs.contains_key(&job) {
+            self.send(msg, Vec::new());
+        }
     }
 
     fn on_done(&mut self, d: Done) {
@@ -731,6 +758,8 @@ struct OwnedCommon {
     device: String,
     source: Option<String>,
     id: String,
+    /// A `generate` request: its responses are published as they stream.
+    generate: bool,
 }
 
 impl OwnedCommon {
@@ -783,6 +812,39 @@ async fn execute(
             (Outcome::Error, request::Answer::fields(fields), keep)
         }
     }
+}
+
+/// Runs one generation ([`generate::run`]), each response sent to the actor as it comes; its outcome
+/// and final marker as [`execute`] gives them.
+#[allow(clippy::too_many_arguments)]
+#[tracing::instrument(name = "mqtt_generate", level = "debug", skip_all)]
+async fn execute_generate(
+    server: &Server,
+    c: &OwnedCommon,
+    m: &Message,
+    deadline: Option<Instant>,
+    job: JobId,
+    reply: &Reply,
+    qos: u8,
+    tx: &mpsc::Sender<JobEvent>,
+) -> (Outcome, request::Answer, bool) {
+    while !server.is_started() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let emit = |fields| {
+        let msg = result_message(qos, reply, request::Answer::fields(fields));
+        async move {
+            let _ = tx.send(JobEvent::Partial(job, msg)).await;
+        }
+    };
+    let end = generate::run(server, &c.borrow(), &m.user, m.payload.clone(), deadline, emit).await;
+    let expired = end.answer.fields.get("error").and_then(|e| e.get("code")).is_some_and(|c| c == "expired");
+    let outcome = match (end.ok, expired) {
+        (true, _) => Outcome::Ok,
+        (false, true) => Outcome::Expired,
+        (false, false) => Outcome::Error,
+    };
+    (outcome, end.answer, end.keep)
 }
 
 fn result_message(qos: u8, reply: &Reply, answer: request::Answer) -> Outgoing {

@@ -17,7 +17,12 @@ pub struct Topics {
 pub struct RequestTopic {
     pub model: String,
     pub source: Option<String>,
+    /// Came in on a `generate` topic: a prompt whose responses are published as they stream.
+    pub generate: bool,
 }
+
+/// The verbs of request topics: `infer` (one result) and `generate` (streamed results).
+pub const VERBS: [&str; 2] = ["infer", "generate"];
 
 /// Checks a name used as one topic level: not empty, no `/`, no wildcards, no NUL.
 pub fn check_level(what: &str, v: &str) -> Result<()> {
@@ -45,26 +50,39 @@ impl Topics {
         Ok(Topics { prefix: prefix.into(), device: device.into(), group: group.into(), shared })
     }
 
-    /// The subscriptions that bring requests for `model`: the fleet's (shared) and this device's.
-    pub fn request_filters(&self, model: &str) -> [String; 2] {
-        let fleet = format!("{}/infer/{model}/#", self.prefix);
-        let fleet = if self.shared { format!("$share/{}/{fleet}", self.group) } else { fleet };
-        [fleet, format!("{}/{}/infer/{model}/#", self.prefix, self.device)]
+    /// The fleet's subscriptions that bring requests for `model` (shared), one per verb: made while
+    /// the model is READY here, so the broker routes work only to devices that can serve it.
+    pub fn fleet_filters(&self, model: &str) -> [String; 2] {
+        VERBS.map(|verb| {
+            let fleet = format!("{}/{verb}/{model}/#", self.prefix);
+            if self.shared {
+                format!("$share/{}/{fleet}", self.group)
+            } else {
+                fleet
+            }
+        })
     }
 
-    /// Parses a request topic: `P/infer/<model>[/<source>]` or `P/D/infer/<model>[/<source>]`.
-    /// A source may have several levels (`cams/front`).
+    /// This device's subscriptions, one per verb, for every model (an unknown one gets an error result).
+    pub fn device_filters(&self) -> [String; 2] {
+        VERBS.map(|verb| format!("{}/{}/{verb}/#", self.prefix, self.device))
+    }
+
+    /// Parses a request topic: `P/<verb>/<model>[/<source>]` or `P/D/<verb>/<model>[/<source>]`, where
+    /// the verb is `infer` or `generate`. A source may have several levels (`cams/front`).
     pub fn parse_request(&self, topic: &str) -> Option<RequestTopic> {
         let rest = topic.strip_prefix(self.prefix.as_str())?.strip_prefix('/')?;
-        let rest = match rest.strip_prefix("infer/") {
-            Some(r) => r,
-            None => rest.strip_prefix(self.device.as_str())?.strip_prefix("/infer/")?,
+        let (verb, rest) = rest.split_once('/')?;
+        let (verb, rest) = match VERBS.contains(&verb) {
+            true => (verb, rest),
+            false if verb == self.device => rest.split_once('/').filter(|(v, _)| VERBS.contains(v))?,
+            false => return None,
         };
         let (model, source) = match rest.split_once('/') {
             Some((m, s)) => (m, Some(s).filter(|s| !s.is_empty()).map(str::to_string)),
             None => (rest, None),
         };
-        (!model.is_empty()).then(|| RequestTopic { model: model.to_string(), source })
+        (!model.is_empty()).then(|| RequestTopic { model: model.to_string(), source, generate: verb == "generate" })
     }
 
     /// The result topic of requests without a response topic: `P/result/<model>[/<source>]`.
