@@ -266,6 +266,8 @@ pub struct Completion {
     pub origin: Arc<Origin>,
     /// The request's id, for messages.
     pub request_id: String,
+    /// The request's cancellation (its client went away) and rescheduling.
+    pub signals: crate::model_api::Signals,
 }
 
 impl Completion {
@@ -337,9 +339,11 @@ impl Completion {
         self.bell.ring();
     }
 
-    /// Whether the client went away or the server gave up on the request.
+    /// Whether the client went away (or cancelled the request) or the server gave up on it.
     pub fn cancelled(&self) -> bool {
-        self.progress.lock().abandoned || self.sink.as_ref().is_some_and(|s| s.is_closed())
+        self.signals.is_cancelled()
+            || self.progress.lock().abandoned
+            || self.sink.as_ref().is_some_and(|s| s.is_closed())
     }
 }
 
@@ -578,6 +582,9 @@ pub struct InferRequestObj {
     pub parameters: Parameters,
     pub release: Option<(RequestReleaseFn, usize)>,
     pub route: Option<ResponseRoute>,
+    /// `TRITONSERVER_InferenceRequestCancel` trips it: the request in flight is then dropped (a queued
+    /// one leaves its queue, a running one sees `is_cancelled()`) and answered CANCELLED.
+    pub cancel: crate::model_api::Signals,
 }
 
 /// One output of an in-process response, in a buffer the backend's allocator gave.

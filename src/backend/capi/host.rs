@@ -470,6 +470,7 @@ fn request_object(
         origin: shared.origin.clone(),
         request_id: req.meta.id.clone(),
         progress: Default::default(),
+        signals: req.meta.signals.clone(),
     });
     let obj = RequestObj {
         id: cstring(&req.meta.id),

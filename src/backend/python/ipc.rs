@@ -331,6 +331,7 @@ pub fn error_from_code(code: i64, message: String) -> Error {
         4 => ErrorKind::Unavailable,
         5 => ErrorKind::Unsupported,
         6 => ErrorKind::AlreadyExists,
+        7 => ErrorKind::Cancelled,
         _ => ErrorKind::Internal,
     };
     Error::new(kind, message)
@@ -344,6 +345,7 @@ pub fn code_from_error(e: &Error) -> i64 {
         ErrorKind::Unavailable => 4,
         ErrorKind::Unsupported => 5,
         ErrorKind::AlreadyExists => 6,
+        ErrorKind::Cancelled => 7,
         // pb_utils has no permission code (and BLS requests are never restricted).
         ErrorKind::Internal | ErrorKind::PermissionDenied => 1,
     }

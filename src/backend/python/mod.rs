@@ -268,8 +268,10 @@ impl Shared {
         let mut payload_len = 0u64;
         let mut wire = Vec::with_capacity(reqs.len());
         let mut keys = Vec::new();
+        let mut plain = Vec::new();
         for r in reqs {
             let key = conn.next_id();
+            conn.watch(key, &r.meta.signals);
             let inputs = conn.encode_tensors(&r.inputs, &mut payload, &mut payload_len).map_err(|e| (e, false))?;
             wire.push(ipc::WireRequest {
                 key,
@@ -287,6 +289,8 @@ impl Shared {
             if let Some(sender) = &r.responder {
                 conn.open_stream(key, sender.clone());
                 keys.push(key);
+            } else {
+                plain.push(key);
             }
         }
         let msg = ipc::ExecuteMsg { kind: "execute", id, requests: wire };
@@ -296,6 +300,7 @@ impl Shared {
         self.calls.enter(id, reqs.iter().map(|r| &r.meta.callers));
         if let Err(e) = stub.send_main(&msg, &parts) {
             self.calls.leave(id);
+            conn.unwatch(plain);
             stub.kill();
             conn.fail_streams(Some(&keys), &e);
             conn.end_in_flight(&keys);
@@ -303,7 +308,7 @@ impl Shared {
             let undelivered = keys.is_empty();
             return Err((e, undelivered));
         }
-        Ok(Sent { id, generation, keys, encode_ns: (t1 - t0).as_nanos() as u64, sent_at: t1 })
+        Ok(Sent { id, generation, keys, plain, encode_ns: (t1 - t0).as_nanos() as u64, sent_at: t1 })
     }
 
     /// Waits for the answer to an `execute` call sent with [`Shared::send_exec`]; `from` is when the
@@ -322,6 +327,7 @@ impl Shared {
         let conn = stub.conn.clone();
         let result = stub.wait_done(id);
         self.calls.leave(id);
+        conn.unwatch(sent.plain.iter().copied());
         let t2 = Instant::now();
         let responses = match result {
             Ok(r) => r,
@@ -350,6 +356,8 @@ struct Sent {
     generation: u64,
     /// Its decoupled requests' keys.
     keys: Vec<u64>,
+    /// Its other requests' keys: their signals are forgotten when the call is answered.
+    plain: Vec<u64>,
     encode_ns: u64,
     sent_at: Instant,
 }

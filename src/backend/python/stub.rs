@@ -604,6 +604,9 @@ fn handle(conn: &Arc<Conn>, calls: Option<&Calls>, msg: FromStub, payload: &[u8]
                     s.get(&key).cloned()
                 }
             };
+            if is_final {
+                conn.unwatch([key]);
+            }
             let Some(sender) = sender else {
                 tracing::warn!("{}: a response for a request that is already complete was dropped", conn.label);
                 return None;

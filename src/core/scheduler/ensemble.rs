@@ -194,7 +194,9 @@ type Tensors = HashMap<String, (Tensor, i64)>;
 impl Shared {
     /// Runs one request to completion. On a step failure no further step starts; the steps already
     /// running finish (so their models' statistics stay whole) and the request fails with the first
-    /// error, prefixed with the ensemble's name as Triton does, keeping the error's kind.
+    /// error, prefixed with the ensemble's name as Triton does, keeping the error's kind. A cancelled
+    /// request (its client went away) starts no further step and drops the running ones, which
+    /// cancels them in their models.
     async fn execute(&self, job: &Job) -> Result<ExecResult> {
         let name = self.graph.name();
         let mut run = Run::new(&self.graph, &job.exec.outputs)?;
@@ -206,6 +208,8 @@ impl Shared {
         let mut inflight = FuturesUnordered::new();
         let mut failure: Option<Error> = None;
         let mut timings = ExecTimings::default();
+        let cancelled = job.exec.meta.signals.cancelled();
+        tokio::pin!(cancelled);
         loop {
             if failure.is_none() {
                 for index in run.ready_steps() {
@@ -214,7 +218,14 @@ impl Shared {
                     inflight.push(async move { (index, batch, fut.await) });
                 }
             }
-            let Some((index, batch, result)) = inflight.next().await else {
+            let next = tokio::select! {
+                biased;
+                next = inflight.next() => next,
+                () = &mut cancelled => {
+                    return Err(Error::cancelled(format!("in ensemble '{name}', the request was cancelled")));
+                }
+            };
+            let Some((index, batch, result)) = next else {
                 break;
             };
             run.complete(index);

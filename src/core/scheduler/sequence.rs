@@ -206,6 +206,10 @@ fn run_batch(
     states: &mut [Option<Vec<Tensor>>],
     rows: Vec<Row<Job>>,
 ) {
+    let rows = drop_cancelled(shared, rows);
+    if !rows.iter().any(Row::is_request) {
+        return;
+    }
     let start = Instant::now();
     let Some(ordered) = row_execs(&shared.policy, states, &rows) else {
         // Only padding rows: a bug in the table, but nothing to answer either.
@@ -218,6 +222,26 @@ fn run_batch(
         Ok(parts) => answer_rows(shared, states, rows, parts, start),
         Err(e) => fail_rows(states, rows, &e),
     }
+}
+
+/// Answers the requests cancelled while they waited (their clients went away) instead of running them:
+/// under the direct strategy their rows become padding, so the other rows keep their slots; under the
+/// oldest strategy they leave the batch.
+fn drop_cancelled(shared: &Shared, rows: Vec<Row<Job>>) -> Vec<Row<Job>> {
+    let direct = matches!(shared.policy.strategy, policy::Strategy::Direct { .. });
+    let mut kept = Vec::with_capacity(rows.len());
+    for row in rows {
+        match row {
+            Row::Request { job, slot, .. } if job.exec.meta.signals.is_cancelled() => {
+                let _ = job.reply.send(Err(super::default::cancelled_error(&shared.model)));
+                if direct {
+                    kept.push(Row::Empty { slot });
+                }
+            }
+            row => kept.push(row),
+        }
+    }
+    kept
 }
 
 /// The execution request of every row, in row order: each request with its control inputs, its

@@ -1,7 +1,7 @@
 //! Streamed inference: a decoupled model's responses handed out as it sends them.
 
 use super::handle::Server;
-use super::inference::{is_decoupled, refuse_reentry};
+use super::inference::{failure_reason, is_decoupled, refuse_reentry};
 use crate::core::lifecycle::LoadedModel;
 use crate::core::scheduler::{request_span, Job};
 use crate::core::shm_params;
@@ -52,6 +52,7 @@ impl Server {
         let (responder, responses) = ResponseSender::channel();
         prepared.exec.responder = Some(responder);
         let (tx, executed) = tokio::sync::oneshot::channel();
+        let signals = prepared.exec.meta.signals.clone();
         let job = Job {
             exec: prepared.exec,
             batch_size: prepared.batch_size,
@@ -65,6 +66,8 @@ impl Server {
             return Err(e);
         }
         let state = DecoupledStream {
+            signals,
+            failure: FailureReason::Backend,
             server: self.clone(),
             model,
             id,
@@ -87,6 +90,10 @@ struct DecoupledStream {
     model: Arc<LoadedModel>,
     /// The request's id, carried by every response.
     id: String,
+    /// The request's cancellation, tripped when the stream is dropped before its end.
+    signals: crate::model_api::Signals,
+    /// Why the request failed, once it has (for the failure metric).
+    failure: FailureReason,
     /// The outputs the client asked for (reshape and classification apply per response).
     requested: Vec<RequestedOutput>,
     /// What the model sends.
@@ -119,10 +126,14 @@ impl DecoupledStream {
 }
 
 impl Drop for DecoupledStream {
-    /// A stream dropped before its final response was cancelled by its client (the gRPC stream ended or
-    /// the connection went away): counted as a cancelled response at the index it stopped at.
+    /// A stream dropped before its final response was cancelled by its client (the gRPC stream ended,
+    /// an HTTP client stopped reading, the connection went away): the request is cancelled (a queued
+    /// one leaves its queue, a running one sees `is_cancelled()`), counted as a CANCELED failure, and
+    /// as a cancelled response at the index it stopped at.
     fn drop(&mut self) {
         if !self.done {
+            self.signals.cancel();
+            self.model.stats.record_failure(self.start.elapsed(), FailureReason::Canceled);
             self.count(|ns| ResponseOutcome::Cancel { ns });
         }
     }
@@ -171,7 +182,10 @@ impl DecoupledStream {
                 // why), or the model dropped it.
                 self.done = true;
                 match self.executed.take()?.await {
-                    Ok(Err(e)) => Err(e),
+                    Ok(Err(e)) => {
+                        self.failure = failure_reason(&e);
+                        Err(e)
+                    }
                     Ok(Ok(_)) => return None,
                     Err(_) => Err(Error::internal(format!(
                         "model '{}' stopped before answering the request",
@@ -183,7 +197,7 @@ impl DecoupledStream {
         if self.done {
             match &item {
                 Ok(_) => self.model.stats.record_success(self.start.elapsed()),
-                Err(_) => self.model.stats.record_failure(self.start.elapsed(), FailureReason::Backend),
+                Err(_) => self.model.stats.record_failure(self.start.elapsed(), self.failure),
             }
         }
         Some((item, self))
