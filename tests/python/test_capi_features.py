@@ -219,3 +219,41 @@ def test_memory_the_backend_reports_is_in_the_statistics(server, proto):
     instances = len(server.client().get_model_config("feat")["instance_group"][0].get("count", 1) * [0])
     assert cpu % 4096 == 0 and 4096 <= cpu <= 4096 * instances, (got, instances)
     assert len(got) == 3, got
+
+
+def metric(server, name: str, labels: str) -> float:
+    port = int(server.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    line = next((ln for ln in text.splitlines() if ln.startswith(f"{name}{{") and all(
+        f'{kv}' in ln for kv in labels.split(","))), None)
+    return 0.0 if line is None else float(line.split()[-1])
+
+
+def test_a_c_backend_sees_its_grpc_client_go_away(server):
+    """TRITONBACKEND_RequestIsCancelled and TRITONBACKEND_ResponseFactoryIsCancelled say so once the
+    client's deadline passes; the request counts as CANCELED."""
+    seen = metric(server, "features_cancelled_total", 'model="feat"')
+    canceled = metric(server, "nv_inference_request_failure", 'model="feat",reason="CANCELED"')
+    i = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+    i.set_data_from_numpy(x(1))
+    with pytest.raises(InferenceServerException, match="Deadline"):
+        server.grpc_client().infer("feat", [i], parameters={"wait_cancel": "10"}, client_timeout=1.0)
+    server.wait_until(lambda: metric(server, "features_cancelled_total", 'model="feat"') == seen + 1, timeout=5,
+                      what="the backend sees the cancellation")
+    assert metric(server, "nv_inference_request_failure", 'model="feat",reason="CANCELED"') == canceled + 1
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_an_in_process_request_is_cancelled_with_the_c_api(server, proto):
+    """A backend's in-process request, cancelled with TRITONSERVER_InferenceRequestCancel, is answered
+    CANCELLED, and the model it was running on sees the cancellation (tests/capi/test_features.c,
+    bls_cancel)."""
+    seen = metric(server, "features_cancelled_total", 'model="feat_auto"')
+    canceled = metric(server, "nv_inference_request_failure", 'model="feat_auto",reason="CANCELED"')
+    with pytest.raises(InferenceServerException) as e:
+        infer(server, "feat", x(1), proto, parameters={"bls_cancel": "feat_auto"})
+    assert "TRITONSERVER_InferenceRequestCancel" in str(e.value), e.value
+    assert ("400" if proto == "http" else "CANCELLED") in str(e.value.status()), e.value.status()
+    server.wait_until(lambda: metric(server, "features_cancelled_total", 'model="feat_auto"') == seen + 1,
+                      timeout=5, what="the target sees the cancellation")
+    assert metric(server, "nv_inference_request_failure", 'model="feat_auto",reason="CANCELED"') == canceled + 1
