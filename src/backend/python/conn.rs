@@ -220,6 +220,13 @@ impl Conn {
         }
     }
 
+    /// Forgets a decoupled request's key without ending the request (its model rescheduled it: the next
+    /// execution sends it under a new key).
+    pub fn close_stream(&self, key: u64) {
+        self.streams.lock().remove(&key);
+        self.unwatch([key]);
+    }
+
     /// Registers the signals of a request about to be sent, for [`Conn::is_cancelled`].
     pub fn watch(&self, key: u64, signals: &Signals) {
         self.signals.lock().insert(key, signals.clone());
