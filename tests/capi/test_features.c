@@ -17,7 +17,11 @@
  *     TRITONBACKEND_RequestIsCancelled (and its response factory's) to say it was cancelled, counts it
  *     in "features_cancelled_total" and fails CANCELLED; one with "bls_cancel" = <model> sends a
  *     "wait_cancel" request to that model in-process, cancels it with TRITONSERVER_InferenceRequestCancel
- *     and fails with the in-process response's error, which must be CANCELLED.
+ *     and fails with the in-process response's error, which must be CANCELLED;
+ *   - iterative sequences: a decoupled model with input COUNTDOWN (INT32 [1]) and output OUT counts down
+ *     per sequence (its START execution takes COUNTDOWN's value), one response per execution, and
+ *     releases the request with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE until it reaches 0 (as Triton's
+ *     iterative_sequence test backend does); a refused reschedule ends it with the refusal.
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -921,6 +925,85 @@ static TRITONSERVER_Error* bls_cancel(struct model* m, const char* target, const
   return err;
 }
 
+/* ---- iterative sequences ---- */
+
+enum { REQUEST_RELEASE_RESCHEDULE = 2, REQUEST_FLAG_SEQUENCE_START = 1 };
+
+struct remaining {
+  uint64_t corr;
+  int32_t left;
+  bool used;
+};
+
+static struct remaining countdowns[64];
+static pthread_mutex_t countdown_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The iterations left for sequence `corr` after this one: `start` (re)starts it at `value`. */
+static int32_t count_down(uint64_t corr, bool start, int32_t value) {
+  pthread_mutex_lock(&countdown_lock);
+  struct remaining* r = NULL;
+  for (int i = 0; i < 64 && r == NULL; i++)
+    if (countdowns[i].used && countdowns[i].corr == corr) r = &countdowns[i];
+  for (int i = 0; i < 64 && r == NULL; i++)
+    if (!countdowns[i].used) {
+      r = &countdowns[i];
+      r->used = true;
+      r->corr = corr;
+      r->left = value;
+    }
+  int32_t left = 0;
+  if (r != NULL) {
+    if (start) r->left = value;
+    left = --r->left;
+    if (left <= 0) r->used = false;
+  }
+  pthread_mutex_unlock(&countdown_lock);
+  return left;
+}
+
+/* One execution of a COUNTDOWN request: its response is sent after the request is released, as
+   Triton's iterative_sequence backend does. */
+static TRITONSERVER_Error* countdown(TRITONBACKEND_Request* request, TRITONBACKEND_Input* input) {
+  uint64_t corr = 0;
+  uint32_t flags = 0;
+  CHECK(TRITONBACKEND_RequestCorrelationId(request, &corr));
+  CHECK(TRITONBACKEND_RequestFlags(request, &flags));
+  int dt;
+  const int64_t* shape = NULL;
+  uint32_t dims = 0, buffers = 0;
+  uint64_t size = 0;
+  CHECK(TRITONBACKEND_InputProperties(input, NULL, &dt, &shape, &dims, &size, &buffers));
+  const void* buffer = NULL;
+  TRITONSERVER_BufferAttributes* attrs = NULL;
+  CHECK(TRITONBACKEND_InputBufferAttributes(input, 0, &buffer, &attrs));
+  if (size < 4) return fail("COUNTDOWN takes INT32 [1]");
+  int32_t value;
+  memcpy(&value, buffer, 4);
+  int32_t left = count_down(corr, (flags & REQUEST_FLAG_SEQUENCE_START) != 0, value);
+  TRITONBACKEND_Response* response = NULL;
+  CHECK(TRITONBACKEND_ResponseNew(&response, request));
+  TRITONBACKEND_Output* output = NULL;
+  TRITONSERVER_Error* err = TRITONBACKEND_ResponseOutput(response, &output, "OUT", TYPE_INT32, shape, dims);
+  void* dst = NULL;
+  int type;
+  int64_t id;
+  if (err == NULL) err = TRITONBACKEND_OutputBuffer(output, &dst, 4, &type, &id);
+  if (err == NULL) memcpy(dst, &left, 4);
+  bool last = left <= 0 || err != NULL;
+  TRITONSERVER_Error* released = TRITONBACKEND_RequestRelease(request, last ? REQUEST_RELEASE_ALL : REQUEST_RELEASE_RESCHEDULE);
+  if (released != NULL) {
+    /* Refused (the model is not an iterative sequence): released with ALL, and the refusal is the answer. */
+    TRITONSERVER_Error* all = TRITONBACKEND_RequestRelease(request, REQUEST_RELEASE_ALL);
+    if (all != NULL) TRITONSERVER_ErrorDelete(all);
+    last = true;
+    if (err == NULL) err = released;
+    else TRITONSERVER_ErrorDelete(released);
+  }
+  TRITONSERVER_Error* sent = TRITONBACKEND_ResponseSend(response, last ? RESPONSE_COMPLETE_FINAL : 0, err);
+  if (err != NULL) TRITONSERVER_ErrorDelete(err);
+  return sent;
+}
+
 /* OUTPUT0 = INPUT0 through a memory-manager scratch buffer, or the BLS target's OUTPUT0 doubled. */
 static TRITONSERVER_Error* identity(struct model* m, TRITONBACKEND_Request* request, TRITONBACKEND_Response* response) {
   TRITONBACKEND_Input* input = NULL;
@@ -987,6 +1070,14 @@ EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_Mode
   struct model* m = NULL;
   CHECK(TRITONBACKEND_ModelState(model, (void**)&m));
   for (uint32_t r = 0; r < count; r++) {
+    TRITONBACKEND_Input* countdown_input = NULL;
+    TRITONSERVER_Error* not_countdown = TRITONBACKEND_RequestInput(requests[r], "COUNTDOWN", &countdown_input);
+    if (not_countdown == NULL) {
+      TRITONSERVER_Error* e = countdown(requests[r], countdown_input);
+      if (e != NULL) TRITONSERVER_ErrorDelete(e);
+      continue;
+    }
+    TRITONSERVER_ErrorDelete(not_countdown);
     TRITONBACKEND_Response* response = NULL;
     CHECK(TRITONBACKEND_ResponseNew(&response, requests[r]));
     TRITONBACKEND_Input* probe = NULL;

@@ -68,6 +68,7 @@ pub const LOG_ERROR: u32 = 2;
 
 /// `TRITONSERVER_RequestReleaseFlag`, `TRITONSERVER_ResponseCompleteFlag`.
 pub const REQUEST_RELEASE_ALL: u32 = 1;
+pub const REQUEST_RELEASE_RESCHEDULE: u32 = 2;
 pub const RESPONSE_COMPLETE_FINAL: u32 = 1;
 
 /// `TRITONBACKEND_ExecutionPolicy`, `TRITONBACKEND_ArtifactType`.
@@ -201,6 +202,12 @@ pub struct Progress {
     pub released: bool,
     /// The server gave up waiting; later responses are dropped.
     pub abandoned: bool,
+    /// The backend released the request with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`: this execution
+    /// of it is over and it runs again (iterative sequences); it needs no final response yet.
+    pub rescheduled: bool,
+    /// The scheduler no longer waits on this execution (a decoupled request whose Execute returned): a
+    /// reschedule now would come too late to be seen.
+    pub settled: bool,
     /// The compute split the backend reported (`TRITONBACKEND_ModelInstanceReportStatistics`).
     pub reported: Option<crate::model_api::ExecTimings>,
     /// Implicit state the backend updated (`TRITONBACKEND_StateUpdate`), handed to the sequence
@@ -253,6 +260,9 @@ pub struct Origin {
     pub backend: String,
     /// A response after a request's final one was logged already (once per model is enough).
     pub late_response_logged: AtomicBool,
+    /// The model is an iterative sequence: its backend may release a request with
+    /// `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` to have it run again.
+    pub iterative: bool,
 }
 
 /// Shared by a request and its responses.
@@ -318,17 +328,35 @@ impl Completion {
         self.bell.ring();
     }
 
-    /// Whether the backend has sent the final response and released the request (or the server gave up).
+    /// `TRITONBACKEND_RequestRelease` with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`: this execution of
+    /// the request is over, and the scheduler runs it again. False (nothing changes) when it comes too
+    /// late: a decoupled request is rescheduled from within `TRITONBACKEND_ModelInstanceExecute`.
+    pub fn reschedule(&self) -> bool {
+        {
+            let mut p = self.progress.lock();
+            if p.settled {
+                return false;
+            }
+            p.released = true;
+            p.rescheduled = true;
+        }
+        self.signals.reschedule();
+        self.bell.ring();
+        true
+    }
+
+    /// Whether the backend has sent the final response and released the request, or rescheduled it (or
+    /// the server gave up).
     pub fn finished(&self) -> bool {
         let p = self.progress.lock();
-        (p.done && p.released) || p.abandoned
+        (p.done && p.released) || p.rescheduled || p.abandoned
     }
 
     /// Gives up on a request the backend has not finished: its client gets `why` as an error, and
     /// whatever the backend sends later is dropped.
     pub fn expire(&self, why: &str) {
         let mut p = self.progress.lock();
-        if p.done || p.abandoned {
+        if p.done || p.abandoned || p.rescheduled {
             return;
         }
         p.abandoned = true;

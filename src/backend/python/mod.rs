@@ -495,11 +495,7 @@ impl ModelInstance for PythonInstance {
 
 impl PythonInstance {
     /// The stub's answer to an `execute` call as one result per request.
-    fn results(
-        &self,
-        reqs: &[&ExecRequest],
-        ran: Result<(stub::Executed, ExecTimings)>,
-    ) -> Vec<Result<ExecResult>> {
+    fn results(&self, reqs: &[&ExecRequest], ran: Result<(stub::Executed, ExecTimings)>) -> Vec<Result<ExecResult>> {
         let (executed, timings) = match ran {
             Ok(r) => r,
             Err(e) => return reqs.iter().map(|_| Err(e.clone())).collect(),

@@ -372,7 +372,13 @@ fn execute_rows(
 ) -> Vec<Result<ExecResult>> {
     let requests = rows.iter().filter(|r| r.is_request()).count() as u32;
     let record = |t: &crate::model_api::ExecTimings, rows: u32| {
-        shared.stats.record_padded_execution(requests, rows, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns)
+        shared.stats.record_padded_execution(
+            requests,
+            rows,
+            t.compute_input_ns,
+            t.compute_infer_ns,
+            t.compute_output_ns,
+        )
     };
     if shared.lists {
         let real: Vec<&ExecRequest> =
