@@ -203,3 +203,6 @@ impl DecoupledStream {
         Some((item, self))
     }
 }
+
+#[cfg(test)]
+mod tests;
