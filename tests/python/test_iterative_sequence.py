@@ -64,7 +64,7 @@ ITERATIVE = "sequence_batching { iterative_sequence: true }"
 DECOUPLED = "model_transaction_policy { decoupled: true }"
 # name: (scheduling and policy, seconds per execution)
 MODELS = {
-    "iter_stream": (f"{ITERATIVE}\n{DECOUPLED}", 0.3),
+    "iter_stream": (f"{ITERATIVE}\n{DECOUPLED}", 0.5),
     "iter": (ITERATIVE, 0.0),
     "resched_dyn": ("dynamic_batching { }", 0.0),
 }
