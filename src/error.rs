@@ -21,6 +21,9 @@ pub enum ErrorKind {
     PermissionDenied,
     /// A bug or an unexpected failure inside the server or a backend (500 / INTERNAL).
     Internal,
+    /// The request was cancelled (its client went away, or it was cancelled in-process) before it
+    /// was answered (400 as tritonserver's HTTP front-end answers it / CANCELLED).
+    Cancelled,
 }
 
 /// An error with a kind and a full-sentence message meant for the client.
@@ -53,11 +56,14 @@ impl Error {
     pub fn unsupported(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unsupported, message)
     }
+    pub fn cancelled(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Cancelled, message)
+    }
 
     /// The HTTP status code for this error (the only HTTP mapping in the server).
     pub fn http_status(&self) -> u16 {
         match self.kind {
-            ErrorKind::InvalidArgument => 400,
+            ErrorKind::InvalidArgument | ErrorKind::Cancelled => 400,
             ErrorKind::NotFound => 404,
             ErrorKind::AlreadyExists => 409,
             ErrorKind::PermissionDenied => 403,
@@ -71,6 +77,7 @@ impl Error {
     /// The gRPC status code number for this error (the only gRPC mapping in the server).
     pub fn grpc_code(&self) -> i32 {
         match self.kind {
+            ErrorKind::Cancelled => 1,        // CANCELLED
             ErrorKind::InvalidArgument => 3,  // INVALID_ARGUMENT
             ErrorKind::NotFound => 5,         // NOT_FOUND
             ErrorKind::AlreadyExists => 6,    // ALREADY_EXISTS

@@ -122,6 +122,7 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
         correlation_id: control.sequence_id.clone(),
         flags: u32::from(control.sequence_start) | (u32::from(control.sequence_end) << 1),
         callers: req.callers,
+        signals: Default::default(),
     };
     Ok(Prepared {
         exec: ExecRequest {

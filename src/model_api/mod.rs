@@ -9,11 +9,13 @@
 
 pub mod agents;
 pub mod custom_metrics;
+pub mod signals;
 pub mod types;
 
 use crate::error::{Error, Result};
 use crate::proto::inference::ModelConfig;
 use futures_util::future::BoxFuture;
+pub use signals::Signals;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -124,6 +126,9 @@ pub struct RequestMeta {
     /// The model versions waiting on this request (see `InferRequest::callers`), for BLS requests the
     /// model makes while it runs.
     pub callers: types::CallChain,
+    /// Cancellation and rescheduling of the request, shared by every copy of this metadata (see
+    /// [`Signals`]): backends ask whether it was cancelled, and set that it is to run again.
+    pub signals: Signals,
 }
 
 /// One response of a decoupled model.

@@ -90,6 +90,7 @@ fn error_type(kind: ErrorKind) -> &'static str {
         ErrorKind::Unsupported => "not_supported_error",
         ErrorKind::Unavailable => "service_unavailable_error",
         ErrorKind::Internal => "server_error",
+        ErrorKind::Cancelled => "cancelled_error",
     }
 }
 

@@ -12,7 +12,16 @@
  *     in-process API and answers with its OUTPUT0 (multiplied by 2, to show the round trip);
  *   - host policy, the model's server, model readiness and transaction properties;
  *   - a request with the string parameter "sweep" calls every other exported function, as a backend
- *     may, and checks what each answers (null and foreign objects included), then answers as identity.
+ *     may, and checks what each answers (null and foreign objects included), then answers as identity;
+ *   - cancellation: a request with the string parameter "wait_cancel" = <seconds> waits that long for
+ *     TRITONBACKEND_RequestIsCancelled (and its response factory's) to say it was cancelled, counts it
+ *     in "features_cancelled_total" and fails CANCELLED; one with "bls_cancel" = <model> sends a
+ *     "wait_cancel" request to that model in-process, cancels it with TRITONSERVER_InferenceRequestCancel
+ *     and fails with the in-process response's error, which must be CANCELLED;
+ *   - iterative sequences: a decoupled model with input COUNTDOWN (INT32 [1]) and output OUT counts down
+ *     per sequence (its START execution takes COUNTDOWN's value), one response per execution, and
+ *     releases the request with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE until it reaches 0 (as Triton's
+ *     iterative_sequence test backend does); a refused reschedule ends it with the refusal.
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -21,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct TRITONSERVER_Error TRITONSERVER_Error;
 typedef struct TRITONSERVER_Message TRITONSERVER_Message;
@@ -163,6 +173,8 @@ struct model {
   TRITONBACKEND_MemoryManager* memory;
   TRITONSERVER_MetricFamily* family;
   TRITONSERVER_Metric* requests;
+  TRITONSERVER_MetricFamily* cancelled_family;
+  TRITONSERVER_Metric* cancelled;
 };
 
 static TRITONSERVER_Error* report_model_memory(TRITONBACKEND_Model* model);
@@ -208,7 +220,10 @@ EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* mo
   snprintf(v, sizeof v, "%llu", (unsigned long long)version);
   const TRITONSERVER_Parameter* labels[2] = {TRITONSERVER_ParameterNew("model", PARAM_STRING, name),
                                              TRITONSERVER_ParameterNew("version", PARAM_STRING, v)};
+  CHECK(TRITONSERVER_MetricFamilyNew(&m->cancelled_family, METRIC_COUNTER, "features_cancelled_total",
+                                     "Requests the features test backend saw cancelled"));
   TRITONSERVER_Error* err = TRITONSERVER_MetricNew(&m->requests, m->family, labels, 2);
+  if (err == NULL) err = TRITONSERVER_MetricNew(&m->cancelled, m->cancelled_family, labels, 2);
   TRITONSERVER_ParameterDelete((TRITONSERVER_Parameter*)labels[0]);
   TRITONSERVER_ParameterDelete((TRITONSERVER_Parameter*)labels[1]);
   if (err != NULL) return err;
@@ -222,6 +237,8 @@ EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* mode
   if (m != NULL) {
     TRITONSERVER_MetricDelete(m->requests);
     TRITONSERVER_MetricFamilyDelete(m->family);
+    TRITONSERVER_MetricDelete(m->cancelled);
+    TRITONSERVER_MetricFamilyDelete(m->cancelled_family);
     free(m);
   }
   return NULL;
@@ -765,7 +782,10 @@ static TRITONSERVER_Error* sweep(TRITONBACKEND_ModelInstance* instance, TRITONBA
   OK(TRITONSERVER_InferenceRequestAddRequestedOutput(r, "OUTPUT0"));
   OK(TRITONSERVER_InferenceRequestRemoveAllRequestedOutputs(r));
   OK(TRITONSERVER_InferenceRequestIsCancelled(r, &cancelled));
-  FAILS(TRITONSERVER_InferenceRequestCancel(r), ERROR_UNSUPPORTED);
+  EXPECT(!cancelled);
+  OK(TRITONSERVER_InferenceRequestCancel(r));
+  OK(TRITONSERVER_InferenceRequestIsCancelled(r, &cancelled));
+  EXPECT(cancelled);
   FAILS(TRITONSERVER_ServerInferAsync(m->server, r, NULL), ERROR_INVALID_ARG); /* no callbacks */
   TRITONSERVER_ResponseAllocator* allocator = NULL;
   OK(TRITONSERVER_ResponseAllocatorNew(&allocator, bls_alloc, bls_release, NULL));
@@ -828,6 +848,162 @@ static TRITONSERVER_Error* accumulate(TRITONBACKEND_Request* request, TRITONBACK
   return TRITONBACKEND_StateUpdate(state);
 }
 
+/* ---- cancellation ---- */
+
+enum { ERROR_CANCELLED = 7 };
+
+static double seconds_since(const struct timespec* t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec d = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&d, NULL);
+}
+
+/* Waits up to `secs` seconds for the request to be cancelled; NULL if it never was. */
+static TRITONSERVER_Error* wait_cancel(struct model* m, TRITONBACKEND_Request* request, const char* secs) {
+  TRITONBACKEND_ResponseFactory* factory = NULL;
+  CHECK(TRITONBACKEND_ResponseFactoryNew(&factory, request));
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  bool cancelled = false, factory_cancelled = false;
+  TRITONSERVER_Error* err = NULL;
+  while (err == NULL && !cancelled && seconds_since(&t0) < atof(secs)) {
+    err = TRITONBACKEND_RequestIsCancelled(request, &cancelled);
+    if (err == NULL && !cancelled) sleep_ms(10);
+  }
+  if (err == NULL) err = TRITONBACKEND_ResponseFactoryIsCancelled(factory, &factory_cancelled);
+  TRITONBACKEND_ResponseFactoryDelete(factory);
+  if (err != NULL || !cancelled) return err;
+  if (!factory_cancelled) return fail("the request is cancelled but its response factory is not");
+  CHECK(TRITONSERVER_MetricIncrement(m->cancelled, 1));
+  return TRITONSERVER_ErrorNew(ERROR_CANCELLED, "the features backend saw the request cancelled");
+}
+
+/* Sends `in` to `target` with "wait_cancel" = "10", cancels it after 0.3 s, and returns the in-process
+   response's error (CANCELLED, or a failure saying what came instead). */
+static TRITONSERVER_Error* bls_cancel(struct model* m, const char* target, const float* in, const int64_t* shape,
+                                      uint32_t dims, uint64_t size) {
+  TRITONSERVER_ResponseAllocator* allocator = NULL;
+  CHECK(TRITONSERVER_ResponseAllocatorNew(&allocator, bls_alloc, bls_release, NULL));
+  TRITONSERVER_InferenceRequest* request = NULL;
+  CHECK(TRITONSERVER_InferenceRequestNew(&request, m->server, target, -1));
+  struct call c = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, false, false};
+  TRITONSERVER_Error* err = TRITONSERVER_InferenceRequestAddInput(request, "INPUT0", TYPE_FP32, shape, dims);
+  if (err == NULL) err = TRITONSERVER_InferenceRequestAppendInputData(request, "INPUT0", in, size, MEMORY_CPU, 0);
+  if (err == NULL) err = TRITONSERVER_InferenceRequestSetStringParameter(request, "wait_cancel", "10");
+  if (err == NULL) err = TRITONSERVER_InferenceRequestSetReleaseCallback(request, bls_released, &c);
+  if (err == NULL) err = TRITONSERVER_InferenceRequestSetResponseCallback(request, allocator, NULL, bls_response, &c);
+  if (err == NULL) err = TRITONSERVER_ServerInferAsync(m->server, request, NULL);
+  bool cancelled = false;
+  if (err == NULL) {
+    sleep_ms(300);
+    err = TRITONSERVER_InferenceRequestCancel(request);
+    if (err == NULL) err = TRITONSERVER_InferenceRequestIsCancelled(request, &cancelled);
+    if (err == NULL && !cancelled) err = fail("TRITONSERVER_InferenceRequestIsCancelled says it was not cancelled");
+    pthread_mutex_lock(&c.lock);
+    while (!c.responded || !c.released) pthread_cond_wait(&c.changed, &c.lock);
+    pthread_mutex_unlock(&c.lock);
+  }
+  if (err == NULL) {
+    TRITONSERVER_Error* answer = c.response == NULL ? NULL : TRITONSERVER_InferenceResponseError(c.response);
+    if (answer == NULL) {
+      err = fail("the cancelled in-process request was answered without an error");
+    } else if (TRITONSERVER_ErrorCode(answer) != ERROR_CANCELLED) {
+      err = fail("the cancelled in-process request's error is not CANCELLED");
+      TRITONSERVER_ErrorDelete(answer);
+    } else {
+      err = answer;
+    }
+  }
+  if (c.response != NULL) TRITONSERVER_InferenceResponseDelete(c.response);
+  TRITONSERVER_InferenceRequestDelete(request);
+  TRITONSERVER_ResponseAllocatorDelete(allocator);
+  return err;
+}
+
+/* ---- iterative sequences ---- */
+
+enum { REQUEST_RELEASE_RESCHEDULE = 2, REQUEST_FLAG_SEQUENCE_START = 1 };
+
+struct remaining {
+  uint64_t corr;
+  int32_t left;
+  bool used;
+};
+
+static struct remaining countdowns[64];
+static pthread_mutex_t countdown_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The iterations left for sequence `corr` after this one: `start` (re)starts it at `value`. */
+static int32_t count_down(uint64_t corr, bool start, int32_t value) {
+  pthread_mutex_lock(&countdown_lock);
+  struct remaining* r = NULL;
+  for (int i = 0; i < 64 && r == NULL; i++)
+    if (countdowns[i].used && countdowns[i].corr == corr) r = &countdowns[i];
+  for (int i = 0; i < 64 && r == NULL; i++)
+    if (!countdowns[i].used) {
+      r = &countdowns[i];
+      r->used = true;
+      r->corr = corr;
+      r->left = value;
+    }
+  int32_t left = 0;
+  if (r != NULL) {
+    if (start) r->left = value;
+    left = --r->left;
+    if (left <= 0) r->used = false;
+  }
+  pthread_mutex_unlock(&countdown_lock);
+  return left;
+}
+
+/* One execution of a COUNTDOWN request: its response is sent after the request is released, as
+   Triton's iterative_sequence backend does. */
+static TRITONSERVER_Error* countdown(TRITONBACKEND_Request* request, TRITONBACKEND_Input* input) {
+  uint64_t corr = 0;
+  uint32_t flags = 0;
+  CHECK(TRITONBACKEND_RequestCorrelationId(request, &corr));
+  CHECK(TRITONBACKEND_RequestFlags(request, &flags));
+  int dt;
+  const int64_t* shape = NULL;
+  uint32_t dims = 0, buffers = 0;
+  uint64_t size = 0;
+  CHECK(TRITONBACKEND_InputProperties(input, NULL, &dt, &shape, &dims, &size, &buffers));
+  const void* buffer = NULL;
+  TRITONSERVER_BufferAttributes* attrs = NULL;
+  CHECK(TRITONBACKEND_InputBufferAttributes(input, 0, &buffer, &attrs));
+  if (size < 4) return fail("COUNTDOWN takes INT32 [1]");
+  int32_t value;
+  memcpy(&value, buffer, 4);
+  int32_t left = count_down(corr, (flags & REQUEST_FLAG_SEQUENCE_START) != 0, value);
+  TRITONBACKEND_Response* response = NULL;
+  CHECK(TRITONBACKEND_ResponseNew(&response, request));
+  TRITONBACKEND_Output* output = NULL;
+  TRITONSERVER_Error* err = TRITONBACKEND_ResponseOutput(response, &output, "OUT", TYPE_INT32, shape, dims);
+  void* dst = NULL;
+  int type;
+  int64_t id;
+  if (err == NULL) err = TRITONBACKEND_OutputBuffer(output, &dst, 4, &type, &id);
+  if (err == NULL) memcpy(dst, &left, 4);
+  bool last = left <= 0 || err != NULL;
+  TRITONSERVER_Error* released = TRITONBACKEND_RequestRelease(request, last ? REQUEST_RELEASE_ALL : REQUEST_RELEASE_RESCHEDULE);
+  if (released != NULL) {
+    /* Refused (the model is not an iterative sequence): released with ALL, and the refusal is the answer. */
+    TRITONSERVER_Error* all = TRITONBACKEND_RequestRelease(request, REQUEST_RELEASE_ALL);
+    if (all != NULL) TRITONSERVER_ErrorDelete(all);
+    last = true;
+    if (err == NULL) err = released;
+    else TRITONSERVER_ErrorDelete(released);
+  }
+  TRITONSERVER_Error* sent = TRITONBACKEND_ResponseSend(response, last ? RESPONSE_COMPLETE_FINAL : 0, err);
+  if (err != NULL) TRITONSERVER_ErrorDelete(err);
+  return sent;
+}
+
 /* OUTPUT0 = INPUT0 through a memory-manager scratch buffer, or the BLS target's OUTPUT0 doubled. */
 static TRITONSERVER_Error* identity(struct model* m, TRITONBACKEND_Request* request, TRITONBACKEND_Response* response) {
   TRITONBACKEND_Input* input = NULL;
@@ -849,7 +1025,14 @@ static TRITONSERVER_Error* identity(struct model* m, TRITONBACKEND_Request* requ
   CHECK(TRITONBACKEND_MemoryManagerAllocate(m->memory, &scratch, MEMORY_CPU, 0, size));
   TRITONSERVER_Error* err = NULL;
   const char* target = string_parameter(request, "bls");
-  if (target != NULL) {
+  const char* cancel_target = string_parameter(request, "bls_cancel");
+  const char* wait = string_parameter(request, "wait_cancel");
+  if (wait != NULL) err = wait_cancel(m, request, wait);
+  if (err != NULL) {
+  } else if (cancel_target != NULL) {
+    err = bls_cancel(m, cancel_target, src, shape, dims, size);
+    if (err == NULL) err = fail("bls_cancel gave no error");
+  } else if (target != NULL) {
     err = bls(m, target, src, shape, dims, size, scratch);
     for (uint64_t i = 0; err == NULL && i < size / 4; i++) ((float*)scratch)[i] *= 2;
   } else {
@@ -887,6 +1070,14 @@ EXPORT TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_Mode
   struct model* m = NULL;
   CHECK(TRITONBACKEND_ModelState(model, (void**)&m));
   for (uint32_t r = 0; r < count; r++) {
+    TRITONBACKEND_Input* countdown_input = NULL;
+    TRITONSERVER_Error* not_countdown = TRITONBACKEND_RequestInput(requests[r], "COUNTDOWN", &countdown_input);
+    if (not_countdown == NULL) {
+      TRITONSERVER_Error* e = countdown(requests[r], countdown_input);
+      if (e != NULL) TRITONSERVER_ErrorDelete(e);
+      continue;
+    }
+    TRITONSERVER_ErrorDelete(not_countdown);
     TRITONBACKEND_Response* response = NULL;
     CHECK(TRITONBACKEND_ResponseNew(&response, requests[r]));
     TRITONBACKEND_Input* probe = NULL;

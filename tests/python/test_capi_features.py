@@ -6,6 +6,7 @@ an ensemble, and perf_analyzer against it."""
 from __future__ import annotations
 
 import shutil
+import time
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -58,6 +59,17 @@ ensemble_scheduling { step [
 """
 
 
+COUNTDOWN = """
+name: "{name}"
+backend: "features"
+max_batch_size: 4
+input [ {{ name: "COUNTDOWN" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+model_transaction_policy {{ decoupled: true }}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+{scheduling}
+"""
+
 CACHED_AND_WARMED = """
 response_cache { enable: true }
 model_warmup [ { name: "zeros" batch_size: 1 count: 2
@@ -80,7 +92,9 @@ def server(tmp_path_factory):
     repo = root / "repo"
     cached = IDENTITY.format(name="feat_cached") + CACHED_AND_WARMED
     for name, text in (("feat", IDENTITY.format(name="feat")), ("acc", ACCUMULATOR), ("ens", ENSEMBLE),
-                       ("feat_auto", 'backend: "features"\n'), ("feat_cached", cached)):
+                       ("feat_auto", 'backend: "features"\n'), ("feat_cached", cached),
+                       ("countdown", COUNTDOWN.format(name="countdown", scheduling="sequence_batching { iterative_sequence: true }")),
+                       ("countdown_dyn", COUNTDOWN.format(name="countdown_dyn", scheduling="dynamic_batching { }"))):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(text)
     s = TritonServer(["--model-repository", repo, "--backend-directory", root / "backends", "--allow-metrics=true",
@@ -219,3 +233,89 @@ def test_memory_the_backend_reports_is_in_the_statistics(server, proto):
     instances = len(server.client().get_model_config("feat")["instance_group"][0].get("count", 1) * [0])
     assert cpu % 4096 == 0 and 4096 <= cpu <= 4096 * instances, (got, instances)
     assert len(got) == 3, got
+
+
+def metric(server, name: str, labels: str) -> float:
+    port = int(server.wait_for_log(r"Started Metrics Service at [0-9.]+:(\d+)").group(1))
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    line = next((ln for ln in text.splitlines() if ln.startswith(f"{name}{{") and all(
+        f'{kv}' in ln for kv in labels.split(","))), None)
+    return 0.0 if line is None else float(line.split()[-1])
+
+
+def test_a_c_backend_sees_its_grpc_client_go_away(server):
+    """TRITONBACKEND_RequestIsCancelled and TRITONBACKEND_ResponseFactoryIsCancelled say so once the
+    client's deadline passes; the request counts as CANCELED."""
+    seen = metric(server, "features_cancelled_total", 'model="feat"')
+    canceled = metric(server, "nv_inference_request_failure", 'model="feat",reason="CANCELED"')
+    i = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+    i.set_data_from_numpy(x(1))
+    with pytest.raises(InferenceServerException, match="Deadline"):
+        server.grpc_client().infer("feat", [i], parameters={"wait_cancel": "10"}, client_timeout=1.0)
+    server.wait_until(lambda: metric(server, "features_cancelled_total", 'model="feat"') == seen + 1, timeout=5,
+                      what="the backend sees the cancellation")
+    assert metric(server, "nv_inference_request_failure", 'model="feat",reason="CANCELED"') == canceled + 1
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_an_in_process_request_is_cancelled_with_the_c_api(server, proto):
+    """A backend's in-process request, cancelled with TRITONSERVER_InferenceRequestCancel, is answered
+    CANCELLED, and the model it was running on sees the cancellation (tests/capi/test_features.c,
+    bls_cancel)."""
+    seen = metric(server, "features_cancelled_total", 'model="feat_auto"')
+    canceled = metric(server, "nv_inference_request_failure", 'model="feat_auto",reason="CANCELED"')
+    with pytest.raises(InferenceServerException) as e:
+        infer(server, "feat", x(1), proto, parameters={"bls_cancel": "feat_auto"})
+    assert "TRITONSERVER_InferenceRequestCancel" in str(e.value), e.value
+    assert ("400" if proto == "http" else "CANCELLED") in str(e.value.status()), e.value.status()
+    server.wait_until(lambda: metric(server, "features_cancelled_total", 'model="feat_auto"') == seen + 1,
+                      timeout=5, what="the target sees the cancellation")
+    assert metric(server, "nv_inference_request_failure", 'model="feat_auto",reason="CANCELED"') == canceled + 1
+
+
+def countdown_stream(server, model, starts: dict[str, int]) -> dict[str, list]:
+    """Sends each request (id: COUNTDOWN value) on one gRPC stream, 0.1 s apart, and collects each one's
+    responses as (OUT, final) or the error message, until every one has had its final response."""
+    import queue
+
+    got = queue.Queue()
+    c = server.grpc_client()
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    for rid, value in starts.items():
+        i = grpcclient.InferInput("COUNTDOWN", [1, 1], "INT32")
+        i.set_data_from_numpy(np.array([[value]], np.int32))
+        c.async_stream_infer(model, [i], request_id=rid)
+        time.sleep(0.1)
+    out: dict[str, list] = {rid: [] for rid in starts}
+    open_ = set(starts)
+    while open_:
+        result, error = got.get(timeout=20)
+        if error is not None:
+            # Errors carry no id here: there is one request per error test.
+            (rid,) = starts
+            out[rid].append(str(error))
+            open_.discard(rid)
+            continue
+        r = result.get_response()
+        final = r.parameters["triton_final_response"].bool_param
+        out[r.id].append((int(result.as_numpy("OUT").reshape(-1)[0]), final))
+        if final:
+            open_.discard(r.id)
+    c.stop_stream()
+    return out
+
+
+def test_a_c_backend_reschedules_an_iterative_sequence(server):
+    """TRITONBACKEND_RequestRelease with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE runs the same request
+    again (START on its first execution only), one response per execution, until the backend releases
+    it with ALL; two sequences share the batches meanwhile."""
+    got = countdown_stream(server, "countdown", {"a": 3, "b": 2})
+    assert got == {"a": [(2, False), (1, False), (0, True)], "b": [(1, False), (0, True)]}
+    stats = server.client().get_inference_statistics("countdown")["model_stats"][0]
+    assert stats["inference_count"] == 5 and stats["inference_stats"]["success"]["count"] == 2, stats
+
+
+def test_a_c_backend_cannot_reschedule_outside_an_iterative_sequence(server):
+    got = countdown_stream(server, "countdown_dyn", {"c": 3})
+    assert got == {"c": ["Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is "
+                         "not configured to handle such a flag."]}

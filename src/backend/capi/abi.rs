@@ -68,6 +68,7 @@ pub const LOG_ERROR: u32 = 2;
 
 /// `TRITONSERVER_RequestReleaseFlag`, `TRITONSERVER_ResponseCompleteFlag`.
 pub const REQUEST_RELEASE_ALL: u32 = 1;
+pub const REQUEST_RELEASE_RESCHEDULE: u32 = 2;
 pub const RESPONSE_COMPLETE_FINAL: u32 = 1;
 
 /// `TRITONBACKEND_ExecutionPolicy`, `TRITONBACKEND_ArtifactType`.
@@ -201,6 +202,12 @@ pub struct Progress {
     pub released: bool,
     /// The server gave up waiting; later responses are dropped.
     pub abandoned: bool,
+    /// The backend released the request with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`: this execution
+    /// of it is over and it runs again (iterative sequences); it needs no final response yet.
+    pub rescheduled: bool,
+    /// The scheduler no longer waits on this execution (a decoupled request whose Execute returned): a
+    /// reschedule now would come too late to be seen.
+    pub settled: bool,
     /// The compute split the backend reported (`TRITONBACKEND_ModelInstanceReportStatistics`).
     pub reported: Option<crate::model_api::ExecTimings>,
     /// Implicit state the backend updated (`TRITONBACKEND_StateUpdate`), handed to the sequence
@@ -253,6 +260,9 @@ pub struct Origin {
     pub backend: String,
     /// A response after a request's final one was logged already (once per model is enough).
     pub late_response_logged: AtomicBool,
+    /// The model is an iterative sequence: its backend may release a request with
+    /// `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE` to have it run again.
+    pub iterative: bool,
 }
 
 /// Shared by a request and its responses.
@@ -266,6 +276,8 @@ pub struct Completion {
     pub origin: Arc<Origin>,
     /// The request's id, for messages.
     pub request_id: String,
+    /// The request's cancellation (its client went away) and rescheduling.
+    pub signals: crate::model_api::Signals,
 }
 
 impl Completion {
@@ -316,17 +328,35 @@ impl Completion {
         self.bell.ring();
     }
 
-    /// Whether the backend has sent the final response and released the request (or the server gave up).
+    /// `TRITONBACKEND_RequestRelease` with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`: this execution of
+    /// the request is over, and the scheduler runs it again. False (nothing changes) when it comes too
+    /// late: a decoupled request is rescheduled from within `TRITONBACKEND_ModelInstanceExecute`.
+    pub fn reschedule(&self) -> bool {
+        {
+            let mut p = self.progress.lock();
+            if p.settled {
+                return false;
+            }
+            p.released = true;
+            p.rescheduled = true;
+        }
+        self.signals.reschedule();
+        self.bell.ring();
+        true
+    }
+
+    /// Whether the backend has sent the final response and released the request, or rescheduled it (or
+    /// the server gave up).
     pub fn finished(&self) -> bool {
         let p = self.progress.lock();
-        (p.done && p.released) || p.abandoned
+        (p.done && p.released) || p.rescheduled || p.abandoned
     }
 
     /// Gives up on a request the backend has not finished: its client gets `why` as an error, and
     /// whatever the backend sends later is dropped.
     pub fn expire(&self, why: &str) {
         let mut p = self.progress.lock();
-        if p.done || p.abandoned {
+        if p.done || p.abandoned || p.rescheduled {
             return;
         }
         p.abandoned = true;
@@ -337,9 +367,11 @@ impl Completion {
         self.bell.ring();
     }
 
-    /// Whether the client went away or the server gave up on the request.
+    /// Whether the client went away (or cancelled the request) or the server gave up on it.
     pub fn cancelled(&self) -> bool {
-        self.progress.lock().abandoned || self.sink.as_ref().is_some_and(|s| s.is_closed())
+        self.signals.is_cancelled()
+            || self.progress.lock().abandoned
+            || self.sink.as_ref().is_some_and(|s| s.is_closed())
     }
 }
 
@@ -578,6 +610,9 @@ pub struct InferRequestObj {
     pub parameters: Parameters,
     pub release: Option<(RequestReleaseFn, usize)>,
     pub route: Option<ResponseRoute>,
+    /// `TRITONSERVER_InferenceRequestCancel` trips it: the request in flight is then dropped (a queued
+    /// one leaves its queue, a running one sees `is_cancelled()`) and answered CANCELLED.
+    pub cancel: crate::model_api::Signals,
 }
 
 /// One output of an in-process response, in a buffer the backend's allocator gave.

@@ -133,6 +133,7 @@ pub fn to_error(code: u32, message: &str) -> Error {
         code::UNAVAILABLE => ErrorKind::Unavailable,
         code::UNSUPPORTED => ErrorKind::Unsupported,
         code::ALREADY_EXISTS => ErrorKind::AlreadyExists,
+        code::CANCELLED => ErrorKind::Cancelled,
         _ => ErrorKind::Internal,
     };
     Error::new(kind, message)
@@ -147,6 +148,7 @@ pub fn code_of(e: &Error) -> u32 {
         ErrorKind::Unavailable => code::UNAVAILABLE,
         ErrorKind::Unsupported => code::UNSUPPORTED,
         ErrorKind::AlreadyExists => code::ALREADY_EXISTS,
+        ErrorKind::Cancelled => code::CANCELLED,
         _ => code::INTERNAL,
     }
 }

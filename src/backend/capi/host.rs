@@ -470,6 +470,7 @@ fn request_object(
         origin: shared.origin.clone(),
         request_id: req.meta.id.clone(),
         progress: Default::default(),
+        signals: req.meta.signals.clone(),
     });
     let obj = RequestObj {
         id: cstring(&req.meta.id),
@@ -588,10 +589,14 @@ impl CInstance {
     fn wait(&mut self, completion: &Completion, deadline: Instant, stuck: bool) -> Result<(Vec<Tensor>, Parameters)> {
         let finished = |c: &Completion| {
             let p = c.progress.lock();
-            p.done && p.released
+            (p.done && p.released) || p.rescheduled
         };
         self.shared.bell.wait(|| finished(completion), || self.give_up_at(deadline));
         let mut p = completion.progress.lock();
+        if p.rescheduled {
+            // It runs again; its response comes from a later execution.
+            return Ok((Vec::new(), Parameters::new()));
+        }
         if !(p.done && p.released) {
             p.abandoned = true;
             self.abandoned += 1;
@@ -703,6 +708,9 @@ impl ModelInstance for CInstance {
             Err(e) => return results.into_iter().map(|r| r.unwrap_or_else(|| Err(e.clone()))).collect(),
         };
         if self.decoupled {
+            for c in &completions {
+                c.progress.lock().settled = true;
+            }
             self.outstanding.retain(|c| !c.finished());
             if stuck {
                 // The stream ends with the error; what the backend sends later is dropped.

@@ -59,6 +59,7 @@ pub extern "C" fn TRITONSERVER_InferenceRequestNew(
             parameters: Default::default(),
             release: None,
             route: None,
+            cancel: Default::default(),
         }));
         register(p as *const c_void, Kind::InferRequest);
         put(request, p);
@@ -291,16 +292,16 @@ pub extern "C" fn TRITONSERVER_InferenceRequestSetResponseCallback(
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_InferenceRequestCancel(request: *mut InferRequestObj) -> Err {
     guarded("TRITONSERVER_InferenceRequestCancel", || {
-        obj(request, Kind::InferRequest, "inference_request")?;
-        Err(new_error(code::UNSUPPORTED, "in-process requests cannot be cancelled yet; they end with their model"))
+        obj(request, Kind::InferRequest, "inference_request")?.cancel.cancel();
+        Ok(())
     })
 }
 
 #[no_mangle]
 pub extern "C" fn TRITONSERVER_InferenceRequestIsCancelled(request: *mut InferRequestObj, cancelled: *mut bool) -> Err {
     guarded("TRITONSERVER_InferenceRequestIsCancelled", || {
-        obj(request, Kind::InferRequest, "inference_request")?;
-        put(cancelled, false);
+        let r = obj(request, Kind::InferRequest, "inference_request")?;
+        put(cancelled, r.cancel.is_cancelled());
         Ok(())
     })
 }
@@ -351,9 +352,19 @@ pub extern "C" fn TRITONSERVER_ServerInferAsync(
         let api = server_api(s)?;
         let rt = s.runtime.lock().clone().ok_or_else(|| new_error(code::UNAVAILABLE, "the server is not running"))?;
         let req = to_infer_request(r);
+        let cancel = r.cancel.clone();
         let request = request as usize;
         rt.spawn(async move {
-            run(api, req, route).await;
+            let (model, version) = (req.model_name.clone(), req.model_version.unwrap_or(-1));
+            tokio::select! {
+                biased;
+                () = run(api, req, route) => {}
+                // Dropping the request's future cancels it in the server; the backend gets the error.
+                () = cancel.cancelled() => {
+                    let e = Error::cancelled("the in-process request was cancelled (TRITONSERVER_InferenceRequestCancel)");
+                    deliver_error(&route, &model, version, &e);
+                }
+            }
             // SAFETY: the release callback the backend registered, with the request and userp it gave;
             // the request stays the backend's until this call hands it back.
             unsafe { (release.0)(request as *mut InferRequestObj, REQUEST_RELEASE_ALL, release.1 as *mut c_void) };

@@ -286,6 +286,10 @@ impl Model {
         auto_complete: bool,
         server: Arc<ServerObj>,
     ) -> Result<Model> {
+        let iterative = serde_json::from_str::<serde_json::Value>(&config_json)
+            .ok()
+            .and_then(|c| c.pointer("/sequence_batching/iterative_sequence")?.as_bool())
+            .unwrap_or(false);
         let obj = Box::new(ModelObj {
             name: cstring(name),
             version,
@@ -307,7 +311,8 @@ impl Model {
                 return Err(e);
             }
         }
-        let origin = Arc::new(Origin { model: name.to_string(), backend: library.name(), ..Default::default() });
+        let origin =
+            Arc::new(Origin { model: name.to_string(), backend: library.name(), iterative, ..Default::default() });
         Ok(Model { library, obj, origin })
     }
 

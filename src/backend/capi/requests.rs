@@ -188,18 +188,36 @@ pub extern "C" fn TRITONBACKEND_RequestOutputName(
 #[no_mangle]
 pub extern "C" fn TRITONBACKEND_RequestRelease(request: *mut RequestObj, release_flags: u32) -> Err {
     guarded("TRITONBACKEND_RequestRelease", || {
-        obj(request, Kind::Request, "request")?;
-        if release_flags & REQUEST_RELEASE_ALL == 0 {
+        let r = obj(request, Kind::Request, "request")?;
+        let iterative = r.completion.origin.iterative;
+        let reschedule = release_flags & REQUEST_RELEASE_RESCHEDULE != 0;
+        if reschedule && !iterative {
+            // tritonserver's words; the backend may then release the request with ALL.
+            return Err(new_error(
+                code::INVALID_ARG,
+                "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured \
+                 to handle such a flag.",
+            ));
+        }
+        if !reschedule && release_flags & REQUEST_RELEASE_ALL == 0 {
+            return Err(new_error(
+                code::INVALID_ARG,
+                "the release flags name neither TRITONSERVER_REQUEST_RELEASE_ALL nor _RESCHEDULE",
+            ));
+        }
+        if reschedule && !r.completion.reschedule() {
             return Err(new_error(
                 code::UNSUPPORTED,
-                "only TRITONSERVER_REQUEST_RELEASE_ALL is supported (a request cannot be rescheduled)",
+                "a decoupled request can be rescheduled only from within TRITONBACKEND_ModelInstanceExecute",
             ));
         }
         unregister(request as *const c_void);
         // SAFETY: the request was live; the pointer is the backend's reference from Arc::into_raw
         // (see `host::submit`), given back once: it is unregistered first, so a second release fails.
         let r = unsafe { std::sync::Arc::from_raw(request as *const RequestObj) };
-        r.completion.release();
+        if !reschedule {
+            r.completion.release();
+        }
         Ok(())
     })
 }

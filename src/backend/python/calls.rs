@@ -148,7 +148,7 @@ impl Calls {
         match op {
             "is_cancelled" => {
                 let key = args.get("key").and_then(Value::as_u64).unwrap_or(0);
-                reply(conn, id, Ok(Value::Bool(conn.stream_cancelled(key))));
+                reply(conn, id, Ok(Value::Bool(conn.is_cancelled(key))));
             }
             "model_load" | "model_unload" | "model_ready" => {
                 let (rt, api) = match self.server() {

@@ -8,7 +8,7 @@ use super::ipc::{self, WireResponse, WireTensor};
 use super::stub_memory::SharedRegion;
 use crate::error::{Error, Result};
 use crate::model_api::types::{Parameters, Tensor};
-use crate::model_api::ResponseSender;
+use crate::model_api::{ResponseSender, Signals};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -35,6 +35,9 @@ pub struct Conn {
     pub(super) alive: AtomicBool,
     /// Decoupled requests still open, by key.
     pub(super) streams: Mutex<HashMap<u64, ResponseSender>>,
+    /// The signals of the requests the stub holds (those of the `execute` calls in flight, and decoupled
+    /// requests still open), by key: what `is_cancelled()` asks.
+    pub(super) signals: Mutex<HashMap<u64, Signals>>,
     /// The keys of the decoupled requests whose `execute` call is in flight. Responses sent from
     /// `execute` itself come on the main socket, which the instance thread reads: when the stub dies,
     /// only that thread may end these requests, once it has read what the stub sent before dying.
@@ -79,6 +82,7 @@ impl Conn {
             has_probe: AtomicBool::new(false),
             metric_handles: Mutex::new(Default::default()),
             streams: Mutex::new(HashMap::new()),
+            signals: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(Vec::new()),
             spans: Mutex::new(VecDeque::new()),
             replies: Mutex::new(HashMap::new()),
@@ -199,25 +203,47 @@ impl Conn {
     /// Ends open decoupled requests with `e`: those of `keys` (execute failed for all of them, or the stub
     /// died during it), or with `None` every one except those of the call in flight (the stub died).
     pub fn fail_streams(&self, keys: Option<&[u64]>, e: &Error) {
-        let failed: Vec<ResponseSender> = {
+        let failed: Vec<(u64, ResponseSender)> = {
             let mut s = self.streams.lock();
-            match keys {
+            let ended: Vec<u64> = match keys {
                 None => {
                     let in_flight = self.in_flight.lock();
-                    let ended: Vec<u64> = s.keys().filter(|k| !in_flight.contains(k)).copied().collect();
-                    ended.iter().filter_map(|k| s.remove(k)).collect()
+                    s.keys().filter(|k| !in_flight.contains(k)).copied().collect()
                 }
-                Some(keys) => keys.iter().filter_map(|k| s.remove(k)).collect(),
-            }
+                Some(keys) => keys.to_vec(),
+            };
+            ended.into_iter().filter_map(|k| s.remove(&k).map(|sender| (k, sender))).collect()
         };
-        for sender in failed {
+        self.unwatch(failed.iter().map(|(k, _)| *k));
+        for (_, sender) in failed {
             sender.send(Err(e.clone()));
         }
     }
 
-    /// Whether a decoupled request's client has gone away.
-    pub fn stream_cancelled(&self, key: u64) -> bool {
-        self.streams.lock().get(&key).is_some_and(|s| s.is_closed())
+    /// Forgets a decoupled request's key without ending the request (its model rescheduled it: the next
+    /// execution sends it under a new key).
+    pub fn close_stream(&self, key: u64) {
+        self.streams.lock().remove(&key);
+        self.unwatch([key]);
+    }
+
+    /// Registers the signals of a request about to be sent, for [`Conn::is_cancelled`].
+    pub fn watch(&self, key: u64, signals: &Signals) {
+        self.signals.lock().insert(key, signals.clone());
+    }
+
+    /// Forgets the signals of requests the stub is done with.
+    pub fn unwatch(&self, keys: impl IntoIterator<Item = u64>) {
+        let mut s = self.signals.lock();
+        for k in keys {
+            s.remove(&k);
+        }
+    }
+
+    /// Whether a request the stub holds was cancelled (its client went away). A request the stub is
+    /// done with is not.
+    pub fn is_cancelled(&self, key: u64) -> bool {
+        self.signals.lock().get(&key).is_some_and(Signals::is_cancelled)
     }
 
     /// Asks the stub something and waits at most `timeout` for the reply.

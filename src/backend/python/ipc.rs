@@ -205,6 +205,10 @@ pub enum FromStub {
         err: Option<String>,
         #[serde(default)]
         resps: Vec<WireResponse>,
+        /// The requests (by index) the model released with `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`;
+        /// their entries in `resps` are placeholders.
+        #[serde(default)]
+        resched: Vec<usize>,
     },
     /// A decoupled model's response for request `key`; `flags & 1` is the final flag.
     Response {
@@ -303,6 +307,8 @@ struct DoneMsg {
     #[serde(default)]
     resps: Vec<WireResponse>,
     #[serde(default)]
+    resched: Vec<usize>,
+    #[serde(default)]
     ring: Option<u64>,
     #[serde(default)]
     rel: Vec<u64>,
@@ -316,7 +322,8 @@ pub fn parse(json: &[u8]) -> Result<(FromStub, ShmNotes)> {
     // the type first.
     if json.starts_with(br#"{"type":"done","#) {
         let d: DoneMsg = serde_json::from_slice(json).map_err(bad)?;
-        return Ok((FromStub::Done { id: d.id, err: d.err, resps: d.resps }, ShmNotes { ring: d.ring, rel: d.rel }));
+        let done = FromStub::Done { id: d.id, err: d.err, resps: d.resps, resched: d.resched };
+        return Ok((done, ShmNotes { ring: d.ring, rel: d.rel }));
     }
     let notes: ShmNotes = serde_json::from_slice(json).map_err(bad)?;
     let msg: FromStub = serde_json::from_slice(json).map_err(bad)?;
@@ -331,6 +338,7 @@ pub fn error_from_code(code: i64, message: String) -> Error {
         4 => ErrorKind::Unavailable,
         5 => ErrorKind::Unsupported,
         6 => ErrorKind::AlreadyExists,
+        7 => ErrorKind::Cancelled,
         _ => ErrorKind::Internal,
     };
     Error::new(kind, message)
@@ -344,6 +352,7 @@ pub fn code_from_error(e: &Error) -> i64 {
         ErrorKind::Unavailable => 4,
         ErrorKind::Unsupported => 5,
         ErrorKind::AlreadyExists => 6,
+        ErrorKind::Cancelled => 7,
         // pb_utils has no permission code (and BLS requests are never restricted).
         ErrorKind::Internal | ErrorKind::PermissionDenied => 1,
     }

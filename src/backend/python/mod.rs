@@ -60,6 +60,21 @@ fn decoupled(cfg: &ModelConfig) -> bool {
     cfg.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
 }
 
+fn iterative(cfg: &ModelConfig) -> bool {
+    use crate::proto::inference::model_config::SchedulingChoice;
+    matches!(&cfg.scheduling_choice, Some(SchedulingChoice::SequenceBatching(s)) if s.iterative_sequence)
+}
+
+/// Why a request the model rescheduled fails when the model is not an iterative sequence, in
+/// tritonserver's words (it logs them; tritonrs answers the request with them instead of leaving its
+/// client waiting).
+fn not_reschedulable() -> Error {
+    Error::invalid(
+        "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to \
+         handle such a flag.",
+    )
+}
+
 /// The model's code, which must exist, and the folders its imports look in first: its `model.py` (or
 /// the file the configuration names) with its version and model folders, or for a model of a
 /// Python-based backend that backend's `model.py` with that backend's folder, as in Triton.
@@ -141,6 +156,7 @@ impl Backend for PythonBackend {
             launch,
             calls,
             decoupled: decoupled(&ctx.config),
+            iterative: iterative(&ctx.config),
             deaths,
         });
         shared.restart(&mut shared.state.lock())?;
@@ -183,6 +199,9 @@ struct Shared {
     calls: Arc<calls::Calls>,
     /// Whether the model is decoupled (responses go through each request's responder).
     decoupled: bool,
+    /// Whether the model is an iterative sequence (`sequence_batching { iterative_sequence: true }`): only
+    /// then may it reschedule a request.
+    iterative: bool,
     /// Every stub's reader thread sends its generation here when its process goes away.
     deaths: crossbeam_channel::Sender<u64>,
 }
@@ -240,7 +259,7 @@ impl Shared {
     }
 
     /// Runs `execute` for a list of requests in the stub.
-    fn run(&self, reqs: &[&ExecRequest]) -> Result<(Vec<stub::StubResponse>, ExecTimings)> {
+    fn run(&self, reqs: &[&ExecRequest]) -> Result<(stub::Executed, ExecTimings)> {
         let mut st = self.state.lock();
         let sent = self.send_exec(&mut st, reqs)?;
         self.wait_exec(&mut st, &sent, sent.sent_at)
@@ -276,8 +295,10 @@ impl Shared {
         let mut payload_len = 0u64;
         let mut wire = Vec::with_capacity(reqs.len());
         let mut keys = Vec::new();
+        let mut plain = Vec::new();
         for r in reqs {
             let key = conn.next_id();
+            conn.watch(key, &r.meta.signals);
             let inputs = conn.encode_tensors(&r.inputs, &mut payload, &mut payload_len).map_err(|e| (e, false))?;
             wire.push(ipc::WireRequest {
                 key,
@@ -295,6 +316,8 @@ impl Shared {
             if let Some(sender) = &r.responder {
                 conn.open_stream(key, sender.clone());
                 keys.push(key);
+            } else {
+                plain.push(key);
             }
         }
         let msg = ipc::ExecuteMsg { kind: "execute", id, requests: wire };
@@ -304,6 +327,7 @@ impl Shared {
         self.calls.enter(id, reqs.iter().map(|r| &r.meta.callers));
         if let Err(e) = stub.send_main(&msg, &parts) {
             self.calls.leave(id);
+            conn.unwatch(plain);
             stub.kill();
             conn.fail_streams(Some(&keys), &e);
             conn.end_in_flight(&keys);
@@ -311,12 +335,12 @@ impl Shared {
             let undelivered = keys.is_empty();
             return Err((e, undelivered));
         }
-        Ok(Sent { id, generation, keys, encode_ns: (t1 - t0).as_nanos() as u64, sent_at: t1 })
+        Ok(Sent { id, generation, keys, plain, encode_ns: (t1 - t0).as_nanos() as u64, sent_at: t1 })
     }
 
     /// Waits for the answer to an `execute` call sent with [`Shared::send_exec`]; `from` is when the
     /// stub could start on it (when it was sent, or when the call before it finished).
-    fn wait_exec(&self, st: &mut State, sent: &Sent, from: Instant) -> Result<(Vec<stub::StubResponse>, ExecTimings)> {
+    fn wait_exec(&self, st: &mut State, sent: &Sent, from: Instant) -> Result<(stub::Executed, ExecTimings)> {
         let (id, keys) = (sent.id, &sent.keys);
         let stub = st.stub.as_mut().filter(|_| st.generation == sent.generation);
         // The stub it went to died and another one runs now (or none): the call is lost with it.
@@ -330,8 +354,9 @@ impl Shared {
         let conn = stub.conn.clone();
         let result = stub.wait_done(id);
         self.calls.leave(id);
+        conn.unwatch(sent.plain.iter().copied());
         let t2 = Instant::now();
-        let responses = match result {
+        let executed = match result {
             Ok(r) => r,
             Err(e) => {
                 // Decoupled requests still open end with the error too.
@@ -340,6 +365,7 @@ impl Shared {
                 return Err(e);
             }
         };
+        self.settle_rescheduled(&conn, keys, &executed.rescheduled);
         conn.end_in_flight(keys);
         let timings = ExecTimings {
             compute_input_ns: sent.encode_ns,
@@ -347,7 +373,20 @@ impl Shared {
             compute_output_ns: t2.elapsed().as_nanos() as u64,
             started: None,
         };
-        Ok((responses, timings))
+        Ok((executed, timings))
+    }
+
+    /// The decoupled requests the model rescheduled: in an iterative sequence their responses of this
+    /// execution are all sent (the next execution opens them again under new keys); otherwise they end
+    /// with tritonserver's reason.
+    fn settle_rescheduled(&self, conn: &conn::Conn, keys: &[u64], rescheduled: &[usize]) {
+        for key in rescheduled.iter().filter_map(|&i| keys.get(i).copied()) {
+            if self.iterative {
+                conn.close_stream(key);
+            } else {
+                conn.fail_streams(Some(&[key]), &not_reschedulable());
+            }
+        }
     }
 }
 
@@ -358,6 +397,8 @@ struct Sent {
     generation: u64,
     /// Its decoupled requests' keys.
     keys: Vec<u64>,
+    /// Its other requests' keys: their signals are forgotten when the call is answered.
+    plain: Vec<u64>,
     encode_ns: u64,
     sent_at: Instant,
 }
@@ -462,15 +503,32 @@ impl ModelInstance for PythonInstance {
 
 impl PythonInstance {
     /// The stub's answer to an `execute` call as one result per request.
-    fn results(
-        &self,
-        reqs: &[&ExecRequest],
-        ran: Result<(Vec<stub::StubResponse>, ExecTimings)>,
-    ) -> Vec<Result<ExecResult>> {
-        let (responses, timings) = match ran {
+    fn results(&self, reqs: &[&ExecRequest], ran: Result<(stub::Executed, ExecTimings)>) -> Vec<Result<ExecResult>> {
+        let (executed, timings) = match ran {
             Ok(r) => r,
             Err(e) => return reqs.iter().map(|_| Err(e.clone())).collect(),
         };
+        let mut results = self.responses(reqs, executed.responses, timings);
+        for &i in &executed.rescheduled {
+            let (Some(r), Some(result)) = (reqs.get(i), results.get_mut(i)) else { continue };
+            *result = if self.shared.iterative {
+                // The sequence batcher runs it again.
+                r.meta.signals.reschedule();
+                Ok(ExecResult { timings, ..Default::default() })
+            } else {
+                Err(not_reschedulable())
+            };
+        }
+        results
+    }
+
+    /// One result per request from the stub's responses.
+    fn responses(
+        &self,
+        reqs: &[&ExecRequest],
+        responses: Vec<stub::StubResponse>,
+        timings: ExecTimings,
+    ) -> Vec<Result<ExecResult>> {
         if self.shared.decoupled {
             // The responses went to each request's responder; this only says execute returned.
             return reqs.iter().map(|_| Ok(ExecResult { timings, ..Default::default() })).collect();

@@ -46,6 +46,14 @@ const STDERR_TAIL: usize = 20;
 /// One response of a non-decoupled call: its outputs and parameters, or its error.
 pub type StubResponse = Result<(Vec<Tensor>, Parameters)>;
 
+/// What an `execute` call answered: one response per request (none for a decoupled model), and the
+/// requests (by index) the model rescheduled.
+#[derive(Debug, Default)]
+pub struct Executed {
+    pub responses: Vec<StubResponse>,
+    pub rescheduled: Vec<usize>,
+}
+
 /// What the instance thread waits for.
 #[derive(Debug)]
 pub enum Control {
@@ -57,7 +65,7 @@ pub enum Control {
     /// `execute` returned: per request its outputs and parameters, or an error for the whole call.
     Done {
         id: u64,
-        result: Result<Vec<StubResponse>>,
+        result: Result<Executed>,
     },
     Finalized(Option<String>),
 }
@@ -380,7 +388,7 @@ impl Stub {
     }
 
     /// Waits for the answer to execute call `id`.
-    pub fn wait_done(&mut self, id: u64) -> Result<Vec<StubResponse>> {
+    pub fn wait_done(&mut self, id: u64) -> Result<Executed> {
         self.wait("while executing the request", |c| match c {
             Control::Done { id: got, result } if got == id => Some(result),
             _ => None,
@@ -586,10 +594,13 @@ fn handle(conn: &Arc<Conn>, calls: Option<&Calls>, msg: FromStub, payload: &[u8]
         }
         FromStub::InitError { error } => return Some(Control::InitError(error)),
         FromStub::Autocomplete { config } => return Some(Control::Autocomplete(config)),
-        FromStub::Done { id, err, resps } => {
+        FromStub::Done { id, err, resps, resched } => {
             let result = match err {
                 Some(e) => Err(Error::internal(e)),
-                None => Ok(resps.iter().map(|r| conn.read_response(r, payload)).collect()),
+                None => Ok(Executed {
+                    responses: resps.iter().map(|r| conn.read_response(r, payload)).collect(),
+                    rescheduled: resched,
+                }),
             };
             return Some(Control::Done { id, result });
         }
@@ -604,6 +615,9 @@ fn handle(conn: &Arc<Conn>, calls: Option<&Calls>, msg: FromStub, payload: &[u8]
                     s.get(&key).cloned()
                 }
             };
+            if is_final {
+                conn.unwatch([key]);
+            }
             let Some(sender) = sender else {
                 tracing::warn!("{}: a response for a request that is already complete was dropped", conn.label);
                 return None;

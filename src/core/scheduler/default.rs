@@ -2,6 +2,10 @@
 //! bound is the model's pending-request count, not the channel's: a bounded crossbeam channel reserves
 //! every slot up front (4,096 jobs, about 0.8 MB a model version, most of it never used), while an
 //! unbounded one grows in small blocks as requests queue.
+//!
+//! A queued job sits in a [`Queued`] cell: a cancelled request (its client went away) is taken out of
+//! its cell at once, answered and uncounted, so it frees its place in the queue and its tensors without
+//! waiting for an instance; the instance thread skips the empty cell.
 
 use super::batch::{self, BatchSpec};
 use super::workers::{answer_alone, Workers};
@@ -11,6 +15,7 @@ use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
 use crate::model_api::{ExecResult, ModelInstance};
 use crossbeam_channel::{unbounded, Receiver, Sender};
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -21,9 +26,9 @@ use std::time::Instant;
 /// then drop their instances and exit.
 pub struct DefaultScheduler {
     /// The queue's sending side.
-    tx: Sender<Job>,
+    tx: Sender<Queued>,
     /// For error messages.
-    model: String,
+    model: Arc<str>,
     /// The queue bound, for the "queue full" message.
     capacity: usize,
     /// The instance threads.
@@ -42,7 +47,7 @@ impl DefaultScheduler {
         spec: Option<Arc<BatchSpec>>,
         stats: Arc<ModelStats>,
     ) -> Result<Self> {
-        let (tx, rx) = unbounded::<Job>();
+        let (tx, rx) = unbounded::<Queued>();
         let workers = Workers::new(model);
         let free = Arc::new(AtomicUsize::new(0));
         for (name, instance) in instances {
@@ -51,7 +56,7 @@ impl DefaultScheduler {
                 drain(instance, &rx, &stats, beat, &free, spec.as_deref())
             })?;
         }
-        Ok(DefaultScheduler { tx, model: model.to_string(), capacity, workers, stats })
+        Ok(DefaultScheduler { tx, model: model.into(), capacity, workers, stats })
     }
 }
 
@@ -73,11 +78,55 @@ impl Scheduler for DefaultScheduler {
                 self.model, self.capacity
             )));
         }
-        if self.tx.send(job).is_err() {
+        let Some(queued) = Queued::new(job, &self.model, &self.stats) else {
+            self.stats.pending.fetch_sub(1, Ordering::Relaxed);
+            return Err(cancelled_error(&self.model));
+        };
+        if self.tx.send(queued).is_err() {
             self.stats.pending.fetch_sub(1, Ordering::Relaxed);
             return Err(Error::unavailable(format!("model '{}' has no running instances", self.model)));
         }
         Ok(())
+    }
+}
+
+/// The answer to a request cancelled while it waited in a queue.
+pub(super) fn cancelled_error(model: &str) -> Error {
+    Error::cancelled(format!("the request to model '{model}' was cancelled before it ran"))
+}
+
+/// A job in the queue, in a cell its cancellation can empty: the hook takes the job out (once), answers
+/// it and uncounts it, so whichever of the hook and an instance thread comes first has it.
+pub(super) struct Queued {
+    /// The job, until an instance or the cancellation takes it.
+    cell: Arc<Mutex<Option<Job>>>,
+    /// The cancellation hook, forgotten when an instance takes the job.
+    hook: u64,
+}
+
+impl Queued {
+    /// Puts `job` in a cell and registers its cancellation hook; `None` when the request is cancelled
+    /// already (it must not be queued).
+    fn new(job: Job, model: &Arc<str>, stats: &Arc<ModelStats>) -> Option<Queued> {
+        let signals = job.exec.meta.signals.clone();
+        let cell = Arc::new(Mutex::new(Some(job)));
+        // Weak: the job (and through its metadata, this hook) lives in the cell.
+        let (weak, model, stats) = (Arc::downgrade(&cell), model.clone(), stats.clone());
+        let hook = signals.on_cancel(move || {
+            let job = weak.upgrade().and_then(|cell| cell.lock().take());
+            if let Some(job) = job {
+                stats.pending.fetch_sub(1, Ordering::Relaxed);
+                let _ = job.reply.send(Err(cancelled_error(&model)));
+            }
+        })?;
+        Some(Queued { cell, hook })
+    }
+
+    /// The job, unless its cancellation took it first.
+    fn take(self) -> Option<Job> {
+        let job = self.cell.lock().take()?;
+        job.exec.meta.signals.forget(self.hook);
+        Some(job)
     }
 }
 
@@ -93,7 +142,7 @@ const PIPELINE_DEPTH: usize = 2;
 /// is idle.
 fn drain(
     instance: &mut dyn ModelInstance,
-    rx: &Receiver<Job>,
+    rx: &Receiver<Queued>,
     stats: &ModelStats,
     beat: &Beat,
     free: &AtomicUsize,
@@ -105,7 +154,7 @@ fn drain(
         let next = if sent.is_empty() {
             beat.idle();
             match rx.recv() {
-                Ok(job) => Some(job),
+                Ok(queued) => Some(queued),
                 Err(_) => return,
             }
         } else if sent.len() < PIPELINE_DEPTH && free.load(Ordering::SeqCst) == 0 {
@@ -113,10 +162,15 @@ fn drain(
         } else {
             None
         };
-        let Some(job) = next else {
-            finish_oldest(instance, &mut sent, stats, Some(free));
-            beat.working();
-            continue;
+        let job = match next.map(Queued::take) {
+            Some(Some(job)) => job,
+            // Cancelled while it waited: answered and uncounted already.
+            Some(None) => continue,
+            None => {
+                finish_oldest(instance, &mut sent, stats, Some(free));
+                beat.working();
+                continue;
+            }
         };
         beat.working();
         if sent.is_empty() {

@@ -263,6 +263,16 @@ impl<J> BatchQueue<J> {
         Next::Batch(self.take(take))
     }
 
+    /// Takes out the first queued request that `matches` (a cancelled one), wherever it waits.
+    pub fn remove(&mut self, matches: impl Fn(&J) -> bool) -> Option<J> {
+        for q in self.ready.iter_mut().chain(self.delayed.iter_mut()) {
+            if let Some(i) = q.iter().position(|e| matches(&e.job)) {
+                return q.remove(i).map(|e| e.job);
+            }
+        }
+        None
+    }
+
     /// Empties every queue (the batcher is stopping).
     pub fn drain_all(&mut self) -> Vec<J> {
         let n = self.len();
@@ -298,11 +308,15 @@ struct Reorder {
 struct Queued {
     job: Job,
     seq: u64,
+    /// Its cancellation hook (which takes it out of the queue), forgotten once it leaves the queue.
+    hook: u64,
 }
 
 /// State shared by submitters, instance threads and the timer thread.
 pub(super) struct Shared {
     model: String,
+    /// Itself, for the cancellation hooks of queued requests.
+    me: std::sync::Weak<Shared>,
     /// The queue and idle count, with the timer's alarm.
     state: Clocked<State>,
     /// Batches for idle instances; at most one per idle instance is ever in it.
@@ -340,7 +354,8 @@ impl DynamicBatcher {
     ) -> Result<Self> {
         let policy = BatchPolicy::from_config(cfg.max_batch_size, d);
         let (work_tx, work_rx) = crossbeam_channel::unbounded::<Work<Vec<Queued>>>();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new_cyclic(|me| Shared {
+            me: me.clone(),
             model: name.to_string(),
             state: Clocked::new(State { queue: BatchQueue::new(policy), idle: instances.len(), seq: 0 }),
             work_tx,
@@ -375,12 +390,25 @@ impl Batching for Shared {
     fn push(&self, st: &mut State, job: Job, now: Instant) -> Result<()> {
         let seq = st.seq;
         let (size, priority, timeout) = (job.batch_size, job.control.priority, job.control.timeout);
-        match st.queue.push(Queued { job, seq }, size, priority, timeout, now) {
+        let signals = job.exec.meta.signals.clone();
+        // Weak: the batcher holds the queue that holds the job, whose metadata holds this hook.
+        let shared = self.me.clone();
+        let hook = signals
+            .on_cancel(move || {
+                if let Some(shared) = shared.upgrade() {
+                    shared.cancel_queued(seq);
+                }
+            })
+            .ok_or_else(|| super::default::cancelled_error(&self.model))?;
+        match st.queue.push(Queued { job, seq, hook }, size, priority, timeout, now) {
             Ok(()) => {
                 st.seq += 1;
                 Ok(())
             }
-            Err((_, msg)) => Err(Error::unavailable(format!("model '{}': {msg}", self.model))),
+            Err((_, msg)) => {
+                signals.forget(hook);
+                Err(Error::unavailable(format!("model '{}': {msg}", self.model)))
+            }
         }
     }
     fn dispatch(&self, st: MutexGuard<'_, Timed<State>>, now: Instant) {
@@ -423,9 +451,22 @@ impl Shared {
             self.reply(q.seq, q.job.reply, Err(err));
         }
         for b in batches {
+            for q in &b {
+                q.job.exec.meta.signals.forget(q.hook);
+            }
             // Cannot fail: the instance threads hold the receiver until the batcher is gone.
             let _ = self.work_tx.send(Work::Batch(b));
         }
+    }
+
+    /// A queued request was cancelled: it leaves the queue unrun and is answered so.
+    fn cancel_queued(&self, seq: u64) {
+        let mut st = self.state.lock();
+        let Some(q) = st.queue.remove(|q| q.seq == seq) else { return };
+        // The head may have changed: batches and the timer are reconsidered.
+        self.dispatch(st, Instant::now());
+        self.stats.pending.fetch_sub(1, Ordering::Relaxed);
+        self.reply(q.seq, q.job.reply, Err(super::default::cancelled_error(&self.model)));
     }
 
     /// An instance finished its batch: it is idle again, and may take the next one at once.
@@ -470,6 +511,15 @@ impl Shared {
 
 /// Executes one batch on an instance and answers every request in it.
 fn run_batch(shared: &Shared, instance: &mut dyn ModelInstance, batch: Vec<Queued>) {
+    // Requests cancelled since the batch formed are answered, not run.
+    let (batch, cancelled): (Vec<Queued>, Vec<Queued>) =
+        batch.into_iter().partition(|q| !q.job.exec.meta.signals.is_cancelled());
+    for q in cancelled {
+        shared.reply(q.seq, q.job.reply, Err(super::default::cancelled_error(&shared.model)));
+    }
+    if batch.is_empty() {
+        return;
+    }
     let start = Instant::now();
     let execs: Vec<&ExecRequest> = batch.iter().map(|q| &q.job.exec).collect();
     let sizes: Vec<u32> = batch.iter().map(|q| q.job.batch_size).collect();

@@ -278,10 +278,16 @@ impl Shared {
     /// when no step is running any more (an empty final response follows otherwise, as in Triton). On
     /// a step failure no further step starts; the steps already running finish (so their models'
     /// statistics stay whole) and the request fails with the first error, prefixed with the ensemble's
-    /// name as Triton does, keeping the error's kind (a decoupled ensemble sends it at once).
+    /// name as Triton does, keeping the error's kind (a decoupled ensemble sends it at once). A
+    /// cancelled request (its client went away) starts no further step and drops the running ones,
+    /// which cancels them in their models.
     async fn execute(&self, job: &Job) -> Result<ExecResult> {
+        let name = self.graph.name();
         let mut pass = Pass::new(self, job)?;
         pass.start_ready();
+        let cancelled = job.exec.meta.signals.cancelled();
+        tokio::pin!(cancelled);
+        let gone = || Error::cancelled(format!("in ensemble '{name}', the request was cancelled"));
         loop {
             let event = match &pass.answer {
                 Answer::Stream(sender, _) => tokio::select! {
@@ -289,11 +295,14 @@ impl Shared {
                     biased;
                     e = pass.steps.next() => e,
                     // The client went away: the running steps are dropped, which cancels decoupled ones.
-                    () = sender.closed() => {
-                        return Err(Error::unavailable(format!("in ensemble '{}', the client went away", self.graph.name())))
-                    }
+                    () = sender.closed() => return Err(gone()),
+                    () = &mut cancelled => return Err(gone()),
                 },
-                Answer::Once(_) => pass.steps.next().await,
+                Answer::Once(_) => tokio::select! {
+                    biased;
+                    e = pass.steps.next() => e,
+                    () = &mut cancelled => return Err(gone()),
+                },
             };
             let Some(event) = event else { break };
             let produced = pass.on_event(event);

@@ -8,6 +8,12 @@
 //! thin driver (`driver.rs`) around it: submitters and finishing instances call `dispatch` under one
 //! short lock, each instance thread gets its own batches (a slot belongs to one instance) and keeps its
 //! slots' implicit state, and one timer thread wakes for queue delays and idle expiry.
+//!
+//! With `iterative_sequence`, a request without a sequence id starts a sequence of its own (numbered
+//! here, from 1, as tritonserver does), and after each execution the model either reschedules it (it
+//! goes back to its slot's queue and runs again, in a later batch, with START off) or releases it,
+//! which answers it and ends the sequence. Instances that take request lists (Python models) get each
+//! row as its own request, with the row's correlation id and START/END flags.
 
 pub mod policy;
 pub mod slots;
@@ -20,7 +26,7 @@ use super::{batch, execute, Job, DEFAULT_MAX_QUEUE_SIZE};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
 use crate::model_api::types::Tensor;
-use crate::model_api::{ExecRequest, ExecResult, ModelInstance};
+use crate::model_api::{ExecRequest, ExecResult, ModelInstance, RequestMeta, SequenceId};
 use crate::proto::inference::ModelConfig;
 use parking_lot::MutexGuard;
 use policy::{RowSignals, SequencePolicy};
@@ -46,11 +52,24 @@ pub(super) struct Shared {
     spec: batch::BatchSpec,
     /// Control inputs and implicit state.
     policy: SequencePolicy,
+    /// Set when the instances take a batch as a list of requests (Python models): each row runs as its
+    /// own request instead of one merged along the batch dimension.
+    lists: bool,
 }
 
 pub(super) struct State {
     /// Slots, sequences, backlog and batch formation.
     table: SlotTable<Job>,
+    /// Iterative sequences: the id the next request without one gets.
+    next_id: u64,
+}
+
+/// What happens to an iterative sequence once its request has run.
+pub(super) enum Follow {
+    /// The model rescheduled the request: it runs again.
+    Again(Job, SequenceId),
+    /// The request was answered (or failed, or was cancelled): the sequence is over.
+    End(SequenceId),
 }
 
 /// The sequence batcher of one model version.
@@ -79,11 +98,12 @@ impl SequenceBatcher {
         }
         let shared = Arc::new(Shared {
             model: name.to_string(),
-            state: Clocked::new(State { table }),
+            state: Clocked::new(State { table, next_id: 1 }),
             work: senders,
             stats,
             spec: batch::BatchSpec::from_config(cfg),
             policy,
+            lists: instances.iter().all(|(_, i)| i.takes_request_lists()),
         });
         let workers = Workers::new(name);
         let mut started = Ok(());
@@ -96,9 +116,9 @@ impl SequenceBatcher {
                 serve(&rx, beat, |rows| {
                     let jobs =
                         rows.iter().filter_map(|r| if let Row::Request { job, .. } = r { Some(job) } else { None });
-                    super::execution_span(&shared.model, jobs)
+                    let follows = super::execution_span(&shared.model, jobs)
                         .in_scope(|| run_batch(&shared, instance, &mut states, rows));
-                    shared.instance_free(index);
+                    shared.instance_free(index, follows);
                 })
             });
             if started.is_err() {
@@ -132,8 +152,14 @@ impl Batching for Shared {
     /// Routes the request to its sequence's slot (or the backlog), or refuses it with Triton's message:
     /// no sequence id, a batch of more than one, or no START on an unknown (ended, expired) sequence.
     fn push(&self, st: &mut State, job: Job, now: Instant) -> Result<()> {
-        let (id, start, end, size) =
+        let (mut id, mut start, end, size) =
             (job.control.sequence_id.clone(), job.control.sequence_start, job.control.sequence_end, job.batch_size);
+        if self.policy.iterative && id.is_none() {
+            // An iterative sequence is one request: it starts a sequence with an id of its own.
+            id = Some(SequenceId::U64(st.next_id));
+            st.next_id += 1;
+            start = true;
+        }
         st.table.submit(job, id, start, end, size, now).map_err(|(_, e)| e)
     }
     fn dispatch(&self, st: MutexGuard<'_, Timed<State>>, now: Instant) {
@@ -169,12 +195,41 @@ impl Shared {
         }
     }
 
-    /// An instance finished its batch: it is idle again and its sequences may continue.
-    fn instance_free(&self, instance: usize) {
+    /// An instance finished its batch: it is idle again, its sequences may continue, and its iterative
+    /// sequences run again (`follows`) or end.
+    fn instance_free(&self, instance: usize, follows: Vec<Follow>) {
         let now = Instant::now();
         let mut st = self.state.lock();
+        let mut refused = Vec::new();
+        for follow in follows {
+            match follow {
+                Follow::End(id) => st.table.end(&id, now),
+                Follow::Again(job, id) if job.exec.meta.signals.is_cancelled() => {
+                    st.table.end(&id, now);
+                    refused.push((job, super::default::cancelled_error(&self.model)));
+                }
+                Follow::Again(mut job, id) => {
+                    // Queue time counts again from here, for the next execution.
+                    job.enqueued = now;
+                    match st.table.submit(job, Some(id.clone()), false, false, 1, now) {
+                        Ok(()) => {
+                            self.stats.pending.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // Its sequence expired meanwhile (max_sequence_idle_microseconds), or the
+                        // queue is full: the request fails with the reason.
+                        Err((job, e)) => {
+                            st.table.end(&id, now);
+                            refused.push((job, e));
+                        }
+                    }
+                }
+            }
+        }
         st.table.complete(instance, now);
         self.dispatch(st, now);
+        for (job, e) in refused {
+            let _ = job.reply.send(Err(e));
+        }
     }
 
     /// Wakes when a queue delay ends or a sequence may have gone idle. When the batcher is dropped,
@@ -200,24 +255,50 @@ impl Shared {
 
 /// Builds the execution request of every row (the client's inputs plus control and state inputs, and the
 /// state outputs), runs them as one batch, keeps each sequence's new state and answers every request.
+/// Returns what becomes of its iterative sequences.
 fn run_batch(
     shared: &Shared,
     instance: &mut dyn ModelInstance,
     states: &mut [Option<Vec<Tensor>>],
     rows: Vec<Row<Job>>,
-) {
+) -> Vec<Follow> {
+    let (rows, mut follows) = drop_cancelled(shared, rows);
+    if !rows.iter().any(Row::is_request) {
+        return follows;
+    }
     let start = Instant::now();
     let Some(ordered) = row_execs(&shared.policy, states, &rows) else {
         // Only padding rows: a bug in the table, but nothing to answer either.
         tracing::error!("model '{}': a sequence batch without requests was formed; this is a bug", shared.model);
-        return;
+        return follows;
     };
-    let refs: Vec<&ExecRequest> = ordered.iter().collect();
-    let requests = rows.iter().filter(|r| r.is_request()).count() as u32;
-    match execute_rows(shared, instance, &refs, requests, rows.len() as u32) {
-        Ok(parts) => answer_rows(shared, states, rows, parts, start),
-        Err(e) => fail_rows(states, rows, &e),
+    let parts = execute_rows(shared, instance, &rows, &ordered);
+    follows.extend(answer_rows(shared, states, rows, parts, start));
+    follows
+}
+
+/// Answers the requests cancelled while they waited (their clients went away) instead of running them:
+/// under the direct strategy their rows become padding, so the other rows keep their slots; under the
+/// oldest strategy they leave the batch.
+fn drop_cancelled(shared: &Shared, rows: Vec<Row<Job>>) -> (Vec<Row<Job>>, Vec<Follow>) {
+    let direct = matches!(shared.policy.strategy, policy::Strategy::Direct { .. });
+    let mut kept = Vec::with_capacity(rows.len());
+    let mut ended = Vec::new();
+    for row in rows {
+        match row {
+            Row::Request { job, slot, id, .. } if job.exec.meta.signals.is_cancelled() => {
+                let _ = job.reply.send(Err(super::default::cancelled_error(&shared.model)));
+                if shared.policy.iterative {
+                    ended.push(Follow::End(id));
+                }
+                if direct {
+                    kept.push(Row::Empty { slot });
+                }
+            }
+            row => kept.push(row),
+        }
     }
+    (kept, ended)
 }
 
 /// The execution request of every row, in row order: each request with its control inputs, its
@@ -258,6 +339,14 @@ fn request_exec(policy: &SequencePolicy, states: &[Option<Vec<Tensor>>], row: &R
     let Row::Request { job, slot, id, start, end } = row else { return None };
     let batching = policy.batching();
     let mut exec = job.exec.clone();
+    if policy.iterative {
+        // The model sees the sequence the batcher gave the request, and START on its first run only.
+        exec.meta = Arc::new(RequestMeta {
+            correlation_id: Some(id.clone()),
+            flags: u32::from(*start) | (u32::from(*end) << 1),
+            ..(*job.exec.meta).clone()
+        });
+    }
     exec.inputs.extend(policy.row_controls(RowSignals { ready: true, start: *start, end: *end, corrid: Some(id) }));
     let stored = if *start { None } else { states.get(*slot).and_then(|s| s.as_ref()) };
     match stored {
@@ -272,72 +361,104 @@ fn request_exec(policy: &SequencePolicy, states: &[Option<Vec<Tensor>>], row: &R
     Some(exec)
 }
 
-/// Merges the rows' requests (`refs`, `requests` of the `rows` real), runs them on `instance`, records the
-/// execution and splits the result into one part per row. Sequences whose implicit states differ in
-/// shape cannot share a batch.
+/// Runs the rows' requests on `instance` (`ordered`: each row's execution request, padding included)
+/// and records the execution: merged into one batch, split back into one part per row, or, for instances
+/// that take request lists, each request on its own (padding rows skipped). One result per row.
 fn execute_rows(
     shared: &Shared,
     instance: &mut dyn ModelInstance,
-    refs: &[&ExecRequest],
-    requests: u32,
-    rows: u32,
-) -> Result<Vec<ExecResult>> {
-    if refs.iter().all(|r| batch::compatible(refs[0], r, &shared.spec)) {
-        batch::merge(refs, &shared.spec)
-    } else {
-        Err(Error::invalid(format!(
-            "model '{}': the implicit states of the sequences in one batch have different shapes",
-            shared.model
-        )))
-    }
-    .and_then(|merged| execute(instance, &merged))
-    .and_then(|r| {
-        let t = r.timings;
+    rows: &[Row<Job>],
+    ordered: &[ExecRequest],
+) -> Vec<Result<ExecResult>> {
+    let requests = rows.iter().filter(|r| r.is_request()).count() as u32;
+    let record = |t: &crate::model_api::ExecTimings, rows: u32| {
         shared.stats.record_padded_execution(
             requests,
             rows,
             t.compute_input_ns,
             t.compute_infer_ns,
             t.compute_output_ns,
-        );
-        batch::split(r, refs, &vec![1; refs.len()], &shared.spec)
-    })
+        )
+    };
+    if shared.lists {
+        let real: Vec<&ExecRequest> =
+            rows.iter().zip(ordered).filter(|(r, _)| r.is_request()).map(|(_, e)| e).collect();
+        let mut results = super::execute_list(instance, &real).into_iter();
+        if let Some(t) = results.as_slice().iter().find_map(|r| r.as_ref().ok()).map(|r| r.timings) {
+            record(&t, requests);
+        }
+        let missing = || Err(Error::internal("the backend returned too few results; this is a bug"));
+        return rows
+            .iter()
+            .map(|r| if r.is_request() { results.next().unwrap_or_else(missing) } else { Ok(ExecResult::default()) })
+            .collect();
+    }
+    let refs: Vec<&ExecRequest> = ordered.iter().collect();
+    let merged = if refs.iter().all(|r| batch::compatible(refs[0], r, &shared.spec)) {
+        batch::merge(&refs, &shared.spec)
+    } else {
+        Err(Error::invalid(format!(
+            "model '{}': the implicit states of the sequences in one batch have different shapes",
+            shared.model
+        )))
+    };
+    let parts = merged.and_then(|merged| execute(instance, &merged)).and_then(|r| {
+        record(&r.timings, rows.len() as u32);
+        batch::split(r, &refs, &vec![1; refs.len()], &shared.spec)
+    });
+    match parts {
+        Ok(parts) => parts.into_iter().map(Ok).collect(),
+        Err(e) => rows.iter().map(|_| Err(e.clone())).collect(),
+    }
 }
 
 /// Answers every request row with its part of the result (started at `start`), keeping its sequence's
-/// new state in its slot (dropped when the sequence ended).
+/// new state in its slot (dropped when the sequence ended). A row whose model rescheduled it (iterative
+/// sequences) is not answered but runs again; every other iterative row ends its sequence.
 fn answer_rows(
     shared: &Shared,
     states: &mut [Option<Vec<Tensor>>],
     rows: Vec<Row<Job>>,
-    parts: Vec<ExecResult>,
+    parts: Vec<Result<ExecResult>>,
     start: Instant,
-) {
+) -> Vec<Follow> {
     let policy = &shared.policy;
+    let mut follows = Vec::new();
     for (row, part) in rows.into_iter().zip(parts) {
-        let Row::Request { job, slot, end, .. } = row else { continue };
-        let (client, state) = split_state(policy, &job.exec.outputs, part);
-        if let Some(s) = states.get_mut(slot) {
-            // An ended sequence's state is dropped; its slot's next owner starts afresh.
-            *s = if end || state.is_empty() { None } else { Some(state) };
-        }
-        let mut result = Ok(client);
-        finish_request(&shared.stats, job.enqueued, start, &mut result);
-        let _ = job.reply.send(result);
-    }
-}
-
-/// Answers every request row with the batch's error `e`.
-fn fail_rows(states: &mut [Option<Vec<Tensor>>], rows: Vec<Row<Job>>, e: &Error) {
-    for row in rows {
-        if let Row::Request { job, slot, start, .. } = row {
-            // A sequence that failed to start must not continue from its slot's previous owner.
-            if let (true, Some(s)) = (start, states.get_mut(slot)) {
-                *s = None;
+        let Row::Request { job, slot, end, start: first, id } = row else { continue };
+        // Taken whatever happened, so a stale flag never reschedules a later execution.
+        let again = job.exec.meta.signals.take_reschedule() && policy.iterative;
+        let result = match part {
+            Ok(part) => {
+                let (client, state) = split_state(policy, &job.exec.outputs, part);
+                let over = end || (policy.iterative && !again);
+                if let Some(s) = states.get_mut(slot) {
+                    // An ended sequence's state is dropped; its slot's next owner starts afresh.
+                    *s = if over || state.is_empty() { None } else { Some(state) };
+                }
+                let mut result = Ok(client);
+                finish_request(&shared.stats, job.enqueued, start, &mut result);
+                result
             }
-            let _ = job.reply.send(Err(e.clone()));
+            Err(e) => {
+                // A sequence that failed to start must not continue from its slot's previous owner.
+                if let (true, Some(s)) = (first, states.get_mut(slot)) {
+                    *s = None;
+                }
+                Err(e)
+            }
+        };
+        match (again && result.is_ok(), policy.iterative) {
+            (true, _) => follows.push(Follow::Again(job, id)),
+            (false, iterative) => {
+                let _ = job.reply.send(result);
+                if iterative {
+                    follows.push(Follow::End(id));
+                }
+            }
         }
     }
+    follows
 }
 
 /// A padding row: the template's inputs with READY false (START, END false, CORRID 0) and zero state.

@@ -51,7 +51,7 @@ impl Server {
             t.set_model(&model.name, model.version);
             t.stamp(Activity::RequestStart, start);
         }
-        let result = self.infer_on(&model, req, trace.as_deref_mut()).await;
+        let result = self.infer_on(&model, req, trace.as_deref_mut(), start).await;
         if let Some(t) = trace {
             t.stamp_now(Activity::RequestEnd);
         }
@@ -68,13 +68,15 @@ impl Server {
     }
 
     /// Runs a request on one model version; a failure says which stage failed, for the metrics. Its
-    /// span is the request's span: it goes with the job to the instance thread.
+    /// span is the request's span: it goes with the job to the instance thread. Dropped while it waits
+    /// (its client went away), it cancels the request and counts it as CANCELED (see [`Abandoned`]).
     #[tracing::instrument(name = "request", skip_all, fields(model = %model.name, version = model.version, id = %req.id))]
     async fn infer_on(
         &self,
         model: &Arc<LoadedModel>,
         req: InferRequest,
         trace: Option<&mut Trace>,
+        start: Instant,
     ) -> std::result::Result<(InferResponse, ExecTimings), (Error, FailureReason)> {
         let other = |e: Error| (e, FailureReason::Other);
         if is_decoupled(&model.config) {
@@ -105,6 +107,7 @@ impl Server {
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let enqueued = Instant::now();
+        let waiting = Abandoned::new(&model.stats, &prepared.exec.meta.signals, start);
         let job = Job {
             exec: prepared.exec,
             batch_size: prepared.batch_size,
@@ -113,17 +116,18 @@ impl Server {
             reply: tx,
             span: tracing::Span::current(),
         };
-        model.scheduler.submit(job).map_err(|e| (e, FailureReason::Rejected))?;
-        let result = rx
-            .await
+        if let Err(e) = model.scheduler.submit(job) {
+            waiting.disarm();
+            return Err((e, FailureReason::Rejected));
+        }
+        let answer = rx.await;
+        waiting.disarm();
+        let result = answer
             .map_err(|_| {
                 other(Error::internal(format!("model '{}' stopped before answering the request", model.name)))
             })?
-            // The scheduler answers UNAVAILABLE for requests it gave up on (timed out in the queue,
-            // model unloaded); anything else failed in the backend.
             .map_err(|e| {
-                let reason =
-                    if e.kind == ErrorKind::Unavailable { FailureReason::Rejected } else { FailureReason::Backend };
+                let reason = failure_reason(&e);
                 (e, reason)
             })?;
         if let Some(t) = trace {
@@ -199,6 +203,52 @@ pub(super) fn stamp_execution(t: &mut Trace, enqueued: Instant, timings: &crate:
         t.stamp(Activity::ComputeInputEnd, input_end);
         t.stamp(Activity::ComputeOutputStart, output_start);
         t.stamp(Activity::ComputeEnd, output_start + Duration::from_nanos(timings.compute_output_ns));
+    }
+}
+
+/// Why a request the scheduler answered with `e` failed: UNAVAILABLE is a request it gave up on (timed
+/// out in the queue, model unloaded), CANCELLED one that was cancelled, anything else failed in the
+/// backend.
+pub(super) fn failure_reason(e: &Error) -> FailureReason {
+    match e.kind {
+        ErrorKind::Unavailable => FailureReason::Rejected,
+        ErrorKind::Cancelled => FailureReason::Canceled,
+        _ => FailureReason::Backend,
+    }
+}
+
+/// A request somebody waits for. Dropped while armed, the waiter stopped waiting (its client went away,
+/// or the request's future was dropped): the request is cancelled, so a queued request leaves its queue
+/// without running and a running one sees `is_cancelled()`, and it counts as a CANCELED failure.
+/// Disarmed once the request has its answer (or was refused), when the caller counts the outcome.
+pub(super) struct Abandoned<'a> {
+    stats: &'a crate::core::stats::ModelStats,
+    signals: crate::model_api::Signals,
+    start: Instant,
+    armed: bool,
+}
+
+impl<'a> Abandoned<'a> {
+    pub(super) fn new(
+        stats: &'a crate::core::stats::ModelStats,
+        signals: &crate::model_api::Signals,
+        start: Instant,
+    ) -> Self {
+        Abandoned { stats, signals: signals.clone(), start, armed: true }
+    }
+
+    pub(super) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::debug!("The request's client went away before its answer; the request is cancelled.");
+            self.signals.cancel();
+            self.stats.record_failure(self.start.elapsed(), FailureReason::Canceled);
+        }
     }
 }
 

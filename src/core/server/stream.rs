@@ -1,7 +1,7 @@
 //! Streamed inference: a decoupled model's responses handed out as it sends them.
 
 use super::handle::Server;
-use super::inference::{is_decoupled, refuse_reentry, stamp_execution};
+use super::inference::{failure_reason, is_decoupled, refuse_reentry, stamp_execution};
 use crate::core::lifecycle::LoadedModel;
 use crate::core::scheduler::{request_span, Job};
 use crate::core::shm_params;
@@ -81,6 +81,7 @@ impl Server {
         prepared.exec.responder = Some(responder);
         let (tx, executed) = tokio::sync::oneshot::channel();
         let enqueued = Instant::now();
+        let signals = prepared.exec.meta.signals.clone();
         let job = Job {
             exec: prepared.exec,
             batch_size: prepared.batch_size,
@@ -94,6 +95,8 @@ impl Server {
             return Err(e);
         }
         let state = DecoupledStream {
+            signals,
+            failure: FailureReason::Backend,
             server: self.clone(),
             model,
             id,
@@ -118,6 +121,10 @@ struct DecoupledStream {
     model: Arc<LoadedModel>,
     /// The request's id, carried by every response.
     id: String,
+    /// The request's cancellation, tripped when the stream is dropped before its end.
+    signals: crate::model_api::Signals,
+    /// Why the request failed, once it has (for the failure metric).
+    failure: FailureReason,
     /// The outputs the client asked for (reshape and classification apply per response).
     requested: Vec<RequestedOutput>,
     /// What the model sends.
@@ -155,10 +162,14 @@ impl DecoupledStream {
 }
 
 impl Drop for DecoupledStream {
-    /// A stream dropped before its final response was cancelled by its client (the gRPC stream ended or
-    /// the connection went away): counted as a cancelled response at the index it stopped at.
+    /// A stream dropped before its final response was cancelled by its client (the gRPC stream ended,
+    /// an HTTP client stopped reading, the connection went away): the request is cancelled (a queued
+    /// one leaves its queue, a running one sees `is_cancelled()`), counted as a CANCELED failure, and
+    /// as a cancelled response at the index it stopped at.
     fn drop(&mut self) {
         if !self.done {
+            self.signals.cancel();
+            self.model.stats.record_failure(self.start.elapsed(), FailureReason::Canceled);
             self.count(|ns| ResponseOutcome::Cancel { ns });
         }
         if let Some(t) = self.trace.take() {
@@ -242,7 +253,10 @@ impl DecoupledStream {
                 self.done = true;
                 let executed = self.executed.take()?.await;
                 match executed {
-                    Ok(Err(e)) => Err(e),
+                    Ok(Err(e)) => {
+                        self.failure = failure_reason(&e);
+                        Err(e)
+                    }
                     Ok(Ok(result)) => {
                         self.trace_execution(&result);
                         self.finish_trace().await;
@@ -258,9 +272,12 @@ impl DecoupledStream {
         if self.done {
             match &item {
                 Ok(_) => self.model.stats.record_success(self.start.elapsed()),
-                Err(_) => self.model.stats.record_failure(self.start.elapsed(), FailureReason::Backend),
+                Err(_) => self.model.stats.record_failure(self.start.elapsed(), self.failure),
             }
         }
         Some((item, self))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -516,7 +516,12 @@ impl GrpcInferenceService for InferenceService {
                         }
                         Ok(r) => {
                             let trace = read.and_then(|read| start_trace(&server, &r, read));
-                            infer_to_proto(&server, r, trace).await
+                            tokio::select! {
+                                result = infer_to_proto(&server, r, trace) => result,
+                                // The client cancelled the stream (or went away): dropping the request
+                                // cancels it.
+                                () = tx.closed() => return,
+                            }
                         }
                         Err(e) => Err(e),
                     };

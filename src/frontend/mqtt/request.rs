@@ -224,6 +224,7 @@ pub fn error_code(kind: ErrorKind) -> &'static str {
         ErrorKind::AlreadyExists => "conflict",
         ErrorKind::PermissionDenied => "forbidden",
         ErrorKind::Internal => "internal",
+        ErrorKind::Cancelled => "cancelled",
     }
 }
 

@@ -55,10 +55,10 @@ fn frame_reader_survives_timeouts_inside_a_frame() {
 
 #[test]
 fn messages_parse_with_their_notes() {
-    let (m, n) = parse(br#"{"type":"done","id":3,"resps":[{"out":[{"n":"Y","t":"FP32","s":[2],"l":8,"o":4096}]}],"ring":128,"rel":[64]}"#).unwrap();
+    let (m, n) = parse(br#"{"type":"done","id":3,"resched":[0],"resps":[{"out":[{"n":"Y","t":"FP32","s":[2],"l":8,"o":4096}]}],"ring":128,"rel":[64]}"#).unwrap();
     match m {
-        FromStub::Done { id, err, resps } => {
-            assert_eq!((id, err, resps.len()), (3, None, 1));
+        FromStub::Done { id, err, resps, resched } => {
+            assert_eq!((id, err, resps.len(), resched), (3, None, 1, vec![0]));
             assert_eq!(resps[0].out[0].o, Some(4096));
         }
         other => panic!("{other:?}"),
@@ -66,7 +66,9 @@ fn messages_parse_with_their_notes() {
     assert_eq!((n.ring, n.rel), (Some(128), vec![64]));
     // The same message laid out otherwise takes the general path, with the same result.
     let (m, n) = parse(br#"{"id":3, "type":"done","resps":[{"err":{"m":"no"}}],"ring":64}"#).unwrap();
-    assert!(matches!(m, FromStub::Done { id: 3, err: None, ref resps } if resps[0].err.as_ref().unwrap().c == 1));
+    assert!(
+        matches!(m, FromStub::Done { id: 3, err: None, ref resps, ref resched } if resps[0].err.as_ref().unwrap().c == 1 && resched.is_empty())
+    );
     assert_eq!((n.ring, n.rel), (Some(64), vec![]));
     assert!(parse(br#"{"type":"done","resps":[]}"#).is_err(), "an answer without its id");
     let (m, _) = parse(br#"{"type":"call","op":"metric_value","id":7,"x":1}"#).unwrap();

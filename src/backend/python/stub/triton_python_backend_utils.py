@@ -437,9 +437,8 @@ class InferenceRequest:
         return self._sender
 
     def set_release_flags(self, flags):
-        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise TritonModelException("request rescheduling (iterative sequences) is not supported by tritonrs")
-        self._release_flags = flags
+        # Read when execute returns: a rescheduled request runs again (iterative sequences).
+        self._release_flags = int(flags)
 
     # -- BLS --
     def exec(self, decoupled=False):

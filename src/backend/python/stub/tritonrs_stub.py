@@ -607,8 +607,9 @@ class _Plain(Exception):
     """An error of the stub itself, reported with its message only (as Triton words them)."""
 
 
-def _check_responses(result, n, decoupled, model):
-    """Triton's rules for what execute returns; a wrong return fails every request of the call."""
+def _check_responses(result, n, decoupled, model, rescheduled=()):
+    """Triton's rules for what execute returns; a wrong return fails every request of the call. A
+    rescheduled request's response is not sent (it is None, as Triton asks): an empty one stands in."""
     if decoupled:
         if result is not None:
             raise _Plain(
@@ -620,6 +621,8 @@ def _check_responses(result, n, decoupled, model):
         raise _Plain(
             f"Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
             f"InferenceRequest(s) size is:{n}, and InferenceResponse(s) size is:{len(result)}\n")
+    if rescheduled:
+        result = [pb_utils.InferenceResponse() if i in rescheduled else r for i, r in enumerate(result)]
     for r in result:
         if not isinstance(r, pb_utils.InferenceResponse):
             raise _Plain(
@@ -705,8 +708,12 @@ def _execute(conn, msg, payload, execute, loop):
         finally:
             conn.executing = False
             conn.current_call = None
-        responses = _check_responses(result, len(requests), conn.decoupled, conn.model_name)
+        rescheduled = [i for i, r in enumerate(requests)
+                       if r._release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE]
+        responses = _check_responses(result, len(requests), conn.decoupled, conn.model_name, rescheduled)
         wanted = [r._outputs for r in requests]
+        if rescheduled:
+            reply["resched"] = rescheduled
     except Exception as e:
         text = str(e) if isinstance(e, _Plain) else _error_text(e)
         reply["err"] = f"Failed to process the request(s) for model '{conn.instance_name}', message: {text}"
@@ -727,7 +734,10 @@ def _execute(conn, msg, payload, execute, loop):
         if "err" in reply or not responses:
             conn.send(reply, main=True)
         else:
-            conn.send_text(f'{{"type":"done","id":{msg["id"]}', fill, main=True)
+            head = f'{{"type":"done","id":{msg["id"]}'
+            if "resched" in reply:
+                head += ',"resched":' + _encode_json(reply["resched"])
+            conn.send_text(head, fill, main=True)
     except Exception as e:
         # The responses could not be encoded (e.g. an output numpy cannot lay out): fail the call.
         text = f"Failed to process the request(s) for model '{conn.instance_name}', message: {_error_text(e)}"

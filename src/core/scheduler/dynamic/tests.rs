@@ -179,3 +179,22 @@ fn policy_reads_the_config() {
     assert_eq!(p.level(0), 1);
     assert_eq!(p.level(2), 2);
 }
+
+#[test]
+fn a_removed_request_leaves_whichever_queue_it_waits_in() {
+    let mut p = policy(4, &[], 0);
+    p.levels[0].default_timeout = Some(Duration::from_millis(1));
+    p.levels[0].reject_on_timeout = false;
+    let mut q: BatchQueue<u32> = BatchQueue::new(p);
+    let t0 = Instant::now();
+    q.push(1, 1, 0, None, t0).unwrap();
+    q.push(2, 1, 0, None, t0).unwrap();
+    // Both time out into the delayed queue; a third waits in the ready one.
+    assert!(q.take_expired(t0 + Duration::from_millis(2)).is_empty());
+    q.push(3, 1, 0, None, t0 + Duration::from_millis(2)).unwrap();
+    assert_eq!(q.remove(|&j| j == 2), Some(2));
+    assert_eq!(q.remove(|&j| j == 3), Some(3));
+    assert_eq!(q.remove(|&j| j == 3), None);
+    assert_eq!(q.len(), 1);
+    assert_eq!(batch(q.next_batch(t0 + Duration::from_millis(3), any)), vec![1]);
+}

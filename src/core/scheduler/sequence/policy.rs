@@ -152,6 +152,10 @@ pub struct SequencePolicy {
     pub controls: Vec<ControlSpec>,
     /// Implicit state tensors, in configuration order.
     pub states: Vec<StateSpec>,
+    /// `iterative_sequence`: a request without a sequence id starts a sequence of its own (the batcher
+    /// gives it an id), and the model may reschedule it (run it again) until it releases it, which ends
+    /// the sequence.
+    pub iterative: bool,
 }
 
 /// Per batch row, what the control inputs say.
@@ -180,11 +184,6 @@ impl SequencePolicy {
     /// Reads and checks a `sequence_batching` section.
     pub fn from_config(cfg: &ModelConfig, s: &ModelSequenceBatching, model_dir: &Path) -> Result<SequencePolicy> {
         let model = &cfg.name;
-        if s.iterative_sequence {
-            return Err(Error::unsupported(format!(
-                "model '{model}': sequence_batching with iterative_sequence is not supported by this server"
-            )));
-        }
         let max_batch_size = cfg.max_batch_size.max(0) as u32;
         let batch_slots = max_batch_size.max(1) as usize;
         let (strategy, slots_per_instance) = match &s.strategy_choice {
@@ -246,7 +245,8 @@ impl SequencePolicy {
                 )));
             }
         }
-        Ok(SequencePolicy { max_batch_size, slots_per_instance, max_idle, strategy, controls, states })
+        let iterative = s.iterative_sequence;
+        Ok(SequencePolicy { max_batch_size, slots_per_instance, max_idle, strategy, controls, states, iterative })
     }
 
     /// Whether tensors carry a batch dimension.

@@ -494,6 +494,17 @@ impl<J> SlotTable<J> {
         }
     }
 
+    /// Ends a sequence after the fact (an iterative sequence whose model released its request): it
+    /// loses its slot once nothing of it is queued or running, and a later request on it needs START.
+    pub fn end(&mut self, id: &SequenceId, now: Instant) {
+        let Some(a) = self.active.remove(id) else { return };
+        let slot = &mut self.instances[a.at.instance].slots[a.at.slot];
+        slot.closing = true;
+        if slot.queue.is_empty() && !slot.in_flight {
+            self.release(a.at, now);
+        }
+    }
+
     /// The instance finished its batch: it may take the next one, and (oldest) its sequences may send
     /// their next requests.
     pub fn complete(&mut self, instance: usize, now: Instant) {

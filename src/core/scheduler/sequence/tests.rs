@@ -361,6 +361,36 @@ fn drain_returns_every_queued_request() {
     assert_eq!(t.queued(), 0);
 }
 
+#[test]
+fn ending_a_sequence_after_its_request_ran_frees_its_slot_for_the_backlog() {
+    // An iterative sequence: its request runs, is rescheduled (submitted again without START), runs,
+    // and ends once its model releases it; the backlogged sequence then gets the slot.
+    for mut t in [direct(1, 1), oldest(1, 1, 1, &[], 0)] {
+        let t0 = Instant::now();
+        ok(&mut t, 1, 1, true, false, t0);
+        ok(&mut t, 2, 2, true, false, t0);
+        assert_eq!(t.backlog_len(), 1);
+        assert_eq!(rows(t.next_batch(0, t0, any)), vec![(0, Some(1))]);
+        ok(&mut t, 1, 1, false, false, t0);
+        t.complete(0, t0);
+        assert_eq!(rows(t.next_batch(0, t0, any)), vec![(0, Some(1))]);
+        t.end(&SequenceId::U64(1), t0);
+        t.complete(0, t0);
+        assert_eq!(t.slot_of(&SequenceId::U64(2)).map(|s| s.slot), Some(0));
+        assert_eq!(rows(t.next_batch(0, t0, any)), vec![(0, Some(2))]);
+        assert!(err(&mut t, u(1), false, 1, t0).message.contains("must specify the START flag"));
+    }
+}
+
+#[test]
+fn iterative_sequences_are_read_from_the_configuration() {
+    let cfg = ModelConfig { name: "m".into(), max_batch_size: 4, ..Default::default() };
+    let s = ModelSequenceBatching { iterative_sequence: true, ..Default::default() };
+    let p = SequencePolicy::from_config(&cfg, &s, Path::new("/nonexistent")).unwrap();
+    assert!(p.iterative);
+    assert_eq!(p.slots_per_instance, 4);
+}
+
 // ---- the configuration and the tensors it produces ---------------------------------------------
 
 fn flag(kind: Kind, int32: &[i32], fp32: &[f32]) -> Control {
