@@ -99,14 +99,7 @@ fn validate(args: ValidateArgs) -> ExitCode {
         .iter()
         .map(|(name, dir)| {
             let result = dir.as_ref().map_err(Clone::clone).and_then(|d| check_model(name, d, &opts));
-            // With namespacing, an ensemble's steps name the models of its own repository first.
-            let result = match (result, dir) {
-                (Ok(cfg), Ok(d)) if opts.namespacing && cfg.platform == "ensemble" => {
-                    Ok(repository::namespace::steps_in_namespace(&cfg, d, |k| models.contains_key(k)))
-                }
-                (r, _) => r,
-            };
-            (name.clone(), result)
+            (name.clone(), result.map(|cfg| in_namespace(cfg, dir, &opts, &models)))
         })
         .collect();
     // Ensembles are checked against their composing models' configurations, as the server does when
@@ -148,6 +141,22 @@ fn validate(args: ValidateArgs) -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// With namespacing, an ensemble's steps name the models of its own repository first, as the server
+/// resolves them.
+fn in_namespace(
+    cfg: tritonrs::proto::inference::ModelConfig,
+    dir: &Result<PathBuf>,
+    opts: &repository::RepoOptions,
+    models: &std::collections::BTreeMap<String, Result<PathBuf>>,
+) -> tritonrs::proto::inference::ModelConfig {
+    match dir {
+        Ok(d) if opts.namespacing && cfg.platform == "ensemble" => {
+            repository::namespace::steps_in_namespace(&cfg, d, |k| models.contains_key(k))
+        }
+        _ => cfg,
     }
 }
 

@@ -724,19 +724,7 @@ impl ModelInstance for CInstance {
                 return results.into_iter().map(|r| r.unwrap_or_else(|| Err(e.clone()))).collect();
             }
             for c in completions {
-                // The client hears an error once the backend has neither finished nor released the
-                // request within the timeout; what the backend sends later is dropped.
-                if let Some(rt) = &self.runtime {
-                    let (c2, timeout, backend) = (c.clone(), self.timeout, self.shared.origin.backend.clone());
-                    rt.spawn(async move {
-                        tokio::time::sleep(timeout).await;
-                        c2.expire(&format!(
-                            "backend '{backend}' did not send the final response within {} ms",
-                            timeout.as_millis()
-                        ));
-                    });
-                }
-                self.outstanding.push(c);
+                self.watch_outstanding(c);
             }
             let timings = ExecTimings::between(t0, t1, Instant::now(), Instant::now());
             return results
@@ -766,6 +754,25 @@ impl ModelInstance for CInstance {
                 },
             })
             .collect()
+    }
+}
+
+impl CInstance {
+    /// Keeps a decoupled request the backend may still answer: its client hears an error once the
+    /// backend has neither finished nor released it within the timeout; what the backend sends later
+    /// is dropped.
+    fn watch_outstanding(&mut self, c: Arc<Completion>) {
+        if let Some(rt) = &self.runtime {
+            let (c2, timeout, backend) = (c.clone(), self.timeout, self.shared.origin.backend.clone());
+            rt.spawn(async move {
+                tokio::time::sleep(timeout).await;
+                c2.expire(&format!(
+                    "backend '{backend}' did not send the final response within {} ms",
+                    timeout.as_millis()
+                ));
+            });
+        }
+        self.outstanding.push(c);
     }
 }
 

@@ -605,35 +605,7 @@ fn handle(conn: &Arc<Conn>, calls: Option<&Calls>, msg: FromStub, payload: &[u8]
             return Some(Control::Done { id, result });
         }
         FromStub::Finalized { error } => return Some(Control::Finalized(error)),
-        FromStub::Response { key, flags, resp } => {
-            let is_final = flags & 1 == 1;
-            let sender = {
-                let mut s = conn.streams.lock();
-                if is_final {
-                    s.remove(&key)
-                } else {
-                    s.get(&key).cloned()
-                }
-            };
-            if is_final {
-                conn.unwatch([key]);
-            }
-            let Some(sender) = sender else {
-                tracing::warn!("{}: a response for a request that is already complete was dropped", conn.label);
-                return None;
-            };
-            let item = match resp {
-                None => DecoupledResponse { is_final, empty: true, ..Default::default() },
-                Some(r) => match conn.read_response(&r, payload) {
-                    Ok((outputs, parameters)) => {
-                        DecoupledResponse { outputs, parameters, is_final, ..Default::default() }
-                    }
-                    // An error response; the request goes on until the model sends the final flag.
-                    Err(e) => DecoupledResponse { is_final, error: Some(e), ..Default::default() },
-                },
-            };
-            sender.send(Ok(item));
-        }
+        FromStub::Response { key, flags, resp } => decoupled_response(conn, key, flags, resp, payload),
         FromStub::Reply { id, value, error } => {
             if let Some(tx) = conn.replies.lock().remove(&id) {
                 let _ = tx.send(match error {
@@ -667,6 +639,35 @@ fn handle(conn: &Arc<Conn>, calls: Option<&Calls>, msg: FromStub, payload: &[u8]
         },
     };
     None
+}
+
+/// A decoupled model's response (or final flag alone) for the request `key`, passed to its stream.
+fn decoupled_response(conn: &Conn, key: u64, flags: u32, resp: Option<ipc::WireResponse>, payload: &[u8]) {
+    let is_final = flags & 1 == 1;
+    let sender = {
+        let mut s = conn.streams.lock();
+        if is_final {
+            s.remove(&key)
+        } else {
+            s.get(&key).cloned()
+        }
+    };
+    if is_final {
+        conn.unwatch([key]);
+    }
+    let Some(sender) = sender else {
+        tracing::warn!("{}: a response for a request that is already complete was dropped", conn.label);
+        return;
+    };
+    let item = match resp {
+        None => DecoupledResponse { is_final, empty: true, ..Default::default() },
+        Some(r) => match conn.read_response(&r, payload) {
+            Ok((outputs, parameters)) => DecoupledResponse { outputs, parameters, is_final, ..Default::default() },
+            // An error response; the request goes on until the model sends the final flag.
+            Err(e) => DecoupledResponse { is_final, error: Some(e), ..Default::default() },
+        },
+    };
+    sender.send(Ok(item));
 }
 
 #[cfg(test)]
