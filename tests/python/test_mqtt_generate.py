@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from mqtt_helpers import Mosquitto, Requester, body, correlation
-from test_mqtt import mqtt_server, wait_online
+from mqtt_helpers import Requester, body, correlation
+# The broker and the requesters' clean-up are test_mqtt's fixtures.
+from test_mqtt import broker, close_requesters, mqtt_server, wait_online  # noqa: F401
 
 STREAMER = """import json
 import triton_python_backend_utils as pb_utils
@@ -42,19 +41,6 @@ model_transaction_policy { decoupled: true }
 input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] } ]
 output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
-
-
-@pytest.fixture(autouse=True)
-def close_requesters():
-    yield
-    Requester.close_all()
-
-
-@pytest.fixture
-def broker(tmp_path):
-    b = Mosquitto(tmp_path / "broker").start()
-    yield b
-    b.stop()
 
 
 def llm_repo(root, log):
