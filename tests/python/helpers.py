@@ -427,3 +427,13 @@ class Tritonserver(TritonServer):
 
     def metrics_text(self) -> str:
         return urllib.request.urlopen(f"http://{self.host}:{self.metrics_port}/metrics", timeout=10).read().decode()
+
+
+def both(servers, fn):
+    """fn(server) on tritonrs, and on tritonserver 2.51 where it runs (`servers` is (ours, theirs or
+    None)), whose answers must agree; returns tritonrs's."""
+    ours, theirs = servers
+    got = fn(ours)
+    if theirs is not None:
+        assert fn(theirs) == got, "tritonrs and tritonserver 2.51 differ"
+    return got

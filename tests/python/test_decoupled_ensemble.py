@@ -20,6 +20,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from helpers import both
+
 VOCAB = ["<unk>", "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "bad"]
 
 TOKENIZE = f'''
@@ -225,14 +227,6 @@ def servers(tmp_path_factory):
     if theirs:
         theirs.stop()
 
-
-def both(servers, fn):
-    """fn(server) on tritonrs, and on tritonserver 2.51 where installed, which must agree."""
-    ours, theirs = servers
-    got = fn(ours)
-    if theirs is not None:
-        assert fn(theirs) == got, "tritonrs and tritonserver 2.51 differ"
-    return got
 
 
 # ---- streaming ---------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import TRITONSERVER, Tritonserver, TritonServer
+from helpers import TRITONSERVER, Tritonserver, TritonServer, both
 
 # The backend: OUT = IN * SCALE, SCALE from the model's own configuration; decoupled models send one
 # response per element. It adds the output to configurations that leave it out.
@@ -118,13 +118,6 @@ def servers(layout):
     if theirs:
         theirs.stop()
 
-
-def both(servers, fn):
-    ours, theirs = servers
-    got = fn(ours)
-    if theirs is not None:
-        assert fn(theirs) == got, "tritonrs and tritonserver 2.51 differ"
-    return got
 
 
 def infer(s, name, values):
