@@ -24,7 +24,7 @@
 //! ```
 //! Beside the path: `config/` (flags and the config file), `assemble/` (flags into a server: backends,
 //! agents, memory sources; `main.rs` and `tune` start here), `model_config/` (what `config.pbtxt` says),
-//! `storage/` (S3, GCS, Azure into a local cache), `vision/` (image pre- and post-processing for MQTT,
+//! `storage/` (S3, GCS, Azure into a local cache), `telemetry` (OpenTelemetry spans out over OTLP/HTTP), `vision/` (image pre- and post-processing for MQTT,
 //! DeepStack and Frigate), `tune/` (`tritonrs tune`), `error` (the one error type), `proto` (generated).
 //! Unit tests sit in one place: a sibling `tests.rs` in the folder of the module's name (`foo.rs` ->
 //! `foo/tests.rs`, `foo/mod.rs` -> `foo/tests.rs`), declared by `#[cfg(test)] mod tests;` at its end.
@@ -48,6 +48,7 @@ pub mod openai;
 pub mod platform;
 pub mod proto;
 pub mod storage;
+pub mod telemetry;
 pub mod tensor;
 pub mod tune;
 pub mod vision;

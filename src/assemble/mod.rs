@@ -101,7 +101,7 @@ pub fn serve_options(args: &ServeArgs) -> Result<ServerOptions> {
     }
     let max_tensor_bytes = args.http_max_input_size.max(args.grpc_max_message_size);
     let mut opts = options(&args.model_config, max_tensor_bytes, Vec::new())?;
-    let (trace, trace_warnings) = trace_settings(args)?;
+    let (trace, otel, trace_warnings) = trace::trace_config(args)?;
     for w in trace_warnings {
         tracing::warn!("{w}");
     }
@@ -134,6 +134,9 @@ pub fn serve_options(args: &ServeArgs) -> Result<ServerOptions> {
         None
     };
     (opts.cache_bytes, opts.cache_library) = response_cache(args)?;
+    if trace.mode == crate::core::trace::TraceMode::OpenTelemetry {
+        opts.spans = Some(crate::telemetry::OtlpSink::start(&otel)?);
+    }
     opts.trace = trace;
     opts.pools = args.memory.pool_options();
     // After the flags are checked and before any port is bound: a repository that cannot be read is a

@@ -2,7 +2,7 @@
 //! combined as tritonserver combines them.
 
 use crate::config::ServeArgs;
-use crate::core::trace::{self, TraceLevel, TraceSettings, TRACE_MODE};
+use crate::core::trace::{self, OtelSettings, TraceLevel, TraceMode, TraceSettings};
 use crate::error::{Error, Result};
 
 /// A `--trace-config` number, with the flag in the error.
@@ -16,24 +16,68 @@ fn trace_number<T: std::str::FromStr>(setting: &str, value: &str) -> Result<T> {
 fn bad_setting(mode: Option<&str>, setting: &str, value: &str) -> Error {
     Error::invalid(match mode {
         None if setting == "mode" => {
-            format!("--trace-config mode={value}: tritonrs only has the trace mode '{TRACE_MODE}' (no opentelemetry)")
+            format!("--trace-config mode={value}: unknown trace mode (use triton or opentelemetry)")
         }
         Some("triton") => {
             format!("--trace-config triton,{setting}: unknown setting (the triton mode has file and log-frequency)")
         }
-        Some(m) => format!("--trace-config {m},...: unknown trace mode '{m}' (tritonrs only has '{TRACE_MODE}')"),
+        Some("opentelemetry") => format!(
+            "--trace-config opentelemetry,{setting}: unknown setting (the opentelemetry mode has url, resource, \
+             bsp_max_queue_size, bsp_schedule_delay and bsp_max_export_batch_size)"
+        ),
+        Some(m) => format!("--trace-config {m},...: unknown trace mode '{m}' (use triton or opentelemetry)"),
         None => format!(
-            "--trace-config {setting}: unknown setting (use level, rate, count, mode, or triton,file and \
-             triton,log-frequency)"
+            "--trace-config {setting}: unknown setting (use level, rate, count, mode, triton,file, \
+             triton,log-frequency or opentelemetry,url)"
         ),
     })
 }
 
+/// The start-up trace settings (see [`trace_config`]) without the OpenTelemetry exporter's.
+pub fn trace_settings(args: &ServeArgs) -> Result<(TraceSettings, Vec<String>)> {
+    trace_config(args).map(|(s, _, w)| (s, w))
+}
+
+/// One `opentelemetry,<setting>=<value>`, applied to `otel`.
+fn otel_setting(otel: &mut OtelSettings, setting: &str, value: &str) -> Result<bool> {
+    match setting {
+        "url" => otel.url = value.to_string(),
+        "resource" => {
+            let (k, v) = value.split_once('=').ok_or_else(|| {
+                Error::invalid(format!("--trace-config opentelemetry,resource={value}: must be key=value"))
+            })?;
+            otel.resource.push((k.to_string(), v.to_string()));
+        }
+        "bsp_max_queue_size" => otel.bsp_max_queue_size = trace_number(setting, value)?,
+        "bsp_schedule_delay" => otel.bsp_schedule_delay_ms = trace_number(setting, value)?,
+        "bsp_max_export_batch_size" => otel.bsp_max_export_batch_size = trace_number(setting, value)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// The batch span processor's environment variables, which tritonserver reads too (flags win).
+fn otel_from_env() -> Result<OtelSettings> {
+    let mut otel = OtelSettings::default();
+    for (var, setting) in [
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "bsp_max_queue_size"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "bsp_schedule_delay"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "bsp_max_export_batch_size"),
+    ] {
+        if let Ok(v) = std::env::var(var) {
+            otel_setting(&mut otel, setting, &v).map_err(|e| Error::invalid(format!("{var}: {}", e.message)))?;
+        }
+    }
+    Ok(otel)
+}
+
 /// The start-up trace settings from `--trace-config` and the deprecated `--trace-*` flags, as
 /// tritonserver combines them: `--trace-config` wins over a deprecated flag, levels from both
-/// combine, and any OFF turns tracing off. Also returns warnings to log (deprecated flags used,
-/// tracing without a file).
-pub fn trace_settings(args: &ServeArgs) -> Result<(TraceSettings, Vec<String>)> {
+/// combine, and any OFF turns tracing off. Also returns the OpenTelemetry exporter's settings and
+/// warnings to log (deprecated flags used, tracing without a file).
+pub fn trace_config(args: &ServeArgs) -> Result<(TraceSettings, OtelSettings, Vec<String>)> {
+    let mut otel = otel_from_env()?;
+    let mut given: Vec<(String, String)> = Vec::new();
     let mut warnings = Vec::new();
     let mut s = TraceSettings::default();
     let mut level = TraceLevel::OFF;
@@ -91,9 +135,13 @@ pub fn trace_settings(args: &ServeArgs) -> Result<(TraceSettings, Vec<String>)> 
             }
             (None, "rate") => s.rate = trace_number(setting, value)?,
             (None, "count") => s.count = trace_number(setting, value)?,
-            (None, "mode") if value.eq_ignore_ascii_case(TRACE_MODE) => {}
+            (None, "mode") => s.mode = TraceMode::parse(value).map_err(|_| bad_setting(None, setting, value))?,
             (Some("triton"), "file") => s.file = value.to_string(),
             (Some("triton"), "log-frequency") => s.log_frequency = trace_number(setting, value)?,
+            (Some("opentelemetry"), _) if otel_setting(&mut otel, setting, value)? => {
+                given.retain(|(k, _)| k != setting);
+                given.push((setting.to_string(), value.to_string()));
+            }
             (mode, _) => return Err(bad_setting(mode, setting, value)),
         }
     }
@@ -102,7 +150,33 @@ pub fn trace_settings(args: &ServeArgs) -> Result<(TraceSettings, Vec<String>)> 
     if let Some(w) = trace::check_startup(&s)? {
         warnings.push(w);
     }
-    Ok((s, warnings))
+    s.exporter = exporter_report(given, &otel);
+    if s.mode == TraceMode::OpenTelemetry {
+        if args.trace_file.is_some() {
+            warnings.push("'--trace-file' is deprecated and will be ignored with opentelemetry tracing mode.".into());
+        }
+        if args.trace_log_frequency.is_some() {
+            warnings.push(
+                "'--trace-log-frequency' is deprecated and will be ignored with opentelemetry tracing mode.".into(),
+            );
+        }
+    }
+    Ok((s, otel, warnings))
+}
+
+/// The exporter's settings as tritonserver's settings API reports them: the `opentelemetry,*` flags
+/// as given (the last of a repeated one), then each batch span processor setting not given.
+fn exporter_report(mut given: Vec<(String, String)>, otel: &OtelSettings) -> Vec<(String, String)> {
+    for (key, value) in [
+        ("bsp_schedule_delay", otel.bsp_schedule_delay_ms.to_string()),
+        ("bsp_max_export_batch_size", otel.bsp_max_export_batch_size.to_string()),
+        ("bsp_max_queue_size", otel.bsp_max_queue_size.to_string()),
+    ] {
+        if !given.iter().any(|(k, _)| k == key) {
+            given.push((key.to_string(), value));
+        }
+    }
+    given
 }
 
 #[cfg(test)]

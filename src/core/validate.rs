@@ -123,6 +123,7 @@ pub fn prepare(io: &ModelIo, model: &str, req: InferRequest) -> Result<Prepared>
         flags: u32::from(control.sequence_start) | (u32::from(control.sequence_end) << 1),
         callers: req.callers,
         signals: Default::default(),
+        trace: req.trace,
     };
     Ok(Prepared {
         exec: ExecRequest {

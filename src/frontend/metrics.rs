@@ -40,6 +40,10 @@ async fn scrape(axum::extract::State(s): axum::extract::State<MetricsState>) -> 
     }
     render_pools(&mut body, s.server.pools());
     render_remotes(&mut body, s.server.remote_repositories());
+    if s.server.tracer().exports_spans() {
+        names::TRACE_SPANS_DROPPED.header(&mut body);
+        sample(&mut body, names::TRACE_SPANS_DROPPED.name, &[], s.server.tracer().spans_dropped());
+    }
     s.server.custom_metrics().render(&mut body);
     if let Some(m) = &s.mqtt {
         m.render(&mut body);

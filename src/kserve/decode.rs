@@ -153,6 +153,7 @@ pub fn decode_request(
             outputs,
             parameters,
             callers: Default::default(),
+            trace: None,
         },
         binary_default,
     })

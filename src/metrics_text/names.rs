@@ -102,6 +102,9 @@ families! {
     FRIGATE_PEERS = "tritonrs_frigate_zmq_peers", Gauge, "Peers connected to the Frigate ZMQ detector";
     FRIGATE_DURATION = "tritonrs_frigate_zmq_request_duration_seconds", Histogram, "Time from a Frigate ZMQ detection's arrival to its reply";
 
+    // OpenTelemetry trace mode (`telemetry`): spans that never reached the collector.
+    TRACE_SPANS_DROPPED = "tritonrs_trace_spans_dropped_total", Counter, "Trace spans dropped because the export queue was full or the OpenTelemetry collector could not take them";
+
     // C API backends (`backend::capi`): registered through the custom-metrics registry, as a backend's own
     // metrics are, so that it shows where the backend's families do.
     BACKEND_ABANDONED_THREADS = "tritonrs_backend_abandoned_threads", Gauge, "Threads left inside a Triton backend library that never returned to tritonrs";

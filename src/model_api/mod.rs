@@ -129,6 +129,9 @@ pub struct RequestMeta {
     /// Cancellation and rescheduling of the request, shared by every copy of this metadata (see
     /// [`Signals`]): backends ask whether it was cancelled, and set that it is to run again.
     pub signals: Signals,
+    /// The request's trace when it is traced, for the requests made on its behalf (BLS calls, an
+    /// ensemble's steps) to continue it.
+    pub trace: Option<types::TraceLink>,
 }
 
 /// One response of a decoupled model.

@@ -40,6 +40,17 @@ impl RequestedOutput {
     }
 }
 
+/// The trace of a request, as an opaque handle: the core spawns child traces from it for the requests
+/// made on the request's behalf (ensemble steps, BLS calls). Backends only pass it on.
+#[derive(Clone)]
+pub struct TraceLink(pub std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for TraceLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TraceLink")
+    }
+}
+
 /// An inference request, decoded once from whichever transport it arrived on.
 #[derive(Debug, Clone, Default)]
 pub struct InferRequest {
@@ -54,6 +65,9 @@ pub struct InferRequest {
     /// The model versions whose `execute` waits for this request, directly or through other models:
     /// set on BLS requests (and passed on to ensemble steps), empty for a client's request.
     pub callers: CallChain,
+    /// The trace of the request this one runs on behalf of (an ensemble's step, a BLS request), from
+    /// which the core spawns this request's child trace; `None` for a client's request.
+    pub trace: Option<TraceLink>,
 }
 
 /// Model versions (name, version) waiting on a request; see [`InferRequest::callers`].

@@ -325,6 +325,7 @@ fn to_infer_request(r: &InferRequestObj) -> InferRequest {
         outputs: r.outputs.iter().map(|n| RequestedOutput { name: n.clone(), ..Default::default() }).collect(),
         parameters,
         callers: Arc::from(Vec::new()),
+        trace: None,
     }
 }
 

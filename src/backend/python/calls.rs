@@ -7,7 +7,9 @@ use super::conn::Conn;
 use super::ipc::{self, BlsRequest};
 use crate::error::{Error, Result};
 use crate::model_api::custom_metrics::{MetricKind, MetricOp};
-use crate::model_api::types::{CallChain, InferRequest, Parameters, RequestedOutput, StreamResponse, Tensor};
+use crate::model_api::types::{
+    CallChain, InferRequest, Parameters, RequestedOutput, StreamResponse, Tensor, TraceLink,
+};
 use crate::model_api::ServerApi;
 use crate::model_api::{LoadOptions, SequenceId};
 use base64::Engine as _;
@@ -85,7 +87,7 @@ impl Calls {
     pub fn bls(&self, conn: &Arc<Conn>, req: BlsRequest, payload: &[u8]) {
         let prepared = self.server().and_then(|(rt, api)| {
             let inputs = req.inputs.iter().map(|t| conn.read_tensor(t, payload)).collect::<Result<Vec<_>>>()?;
-            Ok((rt, api, bls_request(&req, inputs, self.bls_callers())))
+            Ok((rt, api, bls_request(&req, inputs, self.bls_callers(), None)))
         });
         let (rt, api, request) = match prepared {
             Ok(p) => p,
@@ -301,7 +303,7 @@ fn load_options(args: &Map<String, Value>) -> Result<LoadOptions> {
 
 /// A BLS request as the server takes it: the correlation id, sequence flags and timeout become the
 /// request parameters Triton reserves for them.
-fn bls_request(req: &BlsRequest, inputs: Vec<Tensor>, callers: CallChain) -> InferRequest {
+fn bls_request(req: &BlsRequest, inputs: Vec<Tensor>, callers: CallChain, trace: Option<TraceLink>) -> InferRequest {
     let mut parameters: Parameters = ipc::params_from_json(&req.params);
     let sequence = match &req.corr {
         Value::Number(n) => n.as_u64().filter(|&v| v != 0).map(SequenceId::U64),
@@ -317,6 +319,7 @@ fn bls_request(req: &BlsRequest, inputs: Vec<Tensor>, callers: CallChain) -> Inf
         outputs: req.outputs.iter().map(|n| RequestedOutput { name: n.clone(), ..Default::default() }).collect(),
         parameters,
         callers,
+        trace,
     }
 }
 

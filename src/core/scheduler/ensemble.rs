@@ -481,6 +481,7 @@ impl<'a> Pass<'a> {
                 .collect(),
             parameters: self.parameters.clone(),
             callers: self.callers.clone(),
+            trace: self.job.exec.meta.trace.clone(),
         };
         (req, batch)
     }

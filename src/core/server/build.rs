@@ -17,7 +17,7 @@ use std::sync::{Arc, Weak};
 impl Server {
     pub fn new(opts: ServerOptions) -> Server {
         let limiter = opts.rate_limit.as_ref().map(|fixed| Arc::new(RateLimiter::new(fixed)));
-        let tracer = Tracer::new(opts.trace.clone());
+        let tracer = Tracer::with_spans(opts.trace.clone(), opts.spans.clone());
         // Ensembles run their steps through this server; a weak handle keeps the models from owning it.
         let pools = match &opts.memory.pools {
             Some(source) => Pools::new(&opts.pools, source.as_ref()),

@@ -8,7 +8,7 @@ use crate::core::lifecycle::LoadedModel;
 use crate::core::scheduler::Job;
 use crate::core::shm_params;
 use crate::core::stats::FailureReason;
-use crate::core::trace::{Activity, Trace};
+use crate::core::trace::{self, Activity, Trace};
 use crate::core::validate::{self, resolve_wildcards};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model_api::types::{InferRequest, InferResponse, Parameters, RequestedOutput, Tensor};
@@ -42,15 +42,18 @@ impl Server {
     /// [`Self::infer_timed`], saying of a failure where it failed (`Backend`: in the model's execution).
     pub(super) async fn infer_staged(
         &self,
-        req: InferRequest,
-        mut trace: Option<&mut Trace>,
+        mut req: InferRequest,
+        trace: Option<&mut Trace>,
     ) -> std::result::Result<(InferResponse, ExecTimings), (Error, FailureReason)> {
         let start = Instant::now();
         let model = self.inner.models.get(&req.model_name, req.model_version).map_err(|e| (e, FailureReason::Other))?;
+        let mut child = if trace.is_none() { child_trace(&req) } else { None };
+        let mut trace = trace.or(child.as_mut());
         if let Some(t) = trace.as_deref_mut() {
             t.set_model(&model.name, model.version);
             t.stamp(Activity::RequestStart, start);
         }
+        link_trace(&mut req, trace.as_deref());
         let result = self.infer_on(&model, req, trace.as_deref_mut(), start).await;
         if let Some(t) = trace {
             t.stamp_now(Activity::RequestEnd);
@@ -286,4 +289,17 @@ pub(super) fn refuse_reentry(model: &LoadedModel, req: &InferRequest) -> Result<
         model.version,
         chain.join(" -> ")
     )))
+}
+
+/// The child trace of a request made on behalf of a traced one (an ensemble step, a BLS call).
+pub(super) fn child_trace(req: &InferRequest) -> Option<Trace> {
+    let mut t = trace::child_of(req.trace.as_ref()?)?;
+    t.set_request_id(&req.id);
+    Some(t)
+}
+
+/// From here on `req.trace` is the request's own trace, for the requests made on its behalf to
+/// continue (it arrived as the parent's).
+pub(super) fn link_trace(req: &mut InferRequest, trace: Option<&Trace>) {
+    req.trace = trace.map(Trace::link);
 }

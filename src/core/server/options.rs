@@ -46,6 +46,9 @@ pub struct ServerOptions {
     pub cache_library: Option<Arc<dyn crate::core::cache::ExternalCache>>,
     /// The start-up trace settings (`--trace-config`).
     pub trace: TraceSettings,
+    /// Where OpenTelemetry mode's spans go (the OTLP exporter the assembly point starts); `None`
+    /// leaves only the trace file.
+    pub spans: Option<Arc<dyn crate::core::trace::SpanSink>>,
     /// `--pinned-memory-pool-byte-size`, `--cuda-memory-pool-byte-size`.
     pub pools: crate::memory::pool::PoolOptions,
     /// Cloud repositories (`s3://`, `gs://`, `as://`); each one's local view is also in `repositories`.
@@ -92,6 +95,7 @@ impl ServerOptions {
             cache_bytes: None,
             cache_library: None,
             trace: Default::default(),
+            spans: None,
             pools: Default::default(),
             remotes: Vec::new(),
             memory: Default::default(),

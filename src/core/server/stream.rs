@@ -1,7 +1,7 @@
 //! Streamed inference: a decoupled model's responses handed out as it sends them.
 
 use super::handle::Server;
-use super::inference::{failure_reason, is_decoupled, refuse_reentry, stamp_execution};
+use super::inference::{child_trace, failure_reason, is_decoupled, link_trace, refuse_reentry, stamp_execution};
 use crate::core::lifecycle::LoadedModel;
 use crate::core::scheduler::{request_span, Job};
 use crate::core::shm_params;
@@ -53,18 +53,22 @@ impl Server {
             return Ok(futures_util::stream::once(async move { one }).boxed());
         }
         let start = Instant::now();
+        let mut req = req;
+        let trace = trace.or_else(|| child_trace(&req).map(SharedTrace::new));
         if let Some(t) = &trace {
             if let Some(mut owned) = t.take() {
                 owned.set_model(&model.name, model.version);
                 owned.stamp(Activity::RequestStart, start);
+                link_trace(&mut req, Some(&owned));
                 t.put(Some(owned));
             }
+        } else {
+            link_trace(&mut req, None);
         }
         if let Err(e) = refuse_reentry(&model, &req) {
             model.stats.record_failure(start.elapsed(), FailureReason::Other);
             return Err(e);
         }
-        let mut req = req;
         if let Err(e) = shm_params::resolve(&self.inner.shm, Some(&self.inner.pools.pinned), &mut req) {
             model.stats.record_failure(start.elapsed(), FailureReason::Other);
             return Err(e);

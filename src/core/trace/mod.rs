@@ -6,21 +6,25 @@
 //! and dropping it hands its records to the setting that sampled it, which writes them to the file.
 
 mod file;
+mod otel;
 mod settings;
 #[cfg(test)]
 mod tests;
 
-pub use settings::{SettingValue, TraceLevel, TraceSettings, TraceUpdate, TRACE_MODE};
+pub use otel::SpanSink;
+pub use settings::{OtelSettings, SettingValue, TraceLevel, TraceMode, TraceSettings, TraceUpdate};
 
 use crate::error::{Error, Result};
+use crate::model_api::types::TraceLink;
 use file::TraceFile;
+use otel::SpanIds;
 use parking_lot::{Mutex, RwLock};
 use settings::Specified;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 /// A point in a request's life, named as in tritonserver's trace file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +77,8 @@ impl Activity {
 struct Clock {
     base: Instant,
     base_ns: u64,
+    /// The wall clock at `base`, for OpenTelemetry's Unix-epoch timestamps.
+    base_system: SystemTime,
 }
 
 impl Clock {
@@ -83,7 +89,15 @@ impl Clock {
             .unwrap_or(0)
             .saturating_mul(1_000_000_000)
             .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0));
-        Clock { base, base_ns }
+        Clock { base, base_ns, base_system: SystemTime::now() }
+    }
+
+    /// `t` on the wall clock, as OpenTelemetry timestamps are (steady from one reading at start).
+    fn system(&self, t: Instant) -> SystemTime {
+        match t.checked_duration_since(self.base) {
+            Some(after) => self.base_system + after,
+            None => self.base_system.checked_sub(self.base - t).unwrap_or(self.base_system),
+        }
     }
 
     fn ns(&self, t: Instant) -> u64 {
@@ -99,6 +113,8 @@ impl Clock {
 pub struct Trace {
     /// tritonserver's trace id: 1, 2, ... over the server's life, for traced requests only.
     id: u64,
+    /// The trace this one is a child of (an ensemble step's, a BLS request's parent).
+    parent_id: Option<u64>,
     level: TraceLevel,
     request_id: String,
     /// The model and version that served the request, once the core has resolved them.
@@ -108,11 +124,55 @@ pub struct Trace {
     /// The setting that sampled the trace and collects it.
     sink: Arc<Generation>,
     clock: Clock,
+    /// What every trace shares: ids for children, and where OpenTelemetry spans go.
+    shared: Arc<Shared>,
+    /// Set in OpenTelemetry mode: the ids of the spans this trace becomes.
+    otel: Option<SpanIds>,
+}
+
+/// What a child trace takes from its parent; shared as the parent's [`TraceLink`].
+struct Parent {
+    id: u64,
+    level: TraceLevel,
+    sink: Arc<Generation>,
+    shared: Arc<Shared>,
+    otel: Option<SpanIds>,
+}
+
+/// A child of the trace behind `link` (an ensemble step or a BLS request on behalf of the traced
+/// request): a trace id of its own, the parent's id as `parent_id`, the same setting; in OpenTelemetry
+/// mode the same trace under the parent's model span. `None` when `link` is not a tritonrs trace.
+pub fn child_of(link: &TraceLink) -> Option<Trace> {
+    let p = link.0.downcast_ref::<Parent>()?;
+    p.sink.adopt();
+    Some(Trace {
+        id: p.shared.next_id.fetch_add(1, Ordering::Relaxed),
+        parent_id: Some(p.id),
+        level: p.level,
+        request_id: String::new(),
+        model: None,
+        stamps: Vec::with_capacity(8),
+        sink: p.sink.clone(),
+        clock: p.shared.clock,
+        shared: p.shared.clone(),
+        otel: p.otel.as_ref().map(SpanIds::child),
+    })
 }
 
 impl Trace {
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The handle the requests made on this request's behalf spawn their child traces from.
+    pub fn link(&self) -> TraceLink {
+        TraceLink(Arc::new(Parent {
+            id: self.id,
+            level: self.level,
+            sink: self.sink.clone(),
+            shared: self.shared.clone(),
+            otel: self.otel,
+        }))
     }
 
     pub fn stamp(&mut self, activity: Activity, at: Instant) {
@@ -154,6 +214,9 @@ impl Trace {
                     if !self.request_id.is_empty() {
                         let _ = write!(out, ",\"request_id\":{}", serde_json::Value::from(self.request_id.as_str()));
                     }
+                    if let Some(parent) = self.parent_id {
+                        let _ = write!(out, ",\"parent_id\":{parent}");
+                    }
                     out.push_str("},");
                 }
             }
@@ -171,8 +234,18 @@ impl Trace {
 
 impl Drop for Trace {
     fn drop(&mut self) {
-        let records = self.render();
-        self.sink.collect(records);
+        match (&self.otel, &self.shared.spans) {
+            (Some(ids), Some(spans)) => {
+                if self.level.contains(TraceLevel::TIMESTAMPS) {
+                    spans.submit(self.spans(ids));
+                }
+                self.sink.collect(String::new());
+            }
+            _ => {
+                let records = self.render();
+                self.sink.collect(records);
+            }
+        }
     }
 }
 
@@ -226,8 +299,8 @@ struct SampleState {
     seen: u64,
     /// Traces still to take; -1 is no limit.
     remaining: i32,
-    /// Traces taken under a count limit, and traces written: when both meet at count 0 the buffer goes
-    /// to a chunk file at once.
+    /// Traces taken (sampled ones and their children), and traces written: when both meet at count 0
+    /// the buffer goes to a chunk file at once.
     created: u64,
     collected: u64,
     /// Comma-separated records not yet written, and how many traces they hold.
@@ -262,11 +335,18 @@ impl Generation {
         }
         st.seen += 1;
         let traced = st.seen.is_multiple_of(u64::from(self.values.rate));
-        if traced && st.remaining > 0 {
-            st.remaining -= 1;
+        if traced {
             st.created += 1;
+            if st.remaining > 0 {
+                st.remaining -= 1;
+            }
         }
         (traced, st.remaining == 0)
+    }
+
+    /// Counts a child trace, which the setting collects like the traces it sampled.
+    fn adopt(&self) {
+        self.state.lock().created += 1;
     }
 
     /// Buffers one finished trace; writes a chunk when the count is used up and every trace taken is
@@ -321,14 +401,22 @@ struct Settings {
     models: HashMap<String, Arc<Generation>>,
 }
 
+/// What the tracer and every trace share.
+struct Shared {
+    /// tritonserver's trace ids: 1, 2, ... for sampled traces and their children alike.
+    next_id: AtomicU64,
+    clock: Clock,
+    /// Where OpenTelemetry mode's spans go; `None` in triton mode.
+    spans: Option<Arc<dyn SpanSink>>,
+}
+
 /// The trace manager: owns the settings, samples requests and hands out [`Trace`]s.
 pub struct Tracer {
     /// Whether any setting can trace now: the hot path's only check while tracing is off.
     enabled: AtomicBool,
     /// Set at shutdown: nothing is traced afterwards.
     closed: AtomicBool,
-    next_id: AtomicU64,
-    clock: Clock,
+    shared: Arc<Shared>,
     /// The start-up values the global setting falls back to when a field is cleared.
     defaults: TraceSettings,
     file: Arc<TraceFile>,
@@ -338,13 +426,18 @@ pub struct Tracer {
 impl Tracer {
     /// A tracer with the start-up settings (from `--trace-config` and the older `--trace-*` flags).
     pub fn new(startup: TraceSettings) -> Tracer {
+        Tracer::with_spans(startup, None)
+    }
+
+    /// A tracer whose OpenTelemetry mode sends its spans to `spans` (built at assembly from
+    /// `--trace-config opentelemetry,...`).
+    pub fn with_spans(startup: TraceSettings, spans: Option<Arc<dyn SpanSink>>) -> Tracer {
         let file = Arc::new(TraceFile::new(startup.file.clone()));
         let global = Arc::new(Generation::new(startup.clone(), Specified::default(), file.clone()));
         let tracer = Tracer {
             enabled: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-            next_id: AtomicU64::new(1),
-            clock: Clock::new(),
+            shared: Arc::new(Shared { next_id: AtomicU64::new(1), clock: Clock::new(), spans }),
             defaults: startup,
             file,
             settings: RwLock::new(Settings { global, models: HashMap::new() }),
@@ -362,6 +455,13 @@ impl Tracer {
 
     /// Decides whether this request to `model` is traced, under the model's setting or the global one.
     pub fn sample(&self, model: &str, request_id: &str) -> Option<Trace> {
+        self.sample_in_context(model, request_id, None)
+    }
+
+    /// [`Tracer::sample`] for a request that may carry a caller's W3C `traceparent`: in OpenTelemetry
+    /// mode such a request is always traced (as in tritonserver, whatever the rate) and continues the
+    /// caller's trace; a malformed value is ignored and the request sampled as any other.
+    pub fn sample_in_context(&self, model: &str, request_id: &str, traceparent: Option<&str>) -> Option<Trace> {
         if !self.enabled() {
             return None;
         }
@@ -369,22 +469,44 @@ impl Tracer {
             let s = self.settings.read();
             s.models.get(model).unwrap_or(&s.global).clone()
         };
-        let (traced, used_up) = generation.sample();
-        if used_up {
-            self.refresh_enabled(&self.settings.read());
+        let caller = match traceparent {
+            Some(tp) if generation.values.mode == TraceMode::OpenTelemetry => otel::parse_traceparent(tp),
+            _ => None,
+        };
+        if caller.is_some() {
+            generation.adopt();
+        } else {
+            let (traced, used_up) = generation.sample();
+            if used_up {
+                self.refresh_enabled(&self.settings.read());
+            }
+            if !traced {
+                return None;
+            }
         }
-        if !traced {
-            return None;
-        }
+        let otel = (generation.values.mode == TraceMode::OpenTelemetry).then(|| SpanIds::root().under(caller));
         Some(Trace {
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            id: self.shared.next_id.fetch_add(1, Ordering::Relaxed),
+            parent_id: None,
             level: generation.values.level,
             request_id: request_id.to_string(),
             model: None,
             stamps: Vec::with_capacity(16),
             sink: generation,
-            clock: self.clock,
+            clock: self.shared.clock,
+            shared: self.shared.clone(),
+            otel,
         })
+    }
+
+    /// Whether OpenTelemetry spans have somewhere to go (the exporter was started).
+    pub fn exports_spans(&self) -> bool {
+        self.shared.spans.is_some()
+    }
+
+    /// Spans OpenTelemetry mode dropped (queue full, collector down); 0 in triton mode.
+    pub fn spans_dropped(&self) -> u64 {
+        self.shared.spans.as_ref().map_or(0, |s| s.dropped())
     }
 
     /// The settings that apply to `model`, or the global ones.
@@ -463,6 +585,9 @@ impl Tracer {
             g.flush();
         }
         self.file.close();
+        if let Some(spans) = &self.shared.spans {
+            spans.shutdown();
+        }
         if !self.file.path().is_empty() {
             tracing::debug!("Closed the trace file '{}'.", self.file.path());
         }
@@ -488,7 +613,7 @@ pub fn check_startup(s: &TraceSettings) -> Result<Option<String>> {
     if !s.level.is_off() && s.rate == 0 {
         return Err(Error::invalid("--trace-config rate=0: the trace rate must be at least 1"));
     }
-    if !s.level.is_off() && s.file.is_empty() {
+    if !s.level.is_off() && s.file.is_empty() && s.mode == TraceMode::Triton {
         return Ok(Some(
             "Tracing is on but no trace file is set (--trace-config triton,file=PATH), so nothing will be traced."
                 .to_string(),

@@ -77,28 +77,105 @@ pub struct TraceSettings {
     pub log_frequency: u32,
     /// The trace file; fixed at start.
     pub file: String,
+    /// Where traces go: tritonserver's trace file, or OpenTelemetry spans.
+    pub mode: TraceMode,
+    /// The OpenTelemetry exporter's settings as the settings API reports them in that mode (the
+    /// `opentelemetry,*` flags given, then the batch span processor's); fixed at start.
+    pub exporter: Vec<(String, String)>,
 }
 
 impl Default for TraceSettings {
     /// tritonserver's defaults: off, rate 1000, no count limit, written at shutdown, no file.
     fn default() -> Self {
-        TraceSettings { level: TraceLevel::OFF, rate: 1000, count: -1, log_frequency: 0, file: String::new() }
+        TraceSettings {
+            level: TraceLevel::OFF,
+            rate: 1000,
+            count: -1,
+            log_frequency: 0,
+            file: String::new(),
+            mode: TraceMode::Triton,
+            exporter: Vec::new(),
+        }
     }
 }
 
-/// The only trace mode tritonrs has (tritonserver also has "opentelemetry").
-pub const TRACE_MODE: &str = "triton";
+/// tritonserver's trace modes (`--trace-config mode=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TraceMode {
+    /// Triton's trace file (`--trace-config triton,file=`).
+    #[default]
+    Triton,
+    /// Spans exported over OTLP/HTTP (`--trace-config opentelemetry,url=`).
+    OpenTelemetry,
+}
+
+impl TraceMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceMode::Triton => "triton",
+            TraceMode::OpenTelemetry => "opentelemetry",
+        }
+    }
+
+    /// A mode as `--trace-config mode=` and the settings API name it, in any case.
+    pub fn parse(s: &str) -> Result<TraceMode> {
+        match s.to_ascii_lowercase().as_str() {
+            "triton" => Ok(TraceMode::Triton),
+            "opentelemetry" => Ok(TraceMode::OpenTelemetry),
+            _ => Err(Error::invalid(format!("'{s}' is not a trace mode: use triton or opentelemetry"))),
+        }
+    }
+}
+
+/// The OpenTelemetry exporter's settings (`--trace-config opentelemetry,<setting>=<value>`), fixed at
+/// start; the defaults are tritonserver's (and the OpenTelemetry SDK's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtelSettings {
+    /// The collector's OTLP/HTTP traces endpoint.
+    pub url: String,
+    /// Resource attributes added to every span (`resource=key=value`, repeatable).
+    pub resource: Vec<(String, String)>,
+    /// Spans queued for export at most; more are dropped (and counted).
+    pub bsp_max_queue_size: usize,
+    /// How long the exporter waits to fill a batch, in milliseconds.
+    pub bsp_schedule_delay_ms: u64,
+    /// Spans sent in one export at most.
+    pub bsp_max_export_batch_size: usize,
+}
+
+impl Default for OtelSettings {
+    fn default() -> Self {
+        OtelSettings {
+            url: "http://localhost:4318/v1/traces".to_string(),
+            resource: Vec::new(),
+            bsp_max_queue_size: 2048,
+            bsp_schedule_delay_ms: 5000,
+            bsp_max_export_batch_size: 512,
+        }
+    }
+}
 
 impl TraceSettings {
     /// The settings as the protocol carries them: each value a list of strings, in Triton's order.
-    pub fn to_wire(&self) -> Vec<(&'static str, Vec<String>)> {
+    pub fn to_wire(&self) -> Vec<(&str, Vec<String>)> {
+        if self.mode == TraceMode::OpenTelemetry {
+            // As tritonserver reports this mode: no file, no log frequency, the exporter's settings.
+            let mut wire = vec![
+                ("trace_level", self.level.names().into_iter().map(String::from).collect()),
+                ("trace_rate", vec![self.rate.to_string()]),
+                ("trace_count", vec![self.count.to_string()]),
+                ("trace_mode", vec![self.mode.name().to_string()]),
+            ];
+            wire.extend(self.exporter.iter().map(|(k, v)| (k.as_str(), vec![v.clone()])));
+            return wire;
+        }
         vec![
             ("trace_level", self.level.names().into_iter().map(String::from).collect()),
             ("trace_rate", vec![self.rate.to_string()]),
             ("trace_count", vec![self.count.to_string()]),
             ("log_frequency", vec![self.log_frequency.to_string()]),
             ("trace_file", vec![self.file.clone()]),
-            ("trace_mode", vec![TRACE_MODE.to_string()]),
+            ("trace_mode", vec![self.mode.name().to_string()]),
         ]
     }
 
@@ -108,7 +185,7 @@ impl TraceSettings {
             Some("tracing is disabled")
         } else if self.rate == 0 {
             Some("sample rate must be non-zero")
-        } else if self.file.is_empty() {
+        } else if self.file.is_empty() && self.mode == TraceMode::Triton {
             Some("trace file name is not given (start the server with --trace-config triton,file=PATH)")
         } else {
             None
@@ -133,6 +210,8 @@ pub struct TraceUpdate {
     pub rate: Option<Option<u32>>,
     pub count: Option<Option<i32>>,
     pub log_frequency: Option<Option<u32>>,
+    /// A new trace mode for the setting (the exporter or file it needs is set at start).
+    pub mode: Option<TraceMode>,
 }
 
 /// The value of a setting that takes exactly one string.
@@ -197,15 +276,7 @@ impl TraceUpdate {
                     })?;
                     u.log_frequency = Some(Some(f));
                 }
-                // tritonserver ignores trace_mode in updates; only the mode in use is accepted here.
-                "trace_mode" => {
-                    let v = single(&key, &values)?;
-                    if !v.eq_ignore_ascii_case(TRACE_MODE) {
-                        return Err(Error::invalid(format!(
-                            "trace_mode cannot be changed at run time and tritonrs only has mode '{TRACE_MODE}', got '{v}'"
-                        )));
-                    }
-                }
+                "trace_mode" => u.mode = Some(TraceMode::parse(single(&key, &values)?)?),
                 other => return Err(unknown_setting(other)),
             }
         }
@@ -277,7 +348,15 @@ pub(super) fn merge(
         fallback.log_frequency,
     );
     (
-        TraceSettings { level, rate, count, log_frequency, file: fallback.file.clone() },
+        TraceSettings {
+            level,
+            rate,
+            count,
+            log_frequency,
+            file: fallback.file.clone(),
+            exporter: fallback.exporter.clone(),
+            mode: update.mode.or(current.map(|(s, _)| s.mode)).unwrap_or(fallback.mode),
+        },
         Specified { level: level_s, rate: rate_s, count: count_s, log_frequency: lf_s },
     )
 }

@@ -82,6 +82,7 @@ pub fn request_from_proto(req: ModelInferRequest) -> Result<InferRequest> {
         outputs,
         parameters,
         callers: Default::default(),
+        trace: None,
     })
 }
 

@@ -281,6 +281,11 @@ fn is_too_large(code: Code, message: &str) -> bool {
     code == Code::OutOfRange && message.replace("%20", " ").contains("message length too large")
 }
 
+/// A caller's W3C trace context (`traceparent` metadata), which OpenTelemetry traces continue.
+fn traceparent(metadata: &tonic::metadata::MetadataMap) -> Option<Arc<str>> {
+    metadata.get("traceparent").and_then(|v| v.to_str().ok()).map(Arc::from)
+}
+
 /// When a call's headers arrived; put in the request's extensions only while tracing is on.
 #[derive(Clone, Copy)]
 struct ReadStart(Instant);
@@ -290,8 +295,9 @@ fn start_trace(
     server: &Server,
     req: &crate::model_api::types::InferRequest,
     read: (Instant, Instant),
+    traceparent: Option<&str>,
 ) -> Option<Trace> {
-    server.tracer().sample(&req.model_name, &req.id).map(|mut t| {
+    server.tracer().sample_in_context(&req.model_name, &req.id, traceparent).map(|mut t| {
         t.stamp(Activity::GrpcWaitreadStart, read.0);
         t.stamp(Activity::GrpcWaitreadEnd, read.1);
         t
@@ -446,6 +452,7 @@ impl GrpcInferenceService for InferenceService {
         // The interceptor's mark is there only while tracing is on; otherwise this is all tracing costs.
         let read = req.extensions().get::<ReadStart>().map(|r| (r.0, Instant::now()));
         let headers = forwarded(self.state.header_forward.as_ref(), req.metadata());
+        let context = read.and_then(|_| traceparent(req.metadata()));
         let mut req = convert::request_from_proto(req.into_inner()).map_err(status)?;
         req.parameters.extend(headers);
         if self.server().is_decoupled(&req.model_name, req.model_version) {
@@ -453,7 +460,7 @@ impl GrpcInferenceService for InferenceService {
                 "ModelInfer RPC doesn't support models with decoupled transaction policy",
             )));
         }
-        let trace = read.and_then(|read| start_trace(self.server(), &req, read));
+        let trace = read.and_then(|read| start_trace(self.server(), &req, read, context.as_deref()));
         let resp = infer_to_proto(self.server(), req, trace).await.map_err(status)?;
         if let Some(e) = too_large_to_send(resp.encoded_len(), self.state.max_message_size, &resp.model_name) {
             return Err(status(e));
@@ -472,6 +479,7 @@ impl GrpcInferenceService for InferenceService {
     ) -> GrpcResult<Self::ModelStreamInferStream> {
         // The stream's metadata is forwarded into each of its requests.
         let headers = Arc::new(forwarded(self.state.header_forward.as_ref(), req.metadata()));
+        let context = traceparent(req.metadata());
         let mut inbound = req.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let server = self.server().clone();
@@ -498,6 +506,7 @@ impl GrpcInferenceService for InferenceService {
                 let server = server.clone();
                 let tx = tx.clone();
                 let headers = headers.clone();
+                let context = context.clone();
                 let (previous, done) = order.enter(&msg);
                 tokio::spawn(async move {
                     // Completes when the previous request of this sequence has finished (or is gone).
@@ -515,7 +524,7 @@ impl GrpcInferenceService for InferenceService {
                             return;
                         }
                         Ok(r) => {
-                            let trace = read.and_then(|read| start_trace(&server, &r, read));
+                            let trace = read.and_then(|read| start_trace(&server, &r, read, context.as_deref()));
                             tokio::select! {
                                 result = infer_to_proto(&server, r, trace) => result,
                                 // The client cancelled the stream (or went away): dropping the request

@@ -85,7 +85,8 @@ async fn answer(
         Ok(b) => b,
         Err(e) => return error_response(&e),
     };
-    let mut trace = recv_start.and_then(|start| sample(s, name, start));
+    let context = headers.get("traceparent").and_then(|v| v.to_str().ok());
+    let mut trace = recv_start.and_then(|start| sample(s, name, start, context));
     let req = match decode(s, name, version, &body) {
         Ok(r) => r,
         Err(e) => return error_response(&e),
@@ -128,8 +129,8 @@ fn route_version(version: &str) -> std::result::Result<Option<i64>, Box<Response
 
 /// Samples the request for tracing (its id is not known yet) with HTTP_RECV_START at `start` and
 /// HTTP_RECV_END now.
-fn sample(s: &HttpState, name: &str, start: Instant) -> Option<Trace> {
-    s.server.tracer().sample(name, "").map(|mut t| {
+fn sample(s: &HttpState, name: &str, start: Instant, traceparent: Option<&str>) -> Option<Trace> {
+    s.server.tracer().sample_in_context(name, "", traceparent).map(|mut t| {
         t.stamp(Activity::HttpRecvStart, start);
         t.stamp_now(Activity::HttpRecvEnd);
         t

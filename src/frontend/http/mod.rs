@@ -7,7 +7,7 @@ mod openai;
 mod shm_api;
 
 use crate::core::server::parse_version;
-use crate::core::trace::{Activity, SettingValue, Trace, TraceSettings, TraceUpdate, TRACE_MODE};
+use crate::core::trace::{Activity, SettingValue, Trace, TraceSettings, TraceUpdate};
 use crate::core::Server;
 use crate::error::{Error, ErrorKind, Result};
 use crate::kserve;
@@ -462,7 +462,8 @@ async fn do_infer(
     }
     let binary = decoded.binary_outputs();
     if let (Some(start), Some(end)) = (recv_start, recv_end) {
-        *trace = s.server.tracer().sample(name, &decoded.request.id).map(|mut t| {
+        let context = headers.get("traceparent").and_then(|v| v.to_str().ok());
+        *trace = s.server.tracer().sample_in_context(name, &decoded.request.id, context).map(|mut t| {
             t.stamp(Activity::HttpRecvStart, start);
             t.stamp(Activity::HttpRecvEnd, end);
             t
@@ -634,27 +635,21 @@ async fn log_post(State(s): St, headers: HeaderMap, body: Body) -> ApiResult {
 }
 
 /// The trace settings as tritonserver's HTTP API shows them: the level a list, every other value a
-/// string, in tritonserver's key order (a struct, because `json!` would sort the keys).
-#[derive(serde::Serialize)]
-struct TraceJson<'a> {
-    trace_level: Vec<&'static str>,
-    trace_rate: String,
-    trace_count: String,
-    log_frequency: String,
-    trace_file: &'a str,
-    trace_mode: &'static str,
-}
-
+/// string, in tritonserver's key order (written by hand, because a JSON map would sort the keys).
 fn trace_response(t: &TraceSettings) -> ApiResult {
-    Ok(axum::Json(TraceJson {
-        trace_level: t.level.names(),
-        trace_rate: t.rate.to_string(),
-        trace_count: t.count.to_string(),
-        log_frequency: t.log_frequency.to_string(),
-        trace_file: &t.file,
-        trace_mode: TRACE_MODE,
-    })
-    .into_response())
+    let mut body = String::from("{");
+    for (key, values) in t.to_wire() {
+        if body.len() > 1 {
+            body.push(',');
+        }
+        let value = match values.as_slice() {
+            [one] if key != "trace_level" => Value::from(one.as_str()),
+            _ => Value::from(values),
+        };
+        body.push_str(&format!("{}:{value}", Value::from(key)));
+    }
+    body.push('}');
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 /// Reads a trace settings update: each value a string, a list of strings, or null to clear it.

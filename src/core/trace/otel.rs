@@ -1,0 +1,194 @@
+//! OpenTelemetry mode (`--trace-config mode=opentelemetry`): a finished [`Trace`] becomes the spans
+//! tritonserver exports for it, and W3C trace context (`traceparent`) continues a caller's trace.
+//!
+//! The core only builds span data; where it goes (the OTLP/HTTP exporter, with its batching and its
+//! count of dropped spans) is a [`SpanSink`] handed in at assembly, so the core holds no HTTP client.
+
+use super::{Activity, Trace};
+use opentelemetry::trace::{Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+use std::borrow::Cow;
+use std::time::{Instant, SystemTime};
+
+/// Where the spans of finished traces go. Never blocks and never fails a request: a sink that cannot
+/// keep up drops spans and counts them.
+pub trait SpanSink: Send + Sync + std::fmt::Debug {
+    /// Takes the spans of one finished trace.
+    fn submit(&self, spans: Vec<SpanData>);
+    /// Spans dropped so far (queue full, or the collector refused or could not be reached).
+    fn dropped(&self) -> u64;
+    /// Sends what is queued, waiting a bounded time (graceful shutdown).
+    fn shutdown(&self);
+}
+
+/// The span ids of one trace, fixed when it starts, so that child traces (ensemble steps, BLS calls)
+/// can name their parent span before the parent has finished.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SpanIds {
+    pub trace_id: TraceId,
+    /// The span the trace's top span hangs under: a caller's (`traceparent`, remote) or the parent
+    /// trace's model span; none for a request that starts a trace.
+    pub parent: Option<(SpanId, bool)>,
+    /// The front-end's `InferRequest` span (only a trace the front-end sampled exports it).
+    pub request: SpanId,
+    /// The span of the model that runs the request.
+    pub model: SpanId,
+    /// The model's `compute` span.
+    pub compute: SpanId,
+}
+
+fn span_id() -> SpanId {
+    // Never the invalid all-zero id.
+    SpanId::from_bytes(fastrand::u64(1..).to_be_bytes())
+}
+
+impl SpanIds {
+    /// A new trace with fresh ids.
+    pub fn root() -> SpanIds {
+        let trace_id = TraceId::from_bytes(fastrand::u128(1..).to_be_bytes());
+        SpanIds { trace_id, parent: None, request: span_id(), model: span_id(), compute: span_id() }
+    }
+
+    /// A child trace's ids: the same trace, under this trace's model span.
+    pub fn child(&self) -> SpanIds {
+        SpanIds { trace_id: self.trace_id, parent: Some((self.model, false)), ..SpanIds::root() }
+    }
+
+    /// These ids in the caller's trace (from its `traceparent`), under the caller's span.
+    pub fn under(mut self, caller: Option<(TraceId, SpanId)>) -> SpanIds {
+        if let Some((trace_id, parent)) = caller {
+            self.trace_id = trace_id;
+            self.parent = Some((parent, true));
+        }
+        self
+    }
+}
+
+/// `version-traceid-parentid-flags` (W3C Trace Context, version 00; later versions may add fields).
+pub(super) fn parse_traceparent(value: &str) -> Option<(TraceId, SpanId)> {
+    let mut parts = value.trim().split('-');
+    let (version, trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !hex(version, 2) || version == "ff" || !hex(trace, 32) || !hex(parent, 16) || !hex(flags, 2) {
+        return None;
+    }
+    if version == "00" && parts.next().is_some() {
+        return None;
+    }
+    let trace_id = TraceId::from_hex(trace).ok().filter(|t| *t != TraceId::INVALID)?;
+    let parent = SpanId::from_hex(parent).ok().filter(|s| *s != SpanId::INVALID)?;
+    Some((trace_id, parent))
+}
+
+/// Which span of a trace an activity is an event of, as tritonserver places them.
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Place {
+    Request,
+    Model,
+    Compute,
+}
+
+fn place(a: Activity) -> Place {
+    match a {
+        Activity::HttpRecvStart
+        | Activity::HttpRecvEnd
+        | Activity::GrpcWaitreadStart
+        | Activity::GrpcWaitreadEnd
+        | Activity::HttpSendStart
+        | Activity::HttpSendEnd
+        | Activity::GrpcSendStart
+        | Activity::GrpcSendEnd
+        | Activity::InferResponseComplete => Place::Request,
+        Activity::RequestStart | Activity::QueueStart | Activity::RequestEnd => Place::Model,
+        Activity::ComputeStart | Activity::ComputeInputEnd | Activity::ComputeOutputStart | Activity::ComputeEnd => {
+            Place::Compute
+        }
+    }
+}
+
+/// The instrumentation scope of the spans: tritonserver's name (and, as there, no version), so
+/// dashboards that select Triton's spans select these.
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("triton-server").build()
+}
+
+/// One span of a trace, from the events that belong to it.
+struct SpanPlan<'a> {
+    name: Cow<'static, str>,
+    id: SpanId,
+    parent: Option<(SpanId, bool)>,
+    attributes: Vec<KeyValue>,
+    events: Vec<&'a (Activity, Instant)>,
+}
+
+impl Trace {
+    /// The spans of this finished trace: the front-end's `InferRequest` span (a trace the front-end
+    /// sampled), the model's span under it (or under the parent trace's model span), and the model's
+    /// `compute` span. Spans without events are left out.
+    pub(super) fn spans(&self, ids: &SpanIds) -> Vec<SpanData> {
+        let of = |p: Place| self.stamps.iter().filter(|(a, _)| place(*a) == p).collect::<Vec<_>>();
+        let (name, version) = match &self.model {
+            Some((n, v)) => (n.clone(), *v),
+            None => (String::new(), -1),
+        };
+        let request = SpanPlan {
+            name: Cow::Borrowed("InferRequest"),
+            id: ids.request,
+            parent: ids.parent,
+            attributes: Vec::new(),
+            events: of(Place::Request),
+        };
+        // A child trace has no front-end span: its model span hangs under the parent's model span.
+        let model_parent = if request.events.is_empty() { ids.parent } else { Some((ids.request, false)) };
+        let mut attributes = vec![
+            KeyValue::new("triton.model_name", name.clone()),
+            KeyValue::new("triton.model_version", version),
+            KeyValue::new("triton.trace_id", self.id as i64),
+            KeyValue::new("triton.trace_parent_id", self.parent_id.map_or(0, |p| p as i64)),
+        ];
+        if !self.request_id.is_empty() {
+            attributes.push(KeyValue::new("triton.request_id", self.request_id.clone()));
+        }
+        let model = SpanPlan {
+            name: Cow::Owned(name),
+            id: ids.model,
+            parent: model_parent,
+            attributes,
+            events: of(Place::Model),
+        };
+        let compute = SpanPlan {
+            name: Cow::Borrowed("compute"),
+            id: ids.compute,
+            parent: Some((ids.model, false)),
+            attributes: Vec::new(),
+            events: of(Place::Compute),
+        };
+        [request, model, compute].into_iter().filter(|p| !p.events.is_empty()).map(|p| self.span(ids, p)).collect()
+    }
+
+    fn span(&self, ids: &SpanIds, plan: SpanPlan<'_>) -> SpanData {
+        let at = |t: &Instant| self.clock.system(*t);
+        let start = plan.events.iter().map(|(_, t)| t).min().map_or(SystemTime::now(), at);
+        let end = plan.events.iter().map(|(_, t)| t).max().map_or(start, at);
+        let mut events = SpanEvents::default();
+        events.events = plan.events.iter().map(|(a, t)| Event::new(a.name(), at(t), Vec::new(), 0)).collect();
+        let (parent, remote) = plan.parent.unwrap_or((SpanId::INVALID, false));
+        SpanData {
+            span_context: SpanContext::new(ids.trace_id, plan.id, TraceFlags::SAMPLED, false, TraceState::default()),
+            parent_span_id: parent,
+            parent_span_is_remote: remote,
+            // Every span is a server span, as tritonserver's are.
+            span_kind: SpanKind::Server,
+            name: plan.name,
+            start_time: start,
+            end_time: end,
+            attributes: plan.attributes,
+            dropped_attributes_count: 0,
+            events,
+            links: SpanLinks::default(),
+            status: Status::Unset,
+            instrumentation_scope: scope(),
+        }
+    }
+}
