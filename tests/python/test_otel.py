@@ -146,8 +146,10 @@ def infer_request(front, child):
 
 
 SIMPLE_TREE = {front: infer_request(front, model("simple", COMPUTE, request_id="r-1")) for front in FRONT_EVENTS}
-ENSEMBLE_TREE = infer_request("HTTP", model("ens", model("add1", COMPUTE), model("mul2", COMPUTE)))
-BLS_TREE = infer_request("HTTP", model("bls", COMPUTE, model("add1", COMPUTE)))
+# The ensemble's steps carry the request's id; a BLS call carries its own (none here).
+ENSEMBLE_TREE = infer_request("HTTP", model("ens", model("add1", COMPUTE, request_id="r-1"),
+                                            model("mul2", COMPUTE, request_id="r-1"), request_id="r-1"))
+BLS_TREE = infer_request("HTTP", model("bls", COMPUTE, model("add1", COMPUTE), request_id="r-1"))
 SPANS = {"simple": 3, "ens": 6, "bls": 5}
 
 CALLER_TRACE, CALLER_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -301,7 +303,8 @@ def infer_f4(server, name):
     x = np.arange(4, dtype=np.float32).reshape(1, 4)
     i = httpclient.InferInput("IN", [1, 4], "FP32")
     i.set_data_from_numpy(x)
-    np.testing.assert_array_equal(server.client().infer(name, [i]).as_numpy("OUT"), (x + 1) * 2)
+    out = server.client().infer(name, [i], request_id="r-1").as_numpy("OUT")
+    np.testing.assert_array_equal(out, (x + 1) * 2)
 
 
 # ---- the span trees --------------------------------------------------------------------------------
