@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import _RUNNING, EXAMPLES, TRITONSERVER, Tritonserver, TritonServer
+from otlp_receiver import OtlpReceiver
 
 
 # ---- fixtures --------------------------------------------------------------------------------
@@ -45,6 +46,15 @@ def client(examples_server):
     c = examples_server.client()
     yield c
     c.close()
+
+
+@pytest.fixture
+def otlp_receiver():
+    """A real OTLP/HTTP trace receiver on a loopback port (otlp_receiver.py): pass `otlp_receiver.url`
+    to `--trace-config opentelemetry,url=`, read `otlp_receiver.wait_for(n)`; stopped after the test."""
+    r = OtlpReceiver().start()
+    yield r
+    r.stop()
 
 
 @pytest.fixture
