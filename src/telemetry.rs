@@ -92,12 +92,15 @@ impl OtlpSink {
     }
 }
 
-/// The resource every span carries: tritonserver's service name, then `resource=` attributes (a
-/// repeated key takes the last value).
+/// The resource every span carries: tritonserver's service name, the SDK's `telemetry.sdk.*`, then
+/// the `resource=` attributes (which may replace the service name; a repeated key takes the last).
 fn resource(settings: &OtelSettings) -> Resource {
     let mut attrs = vec![KeyValue::new("service.name", "triton-inference-server")];
     attrs.extend(settings.resource.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
-    Resource::builder_empty().with_attributes(attrs).build()
+    Resource::builder_empty()
+        .with_detector(Box::new(opentelemetry_sdk::resource::TelemetryResourceDetector))
+        .with_attributes(attrs)
+        .build()
 }
 
 impl SpanSink for OtlpSink {

@@ -134,8 +134,8 @@ pub fn serve_options(args: &ServeArgs) -> Result<ServerOptions> {
         None
     };
     (opts.cache_bytes, opts.cache_library) = response_cache(args)?;
-    if trace.mode == crate::core::trace::TraceMode::OpenTelemetry {
-        opts.spans = Some(crate::telemetry::OtlpSink::start(&otel)?);
+    if let Some(otel) = &otel {
+        opts.spans = Some(crate::telemetry::OtlpSink::start(otel)?);
     }
     opts.trace = trace;
     opts.pools = args.memory.pool_options();

@@ -73,9 +73,10 @@ fn otel_from_env() -> Result<OtelSettings> {
 
 /// The start-up trace settings from `--trace-config` and the deprecated `--trace-*` flags, as
 /// tritonserver combines them: `--trace-config` wins over a deprecated flag, levels from both
-/// combine, and any OFF turns tracing off. Also returns the OpenTelemetry exporter's settings and
-/// warnings to log (deprecated flags used, tracing without a file).
-pub fn trace_config(args: &ServeArgs) -> Result<(TraceSettings, OtelSettings, Vec<String>)> {
+/// combine, and any OFF turns tracing off. Also returns the OpenTelemetry exporter's settings, when
+/// the mode is opentelemetry or any `opentelemetry,*` setting is given (the settings API may switch
+/// to that mode later), and warnings to log (deprecated flags used, tracing without a file).
+pub fn trace_config(args: &ServeArgs) -> Result<(TraceSettings, Option<OtelSettings>, Vec<String>)> {
     let mut otel = otel_from_env()?;
     let mut given: Vec<(String, String)> = Vec::new();
     let mut warnings = Vec::new();
@@ -150,7 +151,8 @@ pub fn trace_config(args: &ServeArgs) -> Result<(TraceSettings, OtelSettings, Ve
     if let Some(w) = trace::check_startup(&s)? {
         warnings.push(w);
     }
-    s.exporter = exporter_report(given, &otel);
+    let exporter = (s.mode == TraceMode::OpenTelemetry || !given.is_empty()).then_some(otel);
+    s.exporter = exporter.as_ref().map(|otel| exporter_report(given, otel)).unwrap_or_default();
     if s.mode == TraceMode::OpenTelemetry {
         if args.trace_file.is_some() {
             warnings.push("'--trace-file' is deprecated and will be ignored with opentelemetry tracing mode.".into());
@@ -161,7 +163,7 @@ pub fn trace_config(args: &ServeArgs) -> Result<(TraceSettings, OtelSettings, Ve
             );
         }
     }
-    Ok((s, otel, warnings))
+    Ok((s, exporter, warnings))
 }
 
 /// The exporter's settings as tritonserver's settings API reports them: the `opentelemetry,*` flags

@@ -537,6 +537,42 @@ def test_file_mode_parent_ids(start_one, tmp_path, model_repo):
     }
 
 
+def test_trace_mode_switches_at_run_time(start_server, otlp_receiver, tmp_path, model_repo):
+    """Beyond 2.51 (which ignores trace_mode in an update): a server started in triton mode with the
+    exporter set up (`opentelemetry,url=`) switches to OpenTelemetry over HTTP and back over gRPC; a
+    switch to a mode whose destination was not set up at start is refused."""
+    path = tmp_path / "trace.json"
+    server = start_server("--model-repository", str(model_repo), "--model-control-mode=explicit",
+                          "--load-model", "simple", "--trace-config", f"triton,file={path}",
+                          "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1",
+                          "--trace-config", f"opentelemetry,url={otlp_receiver.url}",
+                          "--trace-config", f"opentelemetry,bsp_schedule_delay={BSP_DELAY_MS}")
+    assert server.client().get_trace_settings()["trace_mode"] == "triton"
+    r = server.post("/v2/trace/setting", json.dumps({"trace_mode": "opentelemetry"}))
+    assert r.status == 200 and r.json()["trace_mode"] == "opentelemetry" and r.json()["url"] == otlp_receiver.url, r
+    infer_simple(server, "HTTP")
+    assert normalise(one_trace(otlp_receiver, SPANS["simple"])) == SIMPLE_TREE["HTTP"]
+    c = server.grpc_client()
+    try:
+        reply = c.update_trace_settings(settings={"trace_mode": "triton"})
+        assert grpc_settings(reply)["trace_mode"] == ["triton"]
+        assert grpc_settings(reply)["trace_file"] == [str(path)]
+    finally:
+        c.close()
+    infer_simple(server, "GRPC")
+    server.stop()
+    with open(path) as f:
+        records = json.load(f)
+    assert [r["model_name"] for r in records if "model_name" in r] == ["simple"]
+    assert len(otlp_receiver.spans) == SPANS["simple"]
+    # Without a file there is nothing to switch back to; without the exporter nothing to switch to.
+    bare = start_server("--model-repository", str(model_repo), "--model-control-mode=explicit",
+                        "--load-model", "simple", "--trace-config", "triton,file=" + str(tmp_path / "t2.json"),
+                        "--trace-config", "level=TIMESTAMPS")
+    r = bare.post("/v2/trace/setting", json.dumps({"trace_mode": "opentelemetry"}))
+    assert r.status == 400 and "opentelemetry,url" in r.json()["error"], r
+
+
 # ---- the receiver itself: both OTLP/HTTP encodings (2.51 sends JSON; protobuf is the default elsewhere)
 
 

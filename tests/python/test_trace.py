@@ -111,7 +111,10 @@ def test_deprecated_trace_flags(start_server, tmp_path):
 
 @pytest.mark.parametrize("bad", [["--trace-config", "level"], ["--trace-config", "level=LOUD"],
                                  ["--trace-config", "rate=abc"], ["--trace-config", "count=-2"],
-                                 ["--trace-config", "mode=opentelemetry"], ["--trace-config", "triton,bogus=1"]])
+                                 ["--trace-config", "mode=zipkin"], ["--trace-config", "triton,bogus=1"],
+                                 ["--trace-config", "opentelemetry,bogus=1"],
+                                 ["--trace-config", "opentelemetry,resource=novalue"],
+                                 ["--trace-config", "opentelemetry,url=ftp://collector/v1/traces"]])
 def test_bad_trace_flags_stop_the_server(bad):
     r = run_cli("--model-repository", str(EXAMPLES), "--http-port=0", "--grpc-port=0", "--allow-metrics=false", *bad)
     assert r.returncode != 0

@@ -67,8 +67,10 @@ fn bad_trace_config_is_rejected() {
         &["--trace-config", "rate=abc"],
         &["--trace-config", "rate=-1"],
         &["--trace-config", "count=-2"],
-        &["--trace-config", "mode=opentelemetry"],
-        &["--trace-config", "opentelemetry,url=x"],
+        &["--trace-config", "mode=zipkin"],
+        &["--trace-config", "opentelemetry,bogus=x"],
+        &["--trace-config", "opentelemetry,resource=novalue"],
+        &["--trace-config", "opentelemetry,bsp_max_queue_size=many"],
         &["--trace-config", "triton,rate=5"],
         &["--trace-config", "file=/x"],
         &["--trace-config", "level=TIMESTAMPS", "--trace-config", "triton,file=/x", "--trace-config", "rate=0"],
@@ -78,4 +80,36 @@ fn bad_trace_config_is_rejected() {
     // Tracing without a file starts, with a warning (tritonserver starts and traces nothing).
     let (_, warnings) = trace(&["--trace-config", "level=TIMESTAMPS"]).unwrap();
     assert_eq!(warnings.len(), 1);
+}
+
+#[test]
+fn opentelemetry_settings_are_reported_as_tritonserver_does() {
+    let mut all = vec!["tritonrs"];
+    all.extend_from_slice(&[
+        "--trace-config=mode=opentelemetry",
+        "--trace-config=opentelemetry,url=http://c:4318/v1/traces",
+        "--trace-config=opentelemetry,resource=a=1",
+        "--trace-config=opentelemetry,resource=b=2",
+        "--trace-config=opentelemetry,bsp_max_export_batch_size=8",
+    ]);
+    let (s, otel, warnings) = trace_config(&Cli::try_parse_from(all).unwrap().serve).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(s.mode, TraceMode::OpenTelemetry);
+    let otel = otel.expect("the exporter's settings");
+    assert_eq!(otel.url, "http://c:4318/v1/traces");
+    assert_eq!(otel.resource, [("a".to_string(), "1".to_string()), ("b".to_string(), "2".to_string())]);
+    assert_eq!((otel.bsp_max_export_batch_size, otel.bsp_max_queue_size, otel.bsp_schedule_delay_ms), (8, 2048, 5000));
+    let report: Vec<(&str, &str)> = s.exporter.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        report,
+        [
+            ("url", "http://c:4318/v1/traces"),
+            ("resource", "b=2"),
+            ("bsp_max_export_batch_size", "8"),
+            ("bsp_schedule_delay", "5000"),
+            ("bsp_max_queue_size", "2048"),
+        ]
+    );
+    // Triton mode without any opentelemetry setting starts no exporter.
+    assert!(trace_config(&Cli::try_parse_from(["tritonrs"]).unwrap().serve).unwrap().1.is_none());
 }

@@ -29,15 +29,22 @@ pub struct Calls {
     /// The `execute` calls in flight on this instance, by call id, with the model versions waiting on
     /// their requests: a BLS request waits on behalf of all of them.
     in_flight: parking_lot::Mutex<Vec<(u64, CallChain)>>,
+    /// The traced requests of the `execute` calls in flight: (call id, request key, its trace), for
+    /// the BLS requests made with `trace=request.trace()`.
+    traces: parking_lot::Mutex<Vec<(u64, u64, TraceLink)>>,
 }
 
 impl Calls {
     pub fn new(runtime: Option<tokio::runtime::Handle>, api: Option<Arc<dyn ServerApi>>, model: (String, i64)) -> Self {
-        Calls { runtime, api, model, in_flight: Default::default() }
+        Calls { runtime, api, model, in_flight: Default::default(), traces: Default::default() }
     }
 
-    /// Notes an `execute` call sent to the stub, with the callers of its requests.
-    pub fn enter<'a>(&self, call: u64, callers: impl Iterator<Item = &'a CallChain>) {
+    /// Notes an `execute` call sent to the stub, with the callers of its requests and the traces of
+    /// its traced requests (by request key).
+    pub fn enter<'a>(&self, call: u64, callers: impl Iterator<Item = &'a CallChain>, traces: Vec<(u64, TraceLink)>) {
+        if !traces.is_empty() {
+            self.traces.lock().extend(traces.into_iter().map(|(key, link)| (call, key, link)));
+        }
         let mut chain: Vec<(String, i64)> = Vec::new();
         for c in callers {
             for m in c.iter() {
@@ -54,6 +61,7 @@ impl Calls {
     /// The `execute` call `call` has been answered (or is lost with its stub).
     pub fn leave(&self, call: u64) {
         self.in_flight.lock().retain(|(c, _)| *c != call);
+        self.traces.lock().retain(|(c, _, _)| *c != call);
     }
 
     /// Who waits on a BLS request this instance makes now: the callers of the requests it is running,
@@ -74,6 +82,12 @@ impl Calls {
         chain.into()
     }
 
+    /// The trace of the running request with key `key` (a BLS request made with its `trace()`).
+    fn trace_of(&self, key: Option<u64>) -> Option<TraceLink> {
+        let key = key?;
+        self.traces.lock().iter().find(|(_, k, _)| *k == key).map(|(_, _, link)| link.clone())
+    }
+
     /// The runtime and the server, or why a call cannot run.
     fn server(&self) -> Result<(&tokio::runtime::Handle, &Arc<dyn ServerApi>)> {
         match (&self.runtime, &self.api) {
@@ -87,7 +101,7 @@ impl Calls {
     pub fn bls(&self, conn: &Arc<Conn>, req: BlsRequest, payload: &[u8]) {
         let prepared = self.server().and_then(|(rt, api)| {
             let inputs = req.inputs.iter().map(|t| conn.read_tensor(t, payload)).collect::<Result<Vec<_>>>()?;
-            Ok((rt, api, bls_request(&req, inputs, self.bls_callers(), None)))
+            Ok((rt, api, bls_request(&req, inputs, self.bls_callers(), self.trace_of(req.trace))))
         });
         let (rt, api, request) = match prepared {
             Ok(p) => p,

@@ -144,6 +144,10 @@ pub struct WireRequest<'a> {
     pub flags: u32,
     #[serde(skip_serializing_if = "Map::is_empty")]
     pub params: Map<String, Value>,
+    /// The request is traced: `request.trace()` names it, and BLS requests made with it are traced
+    /// as its children.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub traced: bool,
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -277,6 +281,10 @@ pub struct BlsRequest {
     pub params: Map<String, Value>,
     #[serde(default)]
     pub decoupled: bool,
+    /// The key of the traced request given to `execute` whose trace this request continues
+    /// (`trace=request.trace()`).
+    #[serde(default)]
+    pub trace: Option<u64>,
     /// Sent by the stub's main thread from a blocking `exec()`: the answer goes back on the main socket,
     /// where that thread waits for it.
     #[serde(default)]

@@ -296,6 +296,7 @@ impl Shared {
         let mut wire = Vec::with_capacity(reqs.len());
         let mut keys = Vec::new();
         let mut plain = Vec::new();
+        let mut traces = Vec::new();
         for r in reqs {
             let key = conn.next_id();
             conn.watch(key, &r.meta.signals);
@@ -312,7 +313,11 @@ impl Shared {
                 },
                 flags: r.meta.flags,
                 params: ipc::params_to_json(&r.meta.parameters),
+                traced: r.meta.trace.is_some(),
             });
+            if let Some(link) = &r.meta.trace {
+                traces.push((key, link.clone()));
+            }
             if let Some(sender) = &r.responder {
                 conn.open_stream(key, sender.clone());
                 keys.push(key);
@@ -324,7 +329,7 @@ impl Shared {
         let parts: Vec<&[u8]> = payload.iter().map(|b| b.as_ref()).collect();
         let t1 = Instant::now();
         conn.set_in_flight(&keys);
-        self.calls.enter(id, reqs.iter().map(|r| &r.meta.callers));
+        self.calls.enter(id, reqs.iter().map(|r| &r.meta.callers), traces);
         if let Err(e) = stub.send_main(&msg, &parts) {
             self.calls.leave(id);
             conn.unwatch(plain);

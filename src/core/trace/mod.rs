@@ -529,7 +529,7 @@ impl Tracer {
                     let current = s.global.current();
                     let (next, specified) =
                         settings::merge(Some((&current, s.global.specified)), &self.defaults, update);
-                    settings::validate(&next, update)?;
+                    self.validate(&next, update)?;
                     let next = Arc::new(Generation::new(next, specified, self.file.clone()));
                     retired.push(std::mem::replace(&mut s.global, next));
                     // Every model setting mirrors the new global one in its unspecified fields.
@@ -538,8 +538,9 @@ impl Tracer {
                     for name in names {
                         let Some(old) = s.models.get(&name).cloned() else { continue };
                         let cur = old.current();
-                        let (values, specified) =
+                        let (mut values, specified) =
                             settings::merge(Some((&cur, old.specified)), &global_now, &TraceUpdate::default());
+                        values.mode = global_now.mode;
                         let fresh = Arc::new(Generation::new(values, specified, self.file.clone()));
                         s.models.insert(name, fresh);
                         retired.push(old);
@@ -549,15 +550,22 @@ impl Tracer {
                     let old = s.models.get(name).cloned();
                     let current = old.as_ref().map(|g| (g.current(), g.specified));
                     let global_now = s.global.current();
-                    let (next, specified) =
+                    if update.mode.is_some_and(|m| m != global_now.mode) {
+                        return Err(Error::invalid(
+                            "trace_mode is the whole server's: change it with the global trace settings \
+                             (/v2/trace/setting)",
+                        ));
+                    }
+                    let (mut next, specified) =
                         settings::merge(current.as_ref().map(|(v, sp)| (v, *sp)), &global_now, update);
+                    next.mode = global_now.mode;
                     if specified.none() {
                         // Nothing of its own left: the model simply uses the global setting.
                         if let Some(old) = s.models.remove(name) {
                             retired.push(old);
                         }
                     } else {
-                        settings::validate(&next, update)?;
+                        self.validate(&next, update)?;
                         let fresh = Arc::new(Generation::new(next, specified, self.file.clone()));
                         if let Some(old) = s.models.insert(name.to_string(), fresh) {
                             retired.push(old);
@@ -570,6 +578,17 @@ impl Tracer {
         };
         drop(retired);
         Ok(result)
+    }
+
+    /// [`settings::validate`], and a switch to OpenTelemetry mode needs the exporter started.
+    fn validate(&self, next: &TraceSettings, update: &TraceUpdate) -> Result<()> {
+        if next.mode == TraceMode::OpenTelemetry && self.shared.spans.is_none() {
+            return Err(Error::invalid(
+                "invalid trace setting: trace_mode opentelemetry needs the exporter, which starts with \
+                 --trace-config opentelemetry,url=URL",
+            ));
+        }
+        settings::validate(next, update)
     }
 
     /// Stops tracing and writes every buffered trace, then closes `<file>`'s JSON array (graceful

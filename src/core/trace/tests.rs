@@ -69,7 +69,7 @@ fn bad_updates_are_client_errors() {
         vec![set("trace_level", "LOUD")],
         vec![("trace_level".into(), SettingValue::Set(vec!["OFF".into(), "TIMESTAMPS".into()]))],
         vec![("trace_rate".into(), SettingValue::Set(vec!["1".into(), "2".into()]))],
-        vec![set("trace_mode", "opentelemetry")],
+        vec![set("trace_mode", "zipkin")],
         vec![set("trace_rat", "1")],
     ] {
         let what = format!("{bad:?}");
@@ -280,9 +280,135 @@ fn startup_checks() {
 
 #[test]
 fn wire_form_lists_every_setting_in_tritons_order() {
-    let w = on("/t.json").to_wire();
+    let settings = on("/t.json");
+    let w = settings.to_wire();
     let keys: Vec<&str> = w.iter().map(|(k, _)| *k).collect();
     assert_eq!(keys, ["trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file", "trace_mode"]);
     assert_eq!(w[0].1, vec!["TIMESTAMPS"]);
     assert_eq!(w[5].1, vec!["triton"]);
+}
+
+/// A span sink that keeps what it is given.
+#[derive(Debug, Default)]
+struct Kept(Mutex<Vec<opentelemetry_sdk::trace::SpanData>>);
+
+impl SpanSink for Kept {
+    fn submit(&self, spans: Vec<opentelemetry_sdk::trace::SpanData>) {
+        self.0.lock().extend(spans);
+    }
+    fn dropped(&self) -> u64 {
+        0
+    }
+    fn shutdown(&self) {}
+}
+
+fn otel_tracer() -> (Tracer, Arc<Kept>) {
+    let kept = Arc::new(Kept::default());
+    let settings =
+        TraceSettings { level: TraceLevel::TIMESTAMPS, rate: 1, mode: TraceMode::OpenTelemetry, ..Default::default() };
+    (Tracer::with_spans(settings, Some(kept.clone())), kept)
+}
+
+fn stamp_model(t: &mut Trace, name: &str, compute: bool) {
+    t.set_model(name, 1);
+    t.stamp_now(Activity::RequestStart);
+    t.stamp_now(Activity::QueueStart);
+    if compute {
+        t.stamp_now(Activity::ComputeStart);
+        t.stamp_now(Activity::ComputeEnd);
+    }
+}
+
+#[test]
+fn a_trace_becomes_tritonservers_spans_and_children_hang_under_the_model_span() {
+    let (t, kept) = otel_tracer();
+    let mut root = t.sample("ens", "r-1").unwrap();
+    root.stamp_now(Activity::HttpRecvStart);
+    stamp_model(&mut root, "ens", false);
+    let link = root.link();
+    let mut step = child_of(&link).unwrap();
+    step.set_request_id("r-1");
+    stamp_model(&mut step, "add1", true);
+    step.stamp_now(Activity::RequestEnd);
+    drop(step);
+    root.stamp_now(Activity::RequestEnd);
+    root.stamp_now(Activity::HttpSendEnd);
+    drop(root);
+    let spans = kept.0.lock();
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+    // The step's model and compute spans, then the request's front-end and model spans (no compute).
+    assert_eq!(names, ["add1", "compute", "InferRequest", "ens"]);
+    let by = |n: &str| spans.iter().find(|s| s.name == n).unwrap();
+    let trace_id = by("InferRequest").span_context.trace_id();
+    assert!(spans.iter().all(|s| s.span_context.trace_id() == trace_id));
+    assert_eq!(by("ens").parent_span_id, by("InferRequest").span_context.span_id());
+    assert_eq!(by("add1").parent_span_id, by("ens").span_context.span_id());
+    assert_eq!(by("compute").parent_span_id, by("add1").span_context.span_id());
+    let attr = |s: &opentelemetry_sdk::trace::SpanData, k: &str| {
+        s.attributes.iter().find(|kv| kv.key.as_str() == k).map(|kv| kv.value.to_string())
+    };
+    assert_eq!(attr(by("add1"), "triton.trace_parent_id"), attr(by("ens"), "triton.trace_id"));
+    assert_eq!(attr(by("ens"), "triton.trace_parent_id").as_deref(), Some("0"));
+    let events: Vec<&str> = by("ens").events.iter().map(|e| e.name.as_ref()).collect();
+    assert_eq!(events, ["REQUEST_START", "QUEUE_START", "REQUEST_END"]);
+}
+
+#[test]
+fn traceparent_continues_the_callers_trace_and_is_always_traced() {
+    let (t, kept) = otel_tracer();
+    t.update(None, &upd(vec![set("trace_rate", "1000")])).unwrap();
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+    let mut tr = t.sample_in_context("simple", "", Some(caller)).expect("a request with a traceparent is traced");
+    tr.stamp_now(Activity::HttpRecvStart);
+    drop(tr);
+    let spans = kept.0.lock();
+    assert_eq!(format!("{:032x}", spans[0].span_context.trace_id()), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(format!("{:016x}", spans[0].parent_span_id), "00f067aa0ba902b7");
+    assert!(spans[0].parent_span_is_remote);
+    drop(spans);
+    // A malformed one is sampled as any request (the first of 1000 is not traced).
+    assert!(t.sample_in_context("simple", "", Some("00-xyz-01")).is_none());
+    for bad in [
+        "",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+    ] {
+        assert!(otel::parse_traceparent(bad).is_none(), "{bad}");
+    }
+}
+
+#[test]
+fn file_mode_children_carry_parent_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.json");
+    let t = Tracer::new(TraceSettings { count: 1, ..on(&path.display().to_string()) });
+    let mut root = t.sample("ens", "").unwrap();
+    stamp_model(&mut root, "ens", false);
+    let mut step = child_of(&root.link()).unwrap();
+    stamp_model(&mut step, "add1", true);
+    drop(step);
+    assert!(!path.exists() && !dir.path().join("t.json.0").exists(), "the count's last trace is not in yet");
+    drop(root);
+    // Count 1 is used up and both traces are in: the chunk is written at once.
+    let records = read_json(&dir.path().join("t.json.0"));
+    let models: Vec<&Value> = records.iter().filter(|r| r.get("model_name").is_some()).collect();
+    assert_eq!(models[0]["model_name"], "add1");
+    assert_eq!(models[0]["parent_id"], models[1]["id"]);
+    assert!(models[1].get("parent_id").is_none());
+}
+
+#[test]
+fn switching_to_opentelemetry_needs_the_exporter() {
+    let t = Tracer::new(on("/t.json"));
+    let e = t.update(None, &upd(vec![set("trace_mode", "opentelemetry")])).unwrap_err();
+    assert!(e.message.contains("opentelemetry,url"), "{e:?}");
+    let (t, _) = otel_tracer();
+    assert!(t.update(Some("m"), &upd(vec![set("trace_mode", "triton")])).is_err(), "the mode is global");
+    // Back to triton mode needs a file.
+    assert!(t.update(None, &upd(vec![set("trace_mode", "triton")])).is_err());
+    let settings = t.settings(None);
+    let wire = settings.to_wire();
+    assert!(wire.iter().all(|(k, _)| *k != "trace_file" && *k != "log_frequency"), "{wire:?}");
 }

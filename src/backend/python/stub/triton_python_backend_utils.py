@@ -351,6 +351,19 @@ class InferenceResponseSender:
         return _connection().is_cancelled(self._key)
 
 
+class InferenceTrace:
+    """The trace of a request given to execute (`request.trace()`): a BLS request made with
+    `trace=request.trace()` is traced as a child of that request, as in Triton."""
+
+    def __init__(self, key=None, context=None):
+        # The server's key for the traced request; None when the request is not traced.
+        self._key = key
+        self._context = context
+
+    def get_context(self):
+        return self._context
+
+
 class InferenceRequest:
     """A request given to execute, or one built by the model for BLS (`exec`, `async_exec`)."""
 

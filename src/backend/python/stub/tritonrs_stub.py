@@ -523,6 +523,9 @@ def _bls_extras(request):
         extra["timeout"] = request._timeout
     if request._parameters:
         extra["params"] = request._parameters
+    key = getattr(request._trace, "_key", None)
+    if key is not None:
+        extra["trace"] = key
     return extra
 
 
@@ -596,7 +599,7 @@ def _build_request(r, conn, payload):
     req._model_version = conn.model_version
     req._parameters = r.get("params") or {}
     req._preferred_memory = None
-    req._trace = None
+    req._trace = pb_utils.InferenceTrace(r["key"] if r.get("traced") else None)
     req._key = r["key"]
     req._sender = None
     req._release_flags = pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
