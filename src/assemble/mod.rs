@@ -171,11 +171,14 @@ fn response_cache(args: &ServeArgs) -> Result<CacheChoice> {
     let Some(spec) = crate::core::cache::parse_cache_config(&args.cache_config)? else {
         return Ok(CacheChoice::Local(legacy));
     };
-    if spec.name == "redis" {
-        return redis_cache(&spec.settings).map(CacheChoice::Redis);
-    }
     let dir = args.cache_directory.clone().unwrap_or_else(|| crate::backend::DEFAULT_CACHE_DIRECTORY.into());
     let library = dir.join(&spec.name).join(format!("libtritoncache_{}.so", spec.name));
+    if spec.name == "redis" {
+        if library.is_file() {
+            tracing::info!("Response cache: tritonrs's own Redis cache serves; '{}' is not loaded.", library.display());
+        }
+        return redis_cache(&spec.settings).map(CacheChoice::Redis);
+    }
     if spec.name == "local" && !(args.cache_directory.is_some() && library.is_file()) {
         return Ok(CacheChoice::Local(spec.local_size()?.or(legacy)));
     }
