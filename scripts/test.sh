@@ -15,6 +15,9 @@ source scripts/env.sh
 missing=()
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
+# redis-server (with redis-cli) is the shared response cache of tests/python/test_redis_cache.py and
+# benches/redis_cache.py, started on an ephemeral port; the package's own service is not used.
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 # The TensorRT shim is C++ (the cc crate compiles it with c++).
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 # Azurite, the Azure Blob server of tests/python/test_cloud_repository.py, comes from npm.

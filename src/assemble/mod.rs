@@ -133,7 +133,11 @@ pub fn serve_options(args: &ServeArgs) -> Result<ServerOptions> {
     } else {
         None
     };
-    (opts.cache_bytes, opts.cache_library) = response_cache(args)?;
+    match response_cache(args)? {
+        CacheChoice::Local(bytes) => opts.cache_bytes = bytes,
+        CacheChoice::Redis(redis) => opts.cache_redis = Some(redis),
+        CacheChoice::Library(library) => opts.cache_library = Some(library),
+    }
     if let Some(otel) = &otel {
         opts.spans = Some(crate::telemetry::OtlpSink::start(otel)?);
     }
@@ -152,26 +156,67 @@ pub fn serve_options(args: &ServeArgs) -> Result<ServerOptions> {
 /// The cloud repositories, each readable through its local view.
 type Remotes = Vec<Arc<dyn RemoteRepository>>;
 
-/// The repositories as the core sees them (a cloud repository by its local view), and the cloud ones.
-/// The response cache `--cache-config` and `--cache-directory` ask for: the built-in LRU's size, or a
-/// TRITONCACHE library, loaded and initialized now (one that cannot be is a start-up error, as in
+/// The response cache `--cache-config` and `--cache-directory` ask for.
+enum CacheChoice {
+    /// The built-in LRU's size (`None`: no cache).
+    Local(Option<usize>),
+    Redis(Arc<crate::core::cache::RedisCache>),
+    Library(Arc<dyn crate::core::cache::ExternalCache>),
+}
+
+/// The response cache `--cache-config` and `--cache-directory` ask for: the built-in LRU's size, Redis,
+/// or a TRITONCACHE library, loaded and initialized now (one that cannot be is a start-up error, as in
 /// tritonserver). `local` stays the built-in cache unless `--cache-directory` was given and holds a
-/// `local` library: Triton's own library then runs, as tritonserver would run it.
-#[allow(clippy::type_complexity)]
-fn response_cache(args: &ServeArgs) -> Result<(Option<usize>, Option<Arc<dyn crate::core::cache::ExternalCache>>)> {
+/// `local` library: Triton's own library then runs, as tritonserver would run it. `redis` is always
+/// tritonrs's own, whatever the cache directory holds.
+fn response_cache(args: &ServeArgs) -> Result<CacheChoice> {
     let legacy = args.response_cache_byte_size.filter(|&n| n > 0);
     let Some(spec) = crate::core::cache::parse_cache_config(&args.cache_config)? else {
-        return Ok((legacy, None));
+        return Ok(CacheChoice::Local(legacy));
     };
     let dir = args.cache_directory.clone().unwrap_or_else(|| crate::backend::DEFAULT_CACHE_DIRECTORY.into());
     let library = dir.join(&spec.name).join(format!("libtritoncache_{}.so", spec.name));
+    if spec.name == "redis" {
+        if library.is_file() {
+            tracing::info!("Response cache: tritonrs's own Redis cache serves; '{}' is not loaded.", library.display());
+        }
+        return redis_cache(&spec.settings).map(CacheChoice::Redis);
+    }
     if spec.name == "local" && !(args.cache_directory.is_some() && library.is_file()) {
-        return Ok((spec.local_size()?.or(legacy), None));
+        return Ok(CacheChoice::Local(spec.local_size()?.or(legacy)));
     }
     let cache = crate::backend::cache_library(&library, &spec.name, &spec.config_json())?;
-    Ok((None, Some(cache)))
+    Ok(CacheChoice::Library(cache))
 }
 
+/// The Redis cache, its settings checked and Redis asked once: a Redis that answers but refuses the
+/// settings (password, user, db, TLS certificate) stops the start, as in tritonserver; one that does
+/// not answer does not (tritonserver would not start): an appliance serves without its cache until
+/// Redis is up.
+fn redis_cache(settings: &[(String, String)]) -> Result<Arc<crate::core::cache::RedisCache>> {
+    use crate::core::cache::redis::{ConnectError, RedisCache, RedisSettings};
+    let settings = RedisSettings::parse(settings, |name| std::env::var(name).ok())?;
+    let address = settings.address();
+    let reachable = match crate::core::cache::redis::probe(&settings) {
+        Ok(()) => {
+            tracing::info!("Response cache: Redis at {address} (db {}).", settings.db);
+            true
+        }
+        Err(ConnectError::Refused(why)) => {
+            return Err(Error::invalid(format!("Failed to initialize the Redis cache at {address}: {why}")));
+        }
+        Err(ConnectError::Unreachable(why)) => {
+            tracing::warn!(
+                "The Redis cache at {address} is unreachable ({why}); the server starts without it, requests \
+                 run as misses, and the cache is used as soon as Redis answers."
+            );
+            false
+        }
+    };
+    Ok(RedisCache::new(settings, reachable))
+}
+
+/// The repositories as the core sees them (a cloud repository by its local view), and the cloud ones.
 /// A malformed URL, an unreadable credential file or a cache folder that cannot be made stop the
 /// server; the storage being unreachable does not (it is only contacted once serving begins).
 fn open_repositories(args: &ServeArgs) -> Result<(Vec<PathBuf>, Remotes)> {

@@ -506,12 +506,15 @@ pub struct ServeArgs {
     /// Size of a rate-limiter resource pool, as `<name>:<count>` or `<name>:<count>:<device>` (repeatable).
     #[arg(help_heading = "Rate limiter", long, env = "TRITONRS_RATE_LIMIT_RESOURCE")]
     pub rate_limit_resource: Vec<String>,
-    /// Response cache settings, as `<cache>,<setting>=<value>` (repeatable); `local,size=<bytes>` enables the
-    /// in-memory LRU cache for models whose config has `response_cache { enable: true }`.
+    /// Response cache settings, as `<cache>,<setting>=<value>` (repeatable, one setting each);
+    /// `local,size=<bytes>` enables the in-memory LRU cache for models whose config has
+    /// `response_cache { enable: true }`; `redis,host=<host>` and `redis,port=<port>` (plus `password`,
+    /// `db`, `socket_timeout`, `tls_enabled`, ... as in tritonserver's redis cache) keep it in Redis,
+    /// shared by every server pointed there.
     #[arg(long, env = "TRITONRS_CACHE_CONFIG", help_heading = "Cache")]
     pub cache_config: Vec<String>,
     /// Where response-cache libraries are installed (TRITONCACHE API; default /opt/tritonserver/caches):
-    /// `--cache-config <name>,...` with a name other than `local` loads
+    /// `--cache-config <name>,...` with a name other than `local` and `redis` (built in) loads
     /// `<dir>/<name>/libtritoncache_<name>.so`. `local` is tritonrs's built-in cache unless this flag is
     /// given and `<dir>/local/libtritoncache_local.so` exists there.
     #[arg(long, env = "TRITONRS_CACHE_DIRECTORY", help_heading = "Cache")]

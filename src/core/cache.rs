@@ -1,14 +1,17 @@
 //! The response cache (`--cache-config local,size=N` and `response_cache { enable: true }` in a model's
 //! config): an LRU bounded in bytes, keyed by a hash of the model, version, inputs (name, datatype,
-//! shape, contents) and the requested outputs. Instead of the built-in LRU, a TRITONCACHE library
-//! (`--cache-directory`) may hold the entries ([`external`]).
+//! shape, contents) and the requested outputs. Instead of the built-in LRU, Redis may hold the entries
+//! (`--cache-config redis,...`, [`redis`]), shared by every server pointed at it, or a TRITONCACHE
+//! library (`--cache-directory`, [`external`]).
 
 use crate::error::{Error, Result};
 use crate::model_api::types::Tensor;
 use parking_lot::Mutex;
 
 pub mod external;
+pub mod redis;
 pub use external::ExternalCache;
+pub use redis::RedisCache;
 
 /// A cache key: a 128-bit hash, so a collision is not a practical concern.
 pub type CacheKey = (u64, u64);
@@ -48,8 +51,8 @@ impl CacheSpec {
 }
 
 /// Parses `--cache-config` values, `<cache>,<setting>=<value>`: `local` is the built-in LRU (its
-/// setting is `size`); any other name is a cache library (`--cache-directory`), whose settings are its
-/// own. One cache serves the server, as in tritonserver. `None` when no cache is configured.
+/// setting is `size`), `redis` the built-in Redis cache ([`redis::RedisSettings`]); any other name is a
+/// cache library (`--cache-directory`), whose settings are its own. One cache serves the server, as in tritonserver. `None` when no cache is configured.
 pub fn parse_cache_config(values: &[String]) -> Result<Option<CacheSpec>> {
     let mut spec: Option<CacheSpec> = None;
     for v in values {
@@ -125,12 +128,13 @@ pub struct CacheSummary {
     pub evictions: u64,
 }
 
-/// The response cache shared by every model that enables it: the built-in LRU, or a library.
+/// The response cache shared by every model that enables it: the built-in LRU, Redis, or a library.
 pub struct ResponseCache {
     capacity: usize,
     lru: Mutex<Lru>,
     evictions: std::sync::atomic::AtomicU64,
     external: Option<std::sync::Arc<dyn ExternalCache>>,
+    redis: Option<std::sync::Arc<RedisCache>>,
 }
 
 /// Bytes an entry is charged: its tensor data plus a small fixed cost per tensor.
@@ -145,12 +149,19 @@ impl ResponseCache {
             lru: Mutex::new(Lru { entries: lru::LruCache::unbounded(), used: 0 }),
             evictions: Default::default(),
             external: None,
+            redis: None,
         }
     }
 
     /// A cache whose entries a library holds.
     pub fn external(cache: std::sync::Arc<dyn ExternalCache>) -> Self {
         ResponseCache { external: Some(cache), ..ResponseCache::new(0) }
+    }
+
+    /// A cache whose entries Redis holds; it starts connecting now (when on a runtime).
+    pub fn redis(cache: std::sync::Arc<RedisCache>) -> Self {
+        cache.start();
+        ResponseCache { redis: Some(cache), ..ResponseCache::new(0) }
     }
 
     /// A library's entry for `key`: a failed look-up or an entry that does not unpack is a miss,
@@ -167,9 +178,17 @@ impl ResponseCache {
         })
     }
 
-    /// The cached outputs for `key`, marking the entry as recently used. Tensors share their buffers
-    /// with the cache, so a hit copies no data.
-    pub fn lookup(&self, key: &CacheKey) -> Option<Vec<Tensor>> {
+    /// The cached outputs for `key`. Redis is asked within its `socket_timeout`; a failure is a miss.
+    pub async fn lookup(&self, key: &CacheKey) -> Option<Vec<Tensor>> {
+        match &self.redis {
+            Some(redis) => redis.lookup(key).await,
+            None => self.lookup_now(key),
+        }
+    }
+
+    /// [`Self::lookup`] in the built-in LRU or a library, marking the entry as recently used. Tensors
+    /// share their buffers with the LRU, so a hit copies no data.
+    pub fn lookup_now(&self, key: &CacheKey) -> Option<Vec<Tensor>> {
         if let Some(cache) = &self.external {
             return Self::lookup_external(cache.as_ref(), key);
         }
@@ -177,8 +196,11 @@ impl ResponseCache {
     }
 
     /// Stores a result, evicting the least recently used entries to make room. A result larger than the
-    /// whole cache is not stored.
+    /// whole cache is not stored. Redis stores it in a task of its own, so the caller does not wait.
     pub fn insert(&self, key: CacheKey, outputs: Vec<Tensor>) {
+        if let Some(redis) = &self.redis {
+            return redis.insert(key, outputs);
+        }
         if let Some(cache) = &self.external {
             // A result that is not cached is only a later miss: the request itself succeeded.
             if let Err(e) = external::pack(&outputs).and_then(|b| cache.insert(&external::key_string(&key), vec![b])) {

@@ -107,8 +107,9 @@ def test_small_cache_evicts_least_recently_used(start_server, repo):
 
 
 def test_bad_cache_config_stops_the_server():
-    # A cache other than `local` is a library in --cache-directory (test_capi_cache.py); none is here.
-    r = run_cli("--model-repository", "/nonexistent", "--cache-config", "redis,host=x", "--http-port", "0")
-    assert r.returncode != 0 and "response cache 'redis'" in r.stderr and "not found" in r.stderr, r.stderr
+    # A cache other than `local` and `redis` (test_redis_cache.py) is a library in --cache-directory
+    # (test_capi_cache.py); none is here.
+    r = run_cli("--model-repository", "/nonexistent", "--cache-config", "memcached,host=x", "--http-port", "0")
+    assert r.returncode != 0 and "response cache 'memcached'" in r.stderr and "not found" in r.stderr, r.stderr
     r = run_cli("--model-repository", "/nonexistent", "--cache-config", "local,colour=red", "--http-port", "0")
     assert r.returncode != 0 and "unknown setting 'colour' for the local cache" in r.stderr, r.stderr

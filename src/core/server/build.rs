@@ -36,9 +36,10 @@ impl Server {
                 SharedMemoryManager::new(opts.memory.cuda_ipc.clone(), "this server was built without CUDA".into());
             Inner {
                 shm,
-                cache: match (&opts.cache_library, opts.cache_bytes) {
-                    (Some(library), _) => Some(ResponseCache::external(library.clone())),
-                    (None, bytes) => bytes.map(ResponseCache::new),
+                cache: match (&opts.cache_library, &opts.cache_redis, opts.cache_bytes) {
+                    (Some(library), _, _) => Some(ResponseCache::external(library.clone())),
+                    (None, Some(redis), _) => Some(ResponseCache::redis(redis.clone())),
+                    (None, None, bytes) => bytes.map(ResponseCache::new),
                 },
                 opts,
                 models: Arc::new(models),

@@ -99,7 +99,7 @@ impl Server {
                 let t = Instant::now();
                 let key = cache::key(&model.name, model.version, &prepared.exec.inputs, &prepared.exec.outputs)
                     .map_err(other)?;
-                if let Some(outputs) = c.lookup(&key) {
+                if let Some(outputs) = c.lookup(&key).await {
                     model.stats.record_cache_hit(t.elapsed().as_nanos() as u64);
                     let response = self.respond(model, id, &prepared.outputs, outputs).map_err(other)?;
                     return Ok((response, ExecTimings::default()));

@@ -44,6 +44,9 @@ pub struct ServerOptions {
     /// A TRITONCACHE library holding the response cache instead (`--cache-directory`); it takes
     /// precedence over `cache_bytes`.
     pub cache_library: Option<Arc<dyn crate::core::cache::ExternalCache>>,
+    /// Redis holding the response cache instead (`--cache-config redis,...`); it takes precedence over
+    /// `cache_bytes`.
+    pub cache_redis: Option<Arc<crate::core::cache::RedisCache>>,
     /// The start-up trace settings (`--trace-config`).
     pub trace: TraceSettings,
     /// Where OpenTelemetry mode's spans go (the OTLP exporter the assembly point starts); `None`
@@ -94,6 +97,7 @@ impl ServerOptions {
             rate_limit: None,
             cache_bytes: None,
             cache_library: None,
+            cache_redis: None,
             trace: Default::default(),
             spans: None,
             pools: Default::default(),
