@@ -155,6 +155,7 @@ pub async fn infer_image(
     id: &str,
     image: Picture,
     opts: &PostOptions,
+    trace: Option<&mut crate::core::trace::Trace>,
 ) -> Result<ImageResult> {
     let start = Instant::now();
     let version_str = version.map(|v| v.to_string()).unwrap_or_default();
@@ -174,7 +175,7 @@ pub async fn infer_image(
         ..Default::default()
     };
     let t = Instant::now();
-    let (response, exec) = server.infer_with_timings(request).await?;
+    let (response, exec) = server.infer_with_timings(request, trace).await?;
     let in_server = ms(t);
     let compute_ns = exec.compute_input_ns + exec.compute_infer_ns + exec.compute_output_ns;
     let infer = compute_ns as f64 / 1e6;

@@ -573,6 +573,42 @@ def test_trace_mode_switches_at_run_time(start_server, otlp_receiver, tmp_path, 
     assert r.status == 400 and "opentelemetry,url" in r.json()["error"], r
 
 
+def test_mqtt_traceparent_continues_a_cameras_trace(start_server, otlp_receiver, tmp_path, model_repo):
+    """Beyond 2.51 (no MQTT there): an MQTT 5 request with a `traceparent` user property joins the
+    caller's trace (its InferRequest span under the caller's span); one without starts its own."""
+    from mqtt_helpers import Mosquitto, Requester, body
+    from test_mqtt import simple_request, wait_online
+    broker = Mosquitto(tmp_path / "broker").start()
+    try:
+        server = start_server("--model-repository", str(model_repo), "--model-control-mode=explicit",
+                              "--load-model", "simple", "--mqtt-broker", broker.url, "--mqtt-device-id", "cam",
+                              "--mqtt-protocol", "5", "--mqtt-stats-interval-secs", "0", *otel_flags(otlp_receiver))
+        r = Requester(broker.port)
+        wait_online(r, "cam")
+        r.subscribe("app/answers")
+        r.publish("tritonrs/infer/simple/front", json.dumps(simple_request(5, rid="r-1")),
+                  response_topic="app/answers", user={"traceparent": TRACEPARENT})
+        assert body(r.wait_for("app/answers"))["outputs"]
+        spans = one_trace(otlp_receiver, SPANS["simple"])
+        assert {s["trace_id"] for s in spans} == {CALLER_TRACE}
+        root = next(s for s in spans if s["name"] == "InferRequest")
+        assert root["parent_span_id"] == CALLER_SPAN
+        assert normalise(spans) == infer_request_mqtt(model("simple", COMPUTE, request_id="r-1"))
+        otlp_receiver.clear()
+        r.publish("tritonrs/infer/simple/front", json.dumps(simple_request(6)), response_topic="app/answers")
+        r.wait_for("app/answers")
+        spans = one_trace(otlp_receiver, SPANS["simple"])
+        assert CALLER_TRACE not in {s["trace_id"] for s in spans}
+        server.stop()
+    finally:
+        broker.stop()
+
+
+def infer_request_mqtt(child):
+    """The MQTT bridge's InferRequest span: its one front-end event is INFER_RESPONSE_COMPLETE."""
+    return span("InferRequest", {}, ["INFER_RESPONSE_COMPLETE"], [child])
+
+
 # ---- the receiver itself: both OTLP/HTTP encodings (2.51 sends JSON; protobuf is the default elsewhere)
 
 

@@ -190,8 +190,12 @@ impl Server {
 
     /// [`Self::infer`], also returning the execution's compute times, for front-ends that report where
     /// a request's time went (the image pipeline).
-    pub async fn infer_with_timings(&self, req: InferRequest) -> Result<(InferResponse, ExecTimings)> {
-        self.infer_timed(req, None).await
+    pub async fn infer_with_timings(
+        &self,
+        req: InferRequest,
+        trace: Option<&mut Trace>,
+    ) -> Result<(InferResponse, ExecTimings)> {
+        self.infer_timed(req, trace).await
     }
 }
 

@@ -120,6 +120,8 @@ struct SpanPlan<'a> {
     parent: Option<(SpanId, bool)>,
     attributes: Vec<KeyValue>,
     events: Vec<&'a (Activity, Instant)>,
+    /// The span's time: its events' unless it covers more (the front-end's span covers the request).
+    range: Option<(Instant, Instant)>,
 }
 
 impl Trace {
@@ -138,6 +140,7 @@ impl Trace {
             parent: ids.parent,
             attributes: Vec::new(),
             events: of(Place::Request),
+            range: self.stamps.iter().map(|(_, t)| *t).min().zip(self.stamps.iter().map(|(_, t)| *t).max()),
         };
         // A child trace has no front-end span: its model span hangs under the parent's model span.
         let model_parent = if request.events.is_empty() { ids.parent } else { Some((ids.request, false)) };
@@ -156,6 +159,7 @@ impl Trace {
             parent: model_parent,
             attributes,
             events: of(Place::Model),
+            range: None,
         };
         let compute = SpanPlan {
             name: Cow::Borrowed("compute"),
@@ -163,14 +167,18 @@ impl Trace {
             parent: Some((ids.model, false)),
             attributes: Vec::new(),
             events: of(Place::Compute),
+            range: None,
         };
         [request, model, compute].into_iter().filter(|p| !p.events.is_empty()).map(|p| self.span(ids, p)).collect()
     }
 
     fn span(&self, ids: &SpanIds, plan: SpanPlan<'_>) -> SpanData {
         let at = |t: &Instant| self.clock.system(*t);
-        let start = plan.events.iter().map(|(_, t)| t).min().map_or(SystemTime::now(), at);
-        let end = plan.events.iter().map(|(_, t)| t).max().map_or(start, at);
+        let times = || plan.events.iter().map(|(_, t)| *t);
+        let (start, end) = match plan.range.or_else(|| times().min().zip(times().max())) {
+            Some((first, last)) => (at(&first), at(&last)),
+            None => (SystemTime::now(), SystemTime::now()),
+        };
         let mut events = SpanEvents::default();
         events.events = plan.events.iter().map(|(a, t)| Event::new(a.name(), at(t), Vec::new(), 0)).collect();
         let (parent, remote) = plan.parent.unwrap_or((SpanId::INVALID, false));

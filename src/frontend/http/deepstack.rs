@@ -43,7 +43,7 @@ async fn run_custom(State(s): St, Path(model): Path<String>, form: Result<Multip
 async fn run(s: &HttpState, model: &str, form: Result<Multipart, MultipartRejection>) -> Response {
     let result = async {
         let (image, opts) = read_form(form?).await?;
-        infer_image(&s.server, model, None, "", Picture::new(image), &opts).await
+        infer_image(&s.server, model, None, "", Picture::new(image), &opts, None).await
     }
     .await;
     match result {

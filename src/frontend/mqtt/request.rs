@@ -1,6 +1,7 @@
 //! Request payloads and result messages: what a PUBLISH asks for (an image, a KServe v2 JSON request
 //! or a binary-tensor request) and the JSON that answers it.
 
+use crate::core::trace::{Activity, Trace};
 use crate::core::Server;
 use crate::error::{Error, ErrorKind, Result};
 use crate::kserve::{self, JsonParams, KeyOrder, Outputs};
@@ -74,6 +75,9 @@ pub struct Options {
     pub version: Option<i64>,
     pub min_confidence: Option<f32>,
     pub top_k: Option<usize>,
+    /// A caller's W3C trace context (user property `traceparent`), which OpenTelemetry traces continue
+    /// (a camera's trace runs on through the appliance).
+    pub traceparent: Option<String>,
 }
 
 impl Options {
@@ -99,7 +103,8 @@ impl Options {
             ),
             None => None,
         };
-        Ok(Options { version, min_confidence, top_k })
+        let traceparent = user_prop(user, "traceparent").map(str::to_string);
+        Ok(Options { version, min_confidence, top_k, traceparent })
     }
 }
 
@@ -152,6 +157,13 @@ impl serde::Serialize for SortedObject<'_> {
     }
 }
 
+/// The response is complete: the MQTT bridge's one front-end event in a trace.
+fn responded(trace: Option<&mut Trace>) {
+    if let Some(t) = trace {
+        t.stamp_now(Activity::InferResponseComplete);
+    }
+}
+
 /// Runs one request through the core.
 pub async fn run(
     server: &Server,
@@ -162,11 +174,15 @@ pub async fn run(
     payload: Bytes,
     timeout_us: Option<u64>,
 ) -> Result<Answer> {
+    // Traced as tritonserver traces a request (the MQTT bridge adds no front-end events of its own
+    // besides INFER_RESPONSE_COMPLETE); a `traceparent` user property continues the caller's trace.
+    let mut trace = server.tracer().sample_in_context(model, id, opts.traceparent.as_deref());
     match kind {
         Kind::Image(format) => {
             let post = crate::vision::PostOptions { min_confidence: opts.min_confidence, top_k: opts.top_k };
             let picture = crate::vision::Picture { bytes: payload, format: Some(format) };
-            let r = crate::vision::infer_image(server, model, opts.version, id, picture, &post).await?;
+            let r = crate::vision::infer_image(server, model, opts.version, id, picture, &post, trace.as_mut()).await?;
+            responded(trace.as_mut());
             let mut fields = Map::new();
             fields.insert("model_version".into(), json!(r.model_version.to_string()));
             r.write_json(&mut fields);
@@ -189,7 +205,8 @@ pub async fn run(
                 return Err(Error::unsupported("the MQTT bridge does not serve decoupled models"));
             }
             let binary = decoded.binary_outputs();
-            let resp = server.infer(decoded.request).await?;
+            let resp = server.infer_traced(decoded.request, trace.as_mut()).await?;
+            responded(trace.as_mut());
             // The KServe response, built from the tensors: the outputs are encoded once, straight into
             // the result's JSON, with the keys in name order as every result object has them.
             let outputs = Outputs::new(&resp.outputs, |n| binary.is_binary(n))?;
