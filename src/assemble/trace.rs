@@ -38,6 +38,46 @@ pub fn trace_settings(args: &ServeArgs) -> Result<(TraceSettings, Vec<String>)> 
     trace_config(args).map(|(s, _, w)| (s, w))
 }
 
+/// The deprecated `--trace-*` flags: the settings they give, their combined level, and a warning for
+/// each flag used.
+fn deprecated_flags(args: &ServeArgs) -> Result<(TraceSettings, TraceLevel, Vec<String>)> {
+    let mut warnings = Vec::new();
+    let mut s = TraceSettings::default();
+    let mut level = TraceLevel::OFF;
+    let deprecated = |flag: &str, instead: &str| {
+        format!(
+            "'--{flag}' is deprecated and will be removed in future releases; use '--trace-config {instead}' instead."
+        )
+    };
+    if let Some(f) = &args.trace_file {
+        warnings.push(deprecated("trace-file", "triton,file=<path>"));
+        s.file = f.clone();
+    }
+    let mut off = false;
+    for l in &args.trace_level {
+        let parsed = TraceLevel::parse_flag(l).map_err(|e| Error::invalid(format!("--trace-level: {}", e.message)))?;
+        off |= parsed.is_off();
+        level = level.union(parsed);
+    }
+    if !args.trace_level.is_empty() {
+        warnings.push(deprecated("trace-level", "level=<OFF|TIMESTAMPS|TENSORS>"));
+    }
+    if let Some(r) = args.trace_rate {
+        warnings.push(deprecated("trace-rate", "rate=<N>"));
+        s.rate = r;
+    }
+    if let Some(c) = args.trace_count {
+        warnings.push(deprecated("trace-count", "count=<N>"));
+        s.count = c;
+    }
+    if let Some(f) = args.trace_log_frequency {
+        warnings.push(deprecated("trace-log-frequency", "triton,log-frequency=<N>"));
+        s.log_frequency = f;
+    }
+    // Any OFF among the deprecated levels turns tracing off, as one in --trace-config does.
+    Ok((s, if off { TraceLevel::OFF } else { level }, warnings))
+}
+
 /// One `opentelemetry,<setting>=<value>`, applied to `otel`.
 fn otel_setting(otel: &mut OtelSettings, setting: &str, value: &str) -> Result<bool> {
     match setting {
@@ -79,39 +119,8 @@ fn otel_from_env() -> Result<OtelSettings> {
 pub fn trace_config(args: &ServeArgs) -> Result<(TraceSettings, Option<OtelSettings>, Vec<String>)> {
     let mut otel = otel_from_env()?;
     let mut given: Vec<(String, String)> = Vec::new();
-    let mut warnings = Vec::new();
-    let mut s = TraceSettings::default();
-    let mut level = TraceLevel::OFF;
-    let mut off = false;
-    let deprecated = |flag: &str, instead: &str| {
-        format!(
-            "'--{flag}' is deprecated and will be removed in future releases; use '--trace-config {instead}' instead."
-        )
-    };
-    if let Some(f) = &args.trace_file {
-        warnings.push(deprecated("trace-file", "triton,file=<path>"));
-        s.file = f.clone();
-    }
-    for l in &args.trace_level {
-        let parsed = TraceLevel::parse_flag(l).map_err(|e| Error::invalid(format!("--trace-level: {}", e.message)))?;
-        off |= parsed.is_off();
-        level = level.union(parsed);
-    }
-    if !args.trace_level.is_empty() {
-        warnings.push(deprecated("trace-level", "level=<OFF|TIMESTAMPS|TENSORS>"));
-    }
-    if let Some(r) = args.trace_rate {
-        warnings.push(deprecated("trace-rate", "rate=<N>"));
-        s.rate = r;
-    }
-    if let Some(c) = args.trace_count {
-        warnings.push(deprecated("trace-count", "count=<N>"));
-        s.count = c;
-    }
-    if let Some(f) = args.trace_log_frequency {
-        warnings.push(deprecated("trace-log-frequency", "triton,log-frequency=<N>"));
-        s.log_frequency = f;
-    }
+    let (mut s, mut level, mut warnings) = deprecated_flags(args)?;
+    let mut off = level.is_off() && !args.trace_level.is_empty();
     for arg in &args.trace_config {
         let format_error = || {
             Error::invalid(format!(

@@ -40,17 +40,7 @@ impl Server {
     ) -> Result<BoxStream<'static, Result<StreamResponse>>> {
         let model = self.inner.models.get(&req.model_name, req.model_version)?;
         if !is_decoupled(&model.config) {
-            let mut owned = trace.as_ref().and_then(SharedTrace::take);
-            let answer = self.infer_staged(req, owned.as_mut()).await;
-            if let Some(t) = &trace {
-                t.put(owned);
-            }
-            let one = match answer {
-                Ok((response, _)) => Ok(StreamResponse { response, is_final: true, empty: false, error: None }),
-                Err((e, FailureReason::Backend)) => Err(e),
-                Err((e, _)) => return Err(e),
-            };
-            return Ok(futures_util::stream::once(async move { one }).boxed());
+            return self.stream_of_one(req, trace).await;
         }
         let start = Instant::now();
         let mut req = req;
@@ -116,6 +106,28 @@ impl Server {
             enqueued,
         };
         Ok(futures_util::stream::unfold(state, DecoupledStream::next).boxed())
+    }
+}
+
+impl Server {
+    /// A request to a model that is not decoupled, as a stream of its one response; a failure in the
+    /// model's execution comes in the stream, one before it fails the call.
+    async fn stream_of_one(
+        &self,
+        req: InferRequest,
+        trace: Option<SharedTrace>,
+    ) -> Result<BoxStream<'static, Result<StreamResponse>>> {
+        let mut owned = trace.as_ref().and_then(SharedTrace::take);
+        let answer = self.infer_staged(req, owned.as_mut()).await;
+        if let Some(t) = &trace {
+            t.put(owned);
+        }
+        let one = match answer {
+            Ok((response, _)) => Ok(StreamResponse { response, is_final: true, empty: false, error: None }),
+            Err((e, FailureReason::Backend)) => Err(e),
+            Err((e, _)) => return Err(e),
+        };
+        Ok(futures_util::stream::once(async move { one }).boxed())
     }
 }
 
