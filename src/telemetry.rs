@@ -3,7 +3,7 @@
 //! OpenTelemetry SDK's OTLP exporter. A full queue or a collector that is down drops spans and counts
 //! them; inference never waits for the collector.
 
-use crate::core::trace::{OtelSettings, SpanSink};
+use crate::core::trace::{Finished, OtelSettings, SpanSink};
 use crate::error::{Error, Result};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use opentelemetry::KeyValue;
@@ -24,7 +24,8 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 /// What the exporter thread is told.
 #[derive(Debug)]
 enum Msg {
-    Spans(Vec<SpanData>),
+    /// A finished trace, whose spans the thread builds.
+    Trace(Finished),
     /// Send what is queued, then say so on the channel.
     Flush(Sender<()>),
 }
@@ -104,10 +105,10 @@ fn resource(settings: &OtelSettings) -> Resource {
 }
 
 impl SpanSink for OtlpSink {
-    fn submit(&self, spans: Vec<SpanData>) {
-        let n = spans.len();
+    fn submit(&self, trace: Finished) {
+        let n = trace.len();
         let queued = self.counters.queued.fetch_add(n, Ordering::AcqRel);
-        if queued + n > self.max_queue || self.tx.send(Msg::Spans(spans)).is_err() {
+        if queued + n > self.max_queue || self.tx.send(Msg::Trace(trace)).is_err() {
             self.counters.queued.fetch_sub(n, Ordering::AcqRel);
             self.counters.dropped.fetch_add(n as u64, Ordering::Relaxed);
         }
@@ -156,9 +157,10 @@ impl Batching {
             };
             let mut flush = None;
             match msg {
-                Ok(Msg::Spans(spans)) => {
+                Ok(Msg::Trace(trace)) => {
                     deadline.get_or_insert_with(|| Instant::now() + self.delay);
-                    batch.extend(spans);
+                    // As many spans as the queue counted for it (`Finished::len`).
+                    batch.extend(trace.spans());
                 }
                 Ok(Msg::Flush(done)) => flush = Some(done),
                 Err(RecvTimeoutError::Timeout) => {}

@@ -11,7 +11,7 @@ mod settings;
 #[cfg(test)]
 mod tests;
 
-pub use otel::SpanSink;
+pub use otel::{Finished, SpanSink};
 pub use settings::{OtelSettings, SettingValue, TraceLevel, TraceMode, TraceSettings, TraceUpdate};
 
 use crate::error::{Error, Result};
@@ -234,10 +234,10 @@ impl Trace {
 
 impl Drop for Trace {
     fn drop(&mut self) {
-        match (&self.otel, &self.shared.spans) {
+        match (self.otel, self.shared.spans.clone()) {
             (Some(ids), Some(spans)) => {
                 if self.level.contains(TraceLevel::TIMESTAMPS) {
-                    spans.submit(self.spans(ids));
+                    spans.submit(self.finish(ids));
                 }
                 self.sink.collect(String::new());
             }

@@ -4,7 +4,7 @@
 //! The core only builds span data; where it goes (the OTLP/HTTP exporter, with its batching and its
 //! count of dropped spans) is a [`SpanSink`] handed in at assembly, so the core holds no HTTP client.
 
-use super::{Activity, Trace};
+use super::{Activity, Clock, Trace};
 use opentelemetry::trace::{Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
@@ -14,8 +14,9 @@ use std::time::{Instant, SystemTime};
 /// Where the spans of finished traces go. Never blocks and never fails a request: a sink that cannot
 /// keep up drops spans and counts them.
 pub trait SpanSink: Send + Sync + std::fmt::Debug {
-    /// Takes the spans of one finished trace.
-    fn submit(&self, spans: Vec<SpanData>);
+    /// Takes one finished trace; its spans are built by whoever exports them ([`Finished::spans`]),
+    /// off the request's path.
+    fn submit(&self, trace: Finished);
     /// Spans dropped so far (queue full, or the collector refused or could not be reached).
     fn dropped(&self) -> u64;
     /// Sends what is queued, waiting a bounded time (graceful shutdown).
@@ -110,7 +111,8 @@ fn place(a: Activity) -> Place {
 /// The instrumentation scope of the spans: tritonserver's name (and, as there, no version), so
 /// dashboards that select Triton's spans select these.
 fn scope() -> InstrumentationScope {
-    InstrumentationScope::builder("triton-server").build()
+    static SCOPE: std::sync::OnceLock<InstrumentationScope> = std::sync::OnceLock::new();
+    SCOPE.get_or_init(|| InstrumentationScope::builder("triton-server").build()).clone()
 }
 
 /// One span of a trace, from the events that belong to it.
@@ -124,11 +126,52 @@ struct SpanPlan<'a> {
     range: Option<(Instant, Instant)>,
 }
 
+/// What a finished trace hands to the exporter: its stamps and names, moved out of the [`Trace`].
+#[derive(Debug)]
+pub struct Finished {
+    id: u64,
+    parent_id: Option<u64>,
+    request_id: String,
+    model: Option<(String, i64)>,
+    stamps: Vec<(Activity, Instant)>,
+    clock: Clock,
+    ids: SpanIds,
+}
+
 impl Trace {
+    /// Moves what the spans are built from out of this trace (dropped just after).
+    pub(super) fn finish(&mut self, ids: SpanIds) -> Finished {
+        Finished {
+            id: self.id,
+            parent_id: self.parent_id,
+            request_id: std::mem::take(&mut self.request_id),
+            model: self.model.take(),
+            stamps: std::mem::take(&mut self.stamps),
+            clock: self.clock,
+            ids,
+        }
+    }
+}
+
+impl Finished {
+    /// How many spans [`Finished::spans`] gives (for the exporter's queue bound).
+    pub fn len(&self) -> usize {
+        [Place::Request, Place::Model, Place::Compute]
+            .into_iter()
+            .filter(|p| self.stamps.iter().any(|(a, _)| place(*a) == *p))
+            .count()
+    }
+
+    /// Whether the trace has no span at all.
+    pub fn is_empty(&self) -> bool {
+        self.stamps.is_empty()
+    }
+
     /// The spans of this finished trace: the front-end's `InferRequest` span (a trace the front-end
     /// sampled), the model's span under it (or under the parent trace's model span), and the model's
     /// `compute` span. Spans without events are left out.
-    pub(super) fn spans(&self, ids: &SpanIds) -> Vec<SpanData> {
+    pub fn spans(&self) -> Vec<SpanData> {
+        let ids = &self.ids;
         let of = |p: Place| self.stamps.iter().filter(|(a, _)| place(*a) == p).collect::<Vec<_>>();
         let (name, version) = match &self.model {
             Some((n, v)) => (n.clone(), *v),

@@ -293,7 +293,9 @@ fn wire_form_lists_every_setting_in_tritons_order() {
 struct Kept(Mutex<Vec<opentelemetry_sdk::trace::SpanData>>);
 
 impl SpanSink for Kept {
-    fn submit(&self, spans: Vec<opentelemetry_sdk::trace::SpanData>) {
+    fn submit(&self, trace: Finished) {
+        let spans = trace.spans();
+        assert_eq!(spans.len(), trace.len());
         self.0.lock().extend(spans);
     }
     fn dropped(&self) -> u64 {
