@@ -60,7 +60,17 @@ pub fn parse(args: Vec<OsString>) -> Result<(Cli, Option<file::ConfigFile>), Cli
             .mut_subcommand("tune", |_| tune_done);
     }
     let matches = cmd.try_get_matches_from(args)?;
-    Ok((Cli::from_arg_matches(&matches)?, config))
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    // The configuration file's values are the flags' defaults: a default `--backend-config` came from it.
+    let from_file =
+        |m: &clap::ArgMatches| m.value_source("backend_config") == Some(clap::parser::ValueSource::DefaultValue);
+    match (&mut cli.command, matches.subcommand()) {
+        (None, _) => cli.serve.model_config.backend_config_from_file = from_file(&matches),
+        (Some(Command::Validate(a)), Some((_, m))) => a.model_config.backend_config_from_file = from_file(m),
+        (Some(Command::Tune(a)), Some((_, m))) => a.model_config.backend_config_from_file = from_file(m),
+        _ => {}
+    }
+    Ok((cli, config))
 }
 
 /// Triton's `--model-control-mode`.
@@ -195,6 +205,9 @@ pub struct ModelConfigArgs {
     /// (repeatable). E.g. `onnxruntime,library=/usr/lib/libonnxruntime.so`, `default-max-batch-size=8`.
     #[arg(help_heading = "Backends and agents", long, env = "TRITONRS_BACKEND_CONFIG", value_delimiter = ';')]
     pub backend_config: Vec<String>,
+    /// Whether `backend_config` came from the configuration file (set by [`parse`]).
+    #[arg(skip)]
+    pub backend_config_from_file: bool,
     /// Where Triton backend libraries are installed: a model whose backend is not built in is served by
     /// `<dir>/<backend>/libtriton_<backend>.so` (or that file in the model's version folder or folder).
     #[arg(help_heading = "Backends and agents", long, env = "TRITONRS_BACKEND_DIRECTORY", default_value = crate::model_api::DEFAULT_BACKEND_DIRECTORY)]
@@ -566,6 +579,7 @@ impl ModelConfigArgs {
     /// puts it too (every backend library sees it in its configuration).
     pub fn backend_config(&self) -> crate::error::Result<crate::model_api::BackendConfig> {
         let mut c = crate::model_api::BackendConfig::parse(&self.backend_config)?;
+        c.from_config_file = self.backend_config_from_file;
         c.global.entry("backend-directory".into()).or_insert_with(|| self.backend_directory.display().to_string());
         c.global.entry("repoagent-directory".into()).or_insert_with(|| self.repoagent_directory.display().to_string());
         Ok(c)
