@@ -5,6 +5,7 @@
 pub mod compat;
 pub mod file;
 pub mod frigate;
+pub mod help;
 pub mod hosted;
 pub mod loading;
 pub mod memory;
@@ -43,7 +44,7 @@ pub fn parse(args: Vec<OsString>) -> Result<(Cli, Option<file::ConfigFile>), Cli
         },
         None => None,
     };
-    let mut cmd = Cli::command();
+    let mut cmd = help::layout(Cli::command());
     if let Some(f) = &config {
         // The file's keys are the server's flags and those of `validate` and `tune`; each command takes
         // the keys it knows as defaults and leaves the others' to them.
@@ -59,7 +60,10 @@ pub fn parse(args: Vec<OsString>) -> Result<(Cli, Option<file::ConfigFile>), Cli
             .mut_subcommand("validate", |_| validate_done)
             .mut_subcommand("tune", |_| tune_done);
     }
-    let matches = cmd.try_get_matches_from(args)?;
+    let matches = match cmd.try_get_matches_from_mut(args.clone()) {
+        Ok(m) => m,
+        Err(e) => return Err(help::unknown_flag(&e, &mut cmd, &args).unwrap_or(e).into()),
+    };
     let mut cli = Cli::from_arg_matches(&matches)?;
     // The configuration file's values are the flags' defaults: a default `--backend-config` came from it.
     let from_file =
