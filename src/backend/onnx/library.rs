@@ -97,7 +97,7 @@ pub fn stages<'a>(inputs: Inputs<'a>) -> Vec<Stage<'a>> {
         python_package().map(|pkg| libsearch::libs_in(&pkg.join("capi"), LIB_NAME)).unwrap_or_default()
     }));
     if let Some(dir) = checkout {
-        stages.push(Stage::new(format!("the checkout's {} (scripts/env.sh)", dir.display()), move || {
+        stages.push(Stage::new(format!("the checkout's {}, which scripts/env.sh fills", dir.display()), move || {
             libsearch::libs_in(&dir, LIB_NAME)
         }));
     }
