@@ -4,6 +4,7 @@
 
 pub mod agents;
 pub mod capi;
+pub mod libsearch;
 pub mod onnx;
 pub mod openvino;
 pub mod python;

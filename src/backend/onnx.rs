@@ -1,14 +1,16 @@
 //! The ONNX Runtime backend (`backend: "onnxruntime"`), with the library loaded at run time.
 //!
-//! `libonnxruntime.so` is found through `--backend-config=onnxruntime,library=<path>`, `ORT_DYLIB_PATH`
-//! or a list of well-known locations. When none works, ONNX models fail to load with a reason that says
-//! where the server looked; the server itself keeps running.
+//! `libonnxruntime.so` is found through `--backend-config=onnxruntime,library=<path>`, `ORT_DYLIB_PATH`,
+//! the usual library folders, the `onnxruntime` package of `python3` or the checkout's `.ort/` (see
+//! [`library`]). When none works, ONNX models fail to load with a reason that says where the server
+//! looked and what to install; the server itself keeps running.
 #![allow(unsafe_code)]
 
 mod accelerators;
+pub mod library;
 mod options;
 
-use crate::backend::overlaps;
+use crate::backend::{libsearch, overlaps};
 use crate::error::{Error, Result};
 use crate::model_api::types::{DataType, Tensor};
 use crate::model_api::{
@@ -27,19 +29,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-/// Where the library is looked for when neither the backend config nor `ORT_DYLIB_PATH` names it.
-const WELL_KNOWN: &[&str] = &[
-    "/opt/tritonrs/lib/libonnxruntime.so",
-    "/usr/local/lib/libonnxruntime.so",
-    "/usr/lib/libonnxruntime.so",
-    "/usr/lib/aarch64-linux-gnu/libonnxruntime.so",
-    "/usr/lib/x86_64-linux-gnu/libonnxruntime.so",
-    "/opt/onnxruntime/lib/libonnxruntime.so",
-];
-
 pub struct OnnxBackend {
-    /// `--backend-config=onnxruntime,library=...`.
-    explicit_library: Option<PathBuf>,
+    /// `--backend-config=onnxruntime,library=...`, and whether the configuration file gave it.
+    explicit_library: Option<(PathBuf, bool)>,
     /// `--backend-config=onnxruntime,allow_spinning=true`: ONNX Runtime's thread pools spin after each
     /// run by default, which on a device with 2 to 6 cores takes the CPU from the threads receiving
     /// the next request. Off unless asked for (measured in benches/large_tensor.py).
@@ -92,7 +84,10 @@ impl OnnxBackend {
             }
         };
         OnnxBackend {
-            explicit_library: config.get("onnxruntime", "library").map(PathBuf::from),
+            explicit_library: config
+                .get("onnxruntime", "library")
+                .filter(|p| !p.trim().is_empty())
+                .map(|p| (PathBuf::from(p.trim()), config.from_config_file)),
             allow_spinning,
             global_pool: global_pool(config),
             env: OnceLock::new(),
@@ -102,7 +97,7 @@ impl OnnxBackend {
     fn environment(&self) -> Result<&Environment> {
         let pool = self.global_pool.as_ref().map_err(|e| Error::invalid(e.clone()))?;
         self.env
-            .get_or_init(|| init_runtime(self.explicit_library.as_deref(), *pool, self.allow_spinning))
+            .get_or_init(|| init_runtime(self.explicit_library.clone(), *pool, self.allow_spinning))
             .as_ref()
             .map_err(|e| Error::unavailable(e.clone()))
     }
@@ -131,55 +126,6 @@ fn global_pool_options(
         .with_spin_control(allow_spinning)
 }
 
-/// The library paths to try, in order.
-fn candidates(explicit: Option<&Path>) -> Vec<PathBuf> {
-    let absolute = |p: PathBuf| {
-        if p.is_absolute() {
-            p
-        } else {
-            std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p)
-        }
-    };
-    if let Some(p) = explicit {
-        return vec![absolute(p.to_path_buf())];
-    }
-    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()) {
-        return vec![absolute(PathBuf::from(p))];
-    }
-    let mut plain = Vec::new();
-    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
-        plain.push(dir.join("libonnxruntime.so"));
-        plain.push(dir.join("../lib/libonnxruntime.so"));
-    }
-    plain.extend(WELL_KNOWN.iter().map(PathBuf::from));
-    // Each unversioned name, then the versioned files beside it (`libonnxruntime.so.1.16.3`, as
-    // JetPack's and most packaged builds ship them), newest first.
-    let mut list = Vec::new();
-    for p in plain {
-        let versioned = p.parent().map(versioned_libraries).unwrap_or_default();
-        list.push(p);
-        list.extend(versioned);
-    }
-    list.dedup();
-    list
-}
-
-/// The `libonnxruntime.so.<version>` files in `dir`, newest version first.
-fn versioned_libraries(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut found: Vec<(Vec<u64>, PathBuf)> = entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let version = name.strip_prefix("libonnxruntime.so.")?;
-            let parts: Vec<u64> = version.split('.').map(|n| n.parse().ok()).collect::<Option<_>>()?;
-            Some((parts, e.path()))
-        })
-        .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0));
-    found.into_iter().map(|(_, p)| p).collect()
-}
-
 /// Why the dynamic loader refuses `path` (dlerror's text: wrong architecture, missing dependency, not
 /// an ELF file...), when it does; ort only says that dlopen failed.
 fn dlopen_error(path: &Path) -> Option<String> {
@@ -195,53 +141,40 @@ fn dlopen_error(path: &Path) -> Option<String> {
 }
 
 fn init_runtime(
-    explicit: Option<&Path>,
+    setting: Option<(PathBuf, bool)>,
     pool: Option<GlobalPool>,
     allow_spinning: bool,
 ) -> std::result::Result<Environment, String> {
-    let mut tried = Vec::new();
-    for path in candidates(explicit) {
-        if !path.exists() {
-            tried.push(format!("{} (not found)", path.display()));
-            continue;
+    let inputs = library::Inputs::of_this_process(setting);
+    let named = library::named(&inputs).map(|(_, by)| by);
+    let load = |path: &Path| ort::init_from(path).map_err(|e| dlopen_error(path).unwrap_or_else(|| e.to_string()));
+    let found = match libsearch::first_loadable(library::stages(inputs), load) {
+        Ok(found) => found,
+        Err(tried) => {
+            // Said once here with every path tried; each model that needs the library gets the short form.
+            tracing::error!(
+                "The ONNX Runtime library (libonnxruntime.so) could not be loaded, so ONNX models cannot be \
+                 served. Tried: {}",
+                tried.join("; ")
+            );
+            return Err(library::reason(named, &tried));
         }
-        match ort::init_from(&path) {
-            Ok(mut builder) => {
-                if let Some(pool) = pool {
-                    builder = builder.with_global_thread_pool(
-                        global_pool_options(pool, allow_spinning)
-                            .map_err(|e| format!("cannot set up ONNX Runtime's global thread pool: {e}"))?,
-                    );
-                }
-                return builder
-                    .with_name("tritonrs")
-                    .with_logger(Arc::new(forward_ort_log))
-                    .build()
-                    .inspect(|env| env.set_log_level(ort::logging::LogLevel::Warning))
-                    .map_err(|e| format!("ONNX Runtime at '{}' failed to initialize: {e}", path.display()));
-            }
-            Err(e) => {
-                tried.push(format!("{} ({})", path.display(), dlopen_error(&path).unwrap_or_else(|| e.to_string())))
-            }
-        }
-    }
-    // Said once here with every path tried; each model that needs the library gets the short form.
-    tracing::error!(
-        "The ONNX Runtime library (libonnxruntime.so) could not be loaded, so ONNX models cannot be served. Tried: {}",
-        tried.join("; ")
-    );
-    // A library named by the user is named in each model's reason too; the default search's dozen
-    // places only in the log.
-    let where_ = match tried.as_slice() {
-        [one] if explicit.is_some() || std::env::var_os("ORT_DYLIB_PATH").is_some_and(|p| !p.is_empty()) => {
-            format!("from {one}")
-        }
-        _ => format!("from any of {} well-known places (the server's log lists them)", tried.len()),
     };
-    Err(format!(
-        "the ONNX Runtime library (libonnxruntime.so) could not be loaded {where_}; set ORT_DYLIB_PATH or \
-         --backend-config=onnxruntime,library=<path>"
-    ))
+    let path = found.path.display().to_string();
+    tracing::info!("ONNX Runtime is loaded from '{path}' ({}).", found.origin);
+    let mut builder = found.value;
+    if let Some(pool) = pool {
+        builder = builder.with_global_thread_pool(
+            global_pool_options(pool, allow_spinning)
+                .map_err(|e| format!("cannot set up ONNX Runtime's global thread pool: {e}"))?,
+        );
+    }
+    builder
+        .with_name("tritonrs")
+        .with_logger(Arc::new(forward_ort_log))
+        .build()
+        .inspect(|env| env.set_log_level(ort::logging::LogLevel::Warning))
+        .map_err(|e| format!("ONNX Runtime at '{path}' failed to initialize: {e}"))
 }
 
 /// The model file, which must exist.

@@ -5,6 +5,7 @@
 pub mod compat;
 pub mod file;
 pub mod frigate;
+pub mod help;
 pub mod hosted;
 pub mod loading;
 pub mod memory;
@@ -43,7 +44,7 @@ pub fn parse(args: Vec<OsString>) -> Result<(Cli, Option<file::ConfigFile>), Cli
         },
         None => None,
     };
-    let mut cmd = Cli::command();
+    let mut cmd = help::layout(Cli::command());
     if let Some(f) = &config {
         // The file's keys are the server's flags and those of `validate` and `tune`; each command takes
         // the keys it knows as defaults and leaves the others' to them.
@@ -59,8 +60,21 @@ pub fn parse(args: Vec<OsString>) -> Result<(Cli, Option<file::ConfigFile>), Cli
             .mut_subcommand("validate", |_| validate_done)
             .mut_subcommand("tune", |_| tune_done);
     }
-    let matches = cmd.try_get_matches_from(args)?;
-    Ok((Cli::from_arg_matches(&matches)?, config))
+    let matches = match cmd.try_get_matches_from_mut(args.clone()) {
+        Ok(m) => m,
+        Err(e) => return Err(help::unknown_flag(&e, &mut cmd, &args).unwrap_or(e).into()),
+    };
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    // The configuration file's values are the flags' defaults: a default `--backend-config` came from it.
+    let from_file =
+        |m: &clap::ArgMatches| m.value_source("backend_config") == Some(clap::parser::ValueSource::DefaultValue);
+    match (&mut cli.command, matches.subcommand()) {
+        (None, _) => cli.serve.model_config.backend_config_from_file = from_file(&matches),
+        (Some(Command::Validate(a)), Some((_, m))) => a.model_config.backend_config_from_file = from_file(m),
+        (Some(Command::Tune(a)), Some((_, m))) => a.model_config.backend_config_from_file = from_file(m),
+        _ => {}
+    }
+    Ok((cli, config))
 }
 
 /// Triton's `--model-control-mode`.
@@ -195,6 +209,9 @@ pub struct ModelConfigArgs {
     /// (repeatable). E.g. `onnxruntime,library=/usr/lib/libonnxruntime.so`, `default-max-batch-size=8`.
     #[arg(help_heading = "Backends and agents", long, env = "TRITONRS_BACKEND_CONFIG", value_delimiter = ';')]
     pub backend_config: Vec<String>,
+    /// Whether `backend_config` came from the configuration file (set by [`parse`]).
+    #[arg(skip)]
+    pub backend_config_from_file: bool,
     /// Where Triton backend libraries are installed: a model whose backend is not built in is served by
     /// `<dir>/<backend>/libtriton_<backend>.so` (or that file in the model's version folder or folder).
     #[arg(help_heading = "Backends and agents", long, env = "TRITONRS_BACKEND_DIRECTORY", default_value = crate::model_api::DEFAULT_BACKEND_DIRECTORY)]
@@ -566,6 +583,7 @@ impl ModelConfigArgs {
     /// puts it too (every backend library sees it in its configuration).
     pub fn backend_config(&self) -> crate::error::Result<crate::model_api::BackendConfig> {
         let mut c = crate::model_api::BackendConfig::parse(&self.backend_config)?;
+        c.from_config_file = self.backend_config_from_file;
         c.global.entry("backend-directory".into()).or_insert_with(|| self.backend_directory.display().to_string());
         c.global.entry("repoagent-directory".into()).or_insert_with(|| self.repoagent_directory.display().to_string());
         Ok(c)

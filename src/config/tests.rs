@@ -161,3 +161,26 @@ fn memory_flags_check_their_syntax() {
     assert!(Cli::try_parse_from(["tritonrs", "--grpc-infer-response-compression-level=max"]).is_err());
     assert!(Cli::try_parse_from(["tritonrs", "--http-thread-count=0"]).is_err());
 }
+
+#[test]
+fn backend_config_from_the_configuration_file_is_marked_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tritonrs.toml");
+    std::fs::write(&file, "backend-config = [\"onnxruntime,library=/file.so\"]\n").unwrap();
+    let parse_with = |extra: &[&str]| {
+        let mut args: Vec<OsString> = extra.iter().map(OsString::from).collect();
+        args.insert(0, "tritonrs".into());
+        args.extend(["--config", file.to_str().unwrap()].map(OsString::from));
+        parse(args).unwrap_or_else(|e| panic!("{e:?}")).0
+    };
+    let cli = parse_with(&["--model-repository=/m"]);
+    let c = cli.serve.model_config.backend_config().unwrap();
+    assert_eq!((c.get("onnxruntime", "library"), c.from_config_file), (Some("/file.so"), true));
+    // The command line's replaces the file's, and is not the file's.
+    let cli = parse_with(&["--model-repository=/m", "--backend-config=onnxruntime,library=/flag.so"]);
+    let c = cli.serve.model_config.backend_config().unwrap();
+    assert_eq!((c.get("onnxruntime", "library"), c.from_config_file), (Some("/flag.so"), false));
+    // validate and tune read the file the same way.
+    let Some(Command::Validate(v)) = parse_with(&["validate", "--model-repository=/m"]).command else { panic!() };
+    assert!(v.model_config.backend_config().unwrap().from_config_file);
+}

@@ -395,6 +395,10 @@ pub struct BackendConfig {
     pub per_backend: HashMap<String, HashMap<String, String>>,
     /// Settings given as `--backend-config=<setting>=<value>`.
     pub global: HashMap<String, String>,
+    /// Whether the settings come from the configuration file rather than the command line (or
+    /// `TRITONRS_BACKEND_CONFIG`): a runtime's library named there gives way to its environment
+    /// variable (`ORT_DYLIB_PATH`), as the file gives way to the environment everywhere.
+    pub from_config_file: bool,
 }
 
 impl BackendConfig {

@@ -84,7 +84,12 @@ async fn tune(args: TuneArgs) -> ExitCode {
     match outcome {
         Outcome::Done => ExitCode::SUCCESS,
         Outcome::NothingMeets => {
-            eprintln!("error: no variant of some model meets the constraints (the report lists what was measured)");
+            match super::all_failed(&report) {
+                Some(why) => eprintln!("error: {why}"),
+                None => eprintln!(
+                    "error: no variant of some model meets the constraints (the report lists what was measured)"
+                ),
+            }
             ExitCode::FAILURE
         }
         Outcome::Interrupted => ExitCode::from(INTERRUPTED),
@@ -127,6 +132,7 @@ async fn target(args: &TuneArgs) -> std::result::Result<super::target::Target, E
         return crate::assemble::tune_server(args).await.map(super::target::Target::InProcess).map_err(fail);
     };
     let t = super::target::Target::via(url).map_err(|e| fail(e.message))?;
+    t.check_control_mode().await.map_err(|e| fail(e.message))?;
     eprintln!(
         "warning: tune --via loads variants of {} into the server at {url} and drives it at up to {} requests in \
          flight; its clients will see the load and the changed configuration until tuning ends.",

@@ -578,9 +578,49 @@ pub fn best_lines(report: &TuneReport) -> Vec<String> {
                     v.name, v.candidate, p.concurrency, p.throughput, p.p99_ms
                 )
             }
-            None => format!("{model}: no variant meets the constraints"),
+            None => match failures(report, model) {
+                Some(why) => format!("{model}: {why}"),
+                None => format!("{model}: no variant meets the constraints"),
+            },
         })
         .collect()
+}
+
+/// When every variant of `model` failed (to load, or a request failed), rather than missing the
+/// constraints: that, with the first reasons, each said once with the first variant that had it.
+fn failures(report: &TuneReport, model: &str) -> Option<String> {
+    let variants: Vec<&VariantResult> = report.variants.iter().filter(|v| v.model == model).collect();
+    if variants.is_empty() || variants.iter().any(|v| v.error.is_none()) {
+        return None;
+    }
+    let mut reasons: Vec<(&str, &str)> = Vec::new();
+    for v in &variants {
+        let why = v.error.as_deref().unwrap_or_default();
+        if !reasons.iter().any(|(r, _)| *r == why) {
+            reasons.push((why, &v.name));
+        }
+    }
+    const SHOWN: usize = 2;
+    let first: Vec<String> = reasons.iter().take(SHOWN).map(|(why, name)| format!("{name}: {why}")).collect();
+    let more = match reasons.len().saturating_sub(SHOWN) {
+        0 => String::new(),
+        n => format!(" (and {n} other reasons, in the report)"),
+    };
+    let all = match variants.len() {
+        1 => "its one variant failed".to_string(),
+        n => format!("all {n} variants failed"),
+    };
+    Some(format!("{all}, so nothing was measured: {}{more}", first.join("; ")))
+}
+
+/// Why a run ended without a best variant for some model when that model's variants all failed
+/// (`None` when some were measured and none met the constraints): the first such model.
+pub fn all_failed(report: &TuneReport) -> Option<String> {
+    report
+        .best
+        .iter()
+        .filter(|(_, best)| best.is_none())
+        .find_map(|(model, _)| failures(report, model).map(|why| format!("model '{model}': {why}")))
 }
 
 #[cfg(test)]

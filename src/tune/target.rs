@@ -76,6 +76,38 @@ impl Target {
         Ok(Target::Via { client: Box::new(client), address: url.to_string(), loopback })
     }
 
+    /// Under `--via`, refuses a server that does not let models be loaded through its repository API
+    /// (tritonserver and tritonrs allow it only with `--model-control-mode=explicit`), before anything
+    /// is loaded or measured. The check is an unload of a name the server's repository does not list,
+    /// which changes nothing: such a server refuses it as UNAVAILABLE "... not allowed ...", one in
+    /// explicit mode answers it (or says there is no such model).
+    pub async fn check_control_mode(&self) -> Result<()> {
+        let Target::Via { client, address, .. } = self else { return Ok(()) };
+        let index = (**client)
+            .clone()
+            .repository_index(pb::RepositoryIndexRequest::default())
+            .await
+            .map_err(status_error)?
+            .into_inner();
+        let mut name = "tritonrs-tune-control-mode-check".to_string();
+        while index.models.iter().any(|m| m.name == name) {
+            name.push('_');
+        }
+        let req = pb::RepositoryModelUnloadRequest { model_name: name, ..Default::default() };
+        match (**client).clone().repository_model_unload(req).await {
+            Err(s) if s.code() == tonic::Code::Unavailable && s.message().contains("not allowed") => {
+                Err(Error::unavailable(format!(
+                    "the server at {address} does not let clients load and unload models (it answers: {}); \
+                     start it with --model-control-mode=explicit, since tune --via loads each variant through its \
+                     repository API",
+                    s.message()
+                )))
+            }
+            Err(s) if s.code() == tonic::Code::Unavailable => Err(status_error(s)),
+            _ => Ok(()),
+        }
+    }
+
     /// `in-process`, or the `--via` address.
     pub fn describe(&self) -> String {
         match self {

@@ -50,3 +50,39 @@ fn a_variant_climbed_at_the_largest_concurrency_is_not_loaded_again() {
     assert!(!sweep_has_nothing_new(&[], &Sweep::Upward(16), 16));
     assert!(!sweep_has_nothing_new(&[at(16)], &Sweep::Doubling, 16));
 }
+
+#[test]
+fn a_model_whose_variants_all_failed_says_why_not_that_the_constraints_were_missed() {
+    let variant = |name: &str, error: Option<&str>, points: Vec<Point>| VariantResult {
+        model: "m".into(),
+        name: name.into(),
+        candidate: Candidate::default(),
+        config_pbtxt: String::new(),
+        points,
+        error: error.map(String::from),
+        best: None,
+    };
+    let refused = "failed to load: explicit model load is not allowed";
+    let mut report = TuneReport {
+        variants: vec![
+            variant("m_config_default", Some(refused), Vec::new()),
+            variant("m_config_0", Some(refused), Vec::new()),
+            variant("m_config_1", Some("a request failed at concurrency 2: boom"), Vec::new()),
+        ],
+        best: vec![("m".into(), None)],
+        ..Default::default()
+    };
+    let why = all_failed(&report).expect("every variant failed");
+    assert_eq!(
+        why,
+        format!(
+            "model 'm': all 3 variants failed, so nothing was measured: m_config_default: {refused}; m_config_1: a \
+             request failed at concurrency 2: boom"
+        )
+    );
+    assert_eq!(best_lines(&report), [format!("m: {}", why.trim_start_matches("model 'm': "))]);
+    // One variant measured (and missing the constraints): the constraints are to blame.
+    report.variants[1] = variant("m_config_0", None, vec![Point { concurrency: 1, ..Default::default() }]);
+    assert_eq!(all_failed(&report), None);
+    assert_eq!(best_lines(&report), ["m: no variant meets the constraints"]);
+}

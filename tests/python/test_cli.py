@@ -1,8 +1,9 @@
 """Command line: --help, --version, the `validate` subcommand, and start-up errors."""
 
 import re
+import subprocess
 
-from helpers import EXAMPLE_MODELS, EXAMPLES, copy_models, run_cli
+from helpers import BIN, EXAMPLE_MODELS, EXAMPLES, copy_models, run_cli, server_env
 
 
 def test_help_lists_triton_flags():
@@ -13,6 +14,39 @@ def test_help_lists_triton_flags():
                  "--repository-poll-secs", "--disable-auto-complete-config", "--id"):
         assert flag in r.stdout, f"{flag} missing from --help"
     assert "validate" in r.stdout
+
+
+def help_text(flag: str, columns: int | None) -> str:
+    """`tritonrs <flag>` with no terminal on any stream, at COLUMNS=`columns` (None: no COLUMNS)."""
+    env = {k: v for k, v in server_env().items() if k not in ("COLUMNS", "LINES")}
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    r = subprocess.run([str(BIN), flag], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_short_help_is_a_summary_that_fits_80_columns():
+    for columns in (80, None):  # a terminal of 80 columns, and none (piped, no COLUMNS): 80 too
+        out = help_text("-h", columns)
+        long = [line for line in out.splitlines() if len(line) > 80]
+        assert not long, f"COLUMNS={columns}: {len(long)} lines over 80 columns:\n" + "\n".join(long[:5])
+        assert len(out.splitlines()) < 100, f"-h is {len(out.splitlines())} lines, not a summary"
+        for flag in ("--model-repository", "--http-port", "--grpc-port", "--backend-config", "--config"):
+            assert flag in out, f"{flag} missing from -h"
+        # The rest is one flag away.
+        assert "--grpc-keepalive-time" not in out and "`tritonrs --help` lists all" in out, out
+
+
+def test_long_help_wraps_at_100_columns_with_descriptions_under_their_flags():
+    out = help_text("--help", 100)
+    lines = out.splitlines()
+    assert not [line for line in lines if len(line) > 100]
+    # A description pushed right by the longest flag shows as a column of single words far from the
+    # margin; descriptions start at column 10 (17 in the list of commands).
+    pushed = [line for line in lines if re.fullmatch(r" {18,}\S+", line)]
+    assert not pushed, pushed[:5]
+    assert "--grpc-keepalive-time <TIME>" in out and "--exit-timeout-secs <SECS>" in out
 
 
 def test_version():

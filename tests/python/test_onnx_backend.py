@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
 
-from helpers import copy_models
+import helpers
+from helpers import REPO_ROOT, copy_models
+
+# The pinned wheel (scripts/requirements.txt), which a model's reason tells users to install.
+ORT_VERSION = re.search(r"^onnxruntime==(\S+)", (REPO_ROOT / "scripts" / "requirements.txt").read_text(), re.M)[1]
 
 
 def simple_infer(c) -> np.ndarray:
@@ -108,4 +117,65 @@ def test_a_missing_or_wrong_library_is_said_once_with_the_loaders_reason(start_s
     rows = [r for r in s.index() if r["name"] == "simple"]
     assert rows and rows[0]["state"] == "UNAVAILABLE"
     assert "ORT_DYLIB_PATH" in rows[0]["reason"] and f"from {fake} (dlopen failed: " in rows[0]["reason"], rows
+    assert s.is_live()
+
+
+def python_without_onnxruntime(tmp_path: Path) -> str:
+    """A PATH whose `python3` (the system's) has no `onnxruntime` package."""
+    bindir = tmp_path / "no-ort-bin"
+    bindir.mkdir()
+    sys_py = shutil.which("python3", path="/usr/bin:/bin")
+    assert sys_py, "a system python3 is needed"
+    (bindir / "python3").symlink_to(sys_py)
+    if subprocess.run([bindir / "python3", "-c", "import onnxruntime"], capture_output=True).returncode == 0:
+        pytest.skip("the system python3 has onnxruntime; this case needs one without it")
+    return f"{bindir}:/usr/bin:/bin"
+
+
+def test_without_ort_dylib_path_the_onnxruntime_package_of_python3_serves(start_server, repo):
+    """The binary run directly, as from a second terminal: no ORT_DYLIB_PATH, the .venv's python3 first
+    on the PATH (what `source scripts/env.sh` or an activated venv gives)."""
+    copy_models(repo, "simple")
+    env = {"ORT_DYLIB_PATH": "", "PATH": f"{REPO_ROOT / '.venv' / 'bin'}:/usr/bin:/bin"}
+    s = start_server("--model-repository", repo, env=env)
+    m = s.wait_for_log(r"ONNX Runtime is loaded from '([^']+)' \(([^)]+)\)")
+    assert m[1].endswith(f"onnxruntime/capi/libonnxruntime.so.{ORT_VERSION}"), m[0]
+    assert m[2] == "the onnxruntime package of python3 on the PATH", m[0]
+    assert simple_infer(s.client()).tolist() == [list(range(1, 17))]
+
+
+def test_without_python_onnxruntime_the_checkouts_ort_folder_serves(start_server, repo, tmp_path):
+    if not (REPO_ROOT / ".ort" / "libonnxruntime.so").exists():
+        pytest.skip("no .ort/libonnxruntime.so in this checkout (source scripts/env.sh)")
+    copy_models(repo, "simple")
+    s = start_server("--model-repository", repo, env={"ORT_DYLIB_PATH": "", "PATH": python_without_onnxruntime(tmp_path)})
+    m = s.wait_for_log(r"ONNX Runtime is loaded from '([^']+)' \(([^)]+)\)")
+    assert m[1] == str(helpers.BIN.resolve().parents[2] / ".ort" / "libonnxruntime.so"), m[0]
+    assert ".ort" in m[2] and "scripts/env.sh" in m[2], m[0]
+    assert s.index_row("simple")["state"] == "READY"
+
+
+def test_found_nowhere_the_reason_says_what_to_install(start_server, repo, tmp_path, monkeypatch):
+    """The binary outside a checkout (a hard link: no .ort/ above it), no ORT_DYLIB_PATH, a python3
+    without onnxruntime: ONNX models are UNAVAILABLE saying what to install; the server serves on."""
+    usual = [*Path("/usr/lib").glob("libonnxruntime.so*"), *Path("/usr/local/lib").glob("libonnxruntime.so*"),
+             *Path("/usr/lib").glob("*-linux-gnu/libonnxruntime.so*"), *Path("/opt").glob("*/lib/libonnxruntime.so*")]
+    if usual:
+        pytest.skip(f"this machine has ONNX Runtime installed: {usual[0]}")
+    linked = tmp_path / "bin" / "tritonrs"
+    linked.parent.mkdir()
+    try:
+        os.link(helpers.BIN.resolve(), linked)
+    except OSError as e:  # another file system: a copy would be hundreds of MB
+        pytest.skip(f"cannot hard-link the binary into {tmp_path}: {e}")
+    monkeypatch.setattr(helpers, "BIN", linked)
+    copy_models(repo, "simple")
+    s = start_server("--model-repository", repo, "--strict-readiness=false",
+                     env={"ORT_DYLIB_PATH": "", "PATH": python_without_onnxruntime(tmp_path)})
+    s.wait_until(s.settled, what="every model settled")
+    row = s.index_row("simple")
+    assert row["state"] == "UNAVAILABLE", row
+    assert f"pip install onnxruntime=={ORT_VERSION}" in row["reason"] and "ORT_DYLIB_PATH" in row["reason"], row
+    assert "the server's log lists them" in row["reason"], row
+    assert "Tried: " in s.log and "/usr/lib/libonnxruntime.so (not found)" in s.log
     assert s.is_live()

@@ -316,3 +316,15 @@ def test_help_groups_the_flags():
     assert not wrong, f"flags under the wrong group (found, expected): {wrong}"
     # And nothing left under clap's generic "Options" but help and version.
     assert {f for f, h in where.items() if h == "Options"} <= {"--help", "--version"}, where
+
+
+def test_an_unknown_flag_gets_only_close_suggestions_and_a_tritonserver_flag_is_named():
+    # Nothing close: no suggestion (clap offered --cuda-memory-pool-byte-size).
+    r = run_cli("--memory", "1")
+    assert r.returncode == 2 and "unexpected argument '--memory'" in r.stderr and "tip:" not in r.stderr, r.stderr
+    r = run_cli("--http-thread-cnt=2")
+    assert r.returncode == 2 and "tip: a similar argument exists: '--http-thread-count'" in r.stderr, r.stderr
+    # tritonserver's flag where tritonrs does not take it (all of 2.51's start the server itself).
+    r = run_cli("validate", "--model-repository", "/nowhere", "--http-port=8000")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: tritonserver's --http-port is not supported by `tritonrs validate`"), r.stderr

@@ -324,3 +324,42 @@ def test_options_come_from_the_configuration_file(tmp_path):
     # The server itself ignores tune's keys in a shared file.
     v = run_cli("validate", "--config", str(conf))
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+@pytest.mark.parametrize("which", ["tritonrs", "tritonserver"])
+def test_via_a_server_that_does_not_allow_loading_stops_at_once_saying_how_to_start_it(
+        tmp_path, start_server, start_tritonserver, which):
+    """The server scripts/run-example.sh starts (--model-control-mode=none), and tritonserver 2.51 in
+    the same mode: one line before anything is loaded or the 5-second warning, not a run whose every
+    variant fails."""
+    repo = tmp_path / "repo"
+    python_sleep_model(repo, "echo")  # a Python model: the reference serves it too
+    s = (start_server if which == "tritonrs" else start_tritonserver)("--model-repository", str(repo))
+    r = tune("--via", f"grpc://{s.grpc_url}", "--model", "echo", "--output-dir", str(tmp_path / "out"), timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: "), r.stderr
+    assert "start it with --model-control-mode=explicit" in errors[0], errors[0]
+    assert "not allowed" in errors[0], errors[0]  # the server's own words
+    assert not (tmp_path / "out").exists()
+    assert s.index_row("echo")["state"] == "READY"
+
+
+def test_a_run_whose_every_variant_failed_says_why(tmp_path):
+    repo = tmp_path / "repo"
+    model = python_sleep_model(repo, "broken")
+    (model / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        raise ValueError('broken on purpose')\n")
+    space = tmp_path / "space.toml"
+    space.write_text("instance_count = [2]\n")
+    r = tune("--model-repository", str(repo), "--model", "broken", "--search", f"custom:{space}",
+             "--concurrency", "1", "--output-dir", str(tmp_path / "out"), timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "meets the constraints" not in r.stdout + r.stderr
+    error = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert error == [error[0]] and error[0].startswith("error: model 'broken': all 2 variants failed"), r.stderr
+    assert "broken_config_default: a request failed at concurrency 1: " in error[0], error[0]
+    assert "broken on purpose" in error[0], error[0]
+    assert re.search(r"^broken: all 2 variants failed, so nothing was measured: ", r.stdout, re.M), r.stdout

@@ -15,7 +15,7 @@ mod library_tests {
         ] {
             std::fs::write(dir.path().join(name), b"").unwrap();
         }
-        let found: Vec<String> = versioned_libraries(dir.path())
+        let found: Vec<String> = crate::backend::libsearch::libs_in(dir.path(), library::LIB_NAME)[1..]
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();

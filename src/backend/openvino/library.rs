@@ -1,13 +1,13 @@
 //! Finding and loading OpenVINO's C library (`libopenvino_c.so`) at run time, once per process.
 //!
-//! The places, in order: `--backend-config=openvino,library=PATH` (or `backend-config` in the
-//! configuration file), then `TRITONRS_OPENVINO_LIB` (each a file or a folder; the first one set is
-//! the only place tried, as `onnxruntime,library=` and `ORT_DYLIB_PATH` are), `INTEL_OPENVINO_DIR` /
-//! `OPENVINO_INSTALL_DIR` (an OpenVINO archive or `setupvars.sh`), `LD_LIBRARY_PATH` and the usual
-//! install folders, then the `openvino` Python package of the `python3` on the PATH, whose `libs/`
-//! folder holds the libraries with a version suffix (`libopenvino_c.so.2641`), so `pip install
-//! openvino` alone is enough. That `python3` gets [`PYTHON_TIMEOUT`] to answer, so a hanging one
-//! cannot stall model loading.
+//! The places, in order (see [`crate::backend::libsearch`]): `--backend-config=openvino,library=PATH`
+//! on the command line, then `TRITONRS_OPENVINO_LIB`, then that setting in the configuration file
+//! (each a file or a folder; the first one set is the only place tried, as for ONNX Runtime's
+//! `library=` and `ORT_DYLIB_PATH`); else `INTEL_OPENVINO_DIR` / `OPENVINO_INSTALL_DIR` (an OpenVINO
+//! archive or `setupvars.sh`), `LD_LIBRARY_PATH` and the usual install folders, then the `openvino`
+//! Python package of the `python3` on the PATH, whose `libs/` folder holds the libraries with a
+//! version suffix (`libopenvino_c.so.2641`), so `pip install openvino` alone is enough. That `python3` gets
+//! [`libsearch::PYTHON_TIMEOUT`] to answer, so a hanging one cannot stall model loading.
 //!
 //! A candidate is opened here first and checked (every function `ffi` calls is present, and the
 //! version is 2025.1 or newer, whose element-type numbering openvino-sys's bindings use) before
@@ -15,32 +15,29 @@
 //! library it loads for the whole process.
 #![allow(unsafe_code)]
 
+use crate::backend::libsearch::{self, Stage};
 use crate::model_api::BackendConfig;
 use openvino_sys::{ov_status_e, ov_version_t};
 use std::ffi::CStr;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 /// The C library's file name, without a version suffix.
 const LIB_NAME: &str = "libopenvino_c.so";
 
-/// What to do to get OpenVINO, for the reasons of models that cannot load without it.
-pub const HOW_TO_INSTALL: &str = "install OpenVINO (`pip install openvino` for the python3 on the PATH, or an \
-    OpenVINO archive with INTEL_OPENVINO_DIR set) or set --backend-config=openvino,library=PATH or \
-    TRITONRS_OPENVINO_LIB to its libopenvino_c.so or the folder holding it";
-
-/// Folders OpenVINO's packages and archives install into (besides `/opt/intel/openvino*`).
-const USUAL_DIRS: &[&str] = &[
-    "/usr/local/lib",
-    "/usr/lib",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/local/lib64",
-    "/usr/lib64",
-];
+/// What to do to get OpenVINO, for the reasons of models that cannot load without it: the version
+/// the tests run with.
+pub fn how_to_install() -> String {
+    let pip = match libsearch::pinned_version("openvino") {
+        Some(v) => format!("pip install openvino=={v}"),
+        None => "pip install openvino".to_string(),
+    };
+    format!(
+        "install OpenVINO (`{pip}` for the python3 on the PATH, or an OpenVINO archive with INTEL_OPENVINO_DIR \
+         set) or set --backend-config=openvino,library=PATH or TRITONRS_OPENVINO_LIB to its libopenvino_c.so or \
+         the folder holding it"
+    )
+}
 
 /// Every function of the C API that this backend calls (`ffi`, `check`). A library lacking one is
 /// not used: openvino-sys panics when a missing function is called.
@@ -97,9 +94,10 @@ pub struct Loaded {
 
 static LOADED: OnceLock<Result<Loaded, String>> = OnceLock::new();
 
-/// `--backend-config=openvino,library=PATH`, made absolute: set by [`configure`] when the server is
-/// assembled, before anything loads the library (which happens once per process).
-static CONFIGURED: OnceLock<Option<PathBuf>> = OnceLock::new();
+/// `--backend-config=openvino,library=PATH`, made absolute, and whether the configuration file gave
+/// it: set by [`configure`] when the server is assembled, before anything loads the library (which
+/// happens once per process).
+static CONFIGURED: OnceLock<Option<(PathBuf, bool)>> = OnceLock::new();
 
 /// The setting's name in messages.
 const CONFIG_FLAG: &str = "--backend-config=openvino,library";
@@ -108,18 +106,14 @@ const CONFIG_FLAG: &str = "--backend-config=openvino,library";
 /// server's settings wherever the backend or its completer is made; the first call of the process
 /// decides (the library itself is loaded once per process).
 pub fn configure(config: &BackendConfig) {
-    let path = config.get(super::NAME, "library").filter(|v| !v.trim().is_empty()).map(|v| {
-        let p = PathBuf::from(v.trim());
-        if p.is_absolute() {
-            p
-        } else {
-            std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p)
-        }
-    });
+    let path = config
+        .get(super::NAME, "library")
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| (libsearch::absolute(PathBuf::from(v.trim())), config.from_config_file));
     if CONFIGURED.set(path.clone()).is_err() && CONFIGURED.get() != Some(&path) {
         tracing::warn!(
             "{CONFIG_FLAG} was already set for this process; {} is not used.",
-            path.map_or_else(|| "no setting".to_string(), |p| format!("'{}'", p.display()))
+            path.map_or_else(|| "no setting".to_string(), |(p, _)| format!("'{}'", p.display()))
         );
     }
 }
@@ -130,39 +124,39 @@ pub fn load() -> Result<&'static Loaded, String> {
     LOADED.get_or_init(find_and_load).as_ref().map_err(Clone::clone)
 }
 
-/// The library named by the user, and by what: the backend config first, as for ONNX Runtime.
+/// The library named by the user, and by what: the command line's setting, then the environment
+/// variable, then the configuration file's setting (the order of every setting).
 fn explicit() -> Option<(PathBuf, &'static str)> {
-    if let Some(p) = CONFIGURED.get().cloned().flatten() {
-        return Some((p, CONFIG_FLAG));
+    let configured = CONFIGURED.get().cloned().flatten();
+    if let Some((p, false)) = &configured {
+        return Some((p.clone(), CONFIG_FLAG));
     }
-    let env = std::env::var_os("TRITONRS_OPENVINO_LIB").filter(|v| !v.is_empty())?;
-    Some((PathBuf::from(env), "TRITONRS_OPENVINO_LIB"))
+    if let Some(env) = std::env::var_os("TRITONRS_OPENVINO_LIB").filter(|v| !v.is_empty()) {
+        return Some((PathBuf::from(env), "TRITONRS_OPENVINO_LIB"));
+    }
+    configured.map(|(p, _)| (p, "backend-config=openvino,library in the configuration file"))
 }
 
 fn find_and_load() -> Result<Loaded, String> {
     let explicit = explicit();
-    let list = match &explicit {
-        Some((p, _)) if p.is_dir() => libs_in(p),
-        Some((p, _)) => vec![p.clone()],
-        None => candidates(),
+    let stages = match &explicit {
+        Some((p, by)) => {
+            let p = p.clone();
+            vec![Stage::new(*by, move || if p.is_dir() { libsearch::libs_in(&p, LIB_NAME) } else { vec![p] })]
+        }
+        None => stages(),
     };
-    let mut tried = Vec::new();
-    for path in list {
-        if !path.exists() {
-            tried.push(format!("{} (not found)", path.display()));
-            continue;
+    let load = |path: &Path| {
+        let version = check(path)?;
+        openvino_sys::load_from(path.to_path_buf()).map(|()| version).map_err(|e| e.to_string())
+    };
+    let mut tried = match libsearch::first_loadable(stages, load) {
+        Ok(found) => {
+            tracing::info!("OpenVINO {} is loaded from '{}' ({}).", found.value, found.path.display(), found.origin);
+            return Ok(Loaded { path: found.path, version: found.value });
         }
-        match check(&path) {
-            Ok(version) => match openvino_sys::load_from(path.clone()) {
-                Ok(()) => {
-                    tracing::info!("OpenVINO {version} is loaded from '{}'.", path.display());
-                    return Ok(Loaded { path, version });
-                }
-                Err(e) => tried.push(format!("{} ({e})", path.display())),
-            },
-            Err(e) => tried.push(format!("{} ({e})", path.display())),
-        }
-    }
+        Err(tried) => tried,
+    };
     if tried.is_empty() {
         tried.push("no libopenvino_c.so in any of the usual places".into());
     }
@@ -176,44 +170,46 @@ fn find_and_load() -> Result<Loaded, String> {
         (None, [one]) => format!("({one})"),
         (None, _) => format!("from any of {} places (the server's log lists them)", tried.len()),
     };
-    Err(format!("OpenVINO's C library ({LIB_NAME}) could not be loaded {where_}; {HOW_TO_INSTALL}"))
+    Err(format!("OpenVINO's C library ({LIB_NAME}) could not be loaded {where_}; {}", how_to_install()))
 }
 
-/// The places to look when `TRITONRS_OPENVINO_LIB` is not set, in order.
-fn candidates() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = Vec::new();
+/// The stages of the search when no place is named, in order; `python3` is asked only when the
+/// folders before it hold no library that loads.
+fn stages() -> Vec<Stage<'static>> {
+    let mut installs: Vec<PathBuf> = Vec::new();
     for var in ["INTEL_OPENVINO_DIR", "OPENVINO_INSTALL_DIR"] {
         if let Some(root) = std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from) {
-            dirs.extend(install_lib_dirs(&root));
+            installs.extend(install_lib_dirs(&root));
         }
     }
-    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
-        dirs.extend(std::env::split_paths(&paths).filter(|p| !p.as_os_str().is_empty()));
-    }
-    dirs.extend(USUAL_DIRS.iter().map(PathBuf::from));
-    // Intel's archives unpack as /opt/intel/openvino_<version>, often with an `openvino` link.
-    if let Ok(entries) = std::fs::read_dir("/opt/intel") {
-        let mut roots: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().starts_with("openvino"))
-            .map(|e| e.path())
-            .collect();
-        roots.sort();
-        roots.reverse();
-        for root in roots {
-            dirs.extend(install_lib_dirs(&root));
-        }
-    }
-    dirs.extend(python_package_libs());
-    let mut list = Vec::new();
-    for d in dirs {
-        for p in libs_in(&d) {
-            if !list.contains(&p) {
-                list.push(p);
-            }
-        }
-    }
-    list
+    let in_dirs = |dirs: Vec<PathBuf>| dirs.iter().flat_map(|d| libsearch::libs_in(d, LIB_NAME)).collect();
+    let mut stages = vec![Stage::new("INTEL_OPENVINO_DIR", move || in_dirs(installs))];
+    stages.push(Stage::new("LD_LIBRARY_PATH", move || {
+        let paths = std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default();
+        in_dirs(std::env::split_paths(&paths).filter(|p| !p.as_os_str().is_empty()).collect())
+    }));
+    stages.push(Stage::new("a usual library folder", move || in_dirs(libsearch::usual_lib_dirs())));
+    stages.push(Stage::new("an OpenVINO archive in /opt/intel", move || in_dirs(intel_archives())));
+    stages.push(Stage::new("the openvino package of python3 on the PATH", move || {
+        libsearch::python_package_dir("openvino")
+            .map(|pkg| libsearch::libs_in(&pkg.join("libs"), LIB_NAME))
+            .unwrap_or_default()
+    }));
+    stages
+}
+
+/// The library folders of Intel's archives, which unpack as /opt/intel/openvino_<version>, often with
+/// an `openvino` link; the newest name first.
+fn intel_archives() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/opt/intel") else { return Vec::new() };
+    let mut roots: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("openvino"))
+        .map(|e| e.path())
+        .collect();
+    roots.sort();
+    roots.reverse();
+    roots.iter().flat_map(|r| install_lib_dirs(r)).collect()
 }
 
 /// Where an OpenVINO archive's root keeps its libraries.
@@ -223,85 +219,6 @@ fn install_lib_dirs(root: &Path) -> Vec<PathBuf> {
         .map(|sub| root.join(sub))
         .filter(|d| d.is_dir())
         .collect()
-}
-
-/// How long `python3` may take to say where its `openvino` package is (it normally takes well under
-/// a second; the first run after boot may read its files from a slow SD card).
-const PYTHON_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The `libs/` folder of the `openvino` package that `python3` on the PATH imports, if any. The
-/// package is located without importing it (importing loads the whole runtime).
-fn python_package_libs() -> Option<PathBuf> {
-    let script = "import importlib.util as u\ns = u.find_spec('openvino')\n\
-                  print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')";
-    let mut cmd = Command::new("python3");
-    cmd.args(["-c", script]);
-    let (status, stdout) = match output_within(cmd, PYTHON_TIMEOUT) {
-        Ok(Some(done)) => done,
-        Ok(None) => {
-            tracing::warn!(
-                "python3 on the PATH did not answer within {} s where its openvino package is; it was stopped, \
-                 and that package is not used.",
-                PYTHON_TIMEOUT.as_secs()
-            );
-            return None;
-        }
-        Err(_) => return None, // no python3: nothing to ask
-    };
-    if !status.success() {
-        return None;
-    }
-    let dir = String::from_utf8(stdout).ok()?.trim().to_string();
-    let libs = PathBuf::from(dir).join("libs");
-    libs.is_dir().then_some(libs)
-}
-
-/// Runs `cmd` (stdin empty, stderr dropped) and collects its standard output; `Ok(None)` when it has
-/// not finished within `limit`, in which case it is killed and reaped.
-fn output_within(mut cmd: Command, limit: Duration) -> std::io::Result<Option<(ExitStatus, Vec<u8>)>> {
-    let deadline = Instant::now() + limit;
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
-    // Read on a thread of its own, so that neither a full pipe nor a process that keeps the pipe open
-    // after the child exits can block this one past the deadline.
-    let (tx, rx) = std::sync::mpsc::channel();
-    if let Some(mut out) = child.stdout.take() {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = out.read_to_end(&mut buf);
-            let _ = tx.send(buf);
-        });
-    }
-    loop {
-        if let Some(status) = child.try_wait()? {
-            let left = deadline.saturating_duration_since(Instant::now());
-            return Ok(rx.recv_timeout(left).ok().map(|out| (status, out)));
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ok(None);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// `libopenvino_c.so` in `dir`, then its versioned files there (`libopenvino_c.so.2641`, as the
-/// wheel ships them; `libopenvino_c.so.2026.4.1`), newest first.
-fn libs_in(dir: &Path) -> Vec<PathBuf> {
-    let mut list = vec![dir.join(LIB_NAME)];
-    let Ok(entries) = std::fs::read_dir(dir) else { return list };
-    let mut versioned: Vec<(Vec<u64>, PathBuf)> = entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let version = name.strip_prefix(LIB_NAME)?.strip_prefix('.')?;
-            let parts: Vec<u64> = version.split('.').map(|n| n.parse().ok()).collect::<Option<_>>()?;
-            Some((parts, e.path()))
-        })
-        .collect();
-    versioned.sort_by(|a, b| b.0.cmp(&a.0));
-    list.extend(versioned.into_iter().map(|(_, p)| p));
-    list
 }
 
 /// Opens `path` on its own and checks it is a usable OpenVINO C library; its version on success.
@@ -368,38 +285,5 @@ mod tests {
         assert_eq!(year_minor("2025.1.0"), Some((2025, 1)));
         assert_eq!(year_minor("custom_master"), None);
         assert_eq!(year_minor("2024"), None);
-    }
-
-    #[test]
-    fn a_command_past_its_time_is_killed_and_one_in_time_gives_its_output() {
-        let started = Instant::now();
-        let mut sleeper = Command::new("sh");
-        sleeper.args(["-c", "sleep 30"]);
-        assert!(output_within(sleeper, Duration::from_millis(200)).unwrap().is_none());
-        // Killed, not waited for (generous: the point is that it is not 30 s).
-        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
-
-        let mut echo = Command::new("sh");
-        echo.args(["-c", "echo hello; exit 3"]);
-        let (status, out) = output_within(echo, Duration::from_secs(20)).unwrap().expect("in time");
-        assert_eq!((status.code(), out.as_slice()), (Some(3), &b"hello\n"[..]));
-
-        // A missing program: an error (under qemu-user, whose vfork is a fork, a child exiting 127).
-        match output_within(Command::new("/nonexistent/python3"), Duration::from_secs(20)) {
-            Err(_) => {}
-            Ok(Some((status, _))) => assert!(!status.success()),
-            Ok(None) => panic!("a missing program timed out"),
-        }
-    }
-
-    #[test]
-    fn versioned_files_follow_the_plain_name_newest_first() {
-        let dir = tempfile::tempdir().unwrap();
-        for f in ["libopenvino_c.so.2540", "libopenvino_c.so.2641", "libopenvino_c.so.x", "libopenvino.so.2641"] {
-            std::fs::write(dir.path().join(f), b"").unwrap();
-        }
-        let names: Vec<String> =
-            libs_in(dir.path()).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
-        assert_eq!(names, ["libopenvino_c.so", "libopenvino_c.so.2641", "libopenvino_c.so.2540"]);
     }
 }
