@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
 # Unpacks the TensorRT 10 headers the TensorRT shim compiles against (see Cargo.toml).
-cargo fetch -q
+cargo fetch
+# Not quiet: a cold release build takes about 15-20 minutes on 2 cores, and cargo's lines show it moves.
+echo "run-example.sh: cargo build --release (cold: about 15-20 minutes on 2 cores; at once when nothing changed)" >&2
 cargo build --release --bin tritonrs
 bin="$PWD/target/release/tritonrs"
 cat >&2 <<MSG
