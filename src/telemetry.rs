@@ -5,13 +5,12 @@
 
 use crate::core::trace::{Finished, OtelSettings, SpanSink};
 use crate::error::{Error, Result};
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
 use opentelemetry_sdk::Resource;
-use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,20 +20,34 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long shutdown waits for the queue to drain.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
-/// What the exporter thread is told.
-#[derive(Debug)]
-enum Msg {
-    /// A finished trace, whose spans the thread builds.
-    Trace(Finished),
-    /// Send what is queued, then say so on the channel.
-    Flush(Sender<()>),
+/// The traces waiting for the exporter thread. Submitting only takes the lock: the thread is woken
+/// when a batch is full or a flush is asked for, else it wakes on its schedule, so a traced request
+/// costs no wake-up of another thread.
+#[derive(Debug, Default)]
+struct Queue {
+    state: Mutex<Waiting>,
+    /// Signalled when a batch is full, a flush is asked for, or the sink is gone.
+    wake: Condvar,
+    /// Signalled by the thread when it has exported what a flush asked for.
+    flushed: Condvar,
 }
 
-/// The counters the sink and its thread share.
+/// What the queue holds.
+#[derive(Debug, Default)]
+struct Waiting {
+    traces: Vec<Finished>,
+    /// The spans `traces` will give.
+    spans: usize,
+    /// Flushes asked for and flushes done (a flush is done when `done` reaches its number).
+    asked: u64,
+    done: u64,
+    /// The sink is gone: export what is left and end.
+    closed: bool,
+}
+
+/// Counters the sink and its thread share.
 #[derive(Debug, Default)]
 struct Counters {
-    /// Spans submitted and not yet exported (or dropped).
-    queued: AtomicUsize,
     /// Spans dropped: queue full, export failed or timed out.
     dropped: AtomicU64,
 }
@@ -42,9 +55,12 @@ struct Counters {
 /// [`SpanSink`] over OTLP/HTTP (protobuf).
 #[derive(Debug)]
 pub struct OtlpSink {
-    tx: Sender<Msg>,
+    queue: Arc<Queue>,
     counters: Arc<Counters>,
+    /// Spans waiting or being exported at most; more are dropped.
     max_queue: usize,
+    /// Spans that wake the thread before its schedule.
+    max_batch: usize,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -52,45 +68,55 @@ impl OtlpSink {
     /// Starts the exporter thread for `settings`. Fails only on a malformed URL; a collector that is
     /// not there yet is not an error (spans are dropped and counted until it is).
     pub fn start(settings: &OtelSettings) -> Result<Arc<OtlpSink>> {
-        let uri: http::Uri = settings.url.parse().map_err(|e| {
-            Error::invalid(format!("--trace-config opentelemetry,url={}: not a URL ({e})", settings.url))
-        })?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) {
-            return Err(Error::invalid(format!(
-                "--trace-config opentelemetry,url={}: the OTLP/HTTP endpoint must be an http:// or https:// URL",
-                settings.url
-            )));
-        }
-        // reqwest is built without a default TLS provider; the process uses ring (as for the cloud
-        // repositories). Installing it twice is harmless.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_endpoint(settings.url.clone())
-            .with_timeout(EXPORT_TIMEOUT)
-            .with_headers(Default::default())
-            .build()
-            .map_err(|e| Error::invalid(format!("cannot set up the OTLP exporter for {}: {e}", settings.url)))?;
-        exporter.set_resource(&resource(settings));
-        let (tx, rx) = crossbeam_channel::unbounded();
+        let exporter = exporter(settings)?;
+        let queue = Arc::new(Queue::default());
         let counters = Arc::new(Counters::default());
+        let max_batch = settings.bsp_max_export_batch_size.max(1);
         let batch = Batching {
-            max_batch: settings.bsp_max_export_batch_size.max(1),
-            delay: Duration::from_millis(settings.bsp_schedule_delay_ms),
+            max_batch,
+            // At least 1 ms, so a delay of 0 (export at once) does not spin the thread.
+            delay: Duration::from_millis(settings.bsp_schedule_delay_ms.max(1)),
             url: settings.url.clone(),
         };
-        let c = counters.clone();
+        let (q, c) = (queue.clone(), counters.clone());
         let thread = std::thread::Builder::new()
             .name("otlp-export".into())
-            .spawn(move || batch.run(exporter, &rx, &c))
+            .spawn(move || batch.run(exporter, &q, &c))
             .map_err(|e| Error::internal(format!("cannot start the OTLP exporter thread: {e}")))?;
         Ok(Arc::new(OtlpSink {
-            tx,
+            queue,
             counters,
             max_queue: settings.bsp_max_queue_size.max(1),
+            max_batch,
             thread: Mutex::new(Some(thread)),
         }))
     }
+}
+
+/// The OTLP/HTTP exporter for `settings.url`, with the resource every span carries.
+fn exporter(settings: &OtelSettings) -> Result<opentelemetry_otlp::SpanExporter> {
+    let uri: http::Uri = settings
+        .url
+        .parse()
+        .map_err(|e| Error::invalid(format!("--trace-config opentelemetry,url={}: not a URL ({e})", settings.url)))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(Error::invalid(format!(
+            "--trace-config opentelemetry,url={}: the OTLP/HTTP endpoint must be an http:// or https:// URL",
+            settings.url
+        )));
+    }
+    // reqwest is built without a default TLS provider; the process uses ring (as for the cloud
+    // repositories). Installing it twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(settings.url.clone())
+        .with_timeout(EXPORT_TIMEOUT)
+        .with_headers(Default::default())
+        .build()
+        .map_err(|e| Error::invalid(format!("cannot set up the OTLP exporter for {}: {e}", settings.url)))?;
+    exporter.set_resource(&resource(settings));
+    Ok(exporter)
 }
 
 /// The resource every span carries: tritonserver's service name, the SDK's `telemetry.sdk.*`, then
@@ -107,10 +133,17 @@ fn resource(settings: &OtelSettings) -> Resource {
 impl SpanSink for OtlpSink {
     fn submit(&self, trace: Finished) {
         let n = trace.len();
-        let queued = self.counters.queued.fetch_add(n, Ordering::AcqRel);
-        if queued + n > self.max_queue || self.tx.send(Msg::Trace(trace)).is_err() {
-            self.counters.queued.fetch_sub(n, Ordering::AcqRel);
+        let mut w = self.queue.state.lock();
+        if w.closed || w.spans + n > self.max_queue {
+            drop(w);
             self.counters.dropped.fetch_add(n as u64, Ordering::Relaxed);
+            return;
+        }
+        w.spans += n;
+        w.traces.push(trace);
+        // Woken once per batch, not per trace.
+        if w.spans >= self.max_batch && w.spans - n < self.max_batch {
+            self.queue.wake.notify_one();
         }
     }
 
@@ -119,13 +152,29 @@ impl SpanSink for OtlpSink {
     }
 
     fn shutdown(&self) {
-        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-        if self.tx.send(Msg::Flush(done_tx)).is_ok() && done_rx.recv_timeout(SHUTDOWN_WAIT).is_err() {
-            tracing::warn!("The OpenTelemetry collector did not take the last spans within {SHUTDOWN_WAIT:?}.");
+        let mut w = self.queue.state.lock();
+        w.asked += 1;
+        let ticket = w.asked;
+        self.queue.wake.notify_one();
+        let deadline = Instant::now() + SHUTDOWN_WAIT;
+        while w.done < ticket {
+            if self.queue.flushed.wait_until(&mut w, deadline).timed_out() {
+                tracing::warn!("The OpenTelemetry collector did not take the last spans within {SHUTDOWN_WAIT:?}.");
+                break;
+            }
         }
-        // The thread ends when the sink (and so the channel) goes; it is not joined, so a collector
-        // that hangs cannot hold up the shutdown.
+        w.closed = true;
+        self.queue.wake.notify_one();
+        drop(w);
+        // Not joined, so a collector that hangs cannot hold up the shutdown.
         drop(self.thread.lock().take());
+    }
+}
+
+impl Drop for OtlpSink {
+    fn drop(&mut self) {
+        self.queue.state.lock().closed = true;
+        self.queue.wake.notify_one();
     }
 }
 
@@ -137,9 +186,9 @@ struct Batching {
 }
 
 impl Batching {
-    /// Collects spans until a batch is full or `delay` passed since its first span, and exports it;
-    /// a flush exports at once. Ends when every sender is gone.
-    fn run(self, exporter: opentelemetry_otlp::SpanExporter, rx: &Receiver<Msg>, counters: &Counters) {
+    /// Every `delay`, or when a batch is full or a flush is asked for, takes what is queued, builds
+    /// its spans and exports them in batches. Ends when the sink is closed.
+    fn run(self, exporter: opentelemetry_otlp::SpanExporter, queue: &Queue, counters: &Counters) {
         let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
             Err(e) => {
@@ -148,34 +197,28 @@ impl Batching {
             }
         };
         let mut health = Health::default();
-        let mut batch: Vec<SpanData> = Vec::new();
-        let mut deadline: Option<Instant> = None;
         loop {
-            let msg = match deadline {
-                Some(d) => rx.recv_deadline(d),
-                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            let (traces, flush, closed) = {
+                let mut w = queue.state.lock();
+                let deadline = Instant::now() + self.delay;
+                while w.spans < self.max_batch && w.asked == w.done && !w.closed {
+                    if queue.wake.wait_until(&mut w, deadline).timed_out() {
+                        break;
+                    }
+                }
+                w.spans = 0;
+                (std::mem::take(&mut w.traces), w.asked, w.closed)
             };
-            let mut flush = None;
-            match msg {
-                Ok(Msg::Trace(trace)) => {
-                    deadline.get_or_insert_with(|| Instant::now() + self.delay);
-                    // As many spans as the queue counted for it (`Finished::len`).
-                    batch.extend(trace.spans());
-                }
-                Ok(Msg::Flush(done)) => flush = Some(done),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    self.export_all(&rt, &exporter, &mut batch, counters, &mut health);
-                    return;
-                }
+            let mut batch: Vec<SpanData> = traces.iter().flat_map(Finished::spans).collect();
+            drop(traces);
+            self.export_all(&rt, &exporter, &mut batch, counters, &mut health);
+            let mut w = queue.state.lock();
+            if w.done < flush {
+                w.done = flush;
+                queue.flushed.notify_all();
             }
-            let due = deadline.is_some_and(|d| Instant::now() >= d);
-            if batch.len() >= self.max_batch || due || flush.is_some() {
-                self.export_all(&rt, &exporter, &mut batch, counters, &mut health);
-                deadline = None;
-            }
-            if let Some(done) = flush {
-                let _ = done.send(());
+            if closed {
+                return;
             }
         }
     }
@@ -194,7 +237,6 @@ impl Batching {
             let piece = std::mem::replace(batch, rest);
             let n = piece.len();
             let sent = rt.block_on(async { tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(piece)).await });
-            counters.queued.fetch_sub(n, Ordering::AcqRel);
             match sent {
                 Ok(Ok(())) => health.up(&self.url),
                 Ok(Err(e)) => {
