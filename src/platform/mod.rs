@@ -24,6 +24,19 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Gives the heap's free pages back to the system (glibc's `malloc_trim(0)`), so that memory a model
+/// freed on unload stops counting in the process's resident and proportional set sizes; a no-op where
+/// the C library is not glibc.
+#[allow(unsafe_code)]
+pub fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` takes a plain integer (the padding to keep) and only walks the allocator's
+    // own arenas under their locks; it frees no block in use and is safe to call from any thread.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// CPU utilization and memory, refreshed in the background every `--metrics-interval-ms`.
 #[derive(Debug, Default)]
 pub struct CpuMonitor {

@@ -151,7 +151,8 @@ pub async fn point(
         compute_input_ms,
         compute_infer_ms,
         compute_output_ms,
-        rss_mb: if target.is_local() { probe::memory_mb().unwrap_or(0.0) } else { 0.0 },
+        // The server's whole memory here; the run subtracts its reading from before the variant loaded.
+        memory_mb: if target.is_local() { probe::memory_mb().unwrap_or(0.0) } else { 0.0 },
         gpu_memory_mb: if target.is_local() {
             probes.gpu_memory.as_ref().and_then(GpuMemoryProbe::read_mb)
         } else {

@@ -118,6 +118,9 @@ struct Run<'a> {
     /// Set while the model is loaded in-process with its own configuration (before its first variant),
     /// so measuring that configuration needs no reload.
     loaded_as_is: bool,
+    /// The server's memory just before the loaded variant loaded (see [`Point::memory_mb`]), on this
+    /// machine only.
+    memory_before: Option<f64>,
 }
 
 impl Run<'_> {
@@ -165,9 +168,21 @@ impl Run<'_> {
         Some(self.report.variants.len() - 1)
     }
 
+    /// Before a variant loads on this machine: unloads the model's previous variant, so that what the
+    /// next one costs is measured against the server without it, and reads the server's memory.
+    async fn memory_baseline(&mut self, model: &str) {
+        if !self.ctx.target.is_local() {
+            return;
+        }
+        // A model not loaded yet (the first load) has nothing to unload.
+        let _ = self.ctx.target.unload(model).await;
+        self.memory_before = probe::settled_memory_mb().await;
+    }
+
     /// Loads a variant's configuration; a failure is recorded in the result.
     async fn load(&mut self, result: &mut VariantResult, config: &ModelConfig) -> bool {
         (self.ctx.progress)(&format!("{} ({}): loading", result.name, result.candidate));
+        self.memory_baseline(&result.model).await;
         match self.ctx.target.load(&result.model, config).await {
             Ok(()) => true,
             Err(e) => {
@@ -225,8 +240,11 @@ impl Run<'_> {
                 .await;
                 warm = true;
                 match measured {
-                    Ok(p) => {
+                    Ok(mut p) => {
                         self.points += 1;
+                        if let Some(before) = self.memory_before {
+                            p.memory_mb = (p.memory_mb - before).max(0.0);
+                        }
                         (self.ctx.progress)(&format!(
                             "{name} ({candidate}): concurrency {c}: {:.1} infer/s, p99 {:.2} ms",
                             p.throughput, p.p99_ms
@@ -483,6 +501,7 @@ impl<'a> Run<'a> {
             stopped: None,
             points: 0,
             loaded_as_is: false,
+            memory_before: None,
         }
     }
 }
@@ -493,6 +512,7 @@ async fn tune_model(run: &mut Run<'_>, model: &str, shapes: &HashMap<String, Vec
     let (args, ctx) = (run.args, run.ctx);
     // The model as it is: loaded once without an override, to learn its completed configuration.
     (ctx.progress)(&format!("{model}: loading its current configuration"));
+    run.memory_baseline(model).await;
     let loaded = match &ctx.target {
         Target::InProcess(server) => server.load_model(model, Default::default()).await,
         Target::Via { .. } => Ok(()),

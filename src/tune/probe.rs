@@ -65,16 +65,46 @@ fn descendants(root: u32) -> Vec<u32> {
 
 /// The memory the server holds in MB: this process's proportional set size plus that of every process
 /// it started (a Python model's stubs live in their own processes), so pages the stubs share through
-/// their fork server count once. Resident size where PSS cannot be read.
+/// their fork server count once. The fork server itself is left out: it starts once per server, on the
+/// first Python model's load, and is no variant's cost. Resident size where PSS cannot be read.
 pub fn memory_mb() -> Option<f64> {
-    let me = std::process::id();
     let one = |pid: String| {
         kb_field(&format!("/proc/{pid}/smaps_rollup"), "Pss:")
             .or_else(|| kb_field(&format!("/proc/{pid}/status"), "VmRSS:"))
     };
     let own = one("self".into())?;
-    let children: f64 = descendants(me).into_iter().filter_map(|pid| one(pid.to_string())).sum();
+    let children: f64 = server_children().into_iter().filter_map(|pid| one(pid.to_string())).sum();
     Some((own + children) / 1024.0)
+}
+
+/// [`memory_mb`] once an unload has settled: the heap's free pages given back to the system and the
+/// unloaded model's stubs gone (the number of processes this one started no longer falling, for 3 s at
+/// most).
+pub async fn settled_memory_mb() -> Option<f64> {
+    let mut before = usize::MAX;
+    for _ in 0..60 {
+        let now = server_children().len();
+        if now >= before {
+            break;
+        }
+        before = now;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    crate::platform::trim_heap();
+    memory_mb()
+}
+
+/// The processes this one started, less the stubs' fork server.
+pub fn server_children() -> Vec<u32> {
+    descendants(std::process::id()).into_iter().filter(|&pid| !is_fork_server(pid)).collect()
+}
+
+/// Whether `pid` is the Python stubs' fork server: a child of this process with `tritonrs_zygote.py`
+/// on its command line (a stub it forks is its child and sets a command line of its own).
+fn is_fork_server(pid: u32) -> bool {
+    parent_of(pid) == Some(std::process::id())
+        && std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg.ends_with(b"tritonrs_zygote.py")))
 }
 
 /// GPU memory used by this process and the ones it started, through NVML (loaded at run time; `None`

@@ -26,10 +26,10 @@ impl Constraints {
         }
     }
 
-    /// Whether `p` meets every limit. Memory is resident memory plus GPU memory; a power limit with no
-    /// power reading is not met (nothing says it holds).
+    /// Whether `p` meets every limit. Memory is the variant's own (see [`Point::memory_mb`]) plus the GPU
+    /// memory in use; a power limit with no power reading is not met (nothing says it holds).
     pub fn satisfied_by(&self, p: &Point) -> bool {
-        let memory = p.rss_mb + p.gpu_memory_mb.unwrap_or(0.0);
+        let memory = p.memory_mb + p.gpu_memory_mb.unwrap_or(0.0);
         self.max_p99_ms.is_none_or(|m| p.p99_ms <= m)
             && self.min_throughput.is_none_or(|m| p.throughput >= m)
             && self.max_memory_mb.is_none_or(|m| memory <= m)
@@ -122,9 +122,12 @@ pub struct Point {
     pub compute_input_ms: f64,
     pub compute_infer_ms: f64,
     pub compute_output_ms: f64,
-    /// The server's memory at the end of the point, in MB: the proportional set size of its process and
-    /// of the processes it started (Python stubs), so pages they share count once.
-    pub rss_mb: f64,
+    /// What the variant costs in memory, in MB: the proportional set size (PSS) of the server's process
+    /// and of the processes it started (Python stubs, so pages they share count once; the stubs' fork
+    /// server, started once per server, is left out) at the end of the point, less the same reading
+    /// taken just before the variant loaded, with the previous variant unloaded and freed heap given
+    /// back to the system. So it does not grow with the run's order. 0 under `--via`.
+    pub memory_mb: f64,
     /// GPU memory in use by the process (NVML) where a GPU is visible.
     pub gpu_memory_mb: Option<f64>,
     /// The server's CPU use (its process and the ones it started), in percent of one core (200 = two

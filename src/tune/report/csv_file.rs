@@ -109,7 +109,7 @@ fn csv_row(v: &VariantResult, p: &Point) -> Vec<String> {
         ma_float(p.compute_infer_ms),
         ma_float(p.compute_output_ms),
         ma_float(p.cpu_percent),
-        ma_float(p.rss_mb),
+        ma_float(p.memory_mb),
         opt(p.gpu_memory_mb),
         opt(p.power_w),
         // Efficiency can be well under 1 infer/J, so it keeps three decimals.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::super::results::{Objective, PowerSource, TuneReport, VariantResult};
 use super::plots::{resource_svg, throughput_vs_p99_svg};
 use super::rank::{best_variant, model_variants, models, shown_point};
-use super::text::{constraints_text, efficiency_text, num, point_cells, yes_no};
+use super::text::{constraints_text, efficiency_text, num, point_cells, yes_no, MEMORY_HEADER, MEMORY_MEANING};
 
 /// The HTML report's file name.
 pub const HTML_FILE: &str = "report.html";
@@ -108,6 +108,7 @@ fn render_html(report: &TuneReport, plots: &[(String, Vec<String>)]) -> String {
         None => "not measured (efficiency is per CPU-second)",
     };
     let _ = writeln!(h, "<tr><th>Power</th><td>{power}</td></tr>");
+    let _ = writeln!(h, "<tr><th>Memory</th><td>{}</td></tr>", html_escape(MEMORY_MEANING));
     let _ = writeln!(h, "<tr><th>Variants</th><td>{}</td></tr>\n</table>", report.variants.len());
     if let Some(note) = &report.incomplete {
         let _ = writeln!(h, "<p class=\"note\">Incomplete run: {}</p>", html_escape(note));
@@ -164,7 +165,7 @@ fn best_section(h: &mut String, v: &VariantResult, objective: Objective) {
                 ),
             ),
             ("CPU (% of one core)", num(p.cpu_percent, 0)),
-            ("RSS (MB)", num(p.rss_mb, 0)),
+            (MEMORY_HEADER, num(p.memory_mb, 0)),
             ("GPU memory (MB)", opt(p.gpu_memory_mb, 0)),
             ("Power (W)", opt(p.power_w, 1)),
             ("Efficiency", efficiency_text(p)),
@@ -180,9 +181,10 @@ fn best_section(h: &mut String, v: &VariantResult, objective: Objective) {
 }
 
 fn variants_table(h: &mut String, report: &TuneReport, model: &str, best: Option<usize>) {
-    h.push_str(
+    let _ = writeln!(
+        h,
         "<table>\n<tr><th>Variant</th><th>Candidate</th><th>Concurrency</th><th>Throughput (infer/s)</th>\
-         <th>p99 (ms)</th><th>RSS (MB)</th><th>Power (W)</th><th>Efficiency</th><th>Satisfies</th><th>Error</th></tr>\n",
+         <th>p99 (ms)</th><th>{MEMORY_HEADER}</th><th>Power (W)</th><th>Efficiency</th><th>Satisfies</th><th>Error</th></tr>",
     );
     for (i, v) in report.variants.iter().enumerate().filter(|(_, v)| v.model == model) {
         let class = if Some(i) == best { " class=\"best\"" } else { "" };

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use super::super::results::TuneReport;
 use super::rank::{best_variant, models, shown_point};
-use super::text::{constraints_text, point_cells, shorten};
+use super::text::{constraints_text, point_cells, shorten, MEMORY_SHORT};
 
 /// The terminal summary: one block per model with each variant's best point (or why it was skipped),
 /// `*` marking the model's best variant. Plain text in fixed-width columns.
@@ -15,7 +15,8 @@ pub fn summary_table(report: &TuneReport) -> String {
     if let Some(note) = &report.incomplete {
         let _ = writeln!(s, "incomplete: {}", shorten(note, 100));
     }
-    let header = ["", "variant", "candidate", "conc", "infer/s", "p99 ms", "RSS MB", "power W", "efficiency", "ok"];
+    let _ = writeln!(s, "{MEMORY_SHORT}");
+    let header = ["", "variant", "candidate", "conc", "infer/s", "p99 ms", "mem MB", "power W", "efficiency", "ok"];
     // Text columns are left-aligned, numbers right-aligned.
     let right = [false, false, false, true, true, true, true, true, true, false];
     for model in models(report) {

@@ -3,6 +3,7 @@
 use super::super::results::{Accelerator, Candidate, Constraints, Objective, Point, PowerSource, VariantResult};
 use super::csv_file::{EXTRA_COLUMNS, MA_COLUMNS};
 use super::html::unique_stem;
+use super::plots;
 use super::text::shorten;
 use super::*;
 
@@ -18,7 +19,7 @@ fn point(concurrency: u32, throughput: f64, p99_ms: f64, satisfies: bool) -> Poi
         compute_input_ms: 0.2,
         compute_infer_ms: 1.25,
         compute_output_ms: 0.05,
-        rss_mb: 512.0,
+        memory_mb: 512.0,
         gpu_memory_mb: None,
         cpu_percent: 150.0,
         power_w: None,
@@ -184,6 +185,91 @@ fn html_escapes_and_embeds_existing_svgs() {
     assert!(svg.contains("p99 latency (ms)"));
     let bars = fs::read_to_string(dir.path().join("m____memory.svg")).unwrap();
     assert!(bars.contains("512 MB"));
+    // Every memory figure says what it is, the same in each place, and none calls it RSS.
+    assert!(bars.contains("memory added by each variant (PSS)") && bars.contains("memory added (MB, PSS)"), "{bars}");
+    assert!(html.contains("<th>Memory added (MB, PSS)</th>"), "{html}");
+    assert!(html.contains("<tr><th>Memory</th><td>what each variant adds to the server"), "{html}");
+    assert!(summary_table(&sample()).contains("mem MB: what each variant adds to the server's PSS"));
+    for text in [&html, &bars, &summary_table(&sample())] {
+        assert!(!text.contains("RSS"), "{text}");
+    }
+}
+
+/// A model whose variants have the given names, each measured at two points.
+fn named(names: &[String]) -> TuneReport {
+    let variants = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| VariantResult {
+            name: name.clone(),
+            ..variant("m", i, cpu(1), vec![point(1, 10.0 * (i + 1) as f64, 2.0, true), point(2, 15.0, 3.0, true)], None)
+        })
+        .collect();
+    TuneReport { variants, ..Default::default() }
+}
+
+/// The `width` attribute of an SVG's root element.
+fn svg_width(svg: &str) -> u32 {
+    let at = svg.find("width=\"").unwrap() + 7;
+    svg[at..].split('"').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn legend_labels_fit_and_long_ones_are_cut_with_a_title() {
+    let long = format!("a_rather_long_model_name_from_a_Model_Zoo_{}_config_12", "WM".repeat(8));
+    let too_long = format!("{}_config_3", "x".repeat(120));
+    let r = named(&[long.clone(), too_long.clone(), "short".into()]);
+    let dir = tempfile::tempdir().unwrap();
+    write_all(&r, dir.path()).unwrap();
+    let svg = fs::read_to_string(dir.path().join("m_throughput_vs_p99.svg")).unwrap();
+    // The long label is drawn whole, and the legend panel (the width beyond the 720 px plot) holds it.
+    let label = format!("{long} (1xCPU mbs=8)");
+    assert!(svg.contains(&format!("\n{label}\n</text>")), "{svg}");
+    let legend = svg_width(&svg) - 720;
+    assert!(legend >= 40 + plots::text_width_px(&label, 14), "legend {legend} px for {label}");
+    let cut = format!("{}...", &format!("{too_long} (1xCPU mbs=8)")[..93]);
+    assert!(legend >= 40 + plots::text_width_px(&cut, 14), "legend {legend} px for {cut}");
+    // A label past 96 characters is cut, and its whole text is the element's <title>.
+    assert!(!svg.contains(&format!("\n{too_long} (1xCPU mbs=8)\n</text>")), "{svg}");
+    assert!(svg.contains(&format!("...<title>{too_long} (1xCPU mbs=8)</title>\n</text>")), "{svg}");
+    // The bar chart's names fit its label area the same way.
+    let bars = fs::read_to_string(dir.path().join("m_memory.svg")).unwrap();
+    assert!(bars.contains(&format!("\n{long}\n</text>")), "{bars}");
+    assert!(svg_width(&bars) - 700 >= plots::text_width_px(&long, 14) + 8, "{bars}");
+    assert!(bars.contains(&format!("...<title>{too_long}</title>\n</text>")), "{bars}");
+}
+
+#[test]
+fn text_width_estimate_errs_wide() {
+    // Arial's advance widths at 14 px: "W" 13.2, "i" 3.1, "a" 7.8, "0" 7.8.
+    assert!(plots::text_width_px("W", 14) >= 13);
+    assert!(plots::text_width_px("i", 14) >= 3);
+    assert!(plots::text_width_px("a0", 14) >= 16);
+    assert_eq!(plots::text_width_px("", 14), 0);
+}
+
+#[test]
+fn every_series_takes_an_okabe_ito_colour_none_twice_in_the_first_eight() {
+    let names: Vec<String> = (0..9).map(|i| format!("m_config_{i}")).collect();
+    let dir = tempfile::tempdir().unwrap();
+    write_all(&named(&names), dir.path()).unwrap();
+    let svg = fs::read_to_string(dir.path().join("m_throughput_vs_p99.svg")).unwrap();
+    let hex = |c: &plotters::style::RGBColor| format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2);
+    let colours: Vec<String> = plots::OKABE_ITO.iter().map(hex).collect();
+    for c in &colours {
+        assert!(svg.contains(&format!("stroke=\"{c}\"")), "{c} missing: {svg}");
+    }
+    // The polylines (one per series) use only the palette.
+    for line in svg.lines().filter(|l| l.contains("<polyline")) {
+        let stroke = line.split("stroke=\"").nth(1).unwrap().split('"').next().unwrap();
+        assert!(colours.iter().any(|c| c == stroke), "{stroke} is not Okabe-Ito: {line}");
+    }
+    // The ninth series repeats the first colour with a hollow marker instead of a dot.
+    assert!(svg.contains("fill=\"none\""), "{svg}");
+    let bars = fs::read_to_string(dir.path().join("m_memory.svg")).unwrap();
+    for c in &colours {
+        assert!(bars.contains(&format!("fill=\"{c}\"")), "{c} missing from the bars");
+    }
 }
 
 #[test]
@@ -236,7 +322,7 @@ fn empty_single_point_and_errors_do_not_panic() {
 
     // One point, all values equal or zero, a NaN, and a model whose only variant failed.
     let mut one = point(1, 0.0, 0.0, false);
-    one.rss_mb = f64::NAN;
+    one.memory_mb = f64::NAN;
     one.cpu_percent = 0.0;
     let mut broken = variant("broken", 0, cpu(1), vec![], None);
     broken.error = Some("x".repeat(500));

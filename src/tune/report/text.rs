@@ -2,6 +2,19 @@
 
 use super::super::results::{Constraints, Point};
 
+/// The memory figure's name in the HTML tables (the CSV keeps Model Analyzer's "RAM Usage (MB)").
+pub(super) const MEMORY_HEADER: &str = "Memory added (MB, PSS)";
+
+/// The memory figure in one terminal line.
+pub(super) const MEMORY_SHORT: &str =
+    "mem MB: what each variant adds to the server's PSS (after its load, less before it)";
+
+/// What the memory figure is, said once in each report.
+pub(super) const MEMORY_MEANING: &str = "what each variant adds to the server: the proportional set size (PSS) \
+    of the server and its stub processes at the end of the point (the stubs' fork server, started once per \
+    server, left out), less the same reading taken just before the variant loaded, with the previous variant \
+    unloaded; the same figure as the CSV's \"RAM Usage (MB)\"";
+
 pub(super) fn yes_no(b: bool) -> String {
     if b { "Yes" } else { "No" }.to_string()
 }
@@ -60,7 +73,7 @@ pub(super) fn point_cells(p: &Point) -> [String; 6] {
         p.concurrency.to_string(),
         num(p.throughput, 1),
         num(p.p99_ms, 2),
-        num(p.rss_mb, 0),
+        num(p.memory_mb, 0),
         p.power_w.map_or_else(|| "-".to_string(), |w| num(w, 1)),
         efficiency_text(p),
     ]

@@ -3,7 +3,7 @@
 use super::*;
 
 fn p(throughput: f64, p99_ms: f64) -> Point {
-    Point { throughput, p99_ms, rss_mb: 100.0, cpu_percent: 50.0, ..Default::default() }
+    Point { throughput, p99_ms, memory_mb: 100.0, cpu_percent: 50.0, ..Default::default() }
 }
 
 #[test]
