@@ -186,7 +186,7 @@ def test_setup_finds_openvino_and_writes_it_beside_onnx_runtime(tmp_path, layout
     assert v.returncode == 1, v.stdout + v.stderr
     assert "OK    simple" in v.stdout, v.stdout
     fail = next(line for line in v.stdout.splitlines() if line.startswith("FAIL  ov_int"))
-    assert f"{want} (not found) (--backend-config=openvino,library)" in fail, fail
+    assert f"{want} (not found) (backend-config=openvino,library in the configuration file)" in fail, fail
     # A second run changes nothing.
     r = setup(root, env=env)
     assert r.returncode == 0 and "already sets backend-config" in r.stdout
