@@ -1,9 +1,12 @@
 //! Triton's trace extension, independent of transport: the settings (global and per model), which
-//! requests are traced, the timestamps of one traced request, and the trace file in Triton's JSON.
+//! requests are traced, the timestamps of one traced request, and where they go: the trace file in
+//! Triton's JSON, or OpenTelemetry spans ([`otel`], exported by a [`SpanSink`] given at assembly).
 //!
 //! Tracing off is the common case and costs one atomic load per request ([`Tracer::enabled`]). Only a
 //! sampled request carries a [`Trace`]; the front-ends and the core stamp it along the request's path,
-//! and dropping it hands its records to the setting that sampled it, which writes them to the file.
+//! and dropping it hands its records to the setting that sampled it, which writes them to the file, or
+//! its stamps to the span sink. The requests made on a traced request's behalf (ensemble steps, BLS
+//! calls) get child traces from its [`Trace::link`].
 
 mod file;
 mod otel;
