@@ -437,3 +437,14 @@ def both(servers, fn):
     if theirs is not None:
         assert fn(theirs) == got, "tritonrs and tritonserver 2.51 differ"
     return got
+
+
+def system_python_path(tmp_path, folder: str = "sys-py-bin") -> str:
+    """A PATH whose `python3` is the system's (/usr/bin), not the test venv's: for tests of what the
+    server finds through the python3 on the PATH when a package is not there."""
+    bindir = tmp_path / folder
+    bindir.mkdir()
+    sys_py = shutil.which("python3", path="/usr/bin:/bin")
+    assert sys_py, "a system python3 is needed"
+    (bindir / "python3").symlink_to(sys_py)
+    return f"{bindir}:/usr/bin:/bin"

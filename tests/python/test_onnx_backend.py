@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 
 import helpers
-from helpers import REPO_ROOT, copy_models
+from helpers import REPO_ROOT, copy_models, system_python_path
 
 # The pinned wheel (scripts/requirements.txt), which a model's reason tells users to install.
 ORT_VERSION = re.search(r"^onnxruntime==(\S+)", (REPO_ROOT / "scripts" / "requirements.txt").read_text(), re.M)[1]
@@ -122,14 +121,11 @@ def test_a_missing_or_wrong_library_is_said_once_with_the_loaders_reason(start_s
 
 def python_without_onnxruntime(tmp_path: Path) -> str:
     """A PATH whose `python3` (the system's) has no `onnxruntime` package."""
-    bindir = tmp_path / "no-ort-bin"
-    bindir.mkdir()
-    sys_py = shutil.which("python3", path="/usr/bin:/bin")
-    assert sys_py, "a system python3 is needed"
-    (bindir / "python3").symlink_to(sys_py)
-    if subprocess.run([bindir / "python3", "-c", "import onnxruntime"], capture_output=True).returncode == 0:
+    path = system_python_path(tmp_path, "no-ort-bin")
+    if subprocess.run([tmp_path / "no-ort-bin" / "python3", "-c", "import onnxruntime"],
+                      capture_output=True).returncode == 0:
         pytest.skip("the system python3 has onnxruntime; this case needs one without it")
-    return f"{bindir}:/usr/bin:/bin"
+    return path
 
 
 def test_without_ort_dylib_path_the_onnxruntime_package_of_python3_serves(start_server, repo):

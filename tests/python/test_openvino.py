@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import REPO_ROOT, copy_models
+from helpers import REPO_ROOT, copy_models, system_python_path
 
 OV_MODELS = REPO_ROOT / "model-repos" / "openvino"
 
@@ -104,12 +104,7 @@ def test_configuration_is_completed_from_the_model(start_server, repo):
 
 def python_without_openvino(tmp_path: Path) -> str:
     """A PATH whose `python3` has no `openvino` package (the system's, or a venv without it)."""
-    bindir = tmp_path / "nov-bin"
-    bindir.mkdir()
-    sys_py = shutil.which("python3", path="/usr/bin:/bin")
-    assert sys_py, "a system python3 is needed"
-    (bindir / "python3").symlink_to(sys_py)
-    return f"{bindir}:/usr/bin:/bin"
+    return system_python_path(tmp_path, "nov-bin")
 
 
 @pytest.mark.parametrize("how", ["library-named-nowhere", "no-package"])
