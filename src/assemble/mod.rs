@@ -5,7 +5,7 @@
 
 mod trace;
 
-pub use trace::trace_settings;
+pub use trace::trace_config;
 
 use crate::config::tune::TuneArgs;
 use crate::config::{self, ModelConfigArgs, ServeArgs};

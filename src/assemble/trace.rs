@@ -33,11 +33,6 @@ fn bad_setting(mode: Option<&str>, setting: &str, value: &str) -> Error {
     })
 }
 
-/// The start-up trace settings (see [`trace_config`]) without the OpenTelemetry exporter's.
-pub fn trace_settings(args: &ServeArgs) -> Result<(TraceSettings, Vec<String>)> {
-    trace_config(args).map(|(s, _, w)| (s, w))
-}
-
 /// The deprecated `--trace-*` flags: the settings they give, their combined level, and a warning for
 /// each flag used.
 fn deprecated_flags(args: &ServeArgs) -> Result<(TraceSettings, TraceLevel, Vec<String>)> {

@@ -7,7 +7,7 @@ use clap::Parser;
 fn trace(args: &[&str]) -> Result<(TraceSettings, Vec<String>)> {
     let mut all = vec!["tritonrs"];
     all.extend_from_slice(args);
-    trace_settings(&Cli::try_parse_from(all).unwrap().serve)
+    trace_config(&Cli::try_parse_from(all).unwrap().serve).map(|(s, _, w)| (s, w))
 }
 
 #[test]

@@ -239,10 +239,10 @@ impl Drop for Trace {
     fn drop(&mut self) {
         match (self.otel, self.shared.spans.clone()) {
             (Some(ids), Some(spans)) => {
+                // Nothing to buffer or chunk: the spans go straight to the exporter.
                 if self.level.contains(TraceLevel::TIMESTAMPS) {
                     spans.submit(self.finish(ids));
                 }
-                self.sink.collect(String::new());
             }
             _ => {
                 let records = self.render();
