@@ -1,15 +1,20 @@
-//! The OTLP/HTTP exporter of OpenTelemetry trace mode: the core's finished spans, queued (bounded, in
-//! spans), batched as the batch span processor settings say and sent by one thread with the
-//! OpenTelemetry SDK's OTLP exporter. A full queue or a collector that is down drops spans and counts
-//! them; inference never waits for the collector.
+//! The OTLP/HTTP exporter of OpenTelemetry trace mode: the core's finished traces, queued (bounded, in
+//! spans), batched as the batch span processor settings say, and sent by one thread as OTLP protobuf
+//! (`opentelemetry-proto`'s messages, POSTed with reqwest). A full queue or a collector that is down
+//! drops spans and counts them; inference never waits for the collector.
+//!
+//! The spans go straight from the stamps into OTLP's messages: the SDK's `SpanData` and
+//! `opentelemetry-otlp`'s exporter cost about 4 µs a span on the export thread (a tenth of the
+//! throughput of `simple` at gRPC c8 on 2 cores); building the messages directly costs a fraction.
 
 use crate::core::trace::{Finished, OtelSettings, SpanSink};
 use crate::error::{Error, Result};
-use opentelemetry::KeyValue;
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
-use opentelemetry_sdk::Resource;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use parking_lot::{Condvar, Mutex};
+use prost::Message as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -93,8 +98,15 @@ impl OtlpSink {
     }
 }
 
+/// Where and how the spans go: the endpoint, the HTTP client, and the resource every span carries.
+struct Exporter {
+    url: String,
+    client: reqwest::Client,
+    resource: Resource,
+}
+
 /// The OTLP/HTTP exporter for `settings.url`, with the resource every span carries.
-fn exporter(settings: &OtelSettings) -> Result<opentelemetry_otlp::SpanExporter> {
+fn exporter(settings: &OtelSettings) -> Result<Exporter> {
     let uri: http::Uri = settings
         .url
         .parse()
@@ -108,26 +120,72 @@ fn exporter(settings: &OtelSettings) -> Result<opentelemetry_otlp::SpanExporter>
     // reqwest is built without a default TLS provider; the process uses ring (as for the cloud
     // repositories). Installing it twice is harmless.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_endpoint(settings.url.clone())
-        .with_timeout(EXPORT_TIMEOUT)
-        .with_headers(Default::default())
+    let client = reqwest::Client::builder()
+        .timeout(EXPORT_TIMEOUT)
         .build()
         .map_err(|e| Error::invalid(format!("cannot set up the OTLP exporter for {}: {e}", settings.url)))?;
-    exporter.set_resource(&resource(settings));
-    Ok(exporter)
+    Ok(Exporter { url: settings.url.clone(), client, resource: resource(settings) })
 }
 
 /// The resource every span carries: tritonserver's service name, the SDK's `telemetry.sdk.*`, then
 /// the `resource=` attributes (which may replace the service name; a repeated key takes the last).
 fn resource(settings: &OtelSettings) -> Resource {
-    let mut attrs = vec![KeyValue::new("service.name", "triton-inference-server")];
-    attrs.extend(settings.resource.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
-    Resource::builder_empty()
+    let sdk = opentelemetry_sdk::Resource::builder_empty()
         .with_detector(Box::new(opentelemetry_sdk::resource::TelemetryResourceDetector))
-        .with_attributes(attrs)
-        .build()
+        .build();
+    let mut attrs: Vec<(String, String)> = vec![("service.name".into(), "triton-inference-server".into())];
+    attrs.extend(sdk.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    for (k, v) in &settings.resource {
+        match attrs.iter_mut().find(|(key, _)| key == k) {
+            Some(kv) => kv.1 = v.clone(),
+            None => attrs.push((k.clone(), v.clone())),
+        }
+    }
+    let attributes = attrs
+        .into_iter()
+        .map(|(key, v)| KeyValue {
+            key,
+            value: Some(AnyValue { value: Some(any_value::Value::StringValue(v)) }),
+            ..Default::default()
+        })
+        .collect();
+    Resource { attributes, dropped_attributes_count: 0, entity_refs: Vec::new() }
+}
+
+impl Exporter {
+    /// One OTLP export request: the resource, tritonserver's scope (`triton-server`, no version, so
+    /// dashboards that select Triton's spans select these), and `spans`.
+    fn body(&self, spans: Vec<Span>) -> Vec<u8> {
+        let scope = InstrumentationScope { name: "triton-server".into(), ..Default::default() };
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(self.resource.clone()),
+                scope_spans: vec![ScopeSpans { scope: Some(scope), spans, schema_url: String::new() }],
+                schema_url: String::new(),
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    /// POSTs `spans`; an error says why they were not taken.
+    async fn send(&self, spans: Vec<Span>) -> std::result::Result<(), String> {
+        let reply = self
+            .client
+            .post(&self.url)
+            .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+            .body(self.body(spans))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = reply.status();
+        // Read the (small) reply so the connection goes back to the pool.
+        let _ = reply.bytes().await;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("the collector answered {status}"))
+        }
+    }
 }
 
 impl SpanSink for OtlpSink {
@@ -188,7 +246,7 @@ struct Batching {
 impl Batching {
     /// Every `delay`, or when a batch is full or a flush is asked for, takes what is queued, builds
     /// its spans and exports them in batches. Ends when the sink is closed.
-    fn run(self, exporter: opentelemetry_otlp::SpanExporter, queue: &Queue, counters: &Counters) {
+    fn run(self, exporter: Exporter, queue: &Queue, counters: &Counters) {
         let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
             Err(e) => {
@@ -209,7 +267,10 @@ impl Batching {
                 w.spans = 0;
                 (std::mem::take(&mut w.traces), w.asked, w.closed)
             };
-            let mut batch: Vec<SpanData> = traces.iter().flat_map(Finished::spans).collect();
+            let mut batch = Vec::with_capacity(traces.len() * 3);
+            for t in &traces {
+                t.spans_into(&mut batch);
+            }
             drop(traces);
             self.export_all(&rt, &exporter, &mut batch, counters, &mut health);
             let mut w = queue.state.lock();
@@ -227,8 +288,8 @@ impl Batching {
     fn export_all(
         &self,
         rt: &tokio::runtime::Runtime,
-        exporter: &opentelemetry_otlp::SpanExporter,
-        batch: &mut Vec<SpanData>,
+        exporter: &Exporter,
+        batch: &mut Vec<Span>,
         counters: &Counters,
         health: &mut Health,
     ) {
@@ -236,12 +297,12 @@ impl Batching {
             let rest = batch.split_off(batch.len().min(self.max_batch));
             let piece = std::mem::replace(batch, rest);
             let n = piece.len();
-            let sent = rt.block_on(async { tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(piece)).await });
+            let sent = rt.block_on(async { tokio::time::timeout(EXPORT_TIMEOUT, exporter.send(piece)).await });
             match sent {
                 Ok(Ok(())) => health.up(&self.url),
                 Ok(Err(e)) => {
                     counters.dropped.fetch_add(n as u64, Ordering::Relaxed);
-                    health.down(&self.url, &e.to_string());
+                    health.down(&self.url, &e);
                 }
                 Err(_) => {
                     counters.dropped.fetch_add(n as u64, Ordering::Relaxed);

@@ -95,12 +95,14 @@ impl Clock {
         Clock { base, base_ns, base_system: SystemTime::now() }
     }
 
-    /// `t` on the wall clock, as OpenTelemetry timestamps are (steady from one reading at start).
-    fn system(&self, t: Instant) -> SystemTime {
-        match t.checked_duration_since(self.base) {
+    /// `t` on the wall clock in nanoseconds since the Unix epoch, as OpenTelemetry timestamps are
+    /// (steady from one reading at start).
+    fn unix_ns(&self, t: Instant) -> u64 {
+        let at = match t.checked_duration_since(self.base) {
             Some(after) => self.base_system + after,
             None => self.base_system.checked_sub(self.base - t).unwrap_or(self.base_system),
-        }
+        };
+        at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
     }
 
     fn ns(&self, t: Instant) -> u64 {

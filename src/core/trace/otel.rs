@@ -5,11 +5,10 @@
 //! count of dropped spans) is a [`SpanSink`] handed in at assembly, so the core holds no HTTP client.
 
 use super::{Activity, Clock, Trace};
-use opentelemetry::trace::{Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
-use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
-use std::borrow::Cow;
-use std::time::{Instant, SystemTime};
+use opentelemetry::trace::{SpanId, TraceFlags, TraceId};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{span, status, Span, SpanFlags, Status};
+use std::time::Instant;
 
 /// Where the spans of finished traces go. Never blocks and never fails a request: a sink that cannot
 /// keep up drops spans and counts them.
@@ -108,22 +107,19 @@ fn place(a: Activity) -> Place {
     }
 }
 
-/// The instrumentation scope of the spans: tritonserver's name (and, as there, no version), so
-/// dashboards that select Triton's spans select these.
-fn scope() -> InstrumentationScope {
-    static SCOPE: std::sync::OnceLock<InstrumentationScope> = std::sync::OnceLock::new();
-    SCOPE.get_or_init(|| InstrumentationScope::builder("triton-server").build()).clone()
-}
-
 /// One span of a trace, from the events that belong to it.
 struct SpanPlan<'a> {
-    name: Cow<'static, str>,
+    name: String,
     id: SpanId,
     parent: Option<(SpanId, bool)>,
     attributes: Vec<KeyValue>,
     events: Vec<&'a (Activity, Instant)>,
     /// The span's time: its events' unless it covers more (the front-end's span covers the request).
     range: Option<(Instant, Instant)>,
+}
+
+fn attribute(key: &str, value: any_value::Value) -> KeyValue {
+    KeyValue { key: key.to_owned(), value: Some(AnyValue { value: Some(value) }), ..Default::default() }
 }
 
 /// What a finished trace hands to the exporter: its stamps and names, moved out of the [`Trace`].
@@ -167,18 +163,26 @@ impl Finished {
         self.stamps.is_empty()
     }
 
-    /// The spans of this finished trace: the front-end's `InferRequest` span (a trace the front-end
-    /// sampled), the model's span under it (or under the parent trace's model span), and the model's
-    /// `compute` span. Spans without events are left out.
-    pub fn spans(&self) -> Vec<SpanData> {
+    /// The spans of this finished trace, in OTLP's form (built straight from the stamps: no SDK span
+    /// in between): the front-end's `InferRequest` span (a trace the front-end sampled), the model's
+    /// span under it (or under the parent trace's model span), and the model's `compute` span. Spans
+    /// without events are left out.
+    pub fn spans(&self) -> Vec<Span> {
+        let mut out = Vec::with_capacity(3);
+        self.spans_into(&mut out);
+        out
+    }
+
+    /// [`Finished::spans`], appended to `out`.
+    pub fn spans_into(&self, out: &mut Vec<Span>) {
         let ids = &self.ids;
         let of = |p: Place| self.stamps.iter().filter(|(a, _)| place(*a) == p).collect::<Vec<_>>();
         let (name, version) = match &self.model {
-            Some((n, v)) => (n.clone(), *v),
-            None => (String::new(), -1),
+            Some((n, v)) => (n.as_str(), *v),
+            None => ("", -1),
         };
         let request = SpanPlan {
-            name: Cow::Borrowed("InferRequest"),
+            name: "InferRequest".to_owned(),
             id: ids.request,
             parent: ids.parent,
             attributes: Vec::new(),
@@ -188,16 +192,16 @@ impl Finished {
         // A child trace has no front-end span: its model span hangs under the parent's model span.
         let model_parent = if request.events.is_empty() { ids.parent } else { Some((ids.request, false)) };
         let mut attributes = vec![
-            KeyValue::new("triton.model_name", name.clone()),
-            KeyValue::new("triton.model_version", version),
-            KeyValue::new("triton.trace_id", self.id as i64),
-            KeyValue::new("triton.trace_parent_id", self.parent_id.map_or(0, |p| p as i64)),
+            attribute("triton.model_name", any_value::Value::StringValue(name.to_owned())),
+            attribute("triton.model_version", any_value::Value::IntValue(version)),
+            attribute("triton.trace_id", any_value::Value::IntValue(self.id as i64)),
+            attribute("triton.trace_parent_id", any_value::Value::IntValue(self.parent_id.map_or(0, |p| p as i64))),
         ];
         if !self.request_id.is_empty() {
-            attributes.push(KeyValue::new("triton.request_id", self.request_id.clone()));
+            attributes.push(attribute("triton.request_id", any_value::Value::StringValue(self.request_id.clone())));
         }
         let model = SpanPlan {
-            name: Cow::Owned(name),
+            name: name.to_owned(),
             id: ids.model,
             parent: model_parent,
             attributes,
@@ -205,41 +209,55 @@ impl Finished {
             range: None,
         };
         let compute = SpanPlan {
-            name: Cow::Borrowed("compute"),
+            name: "compute".to_owned(),
             id: ids.compute,
             parent: Some((ids.model, false)),
             attributes: Vec::new(),
             events: of(Place::Compute),
             range: None,
         };
-        [request, model, compute].into_iter().filter(|p| !p.events.is_empty()).map(|p| self.span(ids, p)).collect()
+        out.extend([request, model, compute].into_iter().filter(|p| !p.events.is_empty()).map(|p| self.span(ids, p)));
     }
 
-    fn span(&self, ids: &SpanIds, plan: SpanPlan<'_>) -> SpanData {
-        let at = |t: &Instant| self.clock.system(*t);
+    fn span(&self, ids: &SpanIds, plan: SpanPlan<'_>) -> Span {
+        let at = |t: &Instant| self.clock.unix_ns(*t);
         let times = || plan.events.iter().map(|(_, t)| *t);
         let (start, end) = match plan.range.or_else(|| times().min().zip(times().max())) {
             Some((first, last)) => (at(&first), at(&last)),
-            None => (SystemTime::now(), SystemTime::now()),
+            None => (0, 0),
         };
-        let mut events = SpanEvents::default();
-        events.events = plan.events.iter().map(|(a, t)| Event::new(a.name(), at(t), Vec::new(), 0)).collect();
-        let (parent, remote) = plan.parent.unwrap_or((SpanId::INVALID, false));
-        SpanData {
-            span_context: SpanContext::new(ids.trace_id, plan.id, TraceFlags::SAMPLED, false, TraceState::default()),
+        let events = plan
+            .events
+            .iter()
+            .map(|(a, t)| span::Event { time_unix_nano: at(t), name: a.name().to_owned(), ..Default::default() })
+            .collect();
+        let (parent, remote) = match plan.parent {
+            Some((id, remote)) => (id.to_bytes().to_vec(), remote),
+            None => (Vec::new(), false),
+        };
+        // W3C flags (sampled), and whether the parent is remote, as the OTLP exporter sets them.
+        let mut flags = u32::from(TraceFlags::SAMPLED.to_u8()) | SpanFlags::ContextHasIsRemoteMask as u32;
+        if remote {
+            flags |= SpanFlags::ContextIsRemoteMask as u32;
+        }
+        Span {
+            trace_id: ids.trace_id.to_bytes().to_vec(),
+            span_id: plan.id.to_bytes().to_vec(),
+            trace_state: String::new(),
             parent_span_id: parent,
-            parent_span_is_remote: remote,
-            // Every span is a server span, as tritonserver's are.
-            span_kind: SpanKind::Server,
+            flags,
             name: plan.name,
-            start_time: start,
-            end_time: end,
+            // Every span is a server span with status UNSET, as tritonserver's are.
+            kind: span::SpanKind::Server as i32,
+            start_time_unix_nano: start,
+            end_time_unix_nano: end,
             attributes: plan.attributes,
             dropped_attributes_count: 0,
             events,
-            links: SpanLinks::default(),
-            status: Status::Unset,
-            instrumentation_scope: scope(),
+            dropped_events_count: 0,
+            links: Vec::new(),
+            dropped_links_count: 0,
+            status: Some(Status { code: status::StatusCode::Unset as i32, message: String::new() }),
         }
     }
 }

@@ -290,7 +290,7 @@ fn wire_form_lists_every_setting_in_tritons_order() {
 
 /// A span sink that keeps what it is given.
 #[derive(Debug, Default)]
-struct Kept(Mutex<Vec<opentelemetry_sdk::trace::SpanData>>);
+struct Kept(Mutex<Vec<opentelemetry_proto::tonic::trace::v1::Span>>);
 
 impl SpanSink for Kept {
     fn submit(&self, trace: Finished) {
@@ -337,22 +337,42 @@ fn a_trace_becomes_tritonservers_spans_and_children_hang_under_the_model_span() 
     root.stamp_now(Activity::HttpSendEnd);
     drop(root);
     let spans = kept.0.lock();
-    let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     // The step's model and compute spans, then the request's front-end and model spans (no compute).
     assert_eq!(names, ["add1", "compute", "InferRequest", "ens"]);
     let by = |n: &str| spans.iter().find(|s| s.name == n).unwrap();
-    let trace_id = by("InferRequest").span_context.trace_id();
-    assert!(spans.iter().all(|s| s.span_context.trace_id() == trace_id));
-    assert_eq!(by("ens").parent_span_id, by("InferRequest").span_context.span_id());
-    assert_eq!(by("add1").parent_span_id, by("ens").span_context.span_id());
-    assert_eq!(by("compute").parent_span_id, by("add1").span_context.span_id());
-    let attr = |s: &opentelemetry_sdk::trace::SpanData, k: &str| {
-        s.attributes.iter().find(|kv| kv.key.as_str() == k).map(|kv| kv.value.to_string())
+    let trace_id = &by("InferRequest").trace_id;
+    assert_eq!(trace_id.len(), 16);
+    assert!(spans.iter().all(|s| &s.trace_id == trace_id && s.span_id.len() == 8));
+    assert!(by("InferRequest").parent_span_id.is_empty(), "a root span has no parent");
+    assert_eq!(by("ens").parent_span_id, by("InferRequest").span_id);
+    assert_eq!(by("add1").parent_span_id, by("ens").span_id);
+    assert_eq!(by("compute").parent_span_id, by("add1").span_id);
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    let attr = |s: &opentelemetry_proto::tonic::trace::v1::Span, k: &str| {
+        s.attributes.iter().find(|kv| kv.key == k).and_then(|kv| kv.value.clone()).and_then(|v| v.value)
     };
     assert_eq!(attr(by("add1"), "triton.trace_parent_id"), attr(by("ens"), "triton.trace_id"));
-    assert_eq!(attr(by("ens"), "triton.trace_parent_id").as_deref(), Some("0"));
-    let events: Vec<&str> = by("ens").events.iter().map(|e| e.name.as_ref()).collect();
+    assert_eq!(attr(by("ens"), "triton.trace_parent_id"), Some(Value::IntValue(0)));
+    assert_eq!(attr(by("ens"), "triton.model_name"), Some(Value::StringValue("ens".into())));
+    assert_eq!(attr(by("add1"), "triton.request_id"), Some(Value::StringValue("r-1".into())));
+    assert_eq!(attr(by("ens"), "triton.request_id"), Some(Value::StringValue("r-1".into())));
+    assert_eq!(attr(by("compute"), "triton.request_id"), None, "only the model span has attributes");
+    let events: Vec<&str> = by("ens").events.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(events, ["REQUEST_START", "QUEUE_START", "REQUEST_END"]);
+    // SERVER spans, status UNSET, sampled, parent not remote; times in Unix nanoseconds, in order.
+    let now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    for s in spans.iter() {
+        assert_eq!(s.kind, 2, "{}", s.name);
+        assert_eq!(s.status.as_ref().map(|st| st.code), Some(0));
+        assert_eq!(s.flags, 0x101, "{}", s.name);
+        assert!(s.start_time_unix_nano <= s.end_time_unix_nano && s.end_time_unix_nano <= now_ns);
+        assert!(now_ns - s.start_time_unix_nano < 60_000_000_000, "{}", s.name);
+        assert!(s.events.windows(2).all(|w| w[0].time_unix_nano <= w[1].time_unix_nano));
+    }
+    let front = by("InferRequest");
+    assert!(front.start_time_unix_nano <= by("ens").start_time_unix_nano);
+    assert!(front.end_time_unix_nano >= by("compute").end_time_unix_nano, "the front-end span covers the request");
 }
 
 #[test]
@@ -364,9 +384,10 @@ fn traceparent_continues_the_callers_trace_and_is_always_traced() {
     tr.stamp_now(Activity::HttpRecvStart);
     drop(tr);
     let spans = kept.0.lock();
-    assert_eq!(format!("{:032x}", spans[0].span_context.trace_id()), "4bf92f3577b34da6a3ce929d0e0e4736");
-    assert_eq!(format!("{:016x}", spans[0].parent_span_id), "00f067aa0ba902b7");
-    assert!(spans[0].parent_span_is_remote);
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    assert_eq!(hex(&spans[0].trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(hex(&spans[0].parent_span_id), "00f067aa0ba902b7");
+    assert_eq!(spans[0].flags, 0x301, "sampled, and the parent is remote");
     drop(spans);
     // A malformed one is sampled as any request (the first of 1000 is not traced).
     assert!(t.sample_in_context("simple", "", Some("00-xyz-01")).is_none());
