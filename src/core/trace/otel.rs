@@ -6,15 +6,15 @@
 
 use super::{Activity, Clock, Trace};
 use opentelemetry::trace::{SpanId, TraceFlags, TraceId};
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::trace::v1::{span, status, Span, SpanFlags, Status};
 use std::time::Instant;
+
+mod wire;
 
 /// Where the spans of finished traces go. Never blocks and never fails a request: a sink that cannot
 /// keep up drops spans and counts them.
 pub trait SpanSink: Send + Sync + std::fmt::Debug {
-    /// Takes one finished trace; its spans are built by whoever exports them ([`Finished::spans`]),
-    /// off the request's path.
+    /// Takes one finished trace; its spans are encoded by whoever exports them
+    /// ([`Finished::encode_spans`]), off the request's path.
     fn submit(&self, trace: Finished);
     /// Spans dropped so far (queue full, or the collector refused or could not be reached).
     fn dropped(&self) -> u64;
@@ -107,19 +107,48 @@ fn place(a: Activity) -> Place {
     }
 }
 
-/// One span of a trace, from the events that belong to it.
-struct SpanPlan<'a> {
-    name: String,
-    id: SpanId,
-    parent: Option<(SpanId, bool)>,
-    attributes: Vec<KeyValue>,
-    events: Vec<&'a (Activity, Instant)>,
-    /// The span's time: its events' unless it covers more (the front-end's span covers the request).
-    range: Option<(Instant, Instant)>,
+/// Spans in OTLP's protobuf form, each a `ScopeSpans.spans` entry, so that a run of them is the spans
+/// of an OTLP `ScopeSpans` message; taken from the front in batches.
+#[derive(Debug, Default)]
+pub struct EncodedSpans {
+    bytes: Vec<u8>,
+    /// Where each span ends in `bytes`.
+    ends: Vec<usize>,
 }
 
-fn attribute(key: &str, value: any_value::Value) -> KeyValue {
-    KeyValue { key: key.to_owned(), value: Some(AnyValue { value: Some(value) }), ..Default::default() }
+impl EncodedSpans {
+    /// How many spans are held.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The first `n` spans' bytes (all of them when fewer are held), taken out.
+    pub fn take_front(&mut self, n: usize) -> Vec<u8> {
+        let n = n.min(self.ends.len());
+        if n == self.ends.len() {
+            self.ends.clear();
+            return std::mem::take(&mut self.bytes);
+        }
+        let cut = if n == 0 { 0 } else { self.ends[n - 1] };
+        let rest = self.bytes.split_off(cut);
+        self.ends.drain(..n);
+        self.ends.iter_mut().for_each(|e| *e -= cut);
+        std::mem::replace(&mut self.bytes, rest)
+    }
+}
+
+/// One span of a trace: the place its events come from, its name, id and parent, and the time it
+/// covers when that is more than its events' (the front-end's span covers the whole request).
+struct Plan<'a> {
+    place: Place,
+    name: &'a str,
+    id: SpanId,
+    parent: Option<(SpanId, bool)>,
+    range: Option<(Instant, Instant)>,
 }
 
 /// What a finished trace hands to the exporter: its stamps and names, moved out of the [`Trace`].
@@ -163,101 +192,79 @@ impl Finished {
         self.stamps.is_empty()
     }
 
-    /// The spans of this finished trace, in OTLP's form (built straight from the stamps: no SDK span
-    /// in between): the front-end's `InferRequest` span (a trace the front-end sampled), the model's
-    /// span under it (or under the parent trace's model span), and the model's `compute` span. Spans
-    /// without events are left out.
-    pub fn spans(&self) -> Vec<Span> {
-        let mut out = Vec::with_capacity(3);
-        self.spans_into(&mut out);
-        out
-    }
-
-    /// [`Finished::spans`], appended to `out`.
-    pub fn spans_into(&self, out: &mut Vec<Span>) {
+    /// Appends the spans of this finished trace to `out` in OTLP's protobuf form, and returns how
+    /// many: the front-end's `InferRequest` span (a trace the
+    /// front-end sampled), the model's span under it (or under the parent trace's model span), and the
+    /// model's `compute` span. Spans without events are left out. Written straight from the stamps,
+    /// with no message structs in between (see [`wire`]).
+    pub fn encode_spans(&self, out: &mut EncodedSpans) -> usize {
         let ids = &self.ids;
-        let of = |p: Place| self.stamps.iter().filter(|(a, _)| place(*a) == p).collect::<Vec<_>>();
+        let has = |p: Place| self.stamps.iter().any(|(a, _)| place(*a) == p);
         let (name, version) = match &self.model {
             Some((n, v)) => (n.as_str(), *v),
             None => ("", -1),
         };
-        let request = SpanPlan {
-            name: "InferRequest".to_owned(),
-            id: ids.request,
-            parent: ids.parent,
-            attributes: Vec::new(),
-            events: of(Place::Request),
-            range: self.stamps.iter().map(|(_, t)| *t).min().zip(self.stamps.iter().map(|(_, t)| *t).max()),
-        };
-        // A child trace has no front-end span: its model span hangs under the parent's model span.
-        let model_parent = if request.events.is_empty() { ids.parent } else { Some((ids.request, false)) };
-        let mut attributes = vec![
-            attribute("triton.model_name", any_value::Value::StringValue(name.to_owned())),
-            attribute("triton.model_version", any_value::Value::IntValue(version)),
-            attribute("triton.trace_id", any_value::Value::IntValue(self.id as i64)),
-            attribute("triton.trace_parent_id", any_value::Value::IntValue(self.parent_id.map_or(0, |p| p as i64))),
-        ];
-        if !self.request_id.is_empty() {
-            attributes.push(attribute("triton.request_id", any_value::Value::StringValue(self.request_id.clone())));
+        let mut n = 0;
+        let front = has(Place::Request);
+        if front {
+            let first = self.stamps.iter().map(|(_, t)| *t).min();
+            let range = first.zip(self.stamps.iter().map(|(_, t)| *t).max());
+            let plan = Plan { place: Place::Request, name: "InferRequest", id: ids.request, parent: ids.parent, range };
+            n += self.encode_span(out, plan, &[]);
         }
-        let model = SpanPlan {
-            name: name.to_owned(),
-            id: ids.model,
-            parent: model_parent,
-            attributes,
-            events: of(Place::Model),
-            range: None,
-        };
-        let compute = SpanPlan {
-            name: "compute".to_owned(),
-            id: ids.compute,
-            parent: Some((ids.model, false)),
-            attributes: Vec::new(),
-            events: of(Place::Compute),
-            range: None,
-        };
-        out.extend([request, model, compute].into_iter().filter(|p| !p.events.is_empty()).map(|p| self.span(ids, p)));
+        if has(Place::Model) {
+            // A child trace has no front-end span: its model span hangs under the parent's model span.
+            let parent = if front { Some((ids.request, false)) } else { ids.parent };
+            let parent_id = self.parent_id.map_or(0, |p| p as i64);
+            let all = [
+                ("triton.model_name", wire::Value::Str(name)),
+                ("triton.model_version", wire::Value::Int(version)),
+                ("triton.trace_id", wire::Value::Int(self.id as i64)),
+                ("triton.trace_parent_id", wire::Value::Int(parent_id)),
+                ("triton.request_id", wire::Value::Str(&self.request_id)),
+            ];
+            let attributes = if self.request_id.is_empty() { &all[..4] } else { &all[..] };
+            let plan = Plan { place: Place::Model, name, id: ids.model, parent, range: None };
+            n += self.encode_span(out, plan, attributes);
+        }
+        if has(Place::Compute) {
+            let parent = Some((ids.model, false));
+            let plan = Plan { place: Place::Compute, name: "compute", id: ids.compute, parent, range: None };
+            n += self.encode_span(out, plan, &[]);
+        }
+        n
     }
 
-    fn span(&self, ids: &SpanIds, plan: SpanPlan<'_>) -> Span {
-        let at = |t: &Instant| self.clock.unix_ns(*t);
-        let times = || plan.events.iter().map(|(_, t)| *t);
-        let (start, end) = match plan.range.or_else(|| times().min().zip(times().max())) {
-            Some((first, last)) => (at(&first), at(&last)),
+    /// One span: the events of its place, over their time unless its range covers more.
+    fn encode_span(&self, out: &mut EncodedSpans, plan: Plan<'_>, attributes: &[(&str, wire::Value<'_>)]) -> usize {
+        let Plan { place: place_of, name, id, parent, range } = plan;
+        let events = || self.stamps.iter().filter(move |(a, _)| place(*a) == place_of);
+        let times = || events().map(|(_, t)| *t);
+        let (start, end) = match range.or_else(|| times().min().zip(times().max())) {
+            Some((first, last)) => (self.clock.unix_ns(first), self.clock.unix_ns(last)),
             None => (0, 0),
         };
-        let events = plan
-            .events
-            .iter()
-            .map(|(a, t)| span::Event { time_unix_nano: at(t), name: a.name().to_owned(), ..Default::default() })
-            .collect();
-        let (parent, remote) = match plan.parent {
-            Some((id, remote)) => (id.to_bytes().to_vec(), remote),
-            None => (Vec::new(), false),
+        let (parent, remote) = match parent {
+            Some((id, remote)) => (Some(id.to_bytes()), remote),
+            None => (None, false),
         };
-        // W3C flags (sampled), and whether the parent is remote, as the OTLP exporter sets them.
-        let mut flags = u32::from(TraceFlags::SAMPLED.to_u8()) | SpanFlags::ContextHasIsRemoteMask as u32;
+        // W3C flags (sampled), and whether the parent is remote, as OTLP exporters set them.
+        let mut flags = u32::from(TraceFlags::SAMPLED.to_u8()) | wire::CONTEXT_HAS_IS_REMOTE;
         if remote {
-            flags |= SpanFlags::ContextIsRemoteMask as u32;
+            flags |= wire::CONTEXT_IS_REMOTE;
         }
-        Span {
-            trace_id: ids.trace_id.to_bytes().to_vec(),
-            span_id: plan.id.to_bytes().to_vec(),
-            trace_state: String::new(),
-            parent_span_id: parent,
+        let span = wire::Span {
+            trace_id: self.ids.trace_id.to_bytes(),
+            span_id: id.to_bytes(),
+            parent,
             flags,
-            name: plan.name,
-            // Every span is a server span with status UNSET, as tritonserver's are.
-            kind: span::SpanKind::Server as i32,
-            start_time_unix_nano: start,
-            end_time_unix_nano: end,
-            attributes: plan.attributes,
-            dropped_attributes_count: 0,
-            events,
-            dropped_events_count: 0,
-            links: Vec::new(),
-            dropped_links_count: 0,
-            status: Some(Status { code: status::StatusCode::Unset as i32, message: String::new() }),
-        }
+            name,
+            start,
+            end,
+            attributes,
+        };
+        span.encode(&mut out.bytes, events().map(|(a, t)| (a.name(), self.clock.unix_ns(*t))));
+        out.ends.push(out.bytes.len());
+        1
     }
 }

@@ -292,9 +292,21 @@ fn wire_form_lists_every_setting_in_tritons_order() {
 #[derive(Debug, Default)]
 struct Kept(Mutex<Vec<opentelemetry_proto::tonic::trace::v1::Span>>);
 
+/// A finished trace's spans, decoded from what [`Finished::encode_spans`] writes with
+/// `opentelemetry-proto`'s messages (a run of encoded spans is a `ScopeSpans` message's spans).
+fn decoded(trace: &Finished) -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
+    use prost::Message;
+    let mut out = EncodedSpans::default();
+    let n = trace.encode_spans(&mut out);
+    assert_eq!(n, out.len());
+    let bytes = out.take_front(n);
+    assert!(out.is_empty());
+    opentelemetry_proto::tonic::trace::v1::ScopeSpans::decode(bytes.as_slice()).expect("valid OTLP").spans
+}
+
 impl SpanSink for Kept {
     fn submit(&self, trace: Finished) {
-        let spans = trace.spans();
+        let spans = decoded(&trace);
         assert_eq!(spans.len(), trace.len());
         self.0.lock().extend(spans);
     }
@@ -366,7 +378,8 @@ fn a_trace_becomes_tritonservers_spans_and_children_hang_under_the_model_span() 
         assert_eq!(s.kind, 2, "{}", s.name);
         assert_eq!(s.status.as_ref().map(|st| st.code), Some(0));
         assert_eq!(s.flags, 0x101, "{}", s.name);
-        assert!(s.start_time_unix_nano <= s.end_time_unix_nano && s.end_time_unix_nano <= now_ns);
+        // Wall-clock times from one reading at start plus the monotonic clock: within a second of now.
+        assert!(s.start_time_unix_nano <= s.end_time_unix_nano && s.end_time_unix_nano <= now_ns + 1_000_000_000);
         assert!(now_ns - s.start_time_unix_nano < 60_000_000_000, "{}", s.name);
         assert!(s.events.windows(2).all(|w| w[0].time_unix_nano <= w[1].time_unix_nano));
     }
@@ -434,4 +447,46 @@ fn switching_to_opentelemetry_needs_the_exporter() {
     let settings = t.settings(None);
     let wire = settings.to_wire();
     assert!(wire.iter().all(|(k, _)| *k != "trace_file" && *k != "log_frequency"), "{wire:?}");
+}
+
+#[test]
+fn encoded_spans_are_taken_in_batches_on_span_boundaries() {
+    use prost::Message;
+    #[derive(Debug, Default)]
+    struct Traces(Mutex<Vec<Finished>>);
+    impl SpanSink for Traces {
+        fn submit(&self, trace: Finished) {
+            self.0.lock().push(trace);
+        }
+        fn dropped(&self) -> u64 {
+            0
+        }
+        fn shutdown(&self) {}
+    }
+    let traces = Arc::new(Traces::default());
+    let settings =
+        TraceSettings { level: TraceLevel::TIMESTAMPS, rate: 1, mode: TraceMode::OpenTelemetry, ..Default::default() };
+    let t = Tracer::with_spans(settings, Some(traces.clone()));
+    for i in 0..3 {
+        let mut tr = t.sample("m", &format!("r{i}")).unwrap();
+        tr.stamp_now(Activity::HttpRecvStart);
+        stamp_model(&mut tr, "m", true);
+        tr.stamp_now(Activity::HttpSendEnd);
+    }
+    let mut out = EncodedSpans::default();
+    for finished in traces.0.lock().iter() {
+        assert_eq!(finished.encode_spans(&mut out), 3);
+    }
+    assert_eq!(out.len(), 9);
+    let decode = |b: Vec<u8>| opentelemetry_proto::tonic::trace::v1::ScopeSpans::decode(b.as_slice()).unwrap().spans;
+    let first = decode(out.take_front(4));
+    assert_eq!(
+        first.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        ["InferRequest", "m", "compute", "InferRequest"]
+    );
+    assert_eq!(out.len(), 5);
+    let rest = decode(out.take_front(100));
+    assert_eq!(rest.len(), 5);
+    assert_eq!(rest[0].name, "m");
+    assert!(out.is_empty() && out.take_front(1).is_empty());
 }
