@@ -43,6 +43,10 @@ class CountingReceiver:
         counts = self.counts = {"exports": 0, "bytes": 0}
 
         class Handler(BaseHTTPRequestHandler):
+            # Keeps the exporter's connection open, as collectors do (HTTP/1.0 would make every
+            # export a new TCP connection on both sides).
+            protocol_version = "HTTP/1.1"
+
             def do_POST(self):
                 n = int(self.headers.get("Content-Length", 0))
                 self.rfile.read(n)
