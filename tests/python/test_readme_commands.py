@@ -38,14 +38,14 @@ from mqtt_helpers import Mosquitto, free_port
 
 DOCS = ["README.md", "model-repos/python/README.md"]
 # What the documents call the binary: by name once it is on the PATH, or where run-example.sh builds it.
-BINARY_NAMES = ("tritonrs", "target/release/tritonrs")
+BINARY_NAMES = ("tritonrs", "target/example/tritonrs", "target/release/tritonrs")
 PREFIXES = (*BINARY_NAMES, "curl", "scripts/")
 SHELL_LANGS = {"sh", "bash", "shell"}
 
 # Commands not run here, by how they start (after leading VAR=value assignments), with why. Every
 # entry must match a command of DOCS (test_every_skip_matches_a_command).
 SKIPPED = {
-    "scripts/run-example.sh": "a cold release build (15-20 minutes on 2 cores) that then serves in the "
+    "scripts/run-example.sh": "a cold build (about 9 minutes on 2 cores) that then serves in the "
                               "foreground; the curl lines after it run against the server it starts",
     "scripts/test.sh": "the whole test suite, this test among them",
     "tritonrs --model-repository /srv/models --trace-config": "an OpenTelemetry collector (collector.lan) and a Redis "
