@@ -45,7 +45,7 @@ SHELL_LANGS = {"sh", "bash", "shell"}
 # Commands not run here, by how they start (after leading VAR=value assignments), with why. Every
 # entry must match a command of DOCS (test_every_skip_matches_a_command).
 SKIPPED = {
-    "scripts/run-example.sh": "a cold build (about 9 minutes on 2 cores) that then serves in the "
+    "scripts/run-example.sh": "a cold build (about 4 minutes on 2 cores) that then serves in the "
                               "foreground; the curl lines after it run against the server it starts",
     "scripts/test.sh": "the whole test suite, this test among them",
     "tritonrs --model-repository /srv/models --trace-config": "an OpenTelemetry collector (collector.lan) and a Redis "
