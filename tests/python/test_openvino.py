@@ -309,11 +309,15 @@ def test_loading_and_unloading_does_not_keep_the_model(start_server, repo):
     for _ in range(3):
         cycle()
     before = rss_mib(s.proc.pid)
-    for _ in range(12):
+    for _ in range(6):
         cycle()
-    grown = rss_mib(s.proc.pid) - before
-    # 12 leaked models would be 192 MiB; allocator noise is far below 64.
-    assert grown < 64, f"RSS grew by {grown:.0f} MiB over 12 load/unload cycles"
+    mid = rss_mib(s.proc.pid)
+    for _ in range(6):
+        cycle()
+    end = rss_mib(s.proc.pid)
+    # A leak grows with every cycle: 6 leaked models are 96 MiB in each half. The allocator's arenas
+    # settle (up to 80 MiB over the first half was seen on a loaded machine), so the second half counts.
+    assert end - mid < 48, f"RSS grew by {mid - before:.0f} then {end - mid:.0f} MiB over two runs of 6 load/unload cycles"
 
 
 def big_model(repo: Path, name: str, count: int) -> None:
