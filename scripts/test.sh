@@ -41,6 +41,23 @@ if [ "${#missing[@]}" -gt 0 ]; then
         exit 1
     fi
 fi
+# The reference tools (perf_analyzer, Model Analyzer and genai-perf, which some black-box tests drive
+# tritonrs with, into .anchors/, .ma-venv/ and .gp-venv/) and Azurite (npm, into .npm/) install in the
+# background while cargo builds and runs the unit tests: mostly downloads, about a gigabyte. Their log
+# is printed when the black-box tests start. Where the tools cannot be installed, those tests skip and
+# say why; Azurite failing to install fails the run.
+export ANCHORS="${ANCHORS:-$PWD/.anchors}"
+mkdir -p target
+tools_log="$PWD/target/test-tools.log"
+(
+    if [ ! -x .npm/node_modules/.bin/azurite-blob ]; then
+        echo "== npm install azurite (into .npm/)"
+        npm install --prefix .npm --no-audit --no-fund --silent azurite@3.37.0 || exit 1
+    fi
+    echo "== reference tools (perf_analyzer, model-analyzer, genai-perf)"
+    scripts/test-tools.sh || echo "warning: scripts/test-tools.sh failed; the perf_analyzer, Model Analyzer and genai-perf tests skip" >&2
+) >"$tools_log" 2>&1 &
+tools_pid=$!
 # `cargo fetch` also unpacks the TensorRT 10 headers the TensorRT shim compiles against (see
 # Cargo.toml); the tests insist that the shim was built.
 echo "== cargo fetch"
@@ -50,15 +67,13 @@ echo "== cargo build"
 cargo build --bins
 echo "== cargo test"
 cargo test
-if [ ! -x .npm/node_modules/.bin/azurite-blob ]; then
-    echo "== npm install azurite (into .npm/)"
-    npm install --prefix .npm --no-audit --no-fund --silent azurite@3.37.0
+tools_rc=0
+wait "$tools_pid" || tools_rc=$?
+cat "$tools_log"
+if [ "$tools_rc" != 0 ]; then
+    echo "npm install azurite (the Azure Blob server of the cloud repository tests) failed" >&2
+    exit 1
 fi
-# perf_analyzer, Model Analyzer and genai-perf, which some black-box tests drive tritonrs with (into
-# .anchors/, .ma-venv/ and .gp-venv/); where they cannot be installed, those tests skip and say why.
-echo "== reference tools (perf_analyzer, model-analyzer, genai-perf)"
-export ANCHORS="${ANCHORS:-$PWD/.anchors}"
-scripts/test-tools.sh || echo "warning: scripts/test-tools.sh failed; the perf_analyzer, Model Analyzer and genai-perf tests skip" >&2
 export PERF_ANALYZER="${PERF_ANALYZER:-$ANCHORS/bin/perf_analyzer}"
 echo "== black-box tests (tritonclient)"
 TRITONRS_BIN="$PWD/target/debug/tritonrs" python -m pytest tests/python "$@"
