@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Where tritonrs spends a request's time: perf_analyzer at concurrency 1 on `simple` while `perf record`
 # samples the server, then a summary by thread, by library and by symbol. Needs `perf` (linux-perf) and
-# the anchors' perf_analyzer (../shared/anchors/install.sh). Usage: benches/profile.sh [http|grpc] [seconds]
+# the anchors' perf_analyzer (../shared/anchors/install.sh).
+# Usage: benches/profile.sh [http|grpc] [seconds] [concurrency] [model] [extra server flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 proto=${1:-http}
 secs=${2:-8}
+conc=${3:-1}
+model=${4:-simple}
+shift $(( $# < 4 ? $# : 4 ))
 bash ../shared/anchors/install.sh >/dev/null
 source scripts/env.sh >/dev/null
-# Line tables only: symbols and inlined frames for perf without a full debug build.
-CARGO_PROFILE_RELEASE_DEBUG=line-tables-only cargo build --release --bin tritonrs -q
+# The profiling profile (Cargo.toml): the release build with symbols and line tables (the release
+# binary is stripped), in target/profiling.
+cargo build --profile profiling --bin tritonrs -q
 PA=${ANCHORS:-$HOME/.cache/anchors}/bin/perf_analyzer
 work=$(mktemp -d)
-./target/release/tritonrs --model-repository model-repos/examples --http-port 0 --grpc-port 0 --metrics-port 0 \
-  --log-info=true >"$work/log" 2>&1 &
+./target/profiling/tritonrs --model-repository model-repos/examples --http-port 0 --grpc-port 0 --metrics-port 0 \
+  --log-info=true "$@" >"$work/log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; rm -rf "$work"' EXIT
 service=$([ "$proto" = http ] && echo HTTPService || echo GRPCInferenceService)
@@ -25,7 +30,7 @@ done
 port=$(port_of $service)
 perf record -F 1999 -g -o "$work/perf.data" -p $pid -- sleep "$secs" >/dev/null 2>&1 &
 rec=$!
-"$PA" -m simple -u "localhost:$port" -i "$proto" --concurrency-range 1 --measurement-interval 2000 \
+"$PA" -m "$model" -u "localhost:$port" -i "$proto" --concurrency-range "$conc" --measurement-interval 2000 \
   --stability-percentage 50 --max-trials 4 | grep -E "Throughput|p99|Avg request"
 wait $rec
 summary() { perf report -i "$work/perf.data" --no-children --stdio -g none --sort "$1" 2>/dev/null \
