@@ -20,7 +20,7 @@ work=$(mktemp -d)
 ./target/profiling/tritonrs --model-repository model-repos/examples --http-port 0 --grpc-port 0 --metrics-port 0 \
   --log-info=true "$@" >"$work/log" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $pid 2>/dev/null; [ -n "${KEEP_PERF:-}" ] && cp "$work/perf.data" "$KEEP_PERF"; rm -rf "$work"' EXIT
 service=$([ "$proto" = http ] && echo HTTPService || echo GRPCInferenceService)
 port_of() { sed -n "s/.*Started $1 at [0-9.]*:\([0-9]*\).*/\1/p" "$work/log" | head -1; }
 for _ in $(seq 1 100); do
