@@ -14,7 +14,7 @@ mod settings;
 #[cfg(test)]
 mod tests;
 
-pub use otel::{EncodedSpans, Finished, SpanSink};
+pub use otel::{EncodedSpans, Envelope, Finished, SpanSink};
 pub use settings::{OtelSettings, SettingValue, TraceLevel, TraceMode, TraceSettings, TraceUpdate};
 
 use crate::error::{Error, Result};

@@ -10,6 +10,8 @@ use std::time::Instant;
 
 mod wire;
 
+pub use wire::Envelope;
+
 /// Where the spans of finished traces go. Never blocks and never fails a request: a sink that cannot
 /// keep up drops spans and counts them.
 pub trait SpanSink: Send + Sync + std::fmt::Debug {

@@ -11,6 +11,49 @@ pub(super) const CONTEXT_IS_REMOTE: u32 = 0x200;
 
 /// `ScopeSpans.spans`: the field each encoded span is written as.
 const SCOPE_SPANS_SPANS: u32 = 2;
+/// `ExportTraceServiceRequest.resource_spans`, `ResourceSpans.scope_spans`.
+const REQUEST_RESOURCE_SPANS: u32 = 1;
+const RESOURCE_SPANS_SCOPE_SPANS: u32 = 2;
+/// `ResourceSpans.resource` and `ScopeSpans.scope`: the fields of [`Envelope`]'s two messages.
+const RESOURCE_SPANS_RESOURCE: u32 = 1;
+const SCOPE_SPANS_SCOPE: u32 = 1;
+
+/// What every OTLP export request starts with: the resource and the instrumentation scope, encoded
+/// once as their fields; [`Envelope::request`] wraps a batch of encoded spans in them.
+#[derive(Debug)]
+pub struct Envelope {
+    resource: Vec<u8>,
+    scope: Vec<u8>,
+}
+
+impl Envelope {
+    pub fn new(resource: &impl prost::Message, scope: &impl prost::Message) -> Envelope {
+        Envelope { resource: field(RESOURCE_SPANS_RESOURCE, resource), scope: field(SCOPE_SPANS_SCOPE, scope) }
+    }
+
+    /// One `ExportTraceServiceRequest`: one `ResourceSpans` holding the resource and one `ScopeSpans`
+    /// (the scope and `spans`, a run of [`super::EncodedSpans`]).
+    pub fn request(&self, spans: &[u8]) -> Vec<u8> {
+        let scope_spans = self.scope.len() + spans.len();
+        let resource_spans = self.resource.len() + bytes_len(RESOURCE_SPANS_SCOPE_SPANS, scope_spans);
+        let mut out = Vec::with_capacity(bytes_len(REQUEST_RESOURCE_SPANS, resource_spans));
+        put_head(REQUEST_RESOURCE_SPANS, resource_spans, &mut out);
+        out.extend_from_slice(&self.resource);
+        put_head(RESOURCE_SPANS_SCOPE_SPANS, scope_spans, &mut out);
+        out.extend_from_slice(&self.scope);
+        out.extend_from_slice(spans);
+        out
+    }
+}
+
+/// A message encoded as field `tag` of its parent.
+fn field(tag: u32, message: &impl prost::Message) -> Vec<u8> {
+    let len = message.encoded_len();
+    let mut out = Vec::with_capacity(bytes_len(tag, len));
+    put_head(tag, len, &mut out);
+    message.encode_raw(&mut out);
+    out
+}
 
 /// `Span`'s fields.
 mod span {
