@@ -112,16 +112,23 @@ fn version_load_failed(name: &str, v: i64, slot: &mut VersionSlot, e: Error) -> 
 /// already queued and have dropped their instances (running the backends' finalizers). Requests still
 /// holding a model keep its queue open, so this also waits for them. Instances that asked to hear of it
 /// are told first (`unload`: the model is unloaded, not replaced), so that an instance waiting on a
-/// backend that never answers gives up in bounded time instead of holding the unload forever.
+/// backend that never answers gives up in bounded time instead of holding the unload forever. Then
+/// the heap's free pages are given back to the system.
 pub async fn retire(models: Vec<Arc<LoadedModel>>, unload: bool) {
     for r in models.iter().flat_map(|m| m.retirements.iter()) {
         r.retiring(unload);
     }
     let counters: Vec<_> = models.iter().map(|m| m.scheduler.running()).collect();
+    let retired_any = !models.is_empty();
     drop(models);
     for c in counters {
         while c.load(std::sync::atomic::Ordering::SeqCst) > 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+    if retired_any {
+        // The instances are gone: their weights and buffers go back to the system instead of staying
+        // in the allocator's arenas (which load and unload on different threads keep growing).
+        let _ = tokio::task::spawn_blocking(crate::platform::trim_heap).await;
     }
 }
