@@ -258,9 +258,8 @@ impl Batching {
             for t in &traces {
                 t.encode_spans(&mut spans);
                 while spans.len() >= self.max_batch {
-                    let n = spans.len().min(self.max_batch);
-                    let piece = spans.take_front(n);
-                    self.export(&rt, &exporter, &piece, n, counters, &mut health);
+                    let piece = spans.take_front(self.max_batch);
+                    self.export(&rt, &exporter, &piece, self.max_batch, counters, &mut health);
                 }
             }
             drop(traces);

@@ -183,10 +183,12 @@ impl Trace {
 impl Finished {
     /// How many spans [`Finished::spans`] gives (for the exporter's queue bound).
     pub fn len(&self) -> usize {
-        [Place::Request, Place::Model, Place::Compute]
-            .into_iter()
-            .filter(|p| self.stamps.iter().any(|(a, _)| place(*a) == *p))
-            .count()
+        [Place::Request, Place::Model, Place::Compute].into_iter().filter(|p| self.has(*p)).count()
+    }
+
+    /// Whether any stamp belongs to the span of `p` (a span without events is left out).
+    fn has(&self, p: Place) -> bool {
+        self.stamps.iter().any(|(a, _)| place(*a) == p)
     }
 
     /// Whether the trace has no span at all.
@@ -195,26 +197,25 @@ impl Finished {
     }
 
     /// Appends the spans of this finished trace to `out` in OTLP's protobuf form, and returns how
-    /// many: the front-end's `InferRequest` span (a trace the
-    /// front-end sampled), the model's span under it (or under the parent trace's model span), and the
-    /// model's `compute` span. Spans without events are left out. Written straight from the stamps,
-    /// with no message structs in between (see [`wire`]).
+    /// many: the front-end's `InferRequest` span (a trace the front-end sampled), the model's span
+    /// under it (or under the parent trace's model span), and the model's `compute` span. Spans
+    /// without events are left out. Written straight from the stamps, with no message structs in
+    /// between (see [`wire`]).
     pub fn encode_spans(&self, out: &mut EncodedSpans) -> usize {
         let ids = &self.ids;
-        let has = |p: Place| self.stamps.iter().any(|(a, _)| place(*a) == p);
         let (name, version) = match &self.model {
             Some((n, v)) => (n.as_str(), *v),
             None => ("", -1),
         };
-        let mut n = 0;
-        let front = has(Place::Request);
+        let before = out.len();
+        let front = self.has(Place::Request);
         if front {
             let first = self.stamps.iter().map(|(_, t)| *t).min();
             let range = first.zip(self.stamps.iter().map(|(_, t)| *t).max());
             let plan = Plan { place: Place::Request, name: "InferRequest", id: ids.request, parent: ids.parent, range };
-            n += self.encode_span(out, plan, &[]);
+            self.encode_span(out, plan, &[]);
         }
-        if has(Place::Model) {
+        if self.has(Place::Model) {
             // A child trace has no front-end span: its model span hangs under the parent's model span.
             let parent = if front { Some((ids.request, false)) } else { ids.parent };
             let parent_id = self.parent_id.map_or(0, |p| p as i64);
@@ -227,18 +228,18 @@ impl Finished {
             ];
             let attributes = if self.request_id.is_empty() { &all[..4] } else { &all[..] };
             let plan = Plan { place: Place::Model, name, id: ids.model, parent, range: None };
-            n += self.encode_span(out, plan, attributes);
+            self.encode_span(out, plan, attributes);
         }
-        if has(Place::Compute) {
+        if self.has(Place::Compute) {
             let parent = Some((ids.model, false));
             let plan = Plan { place: Place::Compute, name: "compute", id: ids.compute, parent, range: None };
-            n += self.encode_span(out, plan, &[]);
+            self.encode_span(out, plan, &[]);
         }
-        n
+        out.len() - before
     }
 
     /// One span: the events of its place, over their time unless its range covers more.
-    fn encode_span(&self, out: &mut EncodedSpans, plan: Plan<'_>, attributes: &[(&str, wire::Value<'_>)]) -> usize {
+    fn encode_span(&self, out: &mut EncodedSpans, plan: Plan<'_>, attributes: &[(&str, wire::Value<'_>)]) {
         let Plan { place: place_of, name, id, parent, range } = plan;
         let events = || self.stamps.iter().filter(move |(a, _)| place(*a) == place_of);
         let times = || events().map(|(_, t)| *t);
@@ -267,6 +268,5 @@ impl Finished {
         };
         span.encode(&mut out.bytes, events().map(|(a, t)| (a.name(), self.clock.unix_ns(*t))));
         out.ends.push(out.bytes.len());
-        1
     }
 }
