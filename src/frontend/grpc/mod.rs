@@ -157,6 +157,7 @@ pub async fn serve(
         .layer(TrackLayer)
         .layer(tower::layer::layer_fn(move |inner| Restrict { inner, rules: restricted.clone() }))
         .layer(tower::util::MapResponseLayer::new(too_large_is_resource_exhausted))
+        .layer(tower::layer::layer_fn(|inner| Deadline { inner }))
         .layer(tower::util::MapRequestLayer::new(move |req: axum::http::Request<_>| {
             // As tritonserver, the level applies to infer responses only.
             let infer = req.uri().path().ends_with("/ModelInfer") || req.uri().path().ends_with("/ModelStreamInfer");
@@ -248,6 +249,66 @@ where
         }
         futures_util::future::Either::Right(self.inner.call(req))
     }
+}
+
+/// A call whose `grpc-timeout` passes before its response is answered DEADLINE_EXCEEDED, as gRPC C++
+/// servers (tritonserver among them) and clients say. tonic's own timer, outside every layer, would answer
+/// CANCELLED "Timeout expired" at the same moment; this one is set a millisecond earlier, so it is the one
+/// that fires (tokio's timers tick in milliseconds, and tonic polls the call before its timer). Dropping
+/// the call's future is what tells the model the client is gone, as before.
+#[derive(Clone)]
+struct Deadline<S> {
+    inner: S,
+}
+
+impl<S, B> tower::Service<axum::http::Request<B>> for Deadline<S>
+where
+    S: tower::Service<axum::http::Request<B>, Response = axum::http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures_util::future::Either<
+        S::Future,
+        Pin<Box<dyn Future<Output = std::result::Result<S::Response, S::Error>> + Send>>,
+    >;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::result::Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
+        let Some(timeout) = req.headers().get("grpc-timeout").and_then(|v| grpc_timeout(v.as_bytes())) else {
+            return futures_util::future::Either::Left(self.inner.call(req));
+        };
+        let deadline = tokio::time::Instant::now() + timeout.saturating_sub(Duration::from_millis(1));
+        let call = self.inner.call(req);
+        futures_util::future::Either::Right(Box::pin(async move {
+            match tokio::time::timeout_at(deadline, call).await {
+                Ok(answer) => answer,
+                Err(_) => Ok(Status::deadline_exceeded("Deadline Exceeded").into_http()),
+            }
+        }))
+    }
+}
+
+/// A `grpc-timeout` header's value (at most 8 digits and a unit, from the gRPC HTTP/2 protocol); None
+/// when malformed, which tonic ignores too.
+fn grpc_timeout(v: &[u8]) -> Option<Duration> {
+    let (unit, digits) = v.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 /// gRPC clients list gzip and deflate in `grpc-accept-encoding` on every call, so tonic would compress

@@ -85,3 +85,35 @@ fn trace_settings_map_to_the_http_update() {
     assert_eq!(all["trace_mode"].value, vec!["triton"]);
     assert_eq!(all.len(), 6);
 }
+
+#[test]
+fn grpc_timeout_headers_parse_as_the_protocol_says() {
+    use std::time::Duration;
+    assert_eq!(grpc_timeout(b"999m"), Some(Duration::from_millis(999)));
+    assert_eq!(grpc_timeout(b"2S"), Some(Duration::from_secs(2)));
+    assert_eq!(grpc_timeout(b"1H"), Some(Duration::from_secs(3600)));
+    assert_eq!(grpc_timeout(b"3M"), Some(Duration::from_secs(180)));
+    assert_eq!(grpc_timeout(b"15u"), Some(Duration::from_micros(15)));
+    assert_eq!(grpc_timeout(b"99999999n"), Some(Duration::from_nanos(99_999_999)));
+    for bad in [&b""[..], b"m", b"123456789m", b"12x", b"-1S", b"1.5S", b"\xff\xffS"] {
+        assert_eq!(grpc_timeout(bad), None, "{bad:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_call_past_its_grpc_timeout_is_answered_deadline_exceeded() {
+    use tower::{Service as _, ServiceExt as _};
+    let never = tower::service_fn(|_req: axum::http::Request<()>| {
+        std::future::pending::<std::result::Result<axum::http::Response<tonic::body::Body>, std::convert::Infallible>>()
+    });
+    let mut svc = Deadline { inner: never };
+    let req = axum::http::Request::builder().header("grpc-timeout", "20m").body(()).unwrap();
+    let started = std::time::Instant::now();
+    let resp = svc.ready().await.unwrap().call(req).await.unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    assert_eq!(resp.headers()["grpc-status"], (Code::DeadlineExceeded as i32).to_string().as_str());
+    // Without the header the call is left alone.
+    let req = axum::http::Request::builder().body(()).unwrap();
+    let waited = tokio::time::timeout(std::time::Duration::from_millis(50), svc.ready().await.unwrap().call(req)).await;
+    assert!(waited.is_err());
+}
