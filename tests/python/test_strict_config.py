@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers import copy_models, python_sleep_model
+from helpers import BIN, copy_models, python_sleep_model
 
 PY = Path(__file__).resolve().parents[2] / "model-repos" / "python"
 
@@ -136,6 +137,37 @@ def test_host_policy_pins_instance_threads(start_server, repo):
         assert cores[f"inst-pin_b_0_{i}"] == "0", cores
     # An instance without a policy keeps the process's cores.
     assert cores["inst-free_0"] == cores["tritonrs"] != "1", cores
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to tell the pinning apart")
+def test_io_cpu_cores_pins_the_io_workers_only(start_server, repo):
+    """--io-cpu-cores pins the I/O runtime's worker threads (--http-thread-count of them), not its
+    blocking threads nor the main thread; requests are served as before."""
+    python_sleep_model(repo, "pinned_io")
+    s = start_server("--model-repository", str(repo), "--io-cpu-cores=1", "--http-thread-count=2")
+
+    def io_threads():
+        out = []
+        for status in Path(f"/proc/{s.proc.pid}/task").glob("*/status"):
+            try:
+                f = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            except OSError:
+                continue
+            out.append((f["Name"].strip(), f["Cpus_allowed_list"].strip()))
+        return out
+
+    s.wait_until(lambda: sum(c == "1" for _, c in io_threads()) == 2, what="two pinned I/O workers")
+    threads = io_threads()
+    assert all(name == "tritonrs-io" for name, cores in threads if cores == "1"), threads
+    assert next(c for n, c in threads if n == "tritonrs") != "1", threads
+    assert s.client().is_model_ready("pinned_io")
+
+
+def test_a_bad_io_cpu_cores_value_is_refused_at_start(tmp_path):
+    r = subprocess.run([str(BIN), "--model-repository", str(tmp_path), "--io-cpu-cores=x"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "--io-cpu-cores" in r.stderr, r.stderr
 
 
 def test_an_unknown_host_policy_fails_the_load(start_server, repo):
