@@ -109,16 +109,21 @@ def test_a_refused_field_makes_the_model_unavailable_naming_it(start_server, rep
     assert "instance_group.passive" in row["reason"], row
 
 
-def thread_cores(pid: int) -> dict[str, str]:
-    """Each thread's name -> its Cpus_allowed_list, from /proc/<pid>/task/*/status."""
-    out = {}
+def thread_list(pid: int) -> list[tuple[str, str]]:
+    """(name, Cpus_allowed_list) of each thread, from /proc/<pid>/task/*/status."""
+    out = []
     for status in Path(f"/proc/{pid}/task").glob("*/status"):
         try:
             fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
         except OSError:
             continue  # the thread ended meanwhile
-        out[fields["Name"].strip()] = fields["Cpus_allowed_list"].strip()
+        out.append((fields["Name"].strip(), fields["Cpus_allowed_list"].strip()))
     return out
+
+
+def thread_cores(pid: int) -> dict[str, str]:
+    """Each thread's name -> its Cpus_allowed_list (one of them where several share a name)."""
+    return dict(thread_list(pid))
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to tell the pinning apart")
@@ -145,19 +150,8 @@ def test_io_cpu_cores_pins_the_io_workers_only(start_server, repo):
     blocking threads nor the main thread; requests are served as before."""
     python_sleep_model(repo, "pinned_io")
     s = start_server("--model-repository", str(repo), "--io-cpu-cores=1", "--http-thread-count=2")
-
-    def io_threads():
-        out = []
-        for status in Path(f"/proc/{s.proc.pid}/task").glob("*/status"):
-            try:
-                f = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
-            except OSError:
-                continue
-            out.append((f["Name"].strip(), f["Cpus_allowed_list"].strip()))
-        return out
-
-    s.wait_until(lambda: sum(c == "1" for _, c in io_threads()) == 2, what="two pinned I/O workers")
-    threads = io_threads()
+    s.wait_until(lambda: sum(c == "1" for _, c in thread_list(s.proc.pid)) == 2, what="two pinned I/O workers")
+    threads = thread_list(s.proc.pid)
     assert all(name == "tritonrs-io" for name, cores in threads if cores == "1"), threads
     assert next(c for n, c in threads if n == "tritonrs") != "1", threads
     assert s.client().is_model_ready("pinned_io")
