@@ -345,6 +345,40 @@ def test_compressed_request_over_the_limit_once_decompressed(start_server, repo)
     assert c.is_server_live()
 
 
+def vlen_input(n, seed=0):
+    x = np.random.default_rng(seed).standard_normal((1, n)).astype(np.float32)
+    i = grpcclient.InferInput("INPUT", [1, n], "FP32")
+    i.set_data_from_numpy(x)
+    return i, x
+
+
+@pytest.mark.parametrize("request_id", ["", "abc", "r" * 1001])
+def test_large_raw_inputs_arrive_whole(gclient, request_id):
+    # ModelInfer messages from 64 KiB up are read ahead of tonic into one buffer where the tensor is
+    # aligned (src/frontend/grpc/align.rs); the request id's length moves the tensor within the message.
+    for n in (16_385, 100_003, 300_000):
+        i, x = vlen_input(n, n)
+        r = gclient.infer("vlen_scale", [i], request_id=request_id)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT"), x * 2)
+        assert r.get_response().id == request_id
+
+
+def test_large_compressed_and_oversized_raw_inputs(start_server, repo):
+    s = start_server("--model-repository", copy_models(repo, "vlen_scale"), "--grpc-max-message-size", "200000")
+    c = s.grpc_client()
+    i, x = vlen_input(40_000)  # 160 KB: read into the aligned buffer
+    np.testing.assert_array_equal(c.infer("vlen_scale", [i]).as_numpy("OUTPUT"), x * 2)
+    # Compressed messages are tonic's to decompress, whatever their size.
+    r = c.infer("vlen_scale", [i], compression_algorithm="gzip")
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT"), x * 2)
+    big, _ = vlen_input(60_000)  # 240 KB, over the limit: refused as before
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("vlen_scale", [big])
+    assert_code(e, "RESOURCE_EXHAUSTED")
+    np.testing.assert_array_equal(c.infer("vlen_scale", [i]).as_numpy("OUTPUT"), x * 2)
+    c.close()
+
+
 def test_shared_memory_rpcs_answer(gclient):
     """The shared-memory RPCs are implemented (tests/python/test_shared_memory.py covers them); on the
     shared examples server only read-only calls and harmless failures are made."""

@@ -241,6 +241,27 @@ def test_trace_file_records_for_http_and_grpc(start_server, tmp_path):
         assert all(isinstance(n, int) and n > 0 for n in ns)
 
 
+def test_a_large_grpc_request_is_traced_from_its_arrival(start_server, tmp_path):
+    # A message over 64 KiB is read ahead of tonic (src/frontend/grpc/align.rs), before the interceptor
+    # that marks GRPC_WAITREAD_START runs: the mark is the call's arrival, carried to it, so the trace
+    # still has every gRPC timestamp, in order.
+    path = tmp_path / "trace.json"
+    s = start_server("--model-repository", EXAMPLES, "--model-control-mode=explicit", "--load-model", "vlen_scale",
+                     "--trace-config", f"triton,file={path}", "--trace-config", "level=TIMESTAMPS",
+                     "--trace-config", "rate=1")
+    c = s.grpc_client()
+    x = np.arange(200_000, dtype=np.float32).reshape(1, -1)
+    i = grpcclient.InferInput("INPUT", list(x.shape), "FP32")
+    i.set_data_from_numpy(x)
+    np.testing.assert_array_equal(c.infer("vlen_scale", [i], request_id="big").as_numpy("OUTPUT"), x * 2)
+    c.close()
+    assert s.stop() == 0
+    records = load(path)
+    assert traces(records)[1] == GRPC_NAMES
+    ns = {r["timestamps"][0]["name"]: r["timestamps"][0]["ns"] for r in records if "timestamps" in r}
+    assert ns["GRPC_WAITREAD_START"] <= ns["GRPC_WAITREAD_END"] <= ns["REQUEST_START"]
+
+
 def test_grpc_stream_requests_are_traced(start_server, tmp_path):
     path = tmp_path / "trace.json"
     s = traced(start_server, path, "--trace-config", "rate=1")

@@ -3,6 +3,7 @@
 //! Every method mirrors its HTTP counterpart (src/frontend/http): same core calls, same errors, with
 //! `Error::grpc_code` as the status code.
 
+mod align;
 pub mod convert;
 
 use crate::core::stats::DurationSnapshot;
@@ -127,7 +128,8 @@ pub async fn serve(
     // Runs when a call's headers arrive, before its message is read: a trace's GRPC_WAITREAD_START.
     let inference = tonic::service::interceptor::InterceptedService::new(inference, move |mut req: Request<()>| {
         if server.tracer().enabled() {
-            req.extensions_mut().insert(ReadStart(Instant::now()));
+            let start = req.extensions().get::<align::ArrivedAt>().map_or_else(Instant::now, |a| a.0);
+            req.extensions_mut().insert(ReadStart(start));
         }
         Ok(req)
     });
@@ -167,6 +169,8 @@ pub async fn serve(
                 compress_replies_to_compressed_calls(req)
             }
         }))
+        // Innermost: large ModelInfer messages read with their tensor aligned (see align.rs).
+        .layer(tower::layer::layer_fn(move |inner| align::AlignInfer { inner, limit }))
         .add_service(inference)
         .add_service(health)
         // The guarded listener caps connections, times out slow ones and backs off on accept errors;
@@ -514,7 +518,9 @@ impl GrpcInferenceService for InferenceService {
         let read = req.extensions().get::<ReadStart>().map(|r| (r.0, Instant::now()));
         let headers = forwarded(self.state.header_forward.as_ref(), req.metadata());
         let context = read.and_then(|_| traceparent(req.metadata()));
-        let mut req = convert::request_from_proto(req.into_inner()).map_err(status)?;
+        let (_, mut extensions, msg) = req.into_parts();
+        let msg = extensions.remove::<align::Predecoded>().map_or(msg, |p| p.0);
+        let mut req = convert::request_from_proto(msg).map_err(status)?;
         req.parameters.extend(headers);
         if self.server().is_decoupled(&req.model_name, req.model_version) {
             return Err(status(Error::unsupported(
