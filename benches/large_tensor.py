@@ -24,7 +24,9 @@ transport and no client process (`tritonrs tune` at concurrency 1 on the model's
 what the server costs when the network and the client are taken away.
 
 Environment: BENCH_INTERVAL_MS (3000), BENCH_STABILITY_PERCENT (40), BENCH_RUNS (in-process runs, 300),
-BENCH_SERVER_ARGS (extra server flags).
+BENCH_SERVER_ARGS (extra server flags), BENCH_PIN (cores, e.g. 0: the served rows put the I/O threads and
+the model's instance on those cores, with `--io-cpu-cores` and a `--host-policy` the model names, so a
+request's two thread hand-offs stay on one core; the in-process and tune rows are not pinned).
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ TRITONRS = Path(os.environ.get("TRITONRS_BIN", TRITONRS))
 INTERVAL_MS = os.environ.get("BENCH_INTERVAL_MS", "3000")
 STABILITY = os.environ.get("BENCH_STABILITY_PERCENT", "40")
 RUNS = int(os.environ.get("BENCH_RUNS", "300"))
+PIN = os.environ.get("BENCH_PIN", "")
 SHAPE = [1, 3, 224, 224]
 NAME = "camera_conv"
 
@@ -224,10 +227,26 @@ def python_client(server: Server, protocol: str, shm: bool) -> dict:
     return {"thr": n / wall, "p50": latencies[len(latencies) // 2] * 1e6, "server": per, "client_ms": cpu * 1000 / n}
 
 
+def pinned_repo(tmp: Path) -> Path:
+    """A copy of the repository whose model's instance names the host policy `p0` (BENCH_PIN)."""
+    import shutil
+
+    repo = tmp / "pinned-repo"
+    if not repo.exists():
+        shutil.copytree(tmp / "repo", repo)
+        config = repo / NAME / "config.pbtxt"
+        config.write_text(config.read_text().replace("{ kind: KIND_CPU }", '{ kind: KIND_CPU host_policy: "p0" }'))
+    return repo
+
+
 def serve(tmp: Path, spinning: bool) -> list:
     http, grpc = free_port(), free_port()
     extra = ["--backend-config=onnxruntime,allow_spinning=true"] if spinning else []
-    rs = Server("tritonrs", [str(TRITONRS), "--model-repository", str(tmp / "repo"), "--http-port", str(http),
+    repo = tmp / "repo"
+    if PIN:
+        repo = pinned_repo(tmp)
+        extra += [f"--host-policy=p0,cpu-cores={PIN}", f"--io-cpu-cores={PIN}"]
+    rs = Server("tritonrs", [str(TRITONRS), "--model-repository", str(repo), "--http-port", str(http),
                              "--grpc-port", str(grpc), "--metrics-port", "0", "--log-info=false", *extra,
                              *os.environ.get("BENCH_SERVER_ARGS", "").split()],
                 http, grpc, dict(os.environ))
@@ -258,7 +277,8 @@ def main():
     print()
     print(f"FP32 {SHAPE} into a 2-layer conv net, concurrency 1. In-process ONNX Runtime floor: "
           f"{floor[True]:,.1f} runs/s ({1000 / floor[True]:.2f} ms) with its default spinning thread pools, "
-          f"{floor[False]:,.1f} runs/s ({1000 / floor[False]:.2f} ms) without (the server's default)")
+          f"{floor[False]:,.1f} runs/s ({1000 / floor[False]:.2f} ms) without (the server's default)"
+          + (f"; served rows pinned to cores {PIN} (I/O threads and the instance)" if PIN else ""))
     print(f"{'path':36} | {'inf/s':>8} {'p50 ms':>7} | {'/floor':>6} {'/same':>6} | server ms: {'request':>7} "
           f"{'queue':>6} {'input':>6} {'infer':>6} {'output':>6} | {'own':>5} {'share':>6} {'run':>6} | {'client':>6}")
     for spin in (False, True):
