@@ -1,20 +1,20 @@
 //! The default scheduler: one bounded queue per model version, drained by every instance thread. The
-//! bound is the model's pending-request count, not the channel's: a bounded crossbeam channel reserves
-//! every slot up front (4,096 jobs, about 0.8 MB a model version, most of it never used), while an
-//! unbounded one grows in small blocks as requests queue.
+//! bound is the model's pending-request count, not the queue's: the queue (`queue.rs`, where an idle
+//! instance thread parks at once instead of spinning and yielding) grows as requests queue, by 16
+//! bytes a job, where a bounded channel would reserve every slot up front.
 //!
 //! A queued job sits in a [`Queued`] cell: a cancelled request (its client went away) is taken out of
 //! its cell at once, answered and uncounted, so it frees its place in the queue and its tensors without
 //! waiting for an instance; the instance thread skips the empty cell.
 
 use super::batch::{self, BatchSpec};
+use super::queue::{queue, Receiver, Sender};
 use super::workers::{answer_alone, Workers};
 use super::{execute, guarded, Job, Scheduler};
 use crate::core::heartbeat::Beat;
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
 use crate::model_api::{ExecResult, ModelInstance};
-use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,7 +47,7 @@ impl DefaultScheduler {
         spec: Option<Arc<BatchSpec>>,
         stats: Arc<ModelStats>,
     ) -> Result<Self> {
-        let (tx, rx) = unbounded::<Queued>();
+        let (tx, rx) = queue::<Queued>();
         let workers = Workers::new(model);
         let free = Arc::new(AtomicUsize::new(0));
         for (name, instance) in instances {
@@ -154,11 +154,11 @@ fn drain(
         let next = if sent.is_empty() {
             beat.idle();
             match rx.recv() {
-                Ok(queued) => Some(queued),
-                Err(_) => return,
+                Some(queued) => Some(queued),
+                None => return,
             }
         } else if sent.len() < PIPELINE_DEPTH && free.load(Ordering::SeqCst) == 0 {
-            rx.try_recv().ok()
+            rx.try_recv()
         } else {
             None
         };

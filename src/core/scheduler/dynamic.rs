@@ -320,7 +320,7 @@ pub(super) struct Shared {
     /// The queue and idle count, with the timer's alarm.
     state: Clocked<State>,
     /// Batches for idle instances; at most one per idle instance is ever in it.
-    work_tx: crossbeam_channel::Sender<Work<Vec<Queued>>>,
+    work_tx: super::queue::Sender<Work<Vec<Queued>>>,
     /// Number of instance threads, each stopped by one [`Work::Stop`].
     instances: usize,
     stats: Arc<ModelStats>,
@@ -353,7 +353,7 @@ impl DynamicBatcher {
         stats: Arc<ModelStats>,
     ) -> Result<Self> {
         let policy = BatchPolicy::from_config(cfg.max_batch_size, d);
-        let (work_tx, work_rx) = crossbeam_channel::unbounded::<Work<Vec<Queued>>>();
+        let (work_tx, work_rx) = super::queue::queue::<Work<Vec<Queued>>>();
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),
             model: name.to_string(),

@@ -13,6 +13,7 @@ mod default;
 mod driver;
 pub mod dynamic;
 pub mod ensemble;
+mod queue;
 pub mod sequence;
 mod timer;
 pub mod workers;

@@ -45,7 +45,7 @@ pub(super) struct Shared {
     /// The slot table, with the timer's alarm, under one short lock.
     state: Clocked<State>,
     /// One queue per instance: a batch holds slots of exactly one instance.
-    work: Vec<crossbeam_channel::Sender<Work<Rows>>>,
+    work: Vec<super::queue::Sender<Work<Rows>>>,
     /// The model version's statistics.
     stats: Arc<ModelStats>,
     /// Ragged inputs, batch inputs and scattered outputs.
@@ -92,7 +92,7 @@ impl SequenceBatcher {
         let mut senders = Vec::with_capacity(instances.len());
         let mut receivers = Vec::with_capacity(instances.len());
         for _ in &instances {
-            let (tx, rx) = crossbeam_channel::unbounded::<Work<Rows>>();
+            let (tx, rx) = super::queue::queue::<Work<Rows>>();
             senders.push(tx);
             receivers.push(rx);
         }

@@ -10,12 +10,12 @@
 //! that connect a policy to this runtime. The rate limiter is not here: it wraps each instance once, in
 //! the model lifecycle, so every scheduler's executions hold their resources the same way.
 
+use super::queue::Receiver;
 use super::Job;
 use crate::core::heartbeat::{self, Beat};
 use crate::core::stats::ModelStats;
 use crate::error::{Error, Result};
 use crate::model_api::{ExecResult, ExecTimings, ModelInstance};
-use crossbeam_channel::Receiver;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -89,7 +89,7 @@ pub enum Work<B> {
 /// An instance thread's loop under a batcher: runs each batch, working on the heartbeat meanwhile,
 /// until the batcher says stop (or is gone).
 pub fn serve<B>(rx: &Receiver<Work<B>>, beat: &Beat, mut run: impl FnMut(B)) {
-    while let Ok(Work::Batch(batch)) = rx.recv() {
+    while let Some(Work::Batch(batch)) = rx.recv() {
         beat.working();
         run(batch);
         beat.idle();

@@ -15,7 +15,7 @@ impl ModelInstance for Nothing {
 #[test]
 fn threads_count_as_running_until_their_instance_is_dropped() {
     let w = Workers::new("m");
-    let (tx, rx) = crossbeam_channel::unbounded::<Work<u32>>();
+    let (tx, rx) = crate::core::scheduler::queue::queue::<Work<u32>>();
     let seen = Arc::new(AtomicUsize::new(0));
     let s = seen.clone();
     let count = move |n: u32| {
@@ -28,8 +28,8 @@ fn threads_count_as_running_until_their_instance_is_dropped() {
     })
     .unwrap();
     assert_eq!(w.running().load(Ordering::SeqCst), 2);
-    tx.send(Work::Batch(3)).unwrap();
-    tx.send(Work::Stop).unwrap();
+    assert!(tx.send(Work::Batch(3)).is_ok());
+    assert!(tx.send(Work::Stop).is_ok());
     ttx.send(()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while w.running().load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
