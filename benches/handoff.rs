@@ -1,7 +1,7 @@
 //! What one thread hand-off costs on this machine: the time from sending a message to the moment a
 //! thread parked waiting for it has it. A request makes two: from an io thread to its instance thread
-//! (a crossbeam channel, the default scheduler's queue) and back to the io runtime (a tokio oneshot
-//! awaited by a task). Each is measured with both threads pinned to one core and to two cores, after a
+//! (the schedulers' queue, `core::scheduler::queue`; a crossbeam channel, what they used before, beside it)
+//! and back to the io runtime (a tokio oneshot awaited by a task). Each is measured with both threads pinned to one core and to two cores, after a
 //! 1 ms pause, so the receiver has parked (and, in a virtual machine, its idle vCPU has halted) as at
 //! concurrency 1. The two-core rows are the floor under a served request's own time that no change to
 //! the request path removes (see benches/large_tensor.py's `own` column). Run: `cargo bench --bench handoff`.
@@ -27,6 +27,28 @@ fn channel(iters: u64, core: usize) -> Duration {
     let receiver = std::thread::spawn(move || {
         pin(core);
         while let Ok(sent) = rx.recv() {
+            let _ = back.send(sent.elapsed());
+        }
+    });
+    pin(0);
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        std::thread::sleep(PAUSE);
+        let _ = tx.send(Instant::now());
+        total += arrived.recv().expect("the receiver answers");
+    }
+    drop(tx);
+    let _ = receiver.join();
+    total
+}
+
+/// The schedulers' queue to a thread blocked in `recv` on `core`; this thread on core 0.
+fn queue(iters: u64, core: usize) -> Duration {
+    let (tx, rx) = tritonrs::core::scheduler::queue::queue::<Instant>();
+    let (back, arrived) = mpsc::channel::<Duration>();
+    let receiver = std::thread::spawn(move || {
+        pin(core);
+        while let Some(sent) = rx.recv() {
             let _ = back.send(sent.elapsed());
         }
     });
@@ -75,6 +97,7 @@ fn bench(c: &mut Criterion) {
         if core >= cores {
             continue;
         }
+        g.bench_function(format!("queue to a parked thread, {name}"), |b| b.iter_custom(|n| queue(n, core)));
         g.bench_function(format!("crossbeam to a parked thread, {name}"), |b| b.iter_custom(|n| channel(n, core)));
         g.bench_function(format!("oneshot to a parked tokio task, {name}"), |b| b.iter_custom(|n| oneshot(n, core)));
     }

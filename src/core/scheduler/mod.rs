@@ -1,6 +1,7 @@
 //! Schedulers: how queued requests reach a model's instances. Each scheduler is a queue policy (a pure
 //! state struct) connected to one runtime ([`workers`]: instance threads, heartbeat, running count,
-//! statistics and replies; [`timer`]: the batchers' timer thread and its alarm).
+//! statistics and replies; [`timer`]: the batchers' timer thread and its alarm; [`queue`]: what hands
+//! work to instance threads, which park at once when it is empty).
 //!
 //! - [`DefaultScheduler`]: one bounded FIFO, each request executed alone.
 //! - [`dynamic::DynamicBatcher`]: `dynamic_batching`, merging queued requests into batches.
@@ -13,7 +14,7 @@ mod default;
 mod driver;
 pub mod dynamic;
 pub mod ensemble;
-mod queue;
+pub mod queue;
 pub mod sequence;
 mod timer;
 pub mod workers;
