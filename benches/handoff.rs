@@ -20,13 +20,19 @@ fn pin(core: usize) {
     }
 }
 
-/// A crossbeam channel to a thread blocked in `recv` on `core`; this thread on core 0.
-fn channel(iters: u64, core: usize) -> Duration {
-    let (tx, rx) = crossbeam_channel::unbounded::<Instant>();
+/// A message to a thread blocked in `recv` on `core` (this thread on core 0), through a queue whose
+/// receiving side gives `None` once the sending side is dropped.
+fn to_parked_thread<T: Send + 'static, R: Send + 'static>(
+    iters: u64,
+    core: usize,
+    (tx, rx): (T, R),
+    send: impl Fn(&T, Instant),
+    recv: fn(&R) -> Option<Instant>,
+) -> Duration {
     let (back, arrived) = mpsc::channel::<Duration>();
     let receiver = std::thread::spawn(move || {
         pin(core);
-        while let Ok(sent) = rx.recv() {
+        while let Some(sent) = recv(&rx) {
             let _ = back.send(sent.elapsed());
         }
     });
@@ -34,7 +40,7 @@ fn channel(iters: u64, core: usize) -> Duration {
     let mut total = Duration::ZERO;
     for _ in 0..iters {
         std::thread::sleep(PAUSE);
-        let _ = tx.send(Instant::now());
+        send(&tx, Instant::now());
         total += arrived.recv().expect("the receiver answers");
     }
     drop(tx);
@@ -42,26 +48,32 @@ fn channel(iters: u64, core: usize) -> Duration {
     total
 }
 
-/// The schedulers' queue to a thread blocked in `recv` on `core`; this thread on core 0.
+/// The schedulers' queue.
 fn queue(iters: u64, core: usize) -> Duration {
-    let (tx, rx) = tritonrs::core::scheduler::queue::queue::<Instant>();
-    let (back, arrived) = mpsc::channel::<Duration>();
-    let receiver = std::thread::spawn(move || {
-        pin(core);
-        while let Some(sent) = rx.recv() {
-            let _ = back.send(sent.elapsed());
-        }
-    });
-    pin(0);
-    let mut total = Duration::ZERO;
-    for _ in 0..iters {
-        std::thread::sleep(PAUSE);
-        let _ = tx.send(Instant::now());
-        total += arrived.recv().expect("the receiver answers");
-    }
-    drop(tx);
-    let _ = receiver.join();
-    total
+    let pair = tritonrs::core::scheduler::queue::queue::<Instant>();
+    to_parked_thread(
+        iters,
+        core,
+        pair,
+        |tx, t| {
+            let _ = tx.send(t);
+        },
+        |rx| rx.recv(),
+    )
+}
+
+/// A crossbeam channel, what the schedulers used before.
+fn channel(iters: u64, core: usize) -> Duration {
+    let pair = crossbeam_channel::unbounded::<Instant>();
+    to_parked_thread(
+        iters,
+        core,
+        pair,
+        |tx, t| {
+            let _ = tx.send(t);
+        },
+        |rx| rx.recv().ok(),
+    )
 }
 
 /// A tokio oneshot awaited by a task on a one-worker runtime pinned to `core`; this thread on core 0.
