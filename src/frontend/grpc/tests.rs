@@ -1,6 +1,7 @@
-//! Unit tests of `frontend/grpc/mod.rs`.
+//! Unit tests of `frontend/grpc/mod.rs` and its layers (`layers.rs`).
 
 use super::*;
+use layers::grpc_timeout;
 use pb::log_settings_request::setting_value::ParameterChoice as P;
 use pb::log_settings_request::SettingValue;
 
