@@ -42,8 +42,9 @@ const PREFIX: usize = 5;
 #[derive(Clone)]
 pub(super) struct Predecoded(pub pb::ModelInferRequest);
 
-/// When a call read here arrived: its trace's GRPC_WAITREAD_START (tonic's interceptor, which marks
-/// it otherwise, runs only once the message has been read).
+/// When a call looked at here arrived: its trace's GRPC_WAITREAD_START (tonic's interceptor, which
+/// marks it otherwise, runs only once this layer has read the message, or the first frames of one it
+/// gives back).
 #[derive(Clone, Copy)]
 pub(super) struct ArrivedAt(pub Instant);
 
@@ -84,10 +85,10 @@ where
             let arrived = Instant::now();
             let (mut parts, mut body) = req.into_parts();
             let read = read(&mut body, limit).await;
+            parts.extensions.insert(ArrivedAt(arrived));
             let body = match read.decoded {
                 Some(msg) => {
                     parts.extensions.insert(Predecoded(msg));
-                    parts.extensions.insert(ArrivedAt(arrived));
                     replay(vec![Ok(Frame::data(Bytes::from_static(&[0; PREFIX])))], Some(body))
                 }
                 None => replay(read.frames, (!read.ended).then_some(body)),
