@@ -1,7 +1,8 @@
 //! The default scheduler: one bounded queue per model version, drained by every instance thread. The
 //! bound is the model's pending-request count, not the queue's: the queue (`queue.rs`, where an idle
 //! instance thread parks at once instead of spinning and yielding) grows as requests queue, by 16
-//! bytes a job, where a bounded channel would reserve every slot up front.
+//! bytes a job, and keeps its largest size (64 KiB at the default 4,096 jobs), where a bounded channel
+//! would reserve every slot up front.
 //!
 //! A queued job sits in a [`Queued`] cell: a cancelled request (its client went away) is taken out of
 //! its cell at once, answered and uncounted, so it frees its place in the queue and its tensors without
