@@ -19,8 +19,6 @@ use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::BodyExt as _;
 use prost::Message as _;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Instant;
 use tonic::body::Body;
 use tonic::Status;
@@ -63,10 +61,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = futures_util::future::Either<
-        S::Future,
-        Pin<Box<dyn Future<Output = std::result::Result<S::Response, S::Error>> + Send>>,
-    >;
+    type Future = super::layers::OrBoxed<S::Future, S::Response, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::result::Result<(), S::Error>> {
         self.inner.poll_ready(cx)

@@ -6,6 +6,11 @@ use std::pin::Pin;
 use std::time::Duration;
 use tonic::{Code, Status};
 
+/// A layer's future: the inner service's own when the layer passes the call through, a boxed one when it
+/// does work of its own around it.
+pub(super) type OrBoxed<F, R, E> =
+    futures_util::future::Either<F, Pin<Box<dyn Future<Output = std::result::Result<R, E>> + Send>>>;
+
 /// `--grpc-restricted-protocol`: a call to a restricted group without its metadata entry is answered
 /// PERMISSION_DENIED with tritonserver's message, before any handler runs.
 #[derive(Clone)]
@@ -58,10 +63,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = futures_util::future::Either<
-        S::Future,
-        Pin<Box<dyn Future<Output = std::result::Result<S::Response, S::Error>> + Send>>,
-    >;
+    type Future = OrBoxed<S::Future, S::Response, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::result::Result<(), S::Error>> {
         self.inner.poll_ready(cx)
