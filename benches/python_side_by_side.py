@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import free_port, rss_kib  # noqa: E402
+from side_by_side import CpuCost, cost_table, free_port, rss_kib  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ANCHORS = Path(os.environ.get("ANCHORS", Path.home() / ".cache/anchors"))
@@ -85,6 +85,7 @@ def perf(server: Server, model: str, protocol: str, concurrency: int) -> dict | 
         cmd = [str(PERF), "-m", model, "-u", f"127.0.0.1:{port}", "-i", protocol,
                "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", INTERVAL_MS,
                "--stability-percentage", STABILITY, "--max-trials", "20", "-f", f.name, *SHAPES.get(model, [])]
+        cost = CpuCost(server, model)
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         while p.poll() is None:
             server.sample_rss()
@@ -94,7 +95,8 @@ def perf(server: Server, model: str, protocol: str, concurrency: int) -> dict | 
             print(f"perf_analyzer failed for {server.name} {model} {protocol} c={concurrency}:\n{out[-2000:]}")
             return None
         row = next(csv.DictReader(open(f.name)))
-    return {"thr": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]), "p99": float(row["p99 latency"])}
+    return {"thr": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]), "p99": float(row["p99 latency"]),
+            **cost.stop()}
 
 
 def main():
@@ -145,6 +147,8 @@ def main():
         print(f"{model:12} {protocol:5} {c:>4} | {fmt(g(a, 'thr')):>14} {fmt(g(a, 'p50')):>8} {fmt(g(a, 'p99')):>8} | "
               f"{fmt(g(b, 'thr')):>12} {fmt(g(b, 'p50')):>8} {fmt(g(b, 'p99')):>8} | "
               f"{ratio(a, b, 'thr'):>9} {ratio(a, b, 'p99'):>9}")
+    cost_table([(f"{model:12} {protocol:5} {c:>4}", a, b) for model, protocol, c, a, b in rows],
+               f"{'model':12} {'proto':5} {'conc':>4}")
     print()
     print(f"start-to-ready ({len(served)} Python models): tritonrs {rs.ready_ms:.0f} ms, triton {tr.ready_ms:.0f} ms")
     for what, a, b in (("idle", rs.idle_rss, tr.idle_rss), ("peak under load", rs.peak_rss, tr.peak_rss)):

@@ -12,8 +12,10 @@ shared and noisy: compare the ratios from one run, not absolute numbers across r
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
+import resource
 import socket
 import subprocess
 import sys
@@ -65,6 +67,71 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its live descendants (the servers' Python stubs)."""
+    ticks = 0
+    for p in [pid] + descendants(pid):
+        try:
+            # After the command's closing parenthesis: state is field 3, utime and stime fields 14 and 15.
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def inference_count(http: int, model: str) -> int | None:
+    """The model's inference count from the statistics extension (both servers have it)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/models/{model}/stats", timeout=5) as r:
+            return sum(int(m.get("inference_count", 0)) for m in json.load(r).get("model_stats", []))
+    except (OSError, ValueError):
+        return None
+
+
+class CpuCost:
+    """CPU time per inference over a perf_analyzer run: the server's (with its stubs) and
+    perf_analyzer's own, which shares this machine's cores with the server. Start before the run,
+    `stop` after it; perf_analyzer must have been waited for (its time is in RUSAGE_CHILDREN then)."""
+
+    def __init__(self, server, model: str):
+        self.server, self.model = server, model
+        self.count = inference_count(server.http, model)
+        self.cpu = cpu_seconds(server.proc.pid)
+        self.children = self._children()
+
+    @staticmethod
+    def _children() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    def stop(self) -> dict:
+        count = inference_count(self.server.http, self.model)
+        if self.count is None or count is None or count <= self.count:
+            return {}
+        n = count - self.count
+        return {"server_us": (cpu_seconds(self.server.proc.pid) - self.cpu) * 1e6 / n,
+                "client_us": (self._children() - self.children) * 1e6 / n}
+
+
+def cost_table(rows, label: str):
+    """CPU per inference for each row (`label` names a row's key columns); the server ratio is
+    triton/tritonrs, so above 1 means tritonrs spends less."""
+    print()
+    print("CPU per inference, in microseconds (server includes its Python stubs; perf_analyzer runs on the "
+          "same cores):")
+    print(f"{label} | {'tritonrs server':>15} {'perf_analyzer':>13} | {'triton server':>13} {'perf_analyzer':>13} | "
+          f"{'server ratio':>12}")
+    for key, a, b in rows:
+        def g(d, k):
+            v = None if d is None else d.get(k)
+            return "n/a" if v is None else f"{v:,.0f}"
+        both = a and b and a.get("server_us") and b.get("server_us")
+        ratio = f"{b['server_us'] / a['server_us']:.2f}x" if both else "n/a"
+        print(f"{key} | {g(a, 'server_us'):>15} {g(a, 'client_us'):>13} | {g(b, 'server_us'):>13} "
+              f"{g(b, 'client_us'):>13} | {ratio:>12}")
+
+
 class Server:
     def __init__(self, name: str, cmd: list[str], http: int, grpc: int | None, env=None):
         self.name, self.http, self.grpc = name, http, grpc
@@ -101,12 +168,14 @@ def perf(server: Server, protocol: str, concurrency: int, model: str = "simple")
         cmd = [str(PERF), "-m", model, "-u", f"127.0.0.1:{port}", "-i", protocol,
                "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", INTERVAL_MS,
                "--stability-percentage", STABILITY, "--max-trials", "20", "-f", f.name]
+        cost = CpuCost(server, model)
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             print(f"perf_analyzer failed for {server.name} {protocol} c={concurrency}:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
             return None
         row = next(csv.DictReader(open(f.name)))
-    return {"thr": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]), "p99": float(row["p99 latency"])}
+    return {"thr": float(row["Inferences/Second"]), "p50": float(row["p50 latency"]), "p99": float(row["p99 latency"]),
+            **cost.stop()}
 
 
 def main():
@@ -146,6 +215,7 @@ def main():
         print(f"{protocol:5} {c:>4} | {fmt(g(a,'thr')):>14} {fmt(g(a,'p50')):>8} {fmt(g(a,'p99')):>8} | "
               f"{fmt(g(b,'thr')):>12} {fmt(g(b,'p50')):>8} {fmt(g(b,'p99')):>8} | "
               f"{ratio(a,b,'thr'):>9} {ratio(a,b,'p50'):>9} {ratio(a,b,'p99'):>9}")
+    cost_table([(f"{protocol:5} {c:>4}", a, b) for protocol, c, a, b in rows], f"{'proto':5} {'conc':>4}")
     print()
     print(f"start-to-ready: tritonrs {rs.ready_ms:.0f} ms, triton {tr.ready_ms:.0f} ms (ratio {rs.ready_ms / tr.ready_ms:.2f}x)")
     print(f"idle RSS (with children): tritonrs {rs.idle_rss / 1024:.1f} MiB, triton {tr.idle_rss / 1024:.1f} MiB "
