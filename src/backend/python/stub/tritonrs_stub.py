@@ -118,6 +118,61 @@ class _Channel:
         self.head = 0
 
 
+class _Out:
+    """The tensors of one frame being sent: each goes to the channel's ring or, when small or when the
+    ring is full, into the frame's payload. Built under the channel's lock."""
+
+    __slots__ = ("conn", "ch", "parts", "payload_len", "ring")
+
+    def __init__(self, conn, ch):
+        self.conn = conn
+        self.ch = ch
+        # The payload's parts and length, and whether a tensor went to the ring.
+        self.parts = []
+        self.payload_len = 0
+        self.ring = False
+
+    def place(self, t):
+        """Writes a tensor's bytes to the ring or the payload: (name, datatype, shape, length, where),
+        `where` being ("o", file offset) or ("i", payload offset)."""
+        arr = t._array
+        dtype = t._dtype
+        if dtype == 13:
+            data = pb_utils.serialize_byte_tensor(arr) if arr.size else b""
+            if data is None:
+                raise pb_utils.TritonModelException(f"output '{t._name}': cannot serialize dtype {arr.dtype} as BYTES")
+            n = len(data)
+        else:
+            data = None
+            n = arr.nbytes
+        off = self.conn._ring_alloc(self.ch, n) if n > _INLINE_MAX else None
+        if off is not None:
+            if data is None:
+                if not arr.flags.c_contiguous:
+                    arr = np.ascontiguousarray(arr)
+                data = memoryview(arr).cast("B")
+            self.conn.mm[off:off + n] = data
+            self.ring = True
+            where = ("o", off)
+        else:
+            where = ("i", self.payload_len)
+            self.parts.append(data if data is not None else arr.tobytes())
+            self.payload_len += n
+        return t._name, _TYPE_NAMES[dtype], arr.shape, n, where
+
+    def desc(self, t):
+        """A tensor's description as a dict (for messages encoded as a whole)."""
+        name, dt, shape, n, (k, v) = self.place(t)
+        return {"n": name, "t": dt, "s": list(shape), "l": n, k: v}
+
+    def json(self, t):
+        """A tensor's description as JSON text, without the encoder (the hot path of every response)."""
+        name, dt, shape, n, (k, v) = self.place(t)
+        quoted = _QUOTED.get(name) or _quoted(name)
+        dims = ",".join(map(str, shape))
+        return f'{{"n":{quoted},"t":"{dt}","s":[{dims}],"l":{n},"{k}":{v}}}'
+
+
 class _Frames:
     """Reads frames from a socket with as few system calls as possible."""
 
@@ -224,78 +279,43 @@ class Connection:
         ch.head += n
         return off
 
-    def _place(self, ch, t, parts, payload_len, used_ring):
-        """Writes a tensor's bytes to the ring or the payload: (name, datatype, shape, length, where),
-        `where` being ("o", file offset) or ("i", payload offset)."""
-        arr = t._array
-        dtype = t._dtype
-        if dtype == 13:
-            data = pb_utils.serialize_byte_tensor(arr) if arr.size else b""
-            if data is None:
-                raise pb_utils.TritonModelException(f"output '{t._name}': cannot serialize dtype {arr.dtype} as BYTES")
-            n = len(data)
-        else:
-            data = None
-            n = arr.nbytes
-        off = self._ring_alloc(ch, n) if n > _INLINE_MAX else None
-        if off is not None:
-            if data is None:
-                if not arr.flags.c_contiguous:
-                    arr = np.ascontiguousarray(arr)
-                data = memoryview(arr).cast("B")
-            self.mm[off:off + n] = data
-            used_ring[0] = True
-            where = ("o", off)
-        else:
-            where = ("i", payload_len[0])
-            parts.append(data if data is not None else arr.tobytes())
-            payload_len[0] += n
-        return t._name, _TYPE_NAMES[dtype], arr.shape, n, where
-
-    def _tensor_desc(self, ch, t, parts, payload_len, used_ring):
-        """A tensor's description as a dict (for messages encoded as a whole)."""
-        name, dt, shape, n, (k, v) = self._place(ch, t, parts, payload_len, used_ring)
-        return {"n": name, "t": dt, "s": list(shape), "l": n, k: v}
-
-    def _tensor_json(self, ch, t, parts, payload_len, used_ring):
-        """A tensor's description as JSON text, without the encoder (the hot path of every response)."""
-        name, dt, shape, n, (k, v) = self._place(ch, t, parts, payload_len, used_ring)
-        quoted = _quoted(name)
-        dims = ",".join(map(str, shape))
-        return f'{{"n":{quoted},"t":"{dt}","s":[{dims}],"l":{n},"{k}":{v}}}'
-
-    def send_text(self, head, tensors_of, main=False):
-        """Sends a message given as JSON text: `head` (an object without its closing brace) and what
-        `tensors_of(encode)` returns, `encode(tensor)` giving each tensor's description as JSON text."""
-        ch = self.main if main else self.side
-        with ch.lock:
-            parts = []
-            payload_len = [0]
-            used_ring = [False]
-            text = head + tensors_of(lambda t: self._tensor_json(ch, t, parts, payload_len, used_ring))
-            if used_ring[0]:
-                text += f',"ring":{ch.head}'
-            rel = self._released()
-            if rel:
-                text += ',"rel":[' + ",".join(map(str, rel)) + "]"
-            self._write(ch, (text + "}").encode(), parts, payload_len[0])
-
     def _released(self):
+        """The released blocks to report, taken from the queue (other threads add to it)."""
+        released = self.released
+        if not released:
+            return None
         rel = []
         while True:
             try:
-                rel.append(self.released.popleft())
+                rel.append(released.popleft())
             except IndexError:
                 return rel
 
     def _write(self, ch, body, parts, payload_len):
         head = _HDR.pack(len(body), payload_len)
         if payload_len + len(body) <= _JOIN_MAX:
-            ch.sock.sendall(b"".join([head, body, *parts]))
+            ch.sock.sendall(b"".join([head, body, *parts]) if parts else head + body)
         else:
             ch.sock.sendall(head + body)
             for p in parts:
                 ch.sock.sendall(p)
+
+    def _finish(self, out):
+        """The frame's closing fields (its ring position, released blocks) as JSON text."""
+        tail = f',"ring":{out.ch.head}' if out.ring else ""
+        rel = self._released()
+        if rel:
+            tail += ',"rel":[' + ",".join(map(str, rel)) + "]"
+        return tail
+
+    def send_text(self, head, tensors_of, main=False):
+        """Sends a message given as JSON text: `head` (an object without its closing brace) and what
+        `tensors_of(encode)` returns, `encode(tensor)` giving each tensor's description as JSON text."""
+        ch = self.main if main else self.side
+        with ch.lock:
+            out = _Out(self, ch)
+            text = head + tensors_of(out.json)
+            self._write(ch, (text + self._finish(out) + "}").encode(), out.parts, out.payload_len)
 
     def send(self, msg, tensors_of=None, main=False):
         """Sends a message on the side socket (or the main one); `tensors_of(encode)` fills in tensor
@@ -303,17 +323,15 @@ class Connection:
         out in the order frames are sent."""
         ch = self.main if main else self.side
         with ch.lock:
-            parts = []
-            payload_len = [0]
-            used_ring = [False]
+            out = _Out(self, ch)
             if tensors_of is not None:
-                tensors_of(lambda t: self._tensor_desc(ch, t, parts, payload_len, used_ring))
-            if used_ring[0]:
+                tensors_of(out.desc)
+            if out.ring:
                 msg["ring"] = ch.head
             rel = self._released()
             if rel:
                 msg["rel"] = rel
-            self._write(ch, _encode_json(msg).encode(), parts, payload_len[0])
+            self._write(ch, _encode_json(msg).encode(), out.parts, out.payload_len)
 
     def notify(self, op, **kw):
         kw["type"] = "call"
