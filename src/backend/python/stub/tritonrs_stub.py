@@ -168,7 +168,7 @@ class _Out:
     def json(self, t):
         """A tensor's description as JSON text, without the encoder (the hot path of every response)."""
         name, dt, shape, n, (k, v) = self.place(t)
-        quoted = _QUOTED.get(name) or _quoted(name)
+        quoted = _quoted(name)
         dims = ",".join(map(str, shape))
         return f'{{"n":{quoted},"t":"{dt}","s":[{dims}],"l":{n},"{k}":{v}}}'
 
@@ -294,7 +294,7 @@ class Connection:
     def _write(self, ch, body, parts, payload_len):
         head = _HDR.pack(len(body), payload_len)
         if payload_len + len(body) <= _JOIN_MAX:
-            ch.sock.sendall(b"".join([head, body, *parts]) if parts else head + body)
+            ch.sock.sendall(b"".join([head, body, *parts]))
         else:
             ch.sock.sendall(head + body)
             for p in parts:
