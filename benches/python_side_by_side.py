@@ -10,8 +10,9 @@ Both servers serve the same copy of those models and run them with the anchors' 
 Knobs (environment): BENCH_CONCURRENCY (default "1,8"), BENCH_PROTOCOLS (default "grpc"; "grpc,http"
 for both), BENCH_INTERVAL_MS (default 3000), BENCH_MODELS (default "add_sub,bytes_upper,bls_sync"),
 BENCH_REPEAT (default 2: each measurement runs this many times, alternating the servers, and the run
-with the best throughput counts, for both alike). Machines here are shared and noisy: compare the
-ratios from one run, not absolute numbers across runs.
+with the best throughput counts, for both alike), BENCH_SERVER_CORES with BENCH_CLIENT_CORES (cores of
+their own for the servers, stubs included, and for perf_analyzer, as in side_by_side.py). Machines here
+are shared and noisy: compare the ratios from one run, not absolute numbers across runs.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import CpuCost, cost_table, free_port, rss_kib  # noqa: E402
+from side_by_side import (CLIENT_CORES, SERVER_CORES, CpuCost, cost_table, free_port,  # noqa: E402
+                          on_cores, rss_kib)
 
 REPO = Path(__file__).resolve().parent.parent
 ANCHORS = Path(os.environ.get("ANCHORS", Path.home() / ".cache/anchors"))
@@ -50,7 +52,8 @@ class Server:
         self.name, self.http, self.grpc = name, http, grpc
         self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{name}-", suffix=".log", delete=False)
         start = time.monotonic()
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     preexec_fn=on_cores(SERVER_CORES))
         while not self._ready(models):
             if self.proc.poll() is not None or time.monotonic() - start > 120:
                 sys.exit(f"{name} did not become ready; log in {self.log.name}")
@@ -86,7 +89,8 @@ def perf(server: Server, model: str, protocol: str, concurrency: int) -> dict | 
                "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", INTERVAL_MS,
                "--stability-percentage", STABILITY, "--max-trials", "20", "-f", f.name, *SHAPES.get(model, [])]
         cost = CpuCost(server, model)
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=on_cores(CLIENT_CORES))
         while p.poll() is None:
             server.sample_rss()
             time.sleep(0.5)

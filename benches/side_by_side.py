@@ -8,6 +8,12 @@ idle RSS of both servers.
 tritonrs serves model-repos/examples (the ONNX `simple` model); Triton serves benches/triton-repo
 (the same model for its Python backend, the only backend the reference build has). Machines here are
 shared and noisy: compare the ratios from one run, not absolute numbers across runs.
+
+BENCH_SERVER_CORES and BENCH_CLIENT_CORES (e.g. "0" and "1", both or neither) give each server (with its
+threads and Python stubs) and perf_analyzer cores of their own, set by `sched_setaffinity` before they
+start: on a 2-core machine perf_analyzer's own 110-200 µs of CPU a request otherwise shares the cores
+with the server it measures, so the throughput ratio there carries perf_analyzer's cost as much as the
+servers'. Both servers get the same cores, one after the other; each sizes its thread pools to them.
 """
 from __future__ import annotations
 
@@ -33,6 +39,26 @@ CONCURRENCY = [int(c) for c in os.environ.get("BENCH_CONCURRENCY", "1,8").split(
 INTERVAL_MS = os.environ.get("BENCH_INTERVAL_MS", "3000")
 # perf_analyzer's default 10% stability is rarely met on a shared 2-core machine.
 STABILITY = os.environ.get("BENCH_STABILITY_PERCENT", "40")
+
+
+def _cores(var: str) -> set[int] | None:
+    v = os.environ.get(var, "").strip()
+    return {int(c) for c in v.split(",")} if v else None
+
+
+SERVER_CORES, CLIENT_CORES = _cores("BENCH_SERVER_CORES"), _cores("BENCH_CLIENT_CORES")
+if (SERVER_CORES is None) != (CLIENT_CORES is None):
+    sys.exit("BENCH_SERVER_CORES and BENCH_CLIENT_CORES go together")
+
+
+def on_cores(cores: set[int] | None):
+    """A `preexec_fn` that puts the child (and what it starts) on `cores`; None when not splitting."""
+    return None if cores is None else (lambda: os.sched_setaffinity(0, cores))
+
+
+def split_note() -> str:
+    return (f"; servers on cores {sorted(SERVER_CORES)}, perf_analyzer on cores {sorted(CLIENT_CORES)}"
+            if SERVER_CORES else "; servers and perf_analyzer share the cores")
 
 
 def free_port() -> int:
@@ -118,8 +144,7 @@ def cost_table(rows, label: str):
     """CPU per inference for each row (`label` names a row's key columns); the server ratio is
     triton/tritonrs, so above 1 means tritonrs spends less."""
     print()
-    print("CPU per inference, in microseconds (server includes its Python stubs; perf_analyzer runs on the "
-          "same cores):")
+    print("CPU per inference, in microseconds (server includes its Python stubs" + split_note() + "):")
     print(f"{label} | {'tritonrs server':>15} {'perf_analyzer':>13} | {'triton server':>13} {'perf_analyzer':>13} | "
           f"{'server ratio':>12}")
     for key, a, b in rows:
@@ -137,7 +162,8 @@ class Server:
         self.name, self.http, self.grpc = name, http, grpc
         start = time.monotonic()
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=on_cores(SERVER_CORES))
         while True:
             try:
                 if urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1).status == 200:
@@ -169,7 +195,7 @@ def perf(server: Server, protocol: str, concurrency: int, model: str = "simple")
                "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", INTERVAL_MS,
                "--stability-percentage", STABILITY, "--max-trials", "20", "-f", f.name]
         cost = CpuCost(server, model)
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, preexec_fn=on_cores(CLIENT_CORES))
         if r.returncode != 0:
             print(f"perf_analyzer failed for {server.name} {protocol} c={concurrency}:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
             return None
