@@ -223,24 +223,29 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
     if let Some(n) = args.http_thread_count {
         runtime.worker_threads(n.into());
     }
-    if let Some(cores) = args.io_cpu_cores.clone() {
-        // The worker threads only: the runtime's blocking threads load models, and ONNX Runtime's pool
-        // threads, created there, would inherit their cores. A worker parks as soon as the runtime
-        // starts, so pinning at its first park pins it before it serves anything.
-        runtime.on_thread_park(move || pin_worker_once(&cores.0));
-    }
+    // The worker threads only: the runtime's blocking threads load models, and ONNX Runtime's pool
+    // threads, created there, would inherit their cores and policy. A worker parks as soon as the
+    // runtime starts, so what its first park sets holds before it serves anything.
+    let cores = args.io_cpu_cores.clone().map(|c| c.0);
+    runtime.on_thread_park(move || set_up_worker_once(cores.as_deref()));
     let runtime = runtime.enable_all().thread_name("tritonrs-io").build().map_err(io_error)?;
     runtime.block_on(run(args, file, opts, log))
 }
 
-/// Pins the calling I/O worker thread to `cores` the first time it is called on that thread.
-fn pin_worker_once(cores: &[usize]) {
+/// The first time it is called on an I/O worker thread: gives it the SCHED_BATCH policy (it does not
+/// preempt an instance thread that answers it; see `batch_current_thread`) and pins it to `cores`
+/// (--io-cpu-cores) when given.
+fn set_up_worker_once(cores: Option<&[usize]>) {
     thread_local! {
-        static PINNED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
-    if PINNED.with(|p| p.replace(true)) {
+    if DONE.with(|p| p.replace(true)) {
         return;
     }
+    if let Err(e) = tritonrs::platform::affinity::batch_current_thread() {
+        tracing::debug!("{}", e.message);
+    }
+    let Some(cores) = cores else { return };
     match tritonrs::platform::affinity::pin_current_thread(cores) {
         Ok(()) => tracing::debug!("I/O worker thread pinned to cores {cores:?} (--io-cpu-cores)."),
         Err(e) => tracing::warn!("--io-cpu-cores could not pin an I/O worker thread: {}.", e.message),

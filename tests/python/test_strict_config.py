@@ -157,6 +157,65 @@ def test_io_cpu_cores_pins_the_io_workers_only(start_server, repo):
     assert s.client().is_model_ready("pinned_io")
 
 
+def thread_policies(pid: int) -> list[tuple[str, int]]:
+    """(name, scheduling policy) of each thread: field 41 of /proc/<pid>/task/*/stat."""
+    out = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            name, rest = stat.read_text().rsplit(")", 1)
+        except OSError:
+            continue  # the thread ended meanwhile
+        out.append((name.split("(", 1)[1], int(rest.split()[38])))
+    return out
+
+
+SCHED_OTHER, SCHED_BATCH = 0, 3
+
+
+def test_io_workers_and_instance_threads_do_not_preempt_each_other(start_server, repo):
+    """The I/O runtime's workers (--http-thread-count of them) and the instance threads run SCHED_BATCH,
+    so one waking the other does not take its core at once; the main thread, the runtime's blocking
+    threads (model loads) and the Python stub keep SCHED_OTHER."""
+    python_sleep_model(repo, "batched_policy")
+    s = start_server("--model-repository", str(repo), "--http-thread-count=2")
+    s.wait_until(lambda: sum(p == SCHED_BATCH for n, p in thread_policies(s.proc.pid) if n == "tritonrs-io") == 2,
+                 what="two SCHED_BATCH I/O workers")
+    assert s.client().is_model_ready("batched_policy")
+    threads = thread_policies(s.proc.pid)
+    assert dict(threads).get("inst-batched_po") == SCHED_BATCH, threads
+    assert dict(threads)["tritonrs"] == SCHED_OTHER, threads
+    assert sum(p == SCHED_BATCH for n, p in threads if n == "tritonrs-io") == 2, threads
+    assert {p for n, p in threads if not n.startswith(("inst-", "tritonrs-io"))} == {SCHED_OTHER}, threads
+    # Requests go through both kinds of thread as before.
+    r = s.post("/v2/models/batched_policy/infer",
+               {"inputs": [{"name": "IN", "shape": [1], "datatype": "FP32", "data": [2.5]}]})
+    assert r.status == 200, r
+    assert r.json()["outputs"][0]["data"] == [2.5], r
+    # The Python stub and what starts it are processes of their own: they keep SCHED_OTHER.
+    children = _descendants(s.proc.pid)
+    assert children, "the Python stub runs under the server"
+    for pid in children:
+        assert {p for _, p in thread_policies(pid)} == {SCHED_OTHER}, thread_policies(pid)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under `pid`, at any depth."""
+    parents = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
 def test_a_bad_io_cpu_cores_value_is_refused_at_start(tmp_path):
     r = subprocess.run([str(BIN), "--model-repository", str(tmp_path), "--io-cpu-cores=x"],
                        capture_output=True, text=True, timeout=60)

@@ -50,6 +50,11 @@ impl Workers {
         self.spawn(thread.clone(), "a thread for an instance", move || {
             let beat = heartbeat::register(thread);
             instance.thread_started();
+            // After the backend's own start (threads it starts there keep the usual policy): an I/O
+            // worker that hands this thread a request goes on with its other requests first.
+            if let Err(e) = crate::platform::affinity::batch_current_thread() {
+                tracing::debug!(instance = %instance_name, "{}", e.message);
+            }
             body(&mut *instance, &beat);
             drop(instance);
             tracing::debug!(instance = %instance_name, "Instance thread exited because its model was unloaded.");

@@ -18,3 +18,25 @@ fn policies_merge_and_refuse_unknown_settings() {
     assert!(e.message.contains("unknown setting 'pinned-memory'"), "{}", e.message);
     assert!(parse_host_policies(&["a".into()]).is_err());
 }
+
+/// The calling thread's scheduling policy, field 41 of /proc/thread-self/stat (after the name).
+fn policy_of_this_thread() -> u32 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    let after_name = stat.rsplit_once(')').unwrap().1;
+    // Field 3 (the state) is the first after the name, so field 41 is the 39th from there.
+    after_name.split_whitespace().nth(38).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_thread_made_batch_has_the_batch_policy_and_the_others_keep_theirs() {
+    let before = policy_of_this_thread();
+    let (batch, child) = std::thread::spawn(|| {
+        batch_current_thread().unwrap();
+        // A thread it starts inherits the policy.
+        (policy_of_this_thread(), std::thread::spawn(policy_of_this_thread).join().unwrap())
+    })
+    .join()
+    .unwrap();
+    assert_eq!((batch, child), (libc::SCHED_BATCH as u32, libc::SCHED_BATCH as u32));
+    assert_eq!(policy_of_this_thread(), before, "only the calling thread changes");
+}
