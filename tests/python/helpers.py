@@ -448,3 +448,32 @@ def system_python_path(tmp_path, folder: str = "sys-py-bin") -> str:
     assert sys_py, "a system python3 is needed"
     (bindir / "python3").symlink_to(sys_py)
     return f"{bindir}:/usr/bin:/bin"
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of process `pid` (field 4 of /proc/<pid>/stat), -1 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def cmdline_of(pid: int) -> str:
+    """The command line of process `pid`, arguments separated by spaces; empty when it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def stub_processes(server_pid: int) -> tuple[list[int], list[int]]:
+    """The server's fork servers (children running tritonrs_zygote.py) and its stubs (children running
+    tritonrs_stub.py, and the fork servers' children)."""
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    children = [p for p in pids if parent_pid(p) == server_pid]
+    zygotes = sorted(p for p in children if "tritonrs_zygote.py" in cmdline_of(p))
+    stubs = [p for p in children if "tritonrs_stub.py" in cmdline_of(p)]
+    stubs += [p for p in pids if parent_pid(p) in zygotes]
+    return zygotes, sorted(stubs)

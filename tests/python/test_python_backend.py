@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import EXAMPLES, REPO_ROOT, TritonServer, ZYGOTE, copy_models
+from helpers import EXAMPLES, REPO_ROOT, TritonServer, ZYGOTE, cmdline_of, copy_models, parent_pid, stub_processes
 
 PYTHON_REPO = REPO_ROOT / "model-repos" / "python"
 FAULTS_REPO = REPO_ROOT / "model-repos" / "python_faults"
@@ -484,9 +484,9 @@ def test_a_stub_that_dies_while_idle_is_restarted_without_a_request(start_server
     assert len(stubs_after) == 1 and stubs_after != stubs, (stubs, stubs_after)
     assert zygotes_after == zygotes
     if ZYGOTE:
-        assert len(zygotes) == 1 and _parent(stubs_after[0]) == zygotes[0]
+        assert len(zygotes) == 1 and parent_pid(stubs_after[0]) == zygotes[0]
     else:
-        assert zygotes == [] and _parent(stubs_after[0]) == s.proc.pid
+        assert zygotes == [] and parent_pid(stubs_after[0]) == s.proc.pid
 
 
 @pytest.mark.skipif(not ZYGOTE, reason="the stubs' fork server is off (TRITONRS_TEST_PYTHON_ZYGOTE=0)")
@@ -506,7 +506,7 @@ def test_a_dead_fork_server_is_started_again(start_server, repo):
     s.wait_for_log(r"The Python stub of model 'add_sub' instance 'add_sub_0_0' is running again")
     zygotes_after, stubs_after = stub_processes(s.proc.pid)
     assert len(zygotes_after) == 1 and zygotes_after != zygotes
-    assert len(stubs_after) == 1 and _parent(stubs_after[0]) == zygotes_after[0]
+    assert len(stubs_after) == 1 and parent_pid(stubs_after[0]) == zygotes_after[0]
     r = s.client().infer("add_sub", http_inputs(INPUT0=A, INPUT1=B))
     assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
 
@@ -527,9 +527,9 @@ def test_each_stub_names_its_model_and_instance_in_ps(start_server, repo, zygote
     zygotes, stubs = stub_processes(s.proc.pid)
     assert len(stubs) == 3, (zygotes, stubs)
     if zygote == "forked":
-        assert len(zygotes) == 1 and all(_parent(p) == zygotes[0] for p in stubs)
+        assert len(zygotes) == 1 and all(parent_pid(p) == zygotes[0] for p in stubs)
     else:
-        assert zygotes == [] and all(_parent(p) == s.proc.pid for p in stubs)
+        assert zygotes == [] and all(parent_pid(p) == s.proc.pid for p in stubs)
     # As `ps -o args` and `ps -o comm` show them: the interpreter running the stub script, which model
     # and instance, and the model's folders (added to sys.path); the name is the instance's, with the
     # model's name in front when the instance's name does not start with it.
@@ -537,7 +537,7 @@ def test_each_stub_names_its_model_and_instance_in_ps(start_server, repo, zygote
                       rf"{re.escape(str(repo))}/add_sub/1 {re.escape(str(repo))}/add_sub")
     seen = {}
     for pid in stubs:
-        args = _cmdline(pid).strip()
+        args = cmdline_of(pid).strip()
         m = line.fullmatch(args)
         assert m, (pid, args)
         with open(f"/proc/{pid}/comm") as f:
@@ -545,33 +545,6 @@ def test_each_stub_names_its_model_and_instance_in_ps(start_server, repo, zygote
     assert seen == {"add_sub_0_0": "add_sub_0_0", "add_sub_0_1": "add_sub_0_1", "spare_0": "add_sub:spare_0"}
     r = s.client().infer("add_sub", http_inputs(INPUT0=A, INPUT1=B))
     assert r.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
-
-
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def stub_processes(server_pid: int) -> tuple[list[int], list[int]]:
-    """The server's fork servers (children running tritonrs_zygote.py) and its stubs (children running
-    tritonrs_stub.py, and the fork servers' children)."""
-    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    children = [p for p in pids if _parent(p) == server_pid]
-    zygotes = sorted(p for p in children if "tritonrs_zygote.py" in _cmdline(p))
-    stubs = [p for p in children if "tritonrs_stub.py" in _cmdline(p)]
-    stubs += [p for p in pids if _parent(p) in zygotes]
-    return zygotes, sorted(stubs)
 
 
 # ---- dynamic batching --------------------------------------------------------------------------------

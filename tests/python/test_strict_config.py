@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, copy_models, python_sleep_model
+from helpers import BIN, copy_models, python_sleep_model, stub_processes
 
 PY = Path(__file__).resolve().parents[2] / "model-repos" / "python"
 
@@ -191,29 +191,11 @@ def test_io_workers_and_instance_threads_do_not_preempt_each_other(start_server,
                {"inputs": [{"name": "IN", "shape": [1], "datatype": "FP32", "data": [2.5]}]})
     assert r.status == 200, r
     assert r.json()["outputs"][0]["data"] == [2.5], r
-    # The Python stub and what starts it are processes of their own: they keep SCHED_OTHER.
-    children = _descendants(s.proc.pid)
-    assert children, "the Python stub runs under the server"
-    for pid in children:
+    # The Python stub and the fork server starting it are processes of their own: they keep SCHED_OTHER.
+    zygotes, stubs = stub_processes(s.proc.pid)
+    assert stubs, "the model's stub is running"
+    for pid in zygotes + stubs:
         assert {p for _, p in thread_policies(pid)} == {SCHED_OTHER}, thread_policies(pid)
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes under `pid`, at any depth."""
-    parents = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        kids = [c for c, pp in parents.items() if pp == p]
-        out += kids
-        todo += kids
-    return out
 
 
 def test_a_bad_io_cpu_cores_value_is_refused_at_start(tmp_path):
