@@ -270,7 +270,7 @@ impl GuardedListener {
                         old.kill();
                         self.log_shed();
                     }
-                    return GuardedStream { stream, conn, registry: self.registry.clone() };
+                    return GuardedStream { stream, conn, registry: self.registry.clone(), hold: None };
                 }
                 Err(e) if is_connection_error(&e) => {}
                 Err(e) => {
@@ -413,6 +413,26 @@ pub struct GuardedStream {
     stream: TcpStream,
     conn: Conn,
     registry: Arc<Registry>,
+    /// A write held back on an HTTP/2 connection (see [`GuardedStream::hold_back`]).
+    hold: Option<Arc<Held>>,
+}
+
+/// The wake-up a held-back write waits for: the I/O thread's deferred wake, once it has run the tasks
+/// ready before it.
+struct Held {
+    fired: AtomicBool,
+    task: std::task::Waker,
+}
+
+impl std::task::Wake for Held {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(true, Ordering::Release);
+        self.task.wake_by_ref();
+    }
 }
 
 impl GuardedStream {
@@ -473,6 +493,41 @@ impl AsyncRead for GuardedStream {
 }
 
 impl GuardedStream {
+    /// Whether to hold a write back for now. On an HTTP/2 connection (gRPC) many requests share one
+    /// socket, and the answers of several often reach the I/O thread together (the instance thread
+    /// finishes them back to back). Each request's task hands its response to the connection's task,
+    /// which the runtime runs right after it, so without this each response left in a write of its
+    /// own. While replies are on their way to their requests (`replies_on_the_way`), the write waits
+    /// until the I/O thread has run the tasks ready before it (tokio's deferred wake, as in
+    /// `yield_now`, which comes at the latest after 61 tasks) or until no reply is on its way, and then
+    /// carries every response queued meanwhile. At concurrency 1 no reply is on its way when the
+    /// response is written: nothing is held. HTTP/1 connections carry one request at a time: never held.
+    fn hold_back(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.registry.limits.http2 {
+            return false;
+        }
+        if let Some(held) = &self.hold {
+            if held.fired.load(Ordering::Acquire) || crate::core::scheduler::replies_on_the_way() == 0 {
+                self.hold = None;
+                return false;
+            }
+            if held.task.will_wake(cx.waker()) {
+                return true;
+            }
+        } else if crate::core::scheduler::replies_on_the_way() == 0 {
+            return false;
+        }
+        let held = Arc::new(Held { fired: AtomicBool::new(false), task: cx.waker().clone() });
+        let waker = std::task::Waker::from(held.clone());
+        let mut deferred = std::pin::pin!(tokio::task::yield_now());
+        if deferred.as_mut().poll(&mut Context::from_waker(&waker)).is_ready() {
+            self.hold = None;
+            return false;
+        }
+        self.hold = Some(held);
+        true
+    }
+
     fn after_write(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
         match r {
             Poll::Ready(Ok(n)) => {
@@ -499,6 +554,9 @@ impl AsyncWrite for GuardedStream {
         if this.conn.killed() {
             return Poll::Ready(Err(Self::closed_error()));
         }
+        if this.hold_back(cx) {
+            return Poll::Pending;
+        }
         let r = Pin::new(&mut this.stream).poll_write(cx, buf);
         this.after_write(cx, r)
     }
@@ -511,6 +569,9 @@ impl AsyncWrite for GuardedStream {
         let this = self.get_mut();
         if this.conn.killed() {
             return Poll::Ready(Err(Self::closed_error()));
+        }
+        if this.hold_back(cx) {
+            return Poll::Pending;
         }
         let r = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
         this.after_write(cx, r)

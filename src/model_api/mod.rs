@@ -184,6 +184,9 @@ pub struct ExecTimings {
     pub compute_input_ns: u64,
     pub compute_infer_ns: u64,
     pub compute_output_ns: u64,
+    /// How long the request, taken from the queue and handed to a pipelining instance, waited there for
+    /// the requests handed over before it (see [`ModelInstance::begin`]): counted as queue time.
+    pub waited_ns: u64,
     /// When an instance thread picked the request up (a trace's COMPUTE_START). Set by the scheduler,
     /// not the backend; `None` from backends.
     pub started: Option<std::time::Instant>,
@@ -201,6 +204,7 @@ impl ExecTimings {
             compute_input_ns: (t1 - t0).as_nanos() as u64,
             compute_infer_ns: (t2 - t1).as_nanos() as u64,
             compute_output_ns: (t3 - t2).as_nanos() as u64,
+            waited_ns: 0,
             started: None,
         }
     }
@@ -235,7 +239,8 @@ pub trait ModelInstance: Send {
     /// Python stub): sends `req` to run after those already sent and returns a ticket for
     /// [`ModelInstance::finish`], so that the instance thread can send the next request while this one
     /// runs and the process never waits for it. `None` (the default): not now or never; the caller
-    /// finishes what it sent and runs the request with `execute`.
+    /// finishes the oldest request it sent and asks again, and once nothing is in flight runs the
+    /// request with `execute` if the answer is still `None`.
     fn begin(&mut self, _req: &ExecRequest) -> Option<Result<u64>> {
         None
     }

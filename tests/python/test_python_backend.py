@@ -121,6 +121,27 @@ def test_concurrent_requests_each_get_their_own_answer(py_server):
         assert all(pool.map(worker, range(8)))
 
 
+def test_concurrent_requests_of_mixed_sizes_each_get_their_own_answer(py_server):
+    """Up to 32 KiB of small requests go to the stub ahead of the one it runs; a larger one waits until
+    the stub is free. With eight clients mixing tensors inline in frames (16 B, 12 KB, 30 KB), in
+    shared memory (400 KB) and too large for it (12 MB, both ways through the socket), every request
+    gets its own answer and nothing blocks."""
+    sizes = [4, 3_000, 7_500, 100_000, 4, 3_000_000, 7_500, 3_000]
+
+    def worker(w):
+        c = py_server.grpc_client()
+        for i in range(len(sizes)):
+            n = sizes[(w + i) % len(sizes)]
+            x = np.full(n, w * 1000 + i, np.float32)
+            assert np.array_equal(c.infer("identity", grpc_inputs(INPUT0=x)).as_numpy("OUTPUT0"), x)
+        return True
+
+    t = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(worker, range(8)))
+    assert time.monotonic() - t < 60
+
+
 def test_many_requests_reuse_shared_memory(py_server):
     c = py_server.client()
     for k in range(200):

@@ -445,7 +445,7 @@ pub extern "C" fn TRITONBACKEND_ModelInstanceReportStatistics(
             compute_input_ns: compute_start_ns - exec_start_ns,
             compute_infer_ns: compute_end_ns - compute_start_ns,
             compute_output_ns: exec_end_ns - compute_end_ns,
-            started: None,
+            ..Default::default()
         });
         Ok(())
     })

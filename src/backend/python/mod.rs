@@ -184,7 +184,9 @@ struct PythonInstance {
     last_done: Option<Instant>,
 }
 
-/// Requests with more input bytes than this are not sent ahead of the one running (see `begin`).
+/// At most this many input bytes are sent ahead of the request the stub works on (see `begin`), so the
+/// frames the stub has not read yet always fit in the socket's buffer: the instance thread never blocks
+/// sending while the stub blocks sending it a large answer.
 const PIPELINE_MAX_BYTES: usize = 32 << 10;
 
 /// The stub of one instance and how to restart it.
@@ -340,7 +342,8 @@ impl Shared {
             let undelivered = keys.is_empty();
             return Err((e, undelivered));
         }
-        Ok(Sent { id, generation, keys, plain, encode_ns: (t1 - t0).as_nanos() as u64, sent_at: t1 })
+        let bytes = reqs.iter().map(|r| input_bytes(r)).sum();
+        Ok(Sent { id, generation, keys, plain, encode_ns: (t1 - t0).as_nanos() as u64, sent_at: t1, bytes })
     }
 
     /// Waits for the answer to an `execute` call sent with [`Shared::send_exec`]; `from` is when the
@@ -376,6 +379,8 @@ impl Shared {
             compute_input_ns: sent.encode_ns,
             compute_infer_ns: t2.saturating_duration_since(from).as_nanos() as u64,
             compute_output_ns: t2.elapsed().as_nanos() as u64,
+            // Sent ahead, it waited in the stub for the calls before it.
+            waited_ns: from.saturating_duration_since(sent.sent_at).as_nanos() as u64,
             started: None,
         };
         Ok((executed, timings))
@@ -406,6 +411,12 @@ struct Sent {
     plain: Vec<u64>,
     encode_ns: u64,
     sent_at: Instant,
+    /// Its requests' input bytes.
+    bytes: usize,
+}
+
+fn input_bytes(req: &ExecRequest) -> usize {
+    req.inputs.iter().map(|t| t.data.len()).sum()
 }
 
 /// Restarts a stub as soon as it dies, also when no request is waiting, so the model is ready again
@@ -475,10 +486,15 @@ impl ModelInstance for PythonInstance {
 
     fn begin(&mut self, req: &ExecRequest) -> Option<Result<u64>> {
         // Decoupled models answer through their requests' responders, also from other threads: one call
-        // at a time keeps their order simple. A large request waits until the stub is idle: both sides
-        // writing large frames to each other at once would block both.
-        let large = || req.inputs.iter().map(|t| t.data.len()).sum::<usize>() > PIPELINE_MAX_BYTES;
-        if self.shared.decoupled || (!self.sent.is_empty() && large()) {
+        // at a time keeps their order simple. The requests sent ahead of the one the stub works on (all
+        // but the oldest) hold at most PIPELINE_MAX_BYTES: both sides writing large frames to each other
+        // at once would block both. Over that, "not now": the scheduler finishes the oldest and asks
+        // again (a large request waits until the stub is idle).
+        if self.shared.decoupled {
+            return None;
+        }
+        let ahead = || self.sent.iter().skip(1).map(|s| s.bytes).sum::<usize>() + input_bytes(req);
+        if !self.sent.is_empty() && ahead() > PIPELINE_MAX_BYTES {
             return None;
         }
         let mut st = self.shared.state.lock();

@@ -301,7 +301,7 @@ struct Reorder {
     /// The next sequence number to release.
     next: u64,
     /// Finished replies waiting for earlier ones.
-    done: BTreeMap<u64, (tokio::sync::oneshot::Sender<Result<ExecResult>>, Result<ExecResult>)>,
+    done: BTreeMap<u64, (super::Reply, Result<ExecResult>)>,
 }
 
 /// A queued job with its place in submission order.
@@ -493,7 +493,7 @@ impl Shared {
     }
 
     /// Sends a reply, holding it back until earlier ones are out when ordering is preserved.
-    fn reply(&self, seq: u64, tx: tokio::sync::oneshot::Sender<Result<ExecResult>>, result: Result<ExecResult>) {
+    fn reply(&self, seq: u64, tx: super::Reply, result: Result<ExecResult>) {
         let Some(reorder) = &self.reorder else {
             let _ = tx.send(result);
             return;

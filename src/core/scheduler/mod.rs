@@ -70,11 +70,78 @@ pub struct Job {
     /// Priority, timeout and sequence fields of the request.
     pub control: RequestControl,
     /// Where the result goes; a dropped receiver (client gone) is not an error.
-    pub reply: oneshot::Sender<Result<ExecResult>>,
+    pub reply: Reply,
     /// The request's span, `request` with its model, version and id (`#[instrument]` on the core's
     /// `infer_on`, or [`request_span`] for streams): the instance thread enters it around the backend
     /// call, so a log line written meanwhile names the request.
     pub span: tracing::Span,
+}
+
+/// Replies sent by the schedulers (instance threads, mostly) that their requests have not taken yet:
+/// each is a task about to run on an I/O thread, to answer its client. A front-end that writes to a
+/// connection shared by many requests (gRPC's HTTP/2) may hold a write back while this is above zero,
+/// so that the answers arriving together leave in one write (see `frontend::conn`).
+static REPLIES_ON_THE_WAY: AtomicUsize = AtomicUsize::new(0);
+
+/// How many replies are on their way (see [`REPLIES_ON_THE_WAY`]).
+pub fn replies_on_the_way() -> usize {
+    REPLIES_ON_THE_WAY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts one reply on its way, until dropped: when its request takes it, or with the channel when the
+/// request is gone.
+#[derive(Debug)]
+struct OnTheWay;
+
+impl OnTheWay {
+    fn new() -> Self {
+        REPLIES_ON_THE_WAY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        OnTheWay
+    }
+}
+
+impl Drop for OnTheWay {
+    fn drop(&mut self) {
+        REPLIES_ON_THE_WAY.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The sending side of a job's reply: a oneshot channel whose message is counted on its way.
+#[derive(Debug)]
+pub struct Reply(oneshot::Sender<(Result<ExecResult>, OnTheWay)>);
+
+/// The receiving side of a job's reply: the job's result, or an error when the scheduler dropped the
+/// job unanswered.
+#[derive(Debug)]
+pub struct Answer(oneshot::Receiver<(Result<ExecResult>, OnTheWay)>);
+
+impl Reply {
+    /// A reply and the answer it goes to.
+    pub fn channel() -> (Reply, Answer) {
+        let (tx, rx) = oneshot::channel();
+        (Reply(tx), Answer(rx))
+    }
+
+    /// Sends the result; it comes back as the error when the request is gone (uncounted again).
+    #[allow(clippy::result_large_err)]
+    pub fn send(self, result: Result<ExecResult>) -> std::result::Result<(), Result<ExecResult>> {
+        self.0.send((result, OnTheWay::new())).map_err(|(r, _)| r)
+    }
+}
+
+impl Answer {
+    /// Waits for the answer on a thread outside the runtime (tests).
+    pub fn blocking_recv(self) -> std::result::Result<Result<ExecResult>, oneshot::error::RecvError> {
+        self.0.blocking_recv().map(|(r, _)| r)
+    }
+}
+
+impl std::future::Future for Answer {
+    type Output = std::result::Result<Result<ExecResult>, oneshot::error::RecvError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|r| r.map(|(result, _taken)| result))
+    }
 }
 
 /// The span of one request to a model version, for requests that do not come through the instrumented

@@ -109,7 +109,7 @@ pub fn record_execution(stats: &ModelStats, inferences: u32, t: &ExecTimings) {
 /// Records a request's queue time (from `enqueued` until `start`, when an instance or the ensemble took
 /// it) and its compute times.
 pub fn record_request(stats: &ModelStats, enqueued: Instant, start: Instant, t: &ExecTimings) {
-    let queue_ns = start.saturating_duration_since(enqueued).as_nanos() as u64;
+    let queue_ns = start.saturating_duration_since(enqueued).as_nanos() as u64 + t.waited_ns;
     stats.record_request_compute(queue_ns, t.compute_input_ns, t.compute_infer_ns, t.compute_output_ns);
 }
 

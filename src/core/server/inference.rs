@@ -108,7 +108,7 @@ impl Server {
             }
             _ => None,
         };
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (tx, rx) = crate::core::scheduler::Reply::channel();
         let enqueued = Instant::now();
         let waiting = Abandoned::new(&model.stats, &prepared.exec.meta.signals, start);
         let job = Job {

@@ -73,7 +73,7 @@ impl Server {
         };
         let (responder, responses) = ResponseSender::channel();
         prepared.exec.responder = Some(responder);
-        let (tx, executed) = tokio::sync::oneshot::channel();
+        let (tx, executed) = crate::core::scheduler::Reply::channel();
         let enqueued = Instant::now();
         let signals = prepared.exec.meta.signals.clone();
         let job = Job {
@@ -146,7 +146,7 @@ struct DecoupledStream {
     /// What the model sends.
     responses: crate::model_api::ResponseReceiver,
     /// The scheduler's answer: only says that execution ended, or why it could not run.
-    executed: Option<tokio::sync::oneshot::Receiver<Result<ExecResult>>>,
+    executed: Option<crate::core::scheduler::Answer>,
     /// For the request statistics.
     start: Instant,
     /// Set after the final response or an error.

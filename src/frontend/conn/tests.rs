@@ -159,3 +159,47 @@ async fn a_slow_head_is_closed_after_the_header_timeout_and_an_idle_one_after_th
     assert!(closed_within(&mut s, Duration::from_secs(5)).await);
     assert!(reading.await.unwrap().is_err(), "the server side's read fails once the connection is closed");
 }
+
+/// One poll of a write of `bytes` to `s`: `None` while held back.
+fn try_write(s: &mut GuardedStream, bytes: &[u8], cx: &mut Context<'_>) -> Option<usize> {
+    match Pin::new(s).poll_write(cx, bytes) {
+        Poll::Ready(r) => Some(r.unwrap()),
+        Poll::Pending => None,
+    }
+}
+
+#[tokio::test]
+async fn an_http2_write_waits_for_the_tasks_ready_before_it_while_replies_are_on_their_way() {
+    for http2 in [false, true] {
+        let (mut l, addr) = listener(limits(10, 0, 0, http2)).await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let mut s = l.accept_guarded().await;
+        // A reply sent and not yet taken by its request (other tests may add their own).
+        let (reply, answer) = crate::core::scheduler::Reply::channel();
+        reply.send(Ok(Default::default())).unwrap();
+        assert!(crate::core::scheduler::replies_on_the_way() >= 1);
+        let first = std::future::poll_fn(|cx| Poll::Ready(try_write(&mut s, b"ab", cx))).await;
+        if !http2 {
+            // HTTP/1: one request at a time on a connection, nothing to wait for.
+            assert_eq!(first, Some(2));
+            continue;
+        }
+        assert_eq!(first, None, "held back while a reply is on its way");
+        // The runtime runs the ready tasks, then wakes the held write, which goes, even though the
+        // reply is still on its way (the task that would take it may be anywhere).
+        let wrote = tokio::time::timeout(
+            Duration::from_secs(5),
+            std::future::poll_fn(|cx| match try_write(&mut s, b"ab", cx) {
+                Some(n) => Poll::Ready(n),
+                None => Poll::Pending,
+            }),
+        )
+        .await
+        .expect("the held write went once the runtime had run the ready tasks");
+        assert_eq!(wrote, 2);
+        let mut buf = [0u8; 2];
+        client.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ab");
+        drop(answer);
+    }
+}

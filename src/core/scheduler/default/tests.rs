@@ -15,8 +15,8 @@ impl ModelInstance for Gate {
     }
 }
 
-fn job() -> (Job, tokio::sync::oneshot::Receiver<Result<ExecResult>>) {
-    let (tx, rx) = tokio::sync::oneshot::channel();
+fn job() -> (Job, crate::core::scheduler::Answer) {
+    let (tx, rx) = crate::core::scheduler::Reply::channel();
     let job = Job {
         exec: ExecRequest::default(),
         batch_size: 1,
@@ -74,7 +74,7 @@ impl ModelInstance for Recording {
     }
 }
 
-fn job_with_id(id: &str) -> (Job, tokio::sync::oneshot::Receiver<Result<ExecResult>>) {
+fn job_with_id(id: &str) -> (Job, crate::core::scheduler::Answer) {
     let (mut job, rx) = job();
     job.exec.meta = Arc::new(crate::model_api::RequestMeta { id: id.into(), ..Default::default() });
     (job, rx)
@@ -115,4 +115,101 @@ fn a_cancelled_request_leaves_the_queue_unrun_and_frees_its_place() {
     assert!(first_rx.blocking_recv().unwrap().is_ok());
     assert!(third_rx.blocking_recv().unwrap().is_ok());
     assert_eq!(*ran.lock(), vec!["first".to_string(), "third".to_string()], "the cancelled request never ran");
+}
+
+/// A pipelining instance: takes at most `limit` requests at a time ("not now" beyond), or none at all
+/// with a limit of 0 ("never"); each `finish` waits at the gate. Logs what it was asked to do.
+struct Pipe {
+    gate: crossbeam_channel::Receiver<()>,
+    log: Arc<parking_lot::Mutex<Vec<String>>>,
+    in_flight: Vec<String>,
+    limit: usize,
+}
+
+impl ModelInstance for Pipe {
+    fn execute(&mut self, req: &ExecRequest) -> Result<ExecResult> {
+        self.log.lock().push(format!("execute {}", req.meta.id));
+        let _ = self.gate.recv_timeout(Duration::from_secs(10));
+        Ok(ExecResult::default())
+    }
+
+    fn begin(&mut self, req: &ExecRequest) -> Option<Result<u64>> {
+        if self.in_flight.len() >= self.limit {
+            return None;
+        }
+        self.log.lock().push(format!("begin {}", req.meta.id));
+        self.in_flight.push(req.meta.id.clone());
+        Some(Ok(self.in_flight.len() as u64))
+    }
+
+    fn finish(&mut self, _ticket: u64, req: &ExecRequest) -> Result<ExecResult> {
+        let _ = self.gate.recv_timeout(Duration::from_secs(10));
+        assert_eq!(self.in_flight.remove(0), req.meta.id, "finished in the order begun");
+        self.log.lock().push(format!("finish {}", req.meta.id));
+        Ok(ExecResult::default())
+    }
+}
+
+/// Starts one `Pipe` instance, holds its first request until five more are queued, then lets all go;
+/// the log of what the instance did.
+fn pipelined(limit: usize) -> Vec<String> {
+    let stats = Arc::new(ModelStats::new(0));
+    let (open, gate) = crossbeam_channel::unbounded();
+    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let instance = Box::new(Pipe { gate, log: log.clone(), in_flight: Vec::new(), limit });
+    let s = DefaultScheduler::start("m", vec![("m_0".into(), instance)], 8, None, stats.clone()).unwrap();
+    let (first, first_rx) = job_with_id("1");
+    s.submit(first).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while log.lock().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let rest: Vec<_> = (2..=6)
+        .map(|i| {
+            let (j, rx) = job_with_id(&i.to_string());
+            s.submit(j).unwrap();
+            rx
+        })
+        .collect();
+    for _ in 0..6 {
+        open.send(()).unwrap();
+    }
+    assert!(first_rx.blocking_recv().unwrap().is_ok());
+    for rx in rest {
+        assert!(rx.blocking_recv().unwrap().is_ok(), "every request is answered");
+    }
+    let out = log.lock().clone();
+    out
+}
+
+#[test]
+fn an_instance_that_says_not_now_gets_the_request_again_after_the_oldest_finishes() {
+    // Three at a time: the fourth waits for the first of the three to finish, and is then sent ahead
+    // (not run on its own).
+    let log = pipelined(3);
+    let want = ["begin 1", "finish 1", "begin 2", "begin 3", "begin 4", "finish 2", "begin 5", "finish 3", "begin 6"];
+    let want: Vec<String> = want.iter().chain(&["finish 4", "finish 5", "finish 6"]).map(|s| s.to_string()).collect();
+    assert_eq!(log, want);
+}
+
+#[test]
+fn an_instance_that_never_pipelines_runs_each_request_on_its_own() {
+    let log = pipelined(0);
+    let want: Vec<String> = (1..=6).map(|i| format!("execute {i}")).collect();
+    assert_eq!(log, want);
+}
+
+#[test]
+fn an_instance_sends_up_to_the_pipeline_depth_ahead() {
+    // With no limit of its own, the instance has at most PIPELINE_DEPTH requests in flight: all five
+    // queued ones go at once.
+    let log = pipelined(usize::MAX);
+    let want = ["begin 1", "finish 1", "begin 2", "begin 3", "begin 4", "begin 5", "begin 6"];
+    let want: Vec<String> = want
+        .iter()
+        .chain(&["finish 2", "finish 3", "finish 4", "finish 5", "finish 6"])
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(log, want);
+    const { assert!(PIPELINE_DEPTH >= 5) };
 }

@@ -7,7 +7,6 @@ use crate::proto::inference::ModelConfig;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::time::Duration;
-use tokio::sync::oneshot;
 
 /// pre: IN → x (doubles); left: x → l (+1); right: x → r (+2); join: (l, r) → OUT (sum); side: IN → SIDE.
 const DIAMOND: &str = r#"
@@ -113,7 +112,7 @@ impl StepRunner for Runner {
             let t = tensor(&req.outputs[0].name, shape, &out);
             fake.seen.lock().outputs.push((req.model_name.clone(), t.data.as_host().unwrap().as_ptr() as usize));
             let timings =
-                ExecTimings { compute_input_ns: 1, compute_infer_ns: 10, compute_output_ns: 100, started: None };
+                ExecTimings { compute_input_ns: 1, compute_infer_ns: 10, compute_output_ns: 100, ..Default::default() };
             Ok(ExecResult { outputs: vec![t], timings, parameters: Default::default() })
         })
     }
@@ -141,7 +140,7 @@ fn scheduler(fake: &Arc<Fake>) -> (EnsembleScheduler, Arc<ModelStats>) {
 }
 
 async fn infer(s: &EnsembleScheduler, outputs: &[&str], control: RequestControl) -> Result<ExecResult> {
-    let (tx, rx) = oneshot::channel();
+    let (tx, rx) = crate::core::scheduler::Reply::channel();
     let job = Job {
         exec: ExecRequest {
             inputs: vec![tensor("IN", vec![2, 2], &[1.0, 2.0, 3.0, 4.0])],
@@ -247,7 +246,7 @@ async fn steps_are_requested_on_behalf_of_the_ensemble_and_its_callers() {
     // the call instead of deadlocking.
     let fake = Fake::new(None);
     let (s, _) = scheduler(&fake);
-    let (tx, rx) = oneshot::channel();
+    let (tx, rx) = crate::core::scheduler::Reply::channel();
     let meta = crate::model_api::RequestMeta { callers: vec![("outer".to_string(), 3)].into(), ..Default::default() };
     let job = Job {
         exec: ExecRequest {
@@ -374,7 +373,7 @@ fn streaming_scheduler(end: GenEnd) -> (EnsembleScheduler, Arc<ModelStats>) {
 async fn streamed(end: GenEnd, values: &[f32]) -> Vec<std::result::Result<(Vec<f32>, bool), String>> {
     let (s, _) = streaming_scheduler(end);
     let (responder, mut responses) = ResponseSender::channel();
-    let (tx, rx) = oneshot::channel();
+    let (tx, rx) = crate::core::scheduler::Reply::channel();
     let job = Job {
         exec: ExecRequest {
             inputs: vec![tensor("IN", vec![values.len() as i64], values)],
@@ -429,7 +428,7 @@ async fn an_error_response_of_a_decoupled_step_ends_the_ensemble_request() {
 async fn a_decoupled_ensemble_counts_one_request_per_stream() {
     let (s, stats) = streaming_scheduler(GenEnd::WithLast);
     let (responder, _responses) = ResponseSender::channel();
-    let (tx, rx) = oneshot::channel();
+    let (tx, rx) = crate::core::scheduler::Reply::channel();
     let job = Job {
         exec: ExecRequest {
             inputs: vec![tensor("IN", vec![2], &[1.0, 2.0])],
@@ -453,7 +452,7 @@ async fn a_decoupled_ensemble_counts_one_request_per_stream() {
 async fn steps_get_the_ensemble_request_id_and_parameters() {
     let fake = Fake::new(None);
     let (s, _) = scheduler(&fake);
-    let (tx, rx) = oneshot::channel();
+    let (tx, rx) = crate::core::scheduler::Reply::channel();
     let mut parameters = Parameters::new();
     parameters.insert("temperature".into(), ParamValue::String("0.5".into()));
     let meta = crate::model_api::RequestMeta { id: "req-9".into(), parameters, ..Default::default() };
