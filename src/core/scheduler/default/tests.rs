@@ -74,6 +74,14 @@ impl ModelInstance for Recording {
     }
 }
 
+/// Waits (up to 10 s) until the instance has logged its first request.
+fn wait_for_first(log: &parking_lot::Mutex<Vec<String>>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while log.lock().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 fn job_with_id(id: &str) -> (Job, crate::core::scheduler::Answer) {
     let (mut job, rx) = job();
     job.exec.meta = Arc::new(crate::model_api::RequestMeta { id: id.into(), ..Default::default() });
@@ -89,10 +97,7 @@ fn a_cancelled_request_leaves_the_queue_unrun_and_frees_its_place() {
     let s = DefaultScheduler::start("m", vec![("m_0".into(), instance)], 1, None, stats.clone()).unwrap();
     let (first, first_rx) = job_with_id("first");
     s.submit(first).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while ran.lock().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_for_first(&ran);
     // The second request waits in the full queue until its client goes away.
     let (second, second_rx) = job_with_id("second");
     let signals = second.exec.meta.signals.clone();
@@ -160,10 +165,7 @@ fn pipelined(limit: usize) -> Vec<String> {
     let s = DefaultScheduler::start("m", vec![("m_0".into(), instance)], 8, None, stats.clone()).unwrap();
     let (first, first_rx) = job_with_id("1");
     s.submit(first).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while log.lock().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_for_first(&log);
     let rest: Vec<_> = (2..=6)
         .map(|i| {
             let (j, rx) = job_with_id(&i.to_string());
