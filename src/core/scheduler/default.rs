@@ -182,15 +182,16 @@ fn drain(
             free.fetch_sub(1, Ordering::SeqCst);
         }
         stats.pending.fetch_sub(1, Ordering::Relaxed);
-        let mut start = Instant::now();
         // "Not now" (the instance has enough sent ahead): finish the oldest and ask again, until it takes
         // the job or nothing is left in flight ("never": the job runs on its own). The job's queue time
         // runs until the call that takes it.
-        let mut begun = job.span.in_scope(|| guarded(|| instance.begin(&job.exec).transpose()));
-        while matches!(begun, Ok(None)) && finish_oldest(instance, &mut sent, stats, None) {
-            start = Instant::now();
-            begun = job.span.in_scope(|| guarded(|| instance.begin(&job.exec).transpose()));
-        }
+        let (start, begun) = loop {
+            let start = Instant::now();
+            let begun = job.span.in_scope(|| guarded(|| instance.begin(&job.exec).transpose()));
+            if !matches!(begun, Ok(None)) || !finish_oldest(instance, &mut sent, stats, None) {
+                break (start, begun);
+            }
+        };
         match begun {
             Ok(Some(ticket)) => sent.push_back((job, start, ticket)),
             Err(e) => {
