@@ -228,6 +228,18 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
     // runtime starts, so what its first park sets holds before it serves anything.
     let cores = args.io_cpu_cores.clone().map(|c| c.0);
     runtime.on_thread_park(move || set_up_worker_once(cores.as_deref()));
+    // A blocking thread that a set-up worker spawns (a load that found no idle one) starts with the
+    // worker's cores and policy: every runtime thread starts from the main thread's instead.
+    match tritonrs::platform::affinity::ThreadDefaults::of_current_thread() {
+        Ok(defaults) => {
+            runtime.on_thread_start(move || {
+                if let Err(e) = defaults.restore_on_current_thread() {
+                    tracing::debug!("{}", e.message);
+                }
+            });
+        }
+        Err(e) => tracing::debug!("{}", e.message),
+    }
     let runtime = runtime.enable_all().thread_name("tritonrs-io").build().map_err(io_error)?;
     runtime.block_on(run(args, file, opts, log))
 }

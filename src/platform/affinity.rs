@@ -111,5 +111,65 @@ pub fn batch_current_thread() -> Result<()> {
     Ok(())
 }
 
+/// The calling thread's cores and scheduling policy, taken before any are changed, to give back to a
+/// thread that inherited changed ones: a thread starts with the cores and policy of the thread that
+/// created it, so a tokio blocking thread spawned by a pinned SCHED_BATCH I/O worker (a model load)
+/// would carry that worker's setting into the model's threads.
+#[derive(Clone, Copy)]
+pub struct ThreadDefaults {
+    cores: libc::cpu_set_t,
+    policy: libc::c_int,
+    param: libc::sched_param,
+}
+
+impl ThreadDefaults {
+    /// The calling thread's cores and policy now.
+    pub fn of_current_thread() -> Result<Self> {
+        // SAFETY: cpu_set_t is a plain bit array for which all zeroes is the empty set.
+        let mut cores: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: pid 0 is the calling thread; `cores` is a valid, writable cpu_set_t of the size passed.
+        let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut cores) };
+        if rc != 0 {
+            return Err(Error::internal(format!(
+                "cannot read the thread's cores: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let mut param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: pid 0 is the calling thread; `param` is a valid, writable sched_param.
+        let rc = unsafe { libc::sched_getparam(0, &mut param) };
+        // SAFETY: pid 0 is the calling thread; the call takes no pointer.
+        let policy = unsafe { libc::sched_getscheduler(0) };
+        if rc != 0 || policy < 0 {
+            return Err(Error::internal(format!(
+                "cannot read the thread's scheduling policy: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(ThreadDefaults { cores, policy, param })
+    }
+
+    /// Gives the calling thread these cores and this policy back.
+    pub fn restore_on_current_thread(&self) -> Result<()> {
+        // SAFETY: pid 0 is the calling thread; `self.cores` is a valid cpu_set_t of the size passed.
+        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.cores) };
+        if rc != 0 {
+            return Err(Error::internal(format!(
+                "cannot give the thread its cores back: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: pid 0 is the calling thread; `self.param` is a valid sched_param read with this policy.
+        let rc = unsafe { libc::sched_setscheduler(0, self.policy, &self.param) };
+        if rc != 0 {
+            return Err(Error::internal(format!(
+                "cannot give the thread its scheduling policy back: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests;

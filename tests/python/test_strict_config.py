@@ -157,6 +157,26 @@ def test_io_cpu_cores_pins_the_io_workers_only(start_server, repo):
     assert s.client().is_model_ready("pinned_io")
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to tell the pinning apart")
+def test_a_model_loaded_through_the_api_does_not_inherit_the_io_workers_setting(start_server, repo):
+    """A load asked for over HTTP runs on a blocking thread that a pinned SCHED_BATCH I/O worker starts
+    (none was idle yet). The model's threads (its instance thread, the stub's readers) take their
+    setting from the main thread, not from that worker (a CI run once found them pinned and batched)."""
+    python_sleep_model(repo, "late")
+    s = start_server("--model-repository", str(repo), "--model-control-mode=explicit", "--io-cpu-cores=1",
+                     "--http-thread-count=2")
+    s.wait_until(lambda: sum(c == "1" for _, c in thread_list(s.proc.pid)) == 2, what="two pinned I/O workers")
+    r = s.post("/v2/repository/models/late/load")
+    assert r.status == 200, r
+    threads = thread_list(s.proc.pid)
+    main_cores = next(c for n, c in threads if n == "tritonrs")
+    assert main_cores != "1", threads
+    assert [n for n, c in threads if c == "1"] == ["tritonrs-io"] * 2, threads
+    assert any(n.startswith("inst-late") for n, _ in threads), threads
+    policies = thread_policies(s.proc.pid)
+    assert {p for n, p in policies if n.startswith("py-")} == {SCHED_OTHER}, policies
+
+
 def thread_policies(pid: int) -> list[tuple[str, int]]:
     """(name, scheduling policy) of each thread: field 41 of /proc/<pid>/task/*/stat."""
     out = []

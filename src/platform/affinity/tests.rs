@@ -39,3 +39,34 @@ fn a_thread_made_batch_has_the_batch_policy_and_the_others_keep_theirs() {
     assert_eq!((batch, child), (libc::SCHED_BATCH, libc::SCHED_BATCH));
     assert_eq!(policy_of_this_thread(), before, "only the calling thread changes");
 }
+
+#[test]
+fn a_thread_started_by_a_pinned_batch_thread_gets_the_defaults_back() {
+    let defaults = ThreadDefaults::of_current_thread().unwrap();
+    let before = (policy_of_this_thread(), cores_of_this_thread());
+    let (inherited, restored) = std::thread::spawn(move || {
+        batch_current_thread().unwrap();
+        pin_current_thread(&[0]).unwrap();
+        std::thread::spawn(move || {
+            let inherited = (policy_of_this_thread(), cores_of_this_thread());
+            defaults.restore_on_current_thread().unwrap();
+            (inherited, (policy_of_this_thread(), cores_of_this_thread()))
+        })
+        .join()
+        .unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(inherited, (libc::SCHED_BATCH, 1), "a new thread inherits its creator's setting");
+    assert_eq!(restored, before);
+}
+
+/// How many cores the calling thread may run on.
+fn cores_of_this_thread() -> u32 {
+    // SAFETY: cpu_set_t is a plain bit array for which all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; `set` is a valid, writable cpu_set_t of the size passed.
+    assert_eq!(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }, 0);
+    // SAFETY: `set` is a valid cpu_set_t.
+    unsafe { libc::CPU_COUNT(&set) as u32 }
+}
