@@ -26,7 +26,10 @@ what the server costs when the network and the client are taken away.
 Environment: BENCH_INTERVAL_MS (3000), BENCH_STABILITY_PERCENT (40), BENCH_RUNS (in-process runs, 300),
 BENCH_SERVER_ARGS (extra server flags), BENCH_PIN (cores, e.g. 0: the served rows put the I/O threads and
 the model's instance on those cores, with `--io-cpu-cores` and a `--host-policy` the model names, so a
-request's two thread hand-offs stay on one core; the in-process and tune rows are not pinned).
+request's two thread hand-offs stay on one core; the in-process and tune rows are not pinned),
+BENCH_TRACE (1: after the table, one more perf_analyzer run per protocol against a server tracing every
+request at TIMESTAMPS level, printing the median time between each two of a request's trace events:
+where the server's own time goes, stage by stage; tracing itself adds a little to each stage).
 """
 from __future__ import annotations
 
@@ -263,6 +266,42 @@ def serve(tmp: Path, spinning: bool) -> list:
         rs.stop()
 
 
+def traced_stages(tmp: Path) -> list[str]:
+    """BENCH_TRACE: per protocol, a server (the table's served setting: no spinning, BENCH_PIN) that traces
+    every request, one perf_analyzer run, and the median gap between each two consecutive trace events."""
+    import statistics
+
+    lines = []
+    repo = pinned_repo(tmp) if PIN else tmp / "repo"
+    pin = [f"--host-policy=p0,cpu-cores={PIN}", f"--io-cpu-cores={PIN}"] if PIN else []
+    for protocol in ("grpc", "http"):
+        trace = tmp / f"trace-{protocol}.json"
+        http, grpc = free_port(), free_port()
+        rs = Server("tritonrs", [str(TRITONRS), "--model-repository", str(repo), "--http-port", str(http),
+                                 "--grpc-port", str(grpc), "--metrics-port", "0", "--log-info=false", *pin,
+                                 "--trace-config", f"triton,file={trace}", "--trace-config", "level=TIMESTAMPS",
+                                 "--trace-config", "rate=1", *os.environ.get("BENCH_SERVER_ARGS", "").split()],
+                    http, grpc, dict(os.environ))
+        try:
+            perf([str(PERF)], rs, protocol, False)
+        finally:
+            rs.stop()
+        by_trace: dict[int, list[tuple[int, str]]] = {}  # a trace's events may come in several records
+        for record in json.loads(trace.read_text() or "[]"):
+            by_trace.setdefault(record["id"], []).extend((t["ns"], t["name"]) for t in record.get("timestamps", []))
+        gaps: dict[str, list[float]] = {}
+        for stamps in by_trace.values():
+            stamps.sort()
+            for (a_ns, a), (b_ns, b) in zip(stamps, stamps[1:]):
+                gaps.setdefault(f"{a} -> {b}", []).append((b_ns - a_ns) / 1000)
+        common = max((len(v) for v in gaps.values()), default=0)
+        lines.append(f"\n{protocol}, every request traced ({common} requests): median µs between trace events")
+        for name, v in gaps.items():
+            if len(v) * 2 >= common:  # the events every request has
+                lines.append(f"  {name:48} {statistics.median(v):9.1f}")
+    return lines
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -273,6 +312,7 @@ def main():
             served[spin][0] = (served[spin][0][0], in_process_served(tmp, spin))
         for spin in (False, True):
             floors[spin].append(in_process(model, spin))
+        traced = traced_stages(tmp) if os.environ.get("BENCH_TRACE") == "1" else []
     floor = {spin: sum(v) / len(v) for spin, v in floors.items()}
     print()
     print(f"FP32 {SHAPE} into a 2-layer conv net, concurrency 1. In-process ONNX Runtime floor: "
@@ -303,6 +343,8 @@ def main():
           " perf_analyzer's own CPU time per request (user + system), ms, which at concurrency 1 on a shared"
           " machine is spent in series with the server's. in-process: `tritonrs tune` driving the model through"
           " the core from inside the server process (request = its average latency)")
+    for line in traced:
+        print(line)
 
 
 if __name__ == "__main__":
