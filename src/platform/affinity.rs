@@ -169,6 +169,13 @@ impl ThreadDefaults {
         }
         Ok(())
     }
+
+    /// How many cores these are.
+    #[cfg(test)]
+    fn core_count(&self) -> u32 {
+        // SAFETY: `self.cores` is a valid cpu_set_t.
+        unsafe { libc::CPU_COUNT(&self.cores) as u32 }
+    }
 }
 
 #[cfg(test)]

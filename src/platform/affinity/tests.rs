@@ -63,10 +63,5 @@ fn a_thread_started_by_a_pinned_batch_thread_gets_the_defaults_back() {
 
 /// How many cores the calling thread may run on.
 fn cores_of_this_thread() -> u32 {
-    // SAFETY: cpu_set_t is a plain bit array for which all zeroes is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is the calling thread; `set` is a valid, writable cpu_set_t of the size passed.
-    assert_eq!(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }, 0);
-    // SAFETY: `set` is a valid cpu_set_t.
-    unsafe { libc::CPU_COUNT(&set) as u32 }
+    ThreadDefaults::of_current_thread().unwrap().core_count()
 }

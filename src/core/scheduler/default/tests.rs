@@ -76,8 +76,13 @@ impl ModelInstance for Recording {
 
 /// Waits (up to 10 s) until the instance has logged its first request.
 fn wait_for_first(log: &parking_lot::Mutex<Vec<String>>) {
+    wait_until(|| !log.lock().is_empty());
+}
+
+/// Polls `done` until it holds, for up to 10 s.
+fn wait_until(done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while log.lock().is_empty() && Instant::now() < deadline {
+    while !done() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
@@ -173,10 +178,7 @@ fn pipelined(limit: usize) -> Vec<String> {
     s.submit(first).unwrap();
     // Not just until "begin 1": between its begin and its finish the instance looks for more, and a
     // request queued by then would be sent ahead of the first one's finish (seen under qemu).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while at_gate.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_until(|| at_gate.load(Ordering::SeqCst) > 0);
     let rest: Vec<_> = (2..=6)
         .map(|i| {
             let (j, rx) = job_with_id(&i.to_string());
