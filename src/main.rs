@@ -220,8 +220,8 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
     let opts = tritonrs::assemble::serve_options(&args)?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     // The one runtime that serves HTTP (and gRPC and metrics): --http-thread-count sizes it.
-    if let Some(n) = args.http_thread_count {
-        runtime.worker_threads(n.into());
+    if let Some(n) = args.io_worker_count() {
+        runtime.worker_threads(n);
     }
     // The worker threads only: the runtime's blocking threads load models, and ONNX Runtime's pool
     // threads, created there, would inherit their cores and policy. A worker parks as soon as the

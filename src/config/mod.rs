@@ -385,14 +385,16 @@ pub struct ServeArgs {
           default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
     pub reuse_http_port: bool,
     /// Worker threads of the I/O runtime that serves HTTP. tritonrs has one such runtime for HTTP,
-    /// gRPC and metrics (inference runs on the backends' own threads); default: one per CPU core.
+    /// gRPC and metrics (inference runs on the backends' own threads); default: one per CPU core, or
+    /// with `--io-cpu-cores` one per core it lists.
     #[arg(help_heading = "HTTP", long, env = "TRITONRS_HTTP_THREAD_COUNT",
           value_parser = clap::value_parser!(u16).range(1..))]
     pub http_thread_count: Option<u16>,
     /// Pins that runtime's worker threads to these cores (`0`, `0-1`, `0,2`). With `--host-policy`
     /// pinning a model's instance threads to the same cores, a request's hand-offs between the two stay
     /// on one core, which is far cheaper where waking an idle core is slow (virtual machines: 11 µs
-    /// against 67 µs a hand-off); ONNX Runtime's thread pools stay unpinned. Unset: not pinned.
+    /// against 67 µs a hand-off). Without `--http-thread-count`, the runtime has one worker per core
+    /// listed. ONNX Runtime's thread pools are not pinned by it. Unset: not pinned.
     #[arg(help_heading = "HTTP", long, env = "TRITONRS_IO_CPU_CORES", value_name = "CORES",
           value_parser = parse_cores)]
     pub io_cpu_cores: Option<CpuList>,
@@ -583,6 +585,22 @@ pub struct ServeArgs {
     pub metrics_config: metrics::MetricsConfigArgs,
     #[command(flatten)]
     pub hosted: hosted::HostedArgs,
+}
+
+impl ServeArgs {
+    /// The I/O runtime's worker count: `--http-thread-count` when given; else, with `--io-cpu-cores`,
+    /// one worker per core listed, since two workers pinned to one core never run at once and the
+    /// second only adds wake-ups (each time tokio wakes a worker, that worker wakes another to look for
+    /// more work); else `None`, tokio's default of one per CPU core.
+    pub fn io_worker_count(&self) -> Option<usize> {
+        match (self.http_thread_count, &self.io_cpu_cores) {
+            (Some(n), _) => Some(n.into()),
+            (None, Some(cores)) if !cores.0.is_empty() => {
+                Some(cores.0.iter().collect::<std::collections::BTreeSet<_>>().len())
+            }
+            _ => None,
+        }
+    }
 }
 
 impl ModelConfigArgs {

@@ -184,3 +184,18 @@ fn backend_config_from_the_configuration_file_is_marked_so() {
     let Some(Command::Validate(v)) = parse_with(&["validate", "--model-repository=/m"]).command else { panic!() };
     assert!(v.model_config.backend_config().unwrap().from_config_file);
 }
+
+#[test]
+fn io_workers_default_to_one_per_listed_core() {
+    let args = |extra: &[&str]| {
+        let mut v = vec!["tritonrs", "--model-repository=/m"];
+        v.extend_from_slice(extra);
+        Cli::try_parse_from(v).unwrap().serve
+    };
+    assert_eq!(args(&[]).io_worker_count(), None, "tokio's default: one per CPU core");
+    assert_eq!(args(&["--io-cpu-cores=0"]).io_worker_count(), Some(1));
+    assert_eq!(args(&["--io-cpu-cores=0,2-3"]).io_worker_count(), Some(3));
+    assert_eq!(args(&["--io-cpu-cores=1,1,0-1"]).io_worker_count(), Some(2), "a core listed twice counts once");
+    assert_eq!(args(&["--io-cpu-cores=0", "--http-thread-count=4"]).io_worker_count(), Some(4));
+    assert_eq!(args(&["--http-thread-count=3"]).io_worker_count(), Some(3));
+}

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,20 @@ def test_io_cpu_cores_pins_the_io_workers_only(start_server, repo):
     assert all(name == "tritonrs-io" for name, cores in threads if cores == "1"), threads
     assert next(c for n, c in threads if n == "tritonrs") != "1", threads
     assert s.client().is_model_ready("pinned_io")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to tell the pinning apart")
+def test_io_cpu_cores_without_a_thread_count_runs_one_worker_per_listed_core(start_server, repo):
+    """Without --http-thread-count, --io-cpu-cores=1 gives the I/O runtime one worker (two on one core
+    never run at once; the second only adds wake-ups), and it serves HTTP and gRPC alike."""
+    python_sleep_model(repo, "one_io")
+    s = start_server("--model-repository", str(repo), "--io-cpu-cores=1")
+    s.wait_until(lambda: sum(c == "1" for _, c in thread_list(s.proc.pid)) >= 1, what="a pinned I/O worker")
+    assert s.client().is_model_ready("one_io")
+    assert s.grpc_client().is_model_ready("one_io")
+    time.sleep(0.5)  # a second worker, were there one, parks (and pins itself) as soon as it starts
+    pinned = [n for n, c in thread_list(s.proc.pid) if c == "1"]
+    assert pinned == ["tritonrs-io"], thread_list(s.proc.pid)
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to tell the pinning apart")
