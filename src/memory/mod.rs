@@ -5,6 +5,7 @@
 //! pools (`pool.rs`) hand out pinned and device memory; `regions.rs` holds the regions clients register.
 
 pub mod pool;
+pub mod recycled;
 pub mod regions;
 
 use bytes::Bytes;

@@ -162,7 +162,7 @@ async fn read(body: &mut Body, limit: usize) -> Read {
 /// it and reports what is wrong).
 fn decode_aligned(chunks: &[Bytes], len: usize) -> Option<pb::ModelInferRequest> {
     let at = largest_raw_input(chunks, len)?;
-    let mut buf: Vec<u8> = Vec::with_capacity(len + ALIGN);
+    let mut buf = crate::memory::recycled::buffer(len + ALIGN);
     let pad = (ALIGN - (buf.as_ptr() as usize + at) % ALIGN) % ALIGN;
     buf.resize(pad, 0);
     let mut skip = PREFIX;
@@ -171,7 +171,7 @@ fn decode_aligned(chunks: &[Bytes], len: usize) -> Option<pb::ModelInferRequest>
         skip -= from;
         buf.extend_from_slice(&chunk[from..]);
     }
-    let message = Bytes::from(buf).slice(pad..);
+    let message = crate::memory::recycled::into_bytes(buf).slice(pad..);
     pb::ModelInferRequest::decode(message).ok()
 }
 

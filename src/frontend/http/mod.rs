@@ -320,21 +320,21 @@ async fn read_infer_body(s: &HttpState, headers: &HeaderMap, body: Body, header_
     if len < ALIGNED_BODY_MIN || len > s.max_body || json_len > len || headers.contains_key(header::CONTENT_ENCODING) {
         return read_body(s, headers, body).await;
     }
-    let mut buf = bytes::BytesMut::with_capacity(len + 64);
+    // Reused from request to request (see memory::recycled).
+    let mut buf = crate::memory::recycled::buffer(len + 64);
     let pad = (64 - (buf.as_ptr() as usize + json_len) % 64) % 64;
     buf.resize(pad, 0);
-    let mut out = buf.split_off(pad);
     let mut body = http_body_util::Limited::new(body, s.max_body);
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| body_error(s, e))?;
         if let Ok(chunk) = frame.into_data() {
-            if out.len() + chunk.len() > len {
+            if buf.len() - pad + chunk.len() > len {
                 return Err(Error::invalid(format!("the request body is longer than its Content-Length {len}")));
             }
-            out.extend_from_slice(&chunk);
+            buf.extend_from_slice(&chunk);
         }
     }
-    Ok(out.freeze())
+    Ok(crate::memory::recycled::into_bytes(buf).slice(pad..))
 }
 
 /// Reads the whole body within the size limit, undoing gzip/deflate content encoding.
