@@ -219,7 +219,8 @@ fn serve_logged(args: ServeArgs, file: Option<ConfigFile>, log: logging::LogCont
     args.hosted.check()?;
     let opts = tritonrs::assemble::serve_options(&args)?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    // The one runtime that serves HTTP (and gRPC and metrics): --http-thread-count sizes it.
+    // The one runtime that serves HTTP (and gRPC and metrics): --http-thread-count sizes it (by
+    // default, with --io-cpu-cores, one worker per listed core).
     if let Some(n) = args.io_worker_count() {
         runtime.worker_threads(n);
     }
