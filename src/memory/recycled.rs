@@ -20,7 +20,7 @@ pub const KEEP: usize = 4;
 pub const KEEP_BYTES: usize = 16 << 20;
 
 /// An empty buffer for at least `capacity` bytes: a kept one when there is one (grown if too small).
-pub fn buffer(capacity: usize) -> Vec<u8> {
+fn buffer(capacity: usize) -> Vec<u8> {
     buffer_from(&KEPT, capacity)
 }
 
@@ -30,6 +30,15 @@ fn buffer_from(pool: &Mutex<Vec<Vec<u8>>>, capacity: usize) -> Vec<u8> {
     buf.clear();
     buf.reserve(capacity);
     buf
+}
+
+/// A buffer for `len` bytes that start after a pad of zeros placed so that their byte `at` lies on a
+/// multiple of `align` (a power of two); returns it, holding just the pad, with the pad's length.
+pub fn placed(len: usize, at: usize, align: usize) -> (Vec<u8>, usize) {
+    let mut buf = buffer(len + align);
+    let pad = (align - (buf.as_ptr() as usize + at) % align) % align;
+    buf.resize(pad, 0);
+    (buf, pad)
 }
 
 /// `buf` as `Bytes` that give it back to be kept once the last slice of them is dropped.
@@ -82,6 +91,17 @@ mod tests {
         assert_eq!(kept.len(), 1, "at most KEEP_BYTES in all");
         keep(&mut kept, Vec::with_capacity(50));
         assert_eq!(kept.len(), 2);
+    }
+
+    #[test]
+    fn a_placed_buffer_puts_the_asked_byte_on_the_boundary() {
+        for at in [0, 1, 63, 64, 1000] {
+            let (mut buf, pad) = placed(4096, at, 64);
+            assert_eq!(buf.len(), pad);
+            assert!(pad < 64 && buf.capacity() >= pad + 4096);
+            buf.extend(std::iter::repeat_n(7u8, 4096));
+            assert_eq!(buf[pad + at..].as_ptr() as usize % 64, 0, "at {at}");
+        }
     }
 
     #[test]

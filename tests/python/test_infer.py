@@ -244,6 +244,23 @@ def test_large_binary_inputs_at_any_offset(examples_server, pad):
     assert r.status == 400, r
 
 
+def test_large_binary_bodies_in_a_row_each_get_their_own_answer(examples_server):
+    """The aligned buffers are reused from request to request (src/memory/recycled.rs): consecutive
+    large bodies, a smaller one after a larger one, each answer with their own data only."""
+    import json as _json
+
+    for n, base in ((120_000, 3.0), (70_000, -1.5), (100_000, 0.25)):
+        x = (np.arange(n, dtype=np.float32) * base).reshape(1, n)
+        header = _json.dumps({"inputs": [{"name": "INPUT", "datatype": "FP32", "shape": [1, n],
+                                          "parameters": {"binary_data_size": x.nbytes}}],
+                              "outputs": [{"name": "OUTPUT", "parameters": {"binary_data": False}}]})
+        r = examples_server.post("/v2/models/vlen_scale/infer", header.encode() + x.tobytes(),
+                                 headers={"Inference-Header-Content-Length": str(len(header))})
+        assert r.status == 200, r
+        out = np.array(r.json()["outputs"][0]["data"], dtype=np.float32)
+        np.testing.assert_array_equal(out, x.ravel() * 2)
+
+
 def test_raw_binary_body_single_input(examples_server):
     body = np.array([1.0, -2.5, 3.25], dtype="<f4").tobytes()
     r = examples_server.post("/v2/models/vlen_scale/infer", body,

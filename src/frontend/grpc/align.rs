@@ -162,9 +162,7 @@ async fn read(body: &mut Body, limit: usize) -> Read {
 /// it and reports what is wrong).
 fn decode_aligned(chunks: &[Bytes], len: usize) -> Option<pb::ModelInferRequest> {
     let at = largest_raw_input(chunks, len)?;
-    let mut buf = crate::memory::recycled::buffer(len + ALIGN);
-    let pad = (ALIGN - (buf.as_ptr() as usize + at) % ALIGN) % ALIGN;
-    buf.resize(pad, 0);
+    let (mut buf, pad) = crate::memory::recycled::placed(len, at, ALIGN);
     let mut skip = PREFIX;
     for chunk in chunks {
         let from = skip.min(chunk.len());

@@ -321,9 +321,7 @@ async fn read_infer_body(s: &HttpState, headers: &HeaderMap, body: Body, header_
         return read_body(s, headers, body).await;
     }
     // Reused from request to request (see memory::recycled).
-    let mut buf = crate::memory::recycled::buffer(len + 64);
-    let pad = (64 - (buf.as_ptr() as usize + json_len) % 64) % 64;
-    buf.resize(pad, 0);
+    let (mut buf, pad) = crate::memory::recycled::placed(len, json_len, 64);
     let mut body = http_body_util::Limited::new(body, s.max_body);
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| body_error(s, e))?;
