@@ -2,8 +2,8 @@
 //!
 //! The gRPC and HTTP front-ends read a large inference message (a camera frame: 588 KiB) into one
 //! buffer placed so that its tensor is aligned. Allocated and freed per request, such a buffer made
-//! glibc trim its heap's top every few dozen requests (an `madvise` on the instance thread that freed
-//! it), and the next requests faulted the pages back in: 15 page faults a camera frame over gRPC, 24
+//! glibc trim its heap's top every few dozen requests (an `madvise` by the thread that freed it: the
+//! instance thread for gRPC, the I/O thread for HTTP), and the next requests faulted the pages back in: 15 page faults a camera frame over gRPC, 24
 //! over HTTP, on the I/O thread. Reused, none. At most [`KEEP`] buffers and [`KEEP_BYTES`] in all are
 //! kept, so an idle server holds no more than that.
 
@@ -19,11 +19,8 @@ pub const KEEP: usize = 4;
 /// The capacity of all kept buffers together, at most.
 pub const KEEP_BYTES: usize = 16 << 20;
 
-/// An empty buffer for at least `capacity` bytes: a kept one when there is one (grown if too small).
-fn buffer(capacity: usize) -> Vec<u8> {
-    buffer_from(&KEPT, capacity)
-}
-
+/// An empty buffer for at least `capacity` bytes: one kept in `pool` when there is one (grown if too
+/// small).
 fn buffer_from(pool: &Mutex<Vec<Vec<u8>>>, capacity: usize) -> Vec<u8> {
     let kept = pool.lock().ok().and_then(|mut k| k.pop());
     let mut buf = kept.unwrap_or_default();
@@ -35,7 +32,7 @@ fn buffer_from(pool: &Mutex<Vec<Vec<u8>>>, capacity: usize) -> Vec<u8> {
 /// A buffer for `len` bytes that start after a pad of zeros placed so that their byte `at` lies on a
 /// multiple of `align` (a power of two); returns it, holding just the pad, with the pad's length.
 pub fn placed(len: usize, at: usize, align: usize) -> (Vec<u8>, usize) {
-    let mut buf = buffer(len + align);
+    let mut buf = buffer_from(&KEPT, len + align);
     let pad = (align - (buf.as_ptr() as usize + at) % align) % align;
     buf.resize(pad, 0);
     (buf, pad)
